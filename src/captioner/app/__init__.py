@@ -1,0 +1,1 @@
+"""Composition root: the CLI and GUI entry points, configuration, pipeline wiring, shutdown."""

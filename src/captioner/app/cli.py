@@ -1,0 +1,56 @@
+"""The `captioner` command.
+
+Each subcommand lives in its own module under ``captioner.app.commands`` with two functions,
+``add_arguments(parser)`` and ``run(args) -> int``. Command modules import only light things at
+module level, so ``captioner --help`` works on a machine with no GPU, PortAudio or display.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from captioner import __version__
+from captioner.errors import UserError
+
+# name -> (module under captioner.app.commands, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "gui": ("gui", "open the desktop app (the default when no command is given)"),
+    "devices": ("devices", "list audio input devices (monitors marked) and GPUs"),
+    "transcribe": ("transcribe", "transcribe an audio file (offline, or --realtime through the live engine)"),
+    "listen": ("listen", "caption live audio from one or more input devices in the terminal"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="captioner",
+        description="Live captions for speech, with the heavy work on an NVIDIA GPU (or the CPU).",
+    )
+    parser.add_argument("--version", action="version", version=f"captioner {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module_name, help_text) in COMMANDS.items():
+        module = importlib.import_module(f"captioner.app.commands.{module_name}")
+        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        module.add_arguments(command_parser)
+        command_parser.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        args = parser.parse_args(["gui", *(argv if argv is not None else sys.argv[1:])])
+    try:
+        return int(args._run(args) or 0)
+    except UserError as error:
+        print(f"captioner: error: {error}", file=sys.stderr)
+        return error.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,156 @@
+"""Values that cross threads. All are frozen; arrays inside them are made read-only.
+
+Only the standard library and NumPy are imported here, so every layer can use these types.
+Time is sample based: a stream's clock is the index of its samples at ``SAMPLE_RATE_HZ``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import numpy as np
+
+SAMPLE_RATE_HZ = 16_000
+"""Every source delivers mono float32 audio at this rate (Whisper's rate)."""
+
+FRAME_SAMPLES = 160
+"""One 10 ms frame at ``SAMPLE_RATE_HZ``; also the hop of the features."""
+
+FRAME_MS = 1000 * FRAME_SAMPLES // SAMPLE_RATE_HZ
+
+
+def _frozen_array(samples: np.ndarray) -> np.ndarray:
+    array = np.ascontiguousarray(samples, dtype=np.float32)
+    if array is samples and array.flags.writeable:
+        # Callers hand over their buffer; a view keeps their array writable while ours is not.
+        array = array.view()
+    array.flags.writeable = False
+    return array
+
+
+@dataclass(frozen=True, slots=True)
+class AudioBlock:
+    """A run of whole 10 ms frames from one stream.
+
+    ``first_sample`` is the index of ``samples[0]`` in the stream's 16 kHz clock, so gaps
+    (dropped blocks) show as jumps. ``capture_ns`` is ``time.monotonic_ns()`` when the last
+    sample of the block was captured (or, for a file replay, when it was released).
+    """
+
+    stream: str
+    first_sample: int
+    capture_ns: int
+    samples: np.ndarray
+
+    def __post_init__(self) -> None:
+        samples = _frozen_array(self.samples)
+        if samples.ndim != 1:
+            raise ValueError(f"AudioBlock samples must be 1-D, got shape {samples.shape}")
+        object.__setattr__(self, "samples", samples)
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.samples.shape[0])
+
+    @property
+    def end_sample(self) -> int:
+        return self.first_sample + self.n_samples
+
+    @property
+    def start_s(self) -> float:
+        return self.first_sample / SAMPLE_RATE_HZ
+
+    @property
+    def end_s(self) -> float:
+        return self.end_sample / SAMPLE_RATE_HZ
+
+
+CaptionKind = Literal["partial", "final"]
+
+
+@dataclass(frozen=True, slots=True)
+class CaptionUpdate:
+    """One change to what a stream's captions show.
+
+    ``partial`` replaces the stream's provisional text (it may still change); ``final`` is
+    committed text, appended and never changed again. ``start_s``/``end_s`` are the audio the
+    text covers, in seconds of that stream's clock. ``emitted_audio_s`` is how much audio of the
+    stream had been captured when the update was made; ``emitted_wall_s`` is wall time since the
+    stream started, so their difference shows how far processing runs behind capture.
+    """
+
+    stream: str
+    kind: CaptionKind
+    text: str
+    start_s: float
+    end_s: float
+    emitted_audio_s: float
+    emitted_wall_s: float
+    segment: int = 0
+    language: str = ""
+
+    def to_json_dict(self) -> dict:
+        return {
+            "stream": self.stream,
+            "kind": self.kind,
+            "text": self.text,
+            "start_s": round(self.start_s, 3),
+            "end_s": round(self.end_s, 3),
+            "emitted_audio_s": round(self.emitted_audio_s, 3),
+            "emitted_wall_s": round(self.emitted_wall_s, 3),
+            "segment": self.segment,
+            "language": self.language,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class TelemetrySample:
+    """One reading of a GPU (and of the host), taken by the telemetry thread.
+
+    ``None`` means "N/A": the value could not be read (no NVIDIA GPU, an NVML error, a field the
+    GPU does not support). Units are in the names.
+    """
+
+    time_s: float
+    gpu_index: int | None = None
+    gpu_name: str | None = None
+    temperature_c: float | None = None
+    slowdown_temp_c: float | None = None
+    power_w: float | None = None
+    power_limit_w: float | None = None
+    sm_clock_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    utilization_pct: float | None = None
+    vram_used_bytes: int | None = None
+    vram_total_bytes: int | None = None
+    vram_process_bytes: int | None = None
+    cpu_pct: float | None = None
+    process_cpu_pct: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineStatus:
+    """How the captioning pipeline is keeping up, published a few times a second.
+
+    Latencies are the most recent measurements; ``None`` where nothing was measured yet.
+    ``real_time_factor`` is processing time over audio time (below 1 keeps up).
+    """
+
+    time_s: float
+    provider: str
+    model: str
+    device_name: str
+    streams: tuple[str, ...] = ()
+    frame_latency_ms: float | None = None
+    step_latency_ms: float | None = None
+    caption_latency_s: float | None = None
+    queue_depth: int = 0
+    dropped_frames: int = 0
+    lag_s: float = 0.0
+    real_time_factor: float | None = None
+    input_levels_dbfs: tuple[float, ...] = ()
+    batch_size: int = 0
+    state: str = "running"
+    message: str = ""
+    extra: tuple[tuple[str, float], ...] = field(default=())

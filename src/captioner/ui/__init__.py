@@ -1,0 +1,1 @@
+"""PySide6 + pyqtgraph only: caption view, overlay, performance dashboard, settings."""

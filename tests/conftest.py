@@ -1,0 +1,68 @@
+"""Shared fixtures: the real speech recordings, and skips for hardware this machine lacks."""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def speech_dir() -> Path:
+    """The recordings in ``shared/speech`` beside the checkout (CI lays a copy there too)."""
+    override = os.environ.get("CAPTIONER_SPEECH_DIR")
+    return Path(override) if override else REPO_ROOT.parent / "shared" / "speech"
+
+
+@dataclass(frozen=True)
+class SpeechClip:
+    id: str
+    wav: Path
+    language: str
+    duration_s: float
+    reference: str
+
+
+def load_speech_manifest() -> list[SpeechClip]:
+    root = speech_dir()
+    manifest = root / "manifest.tsv"
+    if not manifest.exists():
+        return []
+    with manifest.open(newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return [
+        SpeechClip(r["id"], root / r["wav"], r["language"], float(r["duration_s"]), r["reference"])
+        for r in rows
+    ]
+
+
+@pytest.fixture(scope="session")
+def speech_clips() -> dict[str, SpeechClip]:
+    clips = load_speech_manifest()
+    if not clips:
+        pytest.skip(f"no speech recordings at {speech_dir()}")
+    return {c.id: c for c in clips}
+
+
+def cuda_available() -> bool:
+    from captioner.gpu import backend  # imported lazily: the back-end decides what "usable" means
+
+    return backend.cuda_usable()
+
+
+def pytest_collection_modifyitems(config, items):
+    gpu_items = [item for item in items if "gpu" in item.keywords]
+    if not gpu_items:
+        return
+    try:
+        usable = cuda_available()
+    except Exception:  # the back-end module not yet importable counts as "no GPU"
+        usable = False
+    if not usable:
+        skip = pytest.mark.skip(reason="no usable CUDA device")
+        for item in gpu_items:
+            item.add_marker(skip)
