@@ -1,0 +1,241 @@
+"""Caption files: plain text, SubRip (SRT), WebVTT and JSON Lines.
+
+Standard library only, so the CLI, the live engine and the GUI can all save captions with the
+same code. A caption's text may be anything a model or a user produced: several lines, blank
+lines, ``-->``, ``<``/``&``. Those would end or corrupt a cue in SRT/WebVTT, so the subtitle
+writers make each cue's text safe (see ``cue_lines``) while plain text and JSON Lines keep it
+as it is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+__all__ = [
+    "Caption",
+    "FORMATS",
+    "captions_from_updates",
+    "cue_lines",
+    "format_timestamp",
+    "render",
+    "write_captions",
+    "write_jsonl",
+    "write_srt",
+    "write_txt",
+    "write_vtt",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Caption:
+    """A piece of text and the audio it covers, in seconds of its stream's clock."""
+
+    start_s: float
+    end_s: float
+    text: str
+    stream: str = ""
+    language: str = ""
+
+    def to_json_dict(self) -> dict[str, Any]:
+        """The same keys as a live ``CaptionUpdate``; an offline caption is final and has no
+        emission times, so those are ``None``."""
+        return {
+            "stream": self.stream,
+            "kind": "final",
+            "text": self.text,
+            "start_s": round(float(self.start_s), 3),
+            "end_s": round(float(self.end_s), 3),
+            "emitted_audio_s": None,
+            "emitted_wall_s": None,
+            "language": self.language,
+        }
+
+
+def captions_from_updates(updates: Iterable[Any]) -> list[Caption]:
+    """The final captions among live updates (``CaptionUpdate`` or anything with the same
+    attributes), in order; partial updates are provisional and are left out."""
+    return [
+        Caption(u.start_s, u.end_s, u.text, getattr(u, "stream", ""), getattr(u, "language", ""))
+        for u in updates
+        if getattr(u, "kind", "final") == "final"
+    ]
+
+
+def _to_ms(seconds: float) -> int:
+    if seconds != seconds:  # NaN
+        raise ValueError("timestamp is NaN")
+    return max(0, int(round(float(seconds) * 1000.0)))
+
+
+def format_timestamp(seconds: float, *, decimal_marker: str = ".", always_include_hours: bool = True) -> str:
+    """``HH:MM:SS.mmm`` (hours grow past 99 rather than wrap; negative times clamp to 0).
+
+    SRT wants ``decimal_marker=","``; WebVTT accepts ``MM:SS.mmm`` too when
+    ``always_include_hours`` is false and the time is under an hour.
+    """
+    total_ms = _to_ms(seconds)
+    hours, rest_ms = divmod(total_ms, 3_600_000)
+    minutes, rest_ms = divmod(rest_ms, 60_000)
+    secs, ms = divmod(rest_ms, 1000)
+    clock = f"{minutes:02d}:{secs:02d}{decimal_marker}{ms:03d}"
+    if always_include_hours or hours:
+        clock = f"{hours:02d}:{clock}"
+    return clock
+
+
+# Any run of two or more hyphens followed by ">" reads as a cue timing arrow to SRT and WebVTT
+# parsers; one hyphen keeps the meaning and cannot.
+_ARROW = re.compile(r"-{2,}>")
+
+
+def cue_lines(text: str) -> list[str]:
+    """The lines of ``text`` as a subtitle cue can hold them: no blank lines (a blank line ends
+    a cue), no ``-->``, no stray whitespace, line breaks of any convention kept as lines."""
+    lines = []
+    for line in text.splitlines():
+        line = " ".join(_ARROW.sub("->", line).split())
+        if line:
+            lines.append(line)
+    return lines
+
+
+def _vtt_escape(line: str) -> str:
+    # WebVTT cue text is markup: a bare "<" or "&" would start a tag or an entity.
+    return line.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _cue_times_ms(caption: Caption) -> tuple[int, int]:
+    start_ms = _to_ms(caption.start_s)
+    # Parsers drop a cue whose end is not after its start; give such a cue 1 ms.
+    end_ms = max(_to_ms(caption.end_s), start_ms + 1)
+    return start_ms, end_ms
+
+
+def _label_streams(captions: list[Caption], label_streams: bool | None) -> bool:
+    if label_streams is None:
+        return len({c.stream for c in captions}) > 1
+    return label_streams
+
+
+def _prefixed(caption: Caption, lines: list[str], label: bool) -> list[str]:
+    if label and caption.stream and lines:
+        lines = [f"{caption.stream}: {lines[0]}", *lines[1:]]
+    return lines
+
+
+def render_txt(captions: Iterable[Caption], *, label_streams: bool | None = None) -> str:
+    """One caption per line (its lines joined by spaces); ``stream: `` in front when the
+    captions come from more than one stream (or ``label_streams`` says so)."""
+    captions = list(captions)
+    label = _label_streams(captions, label_streams)
+    out = []
+    for caption in captions:
+        text = " ".join(caption.text.split())
+        if not text:
+            continue
+        out.append(f"{caption.stream}: {text}" if label and caption.stream else text)
+    return "".join(line + "\n" for line in out)
+
+
+def render_srt(captions: Iterable[Caption], *, label_streams: bool | None = None) -> str:
+    """SubRip: numbered cues from 1, ``HH:MM:SS,mmm`` times; empty captions are skipped."""
+    captions = list(captions)
+    label = _label_streams(captions, label_streams)
+    blocks = []
+    for caption in captions:
+        lines = _prefixed(caption, cue_lines(caption.text), label)
+        if not lines:
+            continue
+        start_ms, end_ms = _cue_times_ms(caption)
+        timing = (
+            f"{format_timestamp(start_ms / 1000, decimal_marker=',')} --> "
+            f"{format_timestamp(end_ms / 1000, decimal_marker=',')}"
+        )
+        blocks.append("\n".join([str(len(blocks) + 1), timing, *lines]) + "\n")
+    return "\n".join(blocks)
+
+
+def render_vtt(captions: Iterable[Caption], *, label_streams: bool | None = None) -> str:
+    """WebVTT: header, cues with ``HH:MM:SS.mmm`` times, text escaped as cue markup; the
+    stream goes into a voice span (``<v Me>``) when streams are labelled."""
+    captions = list(captions)
+    label = _label_streams(captions, label_streams)
+    blocks = ["WEBVTT\n"]
+    for caption in captions:
+        lines = [_vtt_escape(line) for line in cue_lines(caption.text)]
+        if not lines:
+            continue
+        if label and caption.stream:
+            voice = " ".join(_vtt_escape(caption.stream).split())
+            lines[0] = f"<v {voice}>{lines[0]}"
+        start_ms, end_ms = _cue_times_ms(caption)
+        timing = f"{format_timestamp(start_ms / 1000)} --> {format_timestamp(end_ms / 1000)}"
+        blocks.append("\n".join([timing, *lines]) + "\n")
+    return "\n".join(blocks)
+
+
+def render_jsonl(items: Iterable[Any], *, label_streams: bool | None = None) -> str:
+    """One JSON object per line: a ``Caption``'s or a live ``CaptionUpdate``'s
+    ``to_json_dict()`` (stream, kind, text, start_s, end_s, emitted_audio_s, emitted_wall_s,
+    ...). Text is kept exactly, non-ASCII unescaped; every record names its stream, so
+    ``label_streams`` changes nothing here."""
+    return "".join(json.dumps(item.to_json_dict(), ensure_ascii=False) + "\n" for item in items)
+
+
+def _writer(render_fn: Callable[..., str]) -> Callable[..., None]:
+    def write(captions: Iterable[Any], out: str | os.PathLike | TextIO, **options: Any) -> None:
+        text = render_fn(captions, **options)
+        if isinstance(out, (str, os.PathLike)):
+            # newline="" so the file holds "\n" on every platform, as SRT/WebVTT readers expect.
+            with open(out, "w", encoding="utf-8", newline="") as f:
+                f.write(text)
+        else:
+            out.write(text)
+
+    write.__name__ = render_fn.__name__.replace("render_", "write_")
+    write.__doc__ = f"Write ``{render_fn.__name__}(captions)`` to a path or an open text file."
+    return write
+
+
+write_txt = _writer(render_txt)
+write_srt = _writer(render_srt)
+write_vtt = _writer(render_vtt)
+write_jsonl = _writer(render_jsonl)
+
+FORMATS: dict[str, Callable[..., None]] = {
+    "txt": write_txt,
+    "srt": write_srt,
+    "vtt": write_vtt,
+    "jsonl": write_jsonl,
+}
+"""Format name (also the usual file suffix) -> writer."""
+
+_RENDERERS = {"txt": render_txt, "srt": render_srt, "vtt": render_vtt, "jsonl": render_jsonl}
+
+
+def render(captions: Iterable[Any], fmt: str, **options: Any) -> str:
+    """The file contents for ``fmt`` (one of ``FORMATS``)."""
+    try:
+        render_fn = _RENDERERS[fmt]
+    except KeyError:
+        raise ValueError(f"unknown caption format {fmt!r}; choose one of {', '.join(FORMATS)}") from None
+    return render_fn(captions, **options)
+
+
+def write_captions(captions: Iterable[Any], out: str | os.PathLike | TextIO, fmt: str, **options: Any) -> None:
+    """Write captions in ``fmt`` to a path or an open text file."""
+    text = render(captions, fmt, **options)
+    if isinstance(out, (str, os.PathLike)):
+        with open(out, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+    else:
+        out.write(text)
+
+
+# Callers that need a string first (e.g. a clipboard copy in the GUI) use the renderers.
+__all__ += ["render_jsonl", "render_srt", "render_txt", "render_vtt"]

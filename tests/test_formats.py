@@ -1,0 +1,180 @@
+"""Caption writers: every SRT/WebVTT file we write must parse with real parser libraries and
+give back the text and times we wrote, including text that breaks naive writers."""
+
+from __future__ import annotations
+
+import html
+import io
+import json
+
+import pytest
+import srt
+import webvtt
+
+from captioner.events import CaptionUpdate
+from captioner.formats import (
+    FORMATS,
+    Caption,
+    captions_from_updates,
+    cue_lines,
+    format_timestamp,
+    render,
+    render_jsonl,
+    render_srt,
+    render_txt,
+    render_vtt,
+    write_captions,
+    write_srt,
+    write_vtt,
+)
+
+NASTY = [
+    Caption(0.0, 1.5, "Hello world.", "Me"),
+    Caption(1.5, 3.25, "first line\nsecond line", "Meeting"),
+    Caption(3.25, 4.0, "para one\n\n\npara two", "Me"),
+    Caption(4.0, 5.0, "a --> b ---> c", "Me"),
+    Caption(5.0, 6.0, "00:00:01,000 --> 00:00:02,000", "Me"),
+    Caption(6.0, 7.0, "1\n\n00:00:09.000 --> 00:00:10.000\ninjected", "Me"),
+    Caption(7.0, 8.0, "x < y & z > w <b>bold</b>", "Me"),
+    Caption(8.0, 8.0, "zero length", "Me"),
+    Caption(9.0, 10.0, "   ", "Me"),  # nothing to show: skipped in subtitles
+    Caption(10.0, 11.0, "Grüße, 你好 — ok", "Me"),
+    Caption(11.0, 12.0, "windows\r\nline ends\rold mac", "Me"),
+]
+SHOWN = [c for c in NASTY if c.text.strip()]
+
+
+def _parse_srt(text: str) -> list[srt.Subtitle]:
+    return list(srt.parse(text, ignore_errors=False))
+
+
+def _parse_vtt(text: str):
+    return list(webvtt.from_buffer(io.StringIO(text)))
+
+
+def test_format_timestamp_basic_and_rounding():
+    assert format_timestamp(0) == "00:00:00.000"
+    assert format_timestamp(1.2346) == "00:00:01.235"
+    assert format_timestamp(59.9996) == "00:01:00.000"
+    assert format_timestamp(3661.5, decimal_marker=",") == "01:01:01,500"
+    assert format_timestamp(125.0, always_include_hours=False) == "02:05.000"
+    assert format_timestamp(3725.0, always_include_hours=False) == "01:02:05.000"
+    assert format_timestamp(-3.0) == "00:00:00.000"
+    assert format_timestamp(100 * 3600 + 1) == "100:00:01.000"
+    with pytest.raises(ValueError):
+        format_timestamp(float("nan"))
+
+
+def test_cue_lines_make_text_safe():
+    assert cue_lines("a\n\n b  c \n") == ["a", "b c"]
+    assert cue_lines("a --> b ----> c -> d") == ["a -> b -> c -> d"]
+    assert cue_lines("x\r\ny\rz") == ["x", "y", "z"]
+    assert cue_lines(" \n\t\n") == []
+
+
+def test_srt_parses_with_srt_library_and_round_trips():
+    text = render_srt(NASTY)
+    subs = _parse_srt(text)
+    assert [s.index for s in subs] == list(range(1, len(SHOWN) + 1))
+    for sub, caption in zip(subs, SHOWN):
+        assert sub.start.total_seconds() == pytest.approx(caption.start_s, abs=1e-3)
+        expected_end = max(caption.end_s, caption.start_s + 0.001)
+        assert sub.end.total_seconds() == pytest.approx(expected_end, abs=1e-3)
+        assert sub.end > sub.start
+        lines = cue_lines(caption.text)
+        assert sub.content.split("\n") == [f"{caption.stream}: {lines[0]}", *lines[1:]]
+    # Several streams -> each cue names its stream; the injected fake cue stays text.
+    assert subs[1].content == "Meeting: first line\nsecond line"
+    assert subs[2].content == "Me: para one\npara two"
+    assert "injected" in subs[5].content and len(subs) == len(SHOWN)
+    assert "-->" not in "".join(s.content for s in subs)
+    # The library's own writer reads back the same cues.
+    assert _parse_srt(srt.compose(subs, reindex=False)) == subs
+
+
+def test_vtt_parses_with_webvtt_and_round_trips():
+    text = render_vtt(NASTY)
+    assert text.startswith("WEBVTT\n\n")
+    cues = _parse_vtt(text)
+    assert len(cues) == len(SHOWN)
+    for cue, caption in zip(cues, SHOWN):
+        assert cue.start == format_timestamp(caption.start_s)
+        assert cue.end == format_timestamp(max(caption.end_s, caption.start_s + 0.001))
+        assert cue.voice == caption.stream
+        assert html.unescape(cue.text).split("\n") == cue_lines(caption.text)
+    assert html.unescape(cues[6].text) == "x < y & z > w <b>bold</b>"
+    assert cues[8].text == "Grüße, 你好 — ok"
+
+
+def test_vtt_times_parse_exactly():
+    caps = [Caption(0.001, 0.5, "a"), Caption(61.25, 62.0, "b"), Caption(3599.999, 3600.5, "c")]
+    cues = _parse_vtt(render_vtt(caps))
+    assert [(c.start, c.end) for c in cues] == [
+        ("00:00:00.001", "00:00:00.500"),
+        ("00:01:01.250", "00:01:02.000"),
+        ("00:59:59.999", "01:00:00.500"),
+    ]
+    # A single stream needs no voice spans.
+    assert all(c.voice is None for c in cues)
+
+
+def test_long_file_over_hours_both_formats():
+    # 3 h of 7.3 s captions, crossing the 1 h, 2 h and 99:59 digit boundaries within reason.
+    captions = [Caption(i * 7.3, i * 7.3 + 6.9, f"caption {i}") for i in range(1500)]
+    subs = _parse_srt(render_srt(captions))
+    cues = _parse_vtt(render_vtt(captions))
+    assert len(subs) == len(cues) == 1500
+    last = captions[-1]
+    assert subs[-1].start.total_seconds() == pytest.approx(last.start_s, abs=1e-3)
+    assert subs[-1].end.total_seconds() == pytest.approx(last.end_s, abs=1e-3)
+    assert cues[-1].start == format_timestamp(last.start_s)
+    assert cues[-1].start.startswith("03:")
+    assert [s.content for s in subs] == [c.text for c in cues] == [c.text for c in captions]
+    huge = [Caption(101 * 3600 + 2.5, 101 * 3600 + 4, "late")]
+    assert _parse_srt(render_srt(huge))[0].start.total_seconds() == pytest.approx(101 * 3600 + 2.5)
+    assert _parse_vtt(render_vtt(huge))[0].start == "101:00:02.500"
+
+
+def test_write_to_path_and_file(tmp_path):
+    path = tmp_path / "out.srt"
+    write_srt(NASTY[:2], path)
+    data = path.read_bytes()
+    assert b"\r\n" not in data
+    assert len(_parse_srt(data.decode("utf-8"))) == 2
+    buffer = io.StringIO()
+    write_vtt(NASTY[:2], buffer)
+    assert len(_parse_vtt(buffer.getvalue())) == 2
+    for fmt in FORMATS:
+        target = tmp_path / f"all.{fmt}"
+        write_captions(NASTY, target, fmt)
+        assert target.read_text(encoding="utf-8") == render(NASTY, fmt)
+    with pytest.raises(ValueError):
+        render(NASTY, "docx")
+
+
+def test_txt_labels_and_skips_empty():
+    assert render_txt([Caption(0, 1, "a\nb", "Me"), Caption(1, 2, "  ", "Me")]) == "a b\n"
+    assert render_txt(NASTY[:2]) == "Me: Hello world.\nMeeting: first line second line\n"
+    assert render_txt(NASTY[:2], label_streams=False) == "Hello world.\nfirst line second line\n"
+
+
+def test_jsonl_captions_and_live_updates():
+    update = CaptionUpdate("Me", "partial", "hel", 1.0, 1.5, 1.6, 1.7, segment=3, language="en")
+    final = CaptionUpdate("Me", "final", "hello --> \n\n there", 1.0, 2.0, 2.2, 2.3, segment=3)
+    lines = render_jsonl([NASTY[5], update, final]).splitlines()
+    records = [json.loads(line) for line in lines]
+    keys = {"stream", "kind", "text", "start_s", "end_s", "emitted_audio_s", "emitted_wall_s"}
+    assert all(keys <= set(r) for r in records)
+    assert records[0]["text"] == NASTY[5].text and records[0]["kind"] == "final"
+    assert records[0]["emitted_wall_s"] is None
+    assert records[1] == update.to_json_dict()
+    assert records[2]["text"] == "hello --> \n\n there"
+    assert "你好" in render_jsonl([NASTY[9]])
+
+
+def test_captions_from_updates_keeps_finals():
+    updates = [
+        CaptionUpdate("Me", "partial", "hel", 1.0, 1.5, 1.6, 1.7),
+        CaptionUpdate("Me", "final", "hello", 1.0, 2.0, 2.2, 2.3, language="en"),
+    ]
+    assert captions_from_updates(updates) == [Caption(1.0, 2.0, "hello", "Me", "en")]
