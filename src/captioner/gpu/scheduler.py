@@ -1,0 +1,86 @@
+"""Which streams get a model update this tick, and how often updates can come.
+
+The worker asks :meth:`Scheduler.due` each tick with a view of every active stream. A stream
+is due when it has speech waiting and ``interval_s`` of new audio since its last update, or at
+once when its segment must close (a pause). When one stream is due, others that are more than
+``merge_fraction`` of the way to due ride along, so one batched step serves them all (merging
+work). After each step the worker reports how long it took; the interval stretches so that
+model steps take at most ``target_busy`` of the wall time, and shrinks back when compute frees
+up — a slow machine gets fewer, larger updates instead of a growing backlog.
+
+Decisions depend only on the stream views and the reported step times, never on a clock read
+here, so a replay with a simulated clock is deterministic. Pure Python; the worker thread calls it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class StreamView:
+    name: str
+    audio_end_s: float
+    """How much audio of the stream has features ready."""
+    last_update_s: float
+    """Audio end of the stream's last model update."""
+    speech_pending: bool
+    """Speech in the buffer that the captions do not cover yet (VAD), or text still open."""
+    close_pending: bool = False
+    """A pause was seen after speech: the segment must be closed with a final update."""
+
+
+@dataclass(slots=True)
+class SchedulerConfig:
+    base_interval_s: float = 0.5
+    max_interval_s: float = 4.0
+    target_busy: float = 0.7
+    """Largest share of wall time model steps may take before the interval stretches."""
+    merge_fraction: float = 0.5
+    min_new_audio_s: float = 0.1
+    """A closing update still needs this much new audio... unless the segment is closing."""
+
+
+class Scheduler:
+    """Update timing for all streams of one worker. Called only by that worker's thread."""
+
+    def __init__(self, config: SchedulerConfig | None = None) -> None:
+        self.config = config or SchedulerConfig()
+        self.interval_s = self.config.base_interval_s
+        self._step_s_ema: float | None = None
+        self._recent: deque[tuple[float, float]] = deque(maxlen=50)  # (step_s, interval_s)
+
+    def due(self, views: list[StreamView]) -> list[str]:
+        cfg = self.config
+        waiting = {v.name: v.audio_end_s - v.last_update_s for v in views}
+        due = [v.name for v in views if v.close_pending]
+        due += [
+            v.name for v in views
+            if not v.close_pending and v.speech_pending and waiting[v.name] >= self.interval_s
+        ]
+        if not due:
+            return []
+        merge_s = cfg.merge_fraction * self.interval_s
+        for v in views:
+            if v.name not in due and v.speech_pending and waiting[v.name] >= max(merge_s, cfg.min_new_audio_s):
+                due.append(v.name)
+        order = {v.name: i for i, v in enumerate(views)}
+        return sorted(due, key=order.__getitem__)
+
+    def record_step(self, step_s: float, batch_size: int) -> None:
+        """Fold in the duration of one batched step; stretch or relax the interval."""
+        cfg = self.config
+        alpha = 0.3
+        self._step_s_ema = step_s if self._step_s_ema is None else (1 - alpha) * self._step_s_ema + alpha * step_s
+        needed_s = self._step_s_ema / cfg.target_busy
+        self.interval_s = min(cfg.max_interval_s, max(cfg.base_interval_s, needed_s))
+        self._recent.append((step_s, self.interval_s))
+
+    @property
+    def step_s_ema(self) -> float | None:
+        return self._step_s_ema
+
+    @property
+    def stretched(self) -> bool:
+        return self.interval_s > self.config.base_interval_s + 1e-9

@@ -1,0 +1,148 @@
+"""Voice activity detection on the log-mel frames the feature kernels already computed.
+
+Two parts:
+
+- :func:`band_energy_db` reduces raw log10-mel frames (``[..., n_mels, n_frames]``) to one
+  energy per frame over the speech band (about 200-4000 Hz, so hum and hiss count less). It is
+  written against the array module ``xp`` (NumPy or CuPy): on the GPU only one float per frame
+  leaves the device.
+- :class:`VoiceActivity` is the per-stream decision on the host: an adaptive noise floor that
+  falls fast and rises slowly, speech when a frame stands clear of the floor (and of an absolute
+  minimum), an onset that needs a few speech frames in a row (clicks are not speech), and a
+  hangover that keeps short gaps between words inside the speech.
+
+Levels are in dB of a full-scale 1 kHz sine's band energy (0 dB), so thresholds read like dBFS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+SAMPLE_RATE_HZ = 16_000
+N_FFT = 400
+
+# Band energy of a full-scale 1 kHz sine in the units below (10*log10 of the mean mel power over
+# the speech band), measured with captioner.gpu.features_ref; subtracting it makes levels dBFS-like.
+FULL_SCALE_SINE_DB = 8.37
+
+
+def _hz_to_mel_slaney(f_hz: np.ndarray) -> np.ndarray:
+    f_hz = np.asarray(f_hz, dtype=np.float64)
+    f_sp = 200.0 / 3
+    min_log_hz = 1000.0
+    min_log_mel = min_log_hz / f_sp
+    logstep = np.log(6.4) / 27.0
+    return np.where(f_hz >= min_log_hz, min_log_mel + np.log(np.maximum(f_hz, 1e-9) / min_log_hz) / logstep, f_hz / f_sp)
+
+
+def _mel_to_hz_slaney(m: np.ndarray) -> np.ndarray:
+    m = np.asarray(m, dtype=np.float64)
+    f_sp = 200.0 / 3
+    min_log_hz = 1000.0
+    min_log_mel = min_log_hz / f_sp
+    logstep = np.log(6.4) / 27.0
+    return np.where(m >= min_log_mel, min_log_hz * np.exp(logstep * (m - min_log_mel)), f_sp * m)
+
+
+def mel_center_frequencies_hz(n_mels: int) -> np.ndarray:
+    """Centre frequency of each Slaney mel band between 0 Hz and Nyquist (as Whisper's filters)."""
+    mels = np.linspace(_hz_to_mel_slaney(0.0), _hz_to_mel_slaney(SAMPLE_RATE_HZ / 2), n_mels + 2)
+    return _mel_to_hz_slaney(mels)[1:-1]
+
+
+def speech_band(n_mels: int, low_hz: float = 200.0, high_hz: float = 4000.0) -> tuple[int, int]:
+    """``(first, stop)`` indices of the mel bands whose centres lie in the speech band."""
+    centres = mel_center_frequencies_hz(n_mels)
+    inside = np.nonzero((centres >= low_hz) & (centres <= high_hz))[0]
+    return int(inside[0]), int(inside[-1]) + 1
+
+
+def band_energy_db(xp, log_mel, band: tuple[int, int]):
+    """Per-frame speech-band energy in dB re a full-scale sine, computed with ``xp``.
+
+    ``log_mel`` is raw ``log10(mel power)`` with the bands on axis -2; returns ``[..., n_frames]``
+    float32 in the same array module.
+    """
+    first, stop = band
+    power = xp.power(xp.float32(10.0), log_mel[..., first:stop, :].astype(xp.float32))
+    mean_power = xp.mean(power, axis=-2)
+    return (10.0 * xp.log10(xp.maximum(mean_power, xp.float32(1e-10))) - FULL_SCALE_SINE_DB).astype(xp.float32)
+
+
+@dataclass(slots=True)
+class VadConfig:
+    threshold_db: float = 9.0
+    """A frame is speech-like when it stands this far above the noise floor..."""
+    min_level_db: float = -55.0
+    """...and above this absolute level (dB re full scale): a silent room is never speech."""
+    onset_frames: int = 3
+    """Speech starts after this many speech-like 10 ms frames in a row."""
+    hangover_frames: int = 30
+    """Speech goes on this many frames after the last speech-like frame (gaps between words)."""
+    floor_rise_db_per_s: float = 3.0
+    """The floor creeps up this fast under steady sound, so a new steady noise becomes floor."""
+    floor_fall: float = 0.3
+    """Fraction of the gap by which the floor follows a quieter frame (falls fast)."""
+    initial_floor_db: float = -60.0
+
+
+class VoiceActivity:
+    """Speech/non-speech decision for one stream, frame by frame. Called by the worker thread."""
+
+    def __init__(self, config: VadConfig | None = None) -> None:
+        self.config = config or VadConfig()
+        self.floor_db = self.config.initial_floor_db
+        self.frames_seen = 0
+        self.speaking = False
+        self.last_speech_frame = -1
+        """Absolute index of the last frame judged speech (hangover included), -1 if none."""
+        self.last_voiced_frame = -1
+        """Absolute index of the last speech-like frame (no hangover)."""
+        self.speech_frames = 0
+        self._run = 0
+        self._hang = 0
+
+    def reset(self) -> None:
+        self.__init__(self.config)
+
+    def push(self, energy_db: np.ndarray) -> np.ndarray:
+        """Take the energies of the next frames; return their speech flags (bool array)."""
+        cfg = self.config
+        energy_db = np.asarray(energy_db, dtype=np.float64).ravel()
+        flags = np.zeros(energy_db.shape[0], dtype=bool)
+        rise = cfg.floor_rise_db_per_s / 100.0
+        for i, e in enumerate(energy_db):
+            index = self.frames_seen + i
+            if e < self.floor_db:
+                self.floor_db += cfg.floor_fall * (e - self.floor_db)
+            else:
+                self.floor_db = min(e, self.floor_db + rise)
+            voiced = e >= self.floor_db + cfg.threshold_db and e >= cfg.min_level_db
+            self._run = self._run + 1 if voiced else 0
+            if voiced:
+                self.last_voiced_frame = index
+            if self._run >= cfg.onset_frames:
+                if not self.speaking:
+                    # The onset frames themselves are speech too.
+                    flags[max(0, i - cfg.onset_frames + 1):i] = True
+                self.speaking = True
+                self._hang = cfg.hangover_frames
+            elif self.speaking:
+                if self._hang > 0:
+                    self._hang -= 1
+                else:
+                    self.speaking = False
+            flags[i] = self.speaking
+            if self.speaking:
+                self.last_speech_frame = index
+                self.speech_frames += 1
+        self.frames_seen += energy_db.shape[0]
+        return flags
+
+    def silence_frames(self) -> int:
+        """Frames since the last speech-like frame (all seen frames if there was none)."""
+        if self.last_voiced_frame < 0:
+            return self.frames_seen
+        return self.frames_seen - 1 - self.last_voiced_frame

@@ -1,0 +1,367 @@
+"""Streaming policy: turns a run of whole-window hypotheses into partial and committed captions.
+
+Every update decodes the stream's audio buffer (from ``buffer_start_s`` to now) and hands the
+result here as a :class:`Hypothesis` of timed words. The policy is LocalAgreement-2: the longest
+common prefix of the two latest hypotheses, beyond what is already committed, is committed; the
+rest of the latest hypothesis is the partial text. Committed text is never changed or repeated,
+and the partial always continues it (the screen shows ``committed + partial``).
+
+The buffer is trimmed at the end of a segment whose words are all committed, so a window never
+fills; the text committed before the buffer becomes the prompt of the next window. A segment
+closes at a pause (the caller's VAD says so): the last hypothesis is committed whole and the
+buffer restarts after the pause. Hypotheses the decoder's guards rejected (text invented on
+silence, loops) never reach the screen.
+
+This module is pure Python: no model, no clock, no thread; the worker thread calls it.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections import deque
+from dataclasses import dataclass, field
+
+from captioner.events import CaptionUpdate
+
+
+@dataclass(frozen=True, slots=True)
+class Word:
+    """One word of a hypothesis; times are seconds of the stream's clock."""
+
+    text: str
+    start_s: float
+    end_s: float
+    segment: int = 0
+    """Index of the decoder segment (timestamp pair) the word came from, within its hypothesis."""
+
+    @property
+    def key(self) -> str:
+        return normalize_word(self.text)
+
+
+@dataclass(frozen=True, slots=True)
+class Hypothesis:
+    """What the model heard in the buffer ``[start_s, end_s)`` on one update.
+
+    ``segment_ends_s`` holds, per decoder segment, its end time (seconds of the stream's clock);
+    a segment that the decoder closed with a timestamp is a safe place to trim the buffer.
+    ``rejected`` is the guards' verdict (no speech, repetition loop, compression ratio):
+    such a hypothesis is never shown.
+    """
+
+    words: tuple[Word, ...]
+    start_s: float
+    end_s: float
+    segment_ends_s: tuple[float, ...] = ()
+    rejected: bool = False
+    reason: str = ""
+    language: str = ""
+
+    @property
+    def text(self) -> str:
+        return join_words(self.words)
+
+
+_PUNCT_RE = re.compile(r"[^\w']+", re.UNICODE)
+
+
+def normalize_word(text: str) -> str:
+    """Compare words the way a reader would: case, punctuation and accents-as-composed ignored."""
+    text = unicodedata.normalize("NFKC", text).lower().replace("\u2019", "'")
+    return _PUNCT_RE.sub("", text).strip("'")
+
+
+def join_words(words) -> str:
+    return "".join(w.text for w in words).strip()
+
+
+def words_from_segments(segments, window_start_s: float = 0.0) -> tuple[list[Word], list[float]]:
+    """Split decoder segments ``(start_s, end_s, text)`` (times relative to the window) into
+    words with times on the stream's clock.
+
+    Whisper gives times per segment only; word times are spread over the segment in proportion
+    to their length in characters, which is close enough for trimming and de-duplication (the
+    policy never trims inside a segment). Word texts keep their leading space, as the tokenizer
+    produces them, so that joining them restores the text exactly.
+    """
+    words: list[Word] = []
+    ends: list[float] = []
+    for index, (start_s, end_s, text) in enumerate(segments):
+        start_s = window_start_s + float(start_s)
+        end_s = max(start_s, window_start_s + float(end_s))
+        pieces = re.findall(r"\s*\S+", text)
+        if not pieces:
+            ends.append(end_s)
+            continue
+        if not pieces[0].startswith(" "):
+            pieces[0] = " " + pieces[0]
+        weights = [max(1, len(p.strip())) for p in pieces]
+        total = float(sum(weights))
+        cursor = start_s
+        for piece, weight in zip(pieces, weights):
+            span = (end_s - start_s) * weight / total
+            words.append(Word(piece, cursor, cursor + span, index))
+            cursor += span
+        ends.append(end_s)
+    return words, ends
+
+
+@dataclass(slots=True)
+class PolicyConfig:
+    trim_after_s: float = 12.0
+    """Trim the buffer at a committed segment end once it holds this much audio."""
+    max_buffer_s: float = 24.0
+    """Past this, commit what is there and restart: a Whisper window holds 30 s."""
+    prompt_words: int = 40
+    """How many committed words (before the buffer) prompt the next window."""
+    match_words: int = 5
+    """How far back in the committed text a new hypothesis is matched against it."""
+    match_tolerance_s: float = 1.5
+    """Word times are spread over segments; a match further than this from where it should be is
+    not trusted."""
+
+
+@dataclass(slots=True)
+class _State:
+    buffer_start_s: float = 0.0
+    committed: list[Word] = field(default_factory=list)  # committed words still inside the buffer
+    previous_tail: list[Word] = field(default_factory=list)  # uncommitted words of the last hypothesis
+    partial_text: str = ""
+    segment: int = 0
+    history: deque = field(default_factory=lambda: deque(maxlen=200))  # committed words before the buffer
+    language: str = ""
+
+
+class LocalAgreementPolicy:
+    """One stream's streaming state. Called only by the worker thread that owns the stream."""
+
+    def __init__(self, stream: str, config: PolicyConfig | None = None, start_s: float = 0.0) -> None:
+        self.stream = stream
+        self.config = config or PolicyConfig()
+        self._s = _State(buffer_start_s=start_s)
+        self.committed_words_total = 0
+
+    # -- what the worker asks -------------------------------------------------------------------
+    @property
+    def buffer_start_s(self) -> float:
+        """Where the next window starts (seconds of the stream's clock)."""
+        return self._s.buffer_start_s
+
+    @property
+    def segment(self) -> int:
+        return self._s.segment
+
+    @property
+    def partial_text(self) -> str:
+        return self._s.partial_text
+
+    @property
+    def has_pending_text(self) -> bool:
+        """True while something is shown as partial or committed inside the open segment."""
+        return bool(self._s.previous_tail or self._s.partial_text or self._s.committed)
+
+    def prompt_text(self) -> str:
+        """Recent committed text that precedes the buffer: the next window's prompt."""
+        words = list(self._s.history)[-self.config.prompt_words:]
+        return join_words(words)
+
+    def advance_idle(self, to_s: float) -> None:
+        """Move the buffer start over audio that holds no speech (nothing open), so a later
+        window starts near the speech. Ignored while a segment is open."""
+        if not self.has_pending_text and to_s > self._s.buffer_start_s:
+            self._s.buffer_start_s = to_s
+
+    # -- updates ----------------------------------------------------------------------------------
+    def update(
+        self,
+        hypothesis: Hypothesis,
+        emitted_audio_s: float,
+        emitted_wall_s: float,
+        close_segment: bool = False,
+        close_at_s: float | None = None,
+    ) -> list[CaptionUpdate]:
+        """Fold in the hypothesis of one update and return the caption changes it causes.
+
+        ``close_segment``: the VAD saw a pause (or the stream ends); everything the hypothesis
+        holds beyond the committed text is committed, and the next buffer starts at
+        ``close_at_s`` (default: the hypothesis' end).
+        """
+        s = self._s
+        out: list[CaptionUpdate] = []
+        if hypothesis.language:
+            s.language = hypothesis.language
+        emit = _Emitter(self, emitted_audio_s, emitted_wall_s, out)
+
+        if hypothesis.rejected:
+            # The guards say the text is invented: nothing of it is shown, and agreement restarts.
+            s.previous_tail = []
+            emit.partial([])
+            if close_segment:
+                self._close(close_at_s if close_at_s is not None else hypothesis.end_s)
+            return out
+
+        words = list(hypothesis.words)
+        start_index = self._match_committed(words)
+        # Our committed word i corresponds to words[i - offset] of this hypothesis.
+        offset = len(s.committed) - start_index
+        tail = words[start_index:]
+
+        if close_segment:
+            emit.final(tail)
+            s.committed.extend(tail)
+            emit.partial([])
+            self._close(close_at_s if close_at_s is not None else hypothesis.end_s)
+            return out
+
+        agreed = _common_prefix(s.previous_tail, tail)
+        new_commit = tail[:agreed]
+        rest = tail[agreed:]
+        if new_commit:
+            emit.final(new_commit)
+            s.committed.extend(new_commit)
+        s.previous_tail = rest
+        emit.partial(rest)
+
+        buffer_s = hypothesis.end_s - s.buffer_start_s
+        if buffer_s >= self.config.max_buffer_s and not self._trim(words, start_index + agreed, offset, hypothesis):
+            # No safe boundary inside a full buffer: commit what is there and restart after it.
+            if rest:
+                emit.final(rest)
+                s.committed.extend(rest)
+                emit.partial([])
+            self._close(hypothesis.end_s, keep_segment=True)
+        elif buffer_s >= self.config.trim_after_s:
+            self._trim(words, start_index + agreed, offset, hypothesis)
+        return out
+
+    def flush(self, emitted_audio_s: float, emitted_wall_s: float) -> list[CaptionUpdate]:
+        """Commit whatever partial text is left (the stream ended without a final update)."""
+        out: list[CaptionUpdate] = []
+        emit = _Emitter(self, emitted_audio_s, emitted_wall_s, out)
+        if self._s.previous_tail:
+            emit.final(self._s.previous_tail)
+            self._s.committed.extend(self._s.previous_tail)
+            emit.partial([])
+        self._close(emitted_audio_s)
+        return out
+
+    # -- internals ----------------------------------------------------------------------------------
+    def _match_committed(self, words: list[Word]) -> int:
+        """Index in ``words`` where the text beyond the committed words starts."""
+        committed = self._s.committed
+        if not committed:
+            return 0
+        keys = [w.key for w in words]
+        ckeys = [w.key for w in committed]
+        n = len(committed)
+        if keys[:n] == ckeys:
+            return n
+        last_end_s = committed[-1].end_s
+        tolerance = self.config.match_tolerance_s
+        for k in range(min(n, self.config.match_words), 0, -1):
+            target = ckeys[-k:]
+            best: tuple[float, int] | None = None
+            for i in range(0, len(words) - k + 1):
+                if keys[i:i + k] != target:
+                    continue
+                distance_s = abs(words[i + k - 1].end_s - last_end_s)
+                # A one-word match is only trusted where the committed text ended.
+                if distance_s > (tolerance if k > 1 else tolerance / 2):
+                    continue
+                position_error = abs(i + k - n)
+                score = distance_s + 0.05 * position_error
+                if best is None or score < best[0]:
+                    best = (score, i + k)
+            if best is not None:
+                return best[1]
+        # No textual anchor: drop what lies in time before the end of the committed text.
+        for i, w in enumerate(words):
+            if (w.start_s + w.end_s) / 2 >= last_end_s:
+                return i
+        return len(words)
+
+    def _trim(self, words: list[Word], committed_upto: int, offset: int, hypothesis: Hypothesis) -> bool:
+        """Cut the buffer at the last segment end of ``hypothesis`` whose words are all
+        committed; return whether a cut was made."""
+        s = self._s
+        cut_index = None
+        cut_s = None
+        for seg_index, end_s in enumerate(hypothesis.segment_ends_s):
+            seg_word_idx = [i for i, w in enumerate(words) if w.segment == seg_index]
+            last = (seg_word_idx[-1] + 1) if seg_word_idx else None
+            if last is None or last > committed_upto:
+                if last is None:
+                    continue
+                break
+            if end_s <= s.buffer_start_s or end_s > hypothesis.end_s:
+                continue
+            cut_index, cut_s = last, end_s
+        if cut_index is None or cut_s is None:
+            return False
+        # Committed words of the cut segments leave the buffer and become prompt history.
+        n_out = max(0, min(len(s.committed), cut_index + offset))
+        s.history.extend(s.committed[:n_out])
+        del s.committed[:n_out]
+        s.buffer_start_s = cut_s
+        return True
+
+    def _close(self, at_s: float, keep_segment: bool = False) -> None:
+        s = self._s
+        s.history.extend(s.committed)
+        s.committed = []
+        s.previous_tail = []
+        s.partial_text = ""
+        s.buffer_start_s = max(s.buffer_start_s, at_s)
+        if not keep_segment:
+            s.segment += 1
+
+
+def _common_prefix(a: list[Word], b: list[Word]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x.key != y.key:
+            break
+        n += 1
+    return n
+
+
+class _Emitter:
+    def __init__(self, policy: LocalAgreementPolicy, audio_s: float, wall_s: float, out: list) -> None:
+        self.policy = policy
+        self.audio_s = audio_s
+        self.wall_s = wall_s
+        self.out = out
+
+    def _update(self, kind: str, words: list[Word], text: str) -> CaptionUpdate:
+        s = self.policy._s
+        if words:
+            start_s, end_s = words[0].start_s, words[-1].end_s
+        else:
+            start_s = end_s = self.audio_s
+        return CaptionUpdate(
+            stream=self.policy.stream,
+            kind=kind,  # type: ignore[arg-type]
+            text=text,
+            start_s=start_s,
+            end_s=end_s,
+            emitted_audio_s=self.audio_s,
+            emitted_wall_s=self.wall_s,
+            segment=s.segment,
+            language=s.language,
+        )
+
+    def final(self, words: list[Word]) -> None:
+        words = [w for w in words if w.key or w.text.strip()]
+        if not words:
+            return
+        self.policy.committed_words_total += len(words)
+        self.out.append(self._update("final", words, join_words(words)))
+
+    def partial(self, words: list[Word]) -> None:
+        text = join_words(words)
+        s = self.policy._s
+        if text == s.partial_text:
+            return
+        s.partial_text = text
+        self.out.append(self._update("partial", words, text))

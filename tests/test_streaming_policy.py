@@ -1,0 +1,145 @@
+"""LocalAgreement-2 streaming policy, fed hypotheses the way a decoder produces them."""
+
+from __future__ import annotations
+
+from captioner.models.streaming import (
+    Hypothesis,
+    LocalAgreementPolicy,
+    PolicyConfig,
+    normalize_word,
+    words_from_segments,
+)
+
+
+def hyp(segments, start_s=0.0, end_s=None, rejected=False):
+    words, ends = words_from_segments(segments, start_s)
+    if end_s is None:
+        end_s = max(ends) if ends else start_s
+    return Hypothesis(tuple(words), start_s, end_s, tuple(ends), rejected=rejected)
+
+
+def run(policy, hyps, close_last=False):
+    out = []
+    for i, h in enumerate(hyps):
+        last = close_last and i == len(hyps) - 1
+        out += policy.update(h, emitted_audio_s=h.end_s, emitted_wall_s=h.end_s, close_segment=last)
+    return out
+
+
+def finals(updates):
+    return " ".join(u.text for u in updates if u.kind == "final")
+
+
+def test_words_from_segments_keep_text_and_spread_times():
+    words, ends = words_from_segments([(0.0, 2.0, " Hello there."), (2.0, 3.0, " Bye")], window_start_s=10.0)
+    assert [w.text for w in words] == [" Hello", " there.", " Bye"]
+    assert words[0].start_s == 10.0 and abs(words[1].end_s - 12.0) < 1e-9
+    assert words[0].end_s < words[1].start_s + 1e-9
+    assert ends == [12.0, 13.0]
+    assert [w.segment for w in words] == [0, 0, 1]
+
+
+def test_normalize_word_ignores_case_and_punctuation():
+    assert normalize_word(" Hello,") == normalize_word("hello") == "hello"
+    assert normalize_word("Don\u2019t!") == "don't"
+
+
+def test_agreed_prefix_is_committed_rest_is_partial():
+    p = LocalAgreementPolicy("Me")
+    u1 = p.update(hyp([(0, 1.0, " The quick")]), 1.0, 1.0)
+    assert [u.kind for u in u1] == ["partial"] and u1[0].text == "The quick"
+    u2 = p.update(hyp([(0, 2.0, " The quick brown fox")]), 2.0, 2.0)
+    assert finals(u2) == "The quick"
+    assert [u for u in u2 if u.kind == "partial"][-1].text == "brown fox"
+    # The model changes its mind about the uncommitted tail: only the partial changes.
+    u3 = p.update(hyp([(0, 3.0, " The quick brown socks jumped")]), 3.0, 3.0)
+    assert finals(u3) == "brown"
+    assert [u for u in u3 if u.kind == "partial"][-1].text == "socks jumped"
+
+
+def test_committed_text_is_never_repeated_even_when_rephrased():
+    p = LocalAgreementPolicy("Me")
+    seq = [
+        hyp([(0, 1.0, " I think that")]),
+        hyp([(0, 2.0, " I think that we should")]),
+        hyp([(0, 3.0, " I think, that we should go")]),  # punctuation changes inside committed
+        hyp([(0, 4.0, " I think that we should go home now")]),
+        hyp([(0, 5.0, " I thing that we should go home now.")]),  # a committed word re-heard differently
+    ]
+    out = run(p, seq, close_last=True)
+    text = finals(out)
+    assert text.split() == ["I", "think", "that", "we", "should", "go", "home", "now."]
+
+
+def test_partial_never_contradicts_committed():
+    p = LocalAgreementPolicy("Me")
+    texts = [" one two", " one two three", " one two three four", " one too three four five", " one two three four five six"]
+    committed: list[str] = []
+    for i, t in enumerate(texts):
+        for u in p.update(hyp([(0, i + 1.0, t)]), i + 1.0, i + 1.0):
+            if u.kind == "final":
+                committed += [normalize_word(w) for w in u.text.split()]
+            else:
+                shown = committed + [normalize_word(w) for w in u.text.split()]
+                # What is shown starts with everything committed, in order, and never repeats it.
+                assert shown[: len(committed)] == committed
+                # Nothing is shown twice: committed + partial is never longer than the hypothesis.
+                assert len(shown) <= len(t.split())
+
+
+def test_guard_rejected_hypothesis_never_shown():
+    p = LocalAgreementPolicy("Me")
+    out = run(p, [
+        hyp([(0, 1.0, " Thank you for watching")], rejected=True),
+        hyp([(0, 2.0, " Thank you for watching")], rejected=True),
+    ], close_last=True)
+    assert [u for u in out if u.text] == []
+
+
+def test_close_commits_everything_and_restarts_buffer():
+    p = LocalAgreementPolicy("Me")
+    run(p, [hyp([(0, 1.0, " good morning")])])
+    out = p.update(hyp([(0, 1.5, " good morning everyone")]), 2.2, 2.2, close_segment=True, close_at_s=2.0)
+    assert finals(out) == "good morning everyone"
+    assert out[-1].kind == "partial" and out[-1].text == ""
+    assert p.buffer_start_s == 2.0 and p.segment == 1
+    assert p.prompt_text() == "good morning everyone"
+    assert not p.has_pending_text
+
+
+def test_trim_at_committed_segment_end_and_prompt_carries_text():
+    p = LocalAgreementPolicy("Me", PolicyConfig(trim_after_s=4.0))
+    s1 = (0.0, 3.0, " First sentence here.")
+    run(p, [hyp([s1, (3.0, 4.0, " Second")]), hyp([s1, (3.0, 5.0, " Second one")])])
+    # Both hypotheses agree on the whole first segment: it is committed and the buffer cut there.
+    assert p.buffer_start_s == 3.0
+    assert p.prompt_text() == "First sentence here."
+    # The next window starts at 3.0 s and holds only the second segment.
+    out = p.update(hyp([(0.0, 3.0, " Second one goes on")], start_s=3.0), 6.0, 6.0)
+    assert finals(out) == "one"  # "Second" was committed already; never repeated
+    assert [u for u in out if u.kind == "partial"][-1].text == "goes on"
+
+
+def test_full_buffer_without_boundary_commits_and_restarts():
+    p = LocalAgreementPolicy("Me", PolicyConfig(trim_after_s=5.0, max_buffer_s=10.0))
+    long_text = " " + " ".join(f"w{i}" for i in range(30))
+    run(p, [hyp([(0.0, 9.0, long_text[:40])])])
+    out = p.update(Hypothesis(tuple(words_from_segments([(0.0, 10.0, long_text)])[0]), 0.0, 10.5, ()), 10.5, 10.5)
+    assert finals(out).split()[-1] == "w29"
+    assert p.buffer_start_s == 10.5
+    assert not p.has_pending_text
+
+
+def test_flush_commits_remaining_partial():
+    p = LocalAgreementPolicy("Me")
+    run(p, [hyp([(0, 1.0, " last words")])])
+    out = p.flush(1.0, 1.0)
+    assert finals(out) == "last words"
+
+
+def test_deterministic():
+    seq = [hyp([(0, i + 1.0, " a b c d e f g h"[: 2 * (i + 2)])]) for i in range(7)]
+    a = run(LocalAgreementPolicy("x"), seq, close_last=True)
+    b = run(LocalAgreementPolicy("x"), seq, close_last=True)
+    assert a == b
+    assert finals(a).split() == list("abcdefgh")

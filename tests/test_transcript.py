@@ -1,0 +1,70 @@
+"""Transcript file: committed lines durable as they come, even when the process is killed."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+from captioner.app.transcript import TranscriptWriter, default_transcript_dir, format_line
+from captioner.events import CaptionUpdate
+
+
+def upd(text, kind="final", start=1.0, end=2.5, stream="Me"):
+    return CaptionUpdate(stream, kind, text, start, end, end, end)
+
+
+def test_only_committed_lines_are_written(tmp_path):
+    with TranscriptWriter(directory=tmp_path) as w:
+        w.write(upd("hello there"))
+        w.write(upd("still changing", kind="partial"))
+        w.write(upd("   "))
+        w.write(upd("general Kenobi", stream="Meeting", start=3723.5, end=3724.0))
+    lines = w.path.read_text(encoding="utf-8").splitlines()
+    assert lines[0].startswith("# captioner transcript")
+    assert lines[1:] == ["[00:00:01.000 --> 00:00:02.500] Me: hello there",
+                         "[01:02:03.500 --> 01:02:04.000] Meeting: general Kenobi"]
+    assert w.lines_written == 2
+
+
+def test_files_do_not_collide(tmp_path):
+    a = TranscriptWriter(directory=tmp_path)
+    b = TranscriptWriter(directory=tmp_path)
+    assert a.path != b.path
+    a.close(), b.close()
+
+
+def test_default_dir_is_user_data_dir(monkeypatch):
+    monkeypatch.delenv("CAPTIONER_TRANSCRIPT_DIR", raising=False)
+    import platformdirs
+
+    assert str(default_transcript_dir()).startswith(platformdirs.user_data_dir("captioner", appauthor=False))
+
+
+def test_lines_survive_sigkill(tmp_path):
+    # A child writes lines and reports each; we kill it mid-stream with SIGKILL (no cleanup).
+    script = textwrap.dedent(f"""
+        import sys, time
+        from captioner.app.transcript import TranscriptWriter
+        from captioner.events import CaptionUpdate
+        w = TranscriptWriter(directory={str(tmp_path)!r})
+        print(w.path, flush=True)
+        for i in range(1000):
+            w.write(CaptionUpdate("Me", "final", f"line {{i}}", i, i + 1, i + 1, i + 1))
+            print(i, flush=True)
+            time.sleep(0.01)
+    """)
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    path = child.stdout.readline().strip()
+    acknowledged = -1
+    while acknowledged < 20:
+        acknowledged = int(child.stdout.readline())
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    lines = open(path, encoding="utf-8").read().splitlines()[1:]
+    # Every line acknowledged before the kill is in the file, whole.
+    assert len(lines) >= acknowledged + 1
+    for i, line in enumerate(lines):
+        assert line == format_line(CaptionUpdate("Me", "final", f"line {i}", i, i + 1, 0, 0)).rstrip("\n")
