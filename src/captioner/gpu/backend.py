@@ -1,0 +1,207 @@
+"""The array back-end: CuPy on a working CUDA device, NumPy otherwise.
+
+This is the one module of the project that imports CuPy, and it does so lazily (inside
+functions), so importing it costs nothing on a machine without CUDA. Feature code is written
+once against ``backend.xp`` (the ``numpy`` or ``cupy`` module) and runs on either.
+
+Choice of device, first match wins:
+
+1. the ``device`` argument of :func:`get_backend` (``"cpu"``, ``"cuda"``, ``"cuda:N"``;
+   ``None`` or ``"auto"`` defer to the next rule) — e.g. a ``--device`` flag;
+2. the environment variable ``CAPTIONER_DEVICE`` (same values);
+3. ``cuda:0`` when :func:`cuda_usable`, else ``cpu``.
+
+Asking for CUDA explicitly when it is not usable is a :class:`~captioner.errors.UserError`,
+never a silent fall-back to the CPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from captioner.errors import UserError
+
+DEVICE_ENV = "CAPTIONER_DEVICE"
+
+_DEVICE_RE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """One CUDA device as the runtime reports it."""
+
+    index: int
+    name: str
+    total_vram_bytes: int
+    driver_version: str
+    compute_capability: str
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Where arrays live. ``xp`` is the ``numpy`` or ``cupy`` module."""
+
+    xp: ModuleType
+    name: str  # "cpu" or "cuda:N"
+    device_name: str
+    device_index: int | None = None
+    _cupy: Any = field(default=None, repr=False, compare=False)
+
+    @property
+    def is_cuda(self) -> bool:
+        return self._cupy is not None
+
+    def asnumpy(self, array) -> np.ndarray:
+        """A host copy (NumPy arrays pass through without a copy)."""
+        if self._cupy is not None and isinstance(array, self._cupy.ndarray):
+            return self._cupy.asnumpy(array)
+        return np.asarray(array)
+
+    def asarray(self, array, dtype=None):
+        """The array on this back-end's device (no copy when it is already there)."""
+        with self.activate():
+            return self.xp.asarray(array, dtype=dtype)
+
+    def activate(self):
+        """Context manager making this back-end's GPU current for the calling thread.
+
+        CuPy allocates on the thread's current device, so the one thread that works a GPU
+        enters this (or calls :meth:`use`) before allocating. A no-op on the CPU.
+        """
+        if self._cupy is None:
+            return contextlib.nullcontext()
+        return self._cupy.cuda.Device(self.device_index)
+
+    def use(self) -> None:
+        """Make this back-end's GPU current for the calling thread from now on."""
+        if self._cupy is not None:
+            self._cupy.cuda.Device(self.device_index).use()
+
+    def synchronize(self) -> None:
+        """Wait for all work queued on the device (no-op on the CPU); used around timings."""
+        if self._cupy is not None:
+            with self.activate():
+                self._cupy.cuda.Device(self.device_index).synchronize()
+
+
+def _import_cupy():
+    import cupy  # noqa: PLC0415 - the one place CuPy is imported, lazily on purpose
+
+    return cupy
+
+
+@functools.lru_cache(maxsize=1)
+def _cuda_device_count() -> int:
+    """Devices on which CuPy can actually run a kernel (0 when CuPy or the driver is missing)."""
+    try:
+        cupy = _import_cupy()
+        count = int(cupy.cuda.runtime.getDeviceCount())
+        if count < 1:
+            return 0
+        with cupy.cuda.Device(0):
+            # A device can be listed yet unusable (driver/toolkit mismatch, no kernel image):
+            # only a real launch and a copy back prove it works.
+            probe = cupy.arange(8, dtype=cupy.float32)
+            if float((probe * 2).sum().get()) != 56.0:
+                return 0
+        return count
+    except Exception:  # any import, driver or launch failure means "no usable CUDA"
+        return 0
+
+
+def cuda_usable() -> bool:
+    """True when CuPy is importable and a CUDA device runs a kernel. Never raises."""
+    return _cuda_device_count() > 0
+
+
+def parse_device(device: str) -> tuple[str, int | None]:
+    """``"cpu"`` -> ("cpu", None); ``"cuda"``/``"cuda:N"`` -> ("cuda", N)."""
+    match = _DEVICE_RE.match(device.strip().lower())
+    if not match:
+        raise UserError(f"unknown device {device!r}: use 'cpu', 'cuda' or 'cuda:N'")
+    kind, index = match.group(1), match.group(2)
+    if kind == "cpu":
+        if index is not None:
+            raise UserError(f"unknown device {device!r}: use 'cpu', 'cuda' or 'cuda:N'")
+        return "cpu", None
+    return "cuda", int(index) if index is not None else 0
+
+
+def cpu_backend() -> Backend:
+    return Backend(xp=np, name="cpu", device_name="CPU (NumPy)")
+
+
+def _cuda_backend(index: int) -> Backend:
+    count = _cuda_device_count()
+    if count == 0:
+        raise UserError(
+            f"cuda:{index} was asked for but no CUDA device is usable "
+            "(install the [cuda] extra and an NVIDIA driver, or use --device cpu)"
+        )
+    if index >= count:
+        raise UserError(f"cuda:{index} does not exist: this machine has {count} usable CUDA device(s)")
+    cupy = _import_cupy()
+    props = cupy.cuda.runtime.getDeviceProperties(index)
+    name = props["name"]
+    name = name.decode() if isinstance(name, bytes) else str(name)
+    return Backend(xp=cupy, name=f"cuda:{index}", device_name=name, device_index=index, _cupy=cupy)
+
+
+def get_backend(device: str | None = None) -> Backend:
+    """The back-end for ``device``, else ``$CAPTIONER_DEVICE``, else the best available."""
+    wanted = device if device not in (None, "", "auto") else os.environ.get(DEVICE_ENV, "").strip()
+    if wanted in ("", "auto"):
+        return _cuda_backend(0) if cuda_usable() else cpu_backend()
+    kind, index = parse_device(wanted)
+    if kind == "cpu":
+        return cpu_backend()
+    return _cuda_backend(index)
+
+
+def _kernel_driver_version() -> str | None:
+    """The NVIDIA kernel driver's version from /proc (Linux); reading a file needs no NVML."""
+    try:
+        text = Path("/proc/driver/nvidia/version").read_text(errors="replace")
+    except OSError:
+        return None
+    match = re.search(r"Kernel Module(?: for \S+)?\s+(\d+(?:\.\d+)+)", text)
+    return match.group(1) if match else None
+
+
+def describe_gpus() -> list[GpuInfo]:
+    """Every CUDA device CuPy sees: name, total VRAM, driver. Any failure -> an empty list."""
+    try:
+        if _cuda_device_count() == 0:
+            return []
+        cupy = _import_cupy()
+        runtime = cupy.cuda.runtime
+        cuda_api = int(runtime.driverGetVersion())
+        driver = _kernel_driver_version()
+        api_text = f"CUDA {cuda_api // 1000}.{(cuda_api % 1000) // 10}"
+        driver_text = f"{driver} ({api_text})" if driver else api_text
+        gpus = []
+        for index in range(int(runtime.getDeviceCount())):
+            props = runtime.getDeviceProperties(index)
+            name = props["name"]
+            name = name.decode() if isinstance(name, bytes) else str(name)
+            gpus.append(
+                GpuInfo(
+                    index=index,
+                    name=name,
+                    total_vram_bytes=int(props["totalGlobalMem"]),
+                    driver_version=driver_text,
+                    compute_capability=f"{props['major']}.{props['minor']}",
+                )
+            )
+        return gpus
+    except Exception:  # an unusable driver or CuPy build is "no GPU", not a crash
+        return []
