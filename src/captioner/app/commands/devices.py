@@ -1,11 +1,49 @@
-"""`captioner devices` (being built)."""
+"""`captioner devices`: the audio inputs to caption (monitors marked) and the GPUs to run on."""
 
-from captioner.errors import UserError
+from __future__ import annotations
 
 
 def add_arguments(parser) -> None:
-    pass
+    parser.add_argument(
+        "--no-pulse", action="store_true", help="do not ask a PulseAudio/PipeWire server for its sources"
+    )
+
+
+def _format_bytes(n_bytes: int) -> str:
+    return f"{n_bytes / 2**30:.1f} GiB"
+
+
+def format_input_devices(devices) -> list[str]:
+    if not devices:
+        return ["  (none found: is a microphone connected, or a PulseAudio/PipeWire server running?)"]
+    lines = []
+    for d in devices:
+        marks = "".join((" [monitor]" if d.is_monitor else "", " [default]" if d.is_default else ""))
+        where = f"{d.index:>3}" if d.index is not None else "  -"
+        lines.append(
+            f"  {where}  {d.name}  ({d.host_api}, {d.channels} ch, {d.default_rate_hz} Hz){marks}"
+            f"   --device {d.open_as}"
+        )
+    return lines
+
+
+def format_gpus(gpus) -> list[str]:
+    if not gpus:
+        return ["  No usable CUDA GPU: captioning will run on the CPU."]
+    return [
+        f"  cuda:{g.index}  {g.name}  ({_format_bytes(g.total_vram_bytes)} VRAM, driver {g.driver_version})"
+        for g in gpus
+    ]
 
 
 def run(args) -> int:
-    raise UserError("'captioner devices' is not built yet")
+    from captioner.audio.devices import list_input_devices  # noqa: PLC0415 - keeps --help light
+    from captioner.gpu.backend import describe_gpus  # noqa: PLC0415
+
+    devices = list_input_devices(include_pulse=not args.no_pulse)
+    print("Audio input devices (open one with --device INDEX, a part of its name, or pulse:SOURCE):")
+    print("\n".join(format_input_devices(devices)))
+    print()
+    print("GPUs:")
+    print("\n".join(format_gpus(describe_gpus())))
+    return 0

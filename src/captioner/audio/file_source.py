@@ -1,0 +1,252 @@
+"""Audio files (WAV, FLAC, OGG and whatever else libsndfile reads) as a source, and the checks
+every command that reads a file shares.
+
+:func:`open_audio_file` validates a file's header, :func:`read_audio_16k` reads, checks and
+resamples a whole file, :class:`FileSource` replays one in 10 ms frames, either paced in real
+time (against an injectable clock, so a test can simulate the replay deterministically) or as
+fast as the consumer reads. A file source never drops audio: it only produces what is read.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from captioner.audio.resample import Resampler, check_rate
+from captioner.audio.replay import ReplaySource
+from captioner.errors import UserError
+
+_DECODE_FRAMES = 8192  # native frames decoded per step: small enough to start fast, big enough to be cheap
+
+
+@dataclass(frozen=True)
+class AudioFileInfo:
+    """What the header of a readable audio file says."""
+
+    path: Path
+    format: str
+    subtype: str
+    rate_hz: int
+    channels: int
+    frames: int
+
+    @property
+    def duration_s(self) -> float:
+        return self.frames / self.rate_hz
+
+
+def _soundfile():
+    import soundfile  # noqa: PLC0415 - libsndfile is loaded only when a file is read
+
+    return soundfile
+
+
+def _one_line(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+def _libsndfile_reason(error: Exception, path: Path) -> str:
+    """libsndfile's message without the "Error opening '<path>':" prefix it repeats."""
+    text = _one_line(error)
+    prefix = f"Error opening {str(path)!r}:"
+    if text.startswith(prefix):
+        text = text[len(prefix):].strip()
+    return text.rstrip(".") or type(error).__name__
+
+
+def _wav_truncation(path: Path, file_size_bytes: int) -> tuple[int, int] | None:
+    """For a RIFF/WAVE file: (bytes its data chunk declares, bytes actually present) when the
+    file ends before the data does; ``None`` when complete or not a plain RIFF WAV.
+
+    libsndfile silently reads what is there, so a cut-off recording would otherwise pass as a
+    shorter one. Sizes of 0 and 0xFFFFFFFF are left alone: streaming writers leave those.
+    """
+    try:
+        with path.open("rb") as f:
+            head = f.read(12)
+            if len(head) < 12 or head[:4] != b"RIFF" or head[8:12] != b"WAVE":
+                return None
+            offset = 12
+            while offset + 8 <= file_size_bytes:
+                f.seek(offset)
+                chunk = f.read(8)
+                if len(chunk) < 8:
+                    return None
+                chunk_id, chunk_size = chunk[:4], struct.unpack("<I", chunk[4:])[0]
+                if chunk_id == b"data":
+                    if chunk_size in (0, 0xFFFFFFFF):
+                        return None
+                    present = file_size_bytes - offset - 8
+                    return (chunk_size, present) if present < chunk_size else None
+                offset += 8 + chunk_size + (chunk_size & 1)
+    except OSError:
+        return None
+    return None
+
+
+def open_audio_file(path: str | os.PathLike) -> AudioFileInfo:
+    """Checks that ``path`` is a readable, non-empty, complete audio file at ≥ 8 kHz.
+
+    Raises :class:`UserError` with one line saying what is wrong otherwise. Reads only the
+    header (and, for WAV, the chunk sizes); the samples are checked as they are read.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"audio file not found: {path}")
+    if path.is_dir():
+        raise UserError(f"{path} is a folder, not an audio file")
+    try:
+        size_bytes = path.stat().st_size
+        with path.open("rb"):
+            pass
+    except OSError as error:
+        raise UserError(f"cannot read {path}: {_one_line(error.strerror or error)}") from None
+    if size_bytes == 0:
+        raise UserError(f"{path} is empty (0 bytes)")
+    sf = _soundfile()
+    try:
+        info = sf.info(str(path))
+    except Exception as error:  # libsndfile reports every unreadable file the same way
+        raise UserError(
+            f"{path} is not an audio file that can be read ({_libsndfile_reason(error, path)}); "
+            "use WAV, FLAC or OGG"
+        ) from None
+    if info.channels < 1:
+        raise UserError(f"{path} has no audio channels")
+    check_rate(info.samplerate, str(path))
+    if info.frames <= 0:
+        raise UserError(f"{path} holds no audio samples")
+    truncated = _wav_truncation(path, size_bytes)
+    if truncated is not None:
+        declared, present = truncated
+        raise UserError(
+            f"{path} is truncated: its header promises {declared} bytes of audio but only "
+            f"{max(present, 0)} are there"
+        )
+    return AudioFileInfo(path, info.format, info.subtype, int(info.samplerate), int(info.channels), int(info.frames))
+
+
+def _check_finite(block: np.ndarray, info: AudioFileInfo, first_frame: int) -> None:
+    if not np.isfinite(block).all():
+        bad = int(np.flatnonzero(~np.isfinite(block).all(axis=-1) if block.ndim == 2 else ~np.isfinite(block))[0])
+        at_s = (first_frame + bad) / info.rate_hz
+        raise UserError(f"{info.path} contains NaN or infinite samples (first at {at_s:.3f} s)")
+
+
+def _native_blocks(sound_file, info: AudioFileInfo) -> Iterator[np.ndarray]:
+    """Decoded ``[n, channels]`` float32 blocks, checked; a file that ends early or fails to
+    decode midway is a ``UserError``."""
+    position = 0
+    while position < info.frames:
+        try:
+            block = sound_file.read(min(_DECODE_FRAMES, info.frames - position), dtype="float32", always_2d=True)
+        except Exception as error:
+            raise UserError(f"{info.path} is damaged: decoding failed at {position / info.rate_hz:.3f} s "
+                            f"({_one_line(error)})") from None
+        if block.shape[0] == 0:
+            raise UserError(
+                f"{info.path} is truncated: it ends at {position / info.rate_hz:.3f} s but its header "
+                f"says {info.duration_s:.3f} s"
+            )
+        _check_finite(block, info, position)
+        position += block.shape[0]
+        yield block
+
+
+def _open_sound_file(info: AudioFileInfo):
+    try:
+        return _soundfile().SoundFile(str(info.path))
+    except Exception as error:
+        raise UserError(f"cannot open {info.path}: {_libsndfile_reason(error, info.path)}") from None
+
+
+def check_audio_samples(path: str | os.PathLike) -> AudioFileInfo:
+    """:func:`open_audio_file`, then decodes every sample once (truncation, NaN/Inf)."""
+    info = open_audio_file(path)
+    with _open_sound_file(info) as sound_file:
+        for _ in _native_blocks(sound_file, info):
+            pass
+    return info
+
+
+def read_audio_16k(path: str | os.PathLike) -> np.ndarray:
+    """The whole file, validated, mixed to mono and resampled to 16 kHz: ``[n]`` float32.
+
+    Raises :class:`UserError` for anything :func:`open_audio_file` refuses, for NaN/Inf
+    samples and for a file that turns out shorter than its header says.
+    """
+    info = open_audio_file(path)
+    resampler = Resampler(info.rate_hz)
+    pieces = []
+    with _open_sound_file(info) as sound_file:
+        for block in _native_blocks(sound_file, info):
+            pieces.append(resampler.process(block))
+    pieces.append(resampler.flush())
+    return np.concatenate(pieces).astype(np.float32, copy=False)
+
+
+class FileSource(ReplaySource):
+    """Replays an audio file as 10 ms frames of 16 kHz mono (mixed down, resampled).
+
+    ``realtime=True`` releases each frame when ``clock_ns()`` reaches its place in the file
+    (measured from :meth:`start`), sleeping with ``sleep`` while nothing is due; give a fake
+    clock and a ``sleep`` that advances it to simulate a replay deterministically.
+    ``realtime=False`` hands out up to ``max_read_frames`` frames per ``read``, as fast as the
+    consumer asks: the consumer's pace is the backpressure, and nothing is ever dropped.
+    The last partial frame is padded with zeros. The file is checked when the source is made;
+    ``check_samples=True`` also decodes it once, so NaN/Inf samples and a file shorter than its
+    header are reported before anything starts (they are checked again while replaying).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        stream: str | None = None,
+        realtime: bool = False,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+        sleep: Callable[[float], object] = time.sleep,
+        max_read_frames: int = 100,
+        check_samples: bool = True,
+    ):
+        self.info = check_audio_samples(path) if check_samples else open_audio_file(path)
+        super().__init__(
+            stream if stream is not None else self.info.path.stem,
+            realtime=realtime,
+            clock_ns=clock_ns,
+            sleep=sleep,
+            max_read_frames=max_read_frames,
+        )
+        self._file = None
+        self._blocks: Iterator[np.ndarray] | None = None
+        self._resampler: Resampler | None = None
+
+    @property
+    def duration_s(self) -> float:
+        return self.info.duration_s
+
+    def _open(self) -> None:
+        self._file = _open_sound_file(self.info)
+        self._blocks = _native_blocks(self._file, self.info)
+        self._resampler = Resampler(self.info.rate_hz)
+
+    def _produce(self, wanted_samples: int) -> np.ndarray | None:
+        if self._blocks is None:
+            return None
+        block = next(self._blocks, None)
+        if block is None:
+            tail = self._resampler.flush()
+            self._blocks = None
+            return tail
+        return self._resampler.process(block)
+
+    def _close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+        self._file = None
+        self._blocks = None

@@ -1,0 +1,304 @@
+"""Live capture from any input device through PortAudio (python-sounddevice).
+
+The one module of the project that imports ``sounddevice``, and only inside functions, so
+everything else imports on a machine without PortAudio. A device is opened at its native rate
+and channel count; the PortAudio callback copies the block and puts it into a bounded queue,
+nothing more (no logging, no resampling, no allocation beyond the copy): a full queue drops the
+block and counts it, a driver overflow is counted too. The consumer (the engine's audio thread,
+in :meth:`MicrophoneSource.read`) mixes down, resamples to 16 kHz and cuts 10 ms frames.
+
+Devices, by ``device``:
+
+* ``None``: the default input device;
+* an int (or digits): a PortAudio device index, as ``captioner devices`` lists them;
+* ``"pulse:NAME"``: the PulseAudio/PipeWire source ``NAME`` (e.g. ``alsa_output.….monitor``,
+  the audio playing on the machine), opened through PortAudio's ALSA ``pulse`` device with
+  ``PULSE_SOURCE=NAME``, at the source's own rate;
+* any other text: a case-insensitive part of a PortAudio device's name, else of a
+  PulseAudio source's name (so ``"monitor"`` finds the output monitor when there is one).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from captioner.audio import pulse
+from captioner.audio.framing import Framer
+from captioner.audio.resample import Resampler, check_rate
+from captioner.audio.source import SourceStats
+from captioner.errors import UserError
+from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ, AudioBlock
+
+PULSE_PREFIX = "pulse:"
+# PortAudio devices that lead to the PulseAudio/PipeWire server, best first.
+_PULSE_GATEWAYS = ("pulse", "pipewire", "default")
+
+_env_lock = threading.Lock()  # PULSE_SOURCE is process-wide: one stream opens at a time
+_open_streams = 0  # PortAudio may be re-initialised (to see new devices) only when this is 0
+_open_streams_lock = threading.Lock()
+
+
+def import_sounddevice():
+    """``sounddevice``, or a ``UserError`` saying how to get PortAudio."""
+    try:
+        import sounddevice  # noqa: PLC0415 - the one place sounddevice is imported, lazily
+    except OSError as error:  # raised when the PortAudio shared library is missing
+        raise UserError(
+            f"PortAudio is not available ({' '.join(str(error).split())}); "
+            "on Debian/Ubuntu: sudo apt-get install libportaudio2"
+        ) from None
+    return sounddevice
+
+
+def refresh_portaudio() -> bool:
+    """Re-initialises PortAudio so devices that appeared since (a PulseAudio server that
+    started, a USB microphone plugged in) are listed; skipped while a stream is open."""
+    sd = import_sounddevice()
+    with _open_streams_lock:
+        if _open_streams:
+            return False
+        sd._terminate()  # noqa: SLF001 - sounddevice's documented way to rescan devices
+        sd._initialize()  # noqa: SLF001
+    return True
+
+
+@dataclass(frozen=True)
+class DeviceChoice:
+    """A resolved device: what to open and how."""
+
+    index: int
+    name: str
+    rate_hz: int
+    channels: int
+    pulse_source: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{PULSE_PREFIX}{self.pulse_source}" if self.pulse_source else f"{self.index}: {self.name}"
+
+
+def _input_devices(sd) -> list[dict]:
+    return [d for d in sd.query_devices() if d["max_input_channels"] > 0]
+
+
+def _portaudio_choice(device: dict, channels: int | None, rate_hz: int | None) -> DeviceChoice:
+    max_channels = int(device["max_input_channels"])
+    wanted_channels = min(max_channels, channels or 2)
+    rate = int(rate_hz or round(device["default_samplerate"]))
+    check_rate(rate, f"input device {device['name']!r}")
+    return DeviceChoice(int(device["index"]), device["name"], rate, wanted_channels)
+
+
+def _pulse_choice(sd, source: pulse.PulseSource | str, channels, rate_hz) -> DeviceChoice | None:
+    by_name = {d["name"]: d for d in _input_devices(sd)}
+    gateway = next((by_name[g] for g in _PULSE_GATEWAYS if g in by_name), None)
+    if gateway is None:
+        return None
+    if isinstance(source, str):
+        known = {s.name: s for s in pulse.list_sources()}
+        source = known.get(source) or pulse.PulseSource(source, 2, int(gateway["default_samplerate"]), source.endswith(".monitor"))
+    rate = int(rate_hz or source.rate_hz)
+    check_rate(rate, f"PulseAudio source {source.name!r}")
+    wanted_channels = min(int(gateway["max_input_channels"]), channels or min(source.channels, 2))
+    return DeviceChoice(int(gateway["index"]), gateway["name"], rate, max(1, wanted_channels), source.name)
+
+
+def _resolve_once(sd, device, channels, rate_hz) -> DeviceChoice | None:
+    inputs = _input_devices(sd)
+    if device is None:
+        index = sd.default.device[0]
+        if index is None or index < 0:
+            return None
+        matches = [d for d in inputs if d["index"] == index]
+        return _portaudio_choice(matches[0], channels, rate_hz) if matches else None
+    if isinstance(device, int) or (isinstance(device, str) and device.strip().isdigit()):
+        index = int(device)
+        matches = [d for d in inputs if d["index"] == index]
+        return _portaudio_choice(matches[0], channels, rate_hz) if matches else None
+    text = str(device).strip()
+    if text.lower().startswith(PULSE_PREFIX):
+        name = text[len(PULSE_PREFIX):].strip()
+        if not name:
+            raise UserError("'pulse:' needs a source name, e.g. pulse:alsa_output.pci-0000_00_1f.3.analog-stereo.monitor")
+        known = [s for s in pulse.list_sources() if s.name == name]
+        if not known:
+            raise UserError(f"PulseAudio has no source named {name!r} (run 'captioner devices' to list them)")
+        return _pulse_choice(sd, known[0], channels, rate_hz)
+    wanted = text.lower()
+    exact = [d for d in inputs if d["name"].lower() == wanted]
+    partial = exact or [d for d in inputs if wanted in d["name"].lower()]
+    if len(partial) == 1:
+        return _portaudio_choice(partial[0], channels, rate_hz)
+    if len(partial) > 1:
+        names = ", ".join(f"{d['index']}: {d['name']}" for d in partial)
+        raise UserError(f"input device {text!r} is ambiguous: it matches {names}; give the index instead")
+    sources = pulse.list_sources()
+    exact_sources = [s for s in sources if s.name.lower() == wanted]
+    found = exact_sources or [s for s in sources if wanted in s.name.lower()]
+    if len(found) > 1:
+        names = ", ".join(s.name for s in found)
+        raise UserError(f"input device {text!r} is ambiguous: it matches PulseAudio sources {names}")
+    if found:
+        return _pulse_choice(sd, found[0], channels, rate_hz)
+    return None
+
+
+def resolve_device(device: str | int | None, channels: int | None = None, rate_hz: int | None = None) -> DeviceChoice:
+    """The device ``device`` names (see the module docstring), or a one-line ``UserError``."""
+    sd = import_sounddevice()
+    choice = _resolve_once(sd, device, channels, rate_hz)
+    if choice is None and refresh_portaudio():
+        choice = _resolve_once(sd, device, channels, rate_hz)
+    if choice is None:
+        what = "no default input device" if device is None else f"no input device matches {str(device)!r}"
+        raise UserError(f"{what} (run 'captioner devices' to list them)")
+    return choice
+
+
+class MicrophoneSource:
+    """A live input device as an :class:`~captioner.audio.source.AudioSource`.
+
+    The device is resolved when the source is made (a missing device is a ``UserError`` then);
+    it is opened by :meth:`start`. ``queue_s`` bounds how much audio may wait for the consumer
+    before blocks are dropped (and counted). ``block_ms`` is the PortAudio block length.
+    """
+
+    def __init__(
+        self,
+        device: str | int | None = None,
+        stream: str = "Me",
+        channels: int | None = None,
+        rate_hz: int | None = None,
+        block_ms: float = 20.0,
+        queue_s: float = 2.0,
+    ):
+        self.stream = stream
+        self.device = resolve_device(device, channels=channels, rate_hz=rate_hz)
+        self.rate_hz = self.device.rate_hz
+        self.channels = self.device.channels
+        self.block_frames = max(1, int(round(self.rate_hz * block_ms / 1000)))
+        self._queue: queue.Queue = queue.Queue(maxsize=max(2, math.ceil(queue_s * 1000 / block_ms)))
+        self._resampler = Resampler(self.rate_hz)
+        self._framer = Framer(stream)
+        self._stream = None
+        self._lock = threading.Lock()
+        # Written only by the PortAudio callback thread, read by anyone: plain ints suffice.
+        self._native_position = 0
+        self._overflows = 0
+        self._dropped_blocks = 0
+        # Consumer-side state (the reading thread only).
+        self._expected_position = 0
+        self._delivered_frames = 0
+        self._ended = threading.Event()
+
+    # -- PortAudio callback thread ------------------------------------------------------------
+    def _callback(self, indata, frames, time_info, status) -> None:
+        if status:
+            self._overflows += 1
+        position = self._native_position
+        self._native_position = position + frames
+        try:
+            self._queue.put_nowait((position, time.monotonic_ns(), indata.copy()))
+        except queue.Full:
+            self._dropped_blocks += 1
+
+    def _finished(self) -> None:
+        self._ended.set()
+
+    # -- owner thread -------------------------------------------------------------------------
+    def start(self) -> None:
+        global _open_streams
+        with self._lock:
+            if self._stream is not None:
+                return
+            sd = import_sounddevice()
+            self._ended.clear()
+            try:
+                with _env_lock:
+                    previous = os.environ.get("PULSE_SOURCE")
+                    if self.device.pulse_source:
+                        os.environ["PULSE_SOURCE"] = self.device.pulse_source
+                    try:
+                        stream = sd.InputStream(
+                            device=self.device.index,
+                            samplerate=self.rate_hz,
+                            channels=self.channels,
+                            dtype="float32",
+                            blocksize=self.block_frames,
+                            callback=self._callback,
+                            finished_callback=self._finished,
+                        )
+                        stream.start()
+                    finally:
+                        if self.device.pulse_source:
+                            if previous is None:
+                                os.environ.pop("PULSE_SOURCE", None)
+                            else:
+                                os.environ["PULSE_SOURCE"] = previous
+            except sd.PortAudioError as error:
+                raise UserError(f"cannot open input device {self.device.label}: {' '.join(str(error).split())}") from None
+            with _open_streams_lock:
+                _open_streams += 1
+            self._stream = stream
+
+    def stop(self) -> None:
+        global _open_streams
+        with self._lock:
+            stream, self._stream = self._stream, None
+            if stream is None:
+                return
+            try:
+                stream.abort()  # drops what the driver still buffers: no wait on a stalled device
+                stream.close()
+            except Exception:  # a device that vanished cannot be closed twice; nothing to do
+                pass
+            finally:
+                with _open_streams_lock:
+                    _open_streams -= 1
+                self._ended.set()
+
+    # -- consumer thread ----------------------------------------------------------------------
+    @property
+    def exhausted(self) -> bool:
+        """True when the stream has ended (stopped, or the device went away) and all was read."""
+        return self._ended.is_set() and self._queue.empty()
+
+    def stats(self) -> SourceStats:
+        return SourceStats(
+            delivered_frames=self._delivered_frames,
+            dropped_blocks=self._dropped_blocks,
+            overflows=self._overflows,
+            queue_depth=self._queue.qsize(),
+        )
+
+    def read(self, timeout_s: float = 0.0) -> list[AudioBlock]:
+        """Called by the consumer thread: resamples and frames whatever the callback queued."""
+        items = []
+        try:
+            items.append(self._queue.get(timeout=timeout_s) if timeout_s > 0 else self._queue.get_nowait())
+        except queue.Empty:
+            return []
+        for _ in range(self._queue.qsize()):
+            try:
+                items.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        blocks = []
+        for position, capture_ns, data in items:
+            if position != self._expected_position:
+                # Blocks were dropped: start the resampler afresh and jump the clock over the gap.
+                self._resampler.reset()
+                self._framer.jump_to(position * SAMPLE_RATE_HZ // self.rate_hz)
+            self._expected_position = position + data.shape[0]
+            block = self._framer.push(self._resampler.process(data), capture_ns)
+            if block is not None:
+                self._delivered_frames += block.n_samples // FRAME_SAMPLES
+                blocks.append(block)
+        return blocks
