@@ -1,0 +1,274 @@
+"""Whisper as three ONNX graphs, written with ``onnx.helper`` from the CTranslate2 weights.
+
+* ``encoder``: mel [B, n_mels, 3000] float32 -> encoder states [B, 1500, d] (model precision).
+* ``cross_kv``: encoder states -> per decoder layer the cross-attention keys [B, H, dh, 1500] and
+  values [B, H, 1500, dh], computed once per window instead of once per token.
+* ``decoder``: tokens [B, T] + the self-attention cache of every layer (keys [B, H, dh, P], values
+  [B, H, P, dh]) + cross K/V -> logits [B, n_vocab] float32 of the last position and the grown cache
+  (P + T). T > 1 prefills a prompt (causal mask); T == 1 is one step. The position offset is the
+  cache length P, read off the cache's shape, so it can never disagree with the cache.
+
+Cache layout, and why it grows by concatenation rather than living in a fixed-capacity buffer:
+standard ONNX has no in-place update, so a fixed [.., 448, ..] cache would be rewritten (Scatter
+into a new output) at every step anyway, and attention over it would need a mask and a full 448
+columns of work from the first token. A concatenated cache costs one copy of P entries per step
+(tiny.en at P=448: 1.3 MB per layer-step pair, microseconds on an H200), attention works on only the
+P real columns, and ORT's BFC arena reuses the freed blocks so there are no cudaMalloc calls in
+the loop. Keys are stored pre-transposed ([.., dh, P]) so Q.K^T is one plain MatMul.
+
+Numerics: all linear layers are ``Gemm(x, W, b, transB=1)`` on 2-D [B*T, d] activations, using the
+stored [out, in] weights as they are. The 1/sqrt(head_dim) query scale (1/8 for every Whisper, a
+power of two, so exact) is folded into the query weights. LayerNormalization (opset 17) computes its
+statistics in float32 (stash_type=1) even for float16 inputs, and ORT's Softmax kernels accumulate in
+float32, so the float16 graphs keep float32 where accuracy needs it; logits leave as float32.
+GELU is the exact erf form, as in Whisper and CTranslate2 (ORT fuses it into one kernel).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from captioner.models.ct2_reader import Ct2Model
+from captioner.models.registry import WhisperDims
+
+OPSET = 17
+IR_VERSION = 8  # what ONNX Runtime >= 1.14 reads; opset 17 needs IR >= 8
+
+
+class _Graph:
+    """Collects nodes and initializers; names every intermediate value uniquely."""
+
+    def __init__(self, weights: Ct2Model, float_dtype: np.dtype):
+        self.weights = weights
+        self.dtype = np.dtype(float_dtype)
+        self.onnx_float = helper.np_dtype_to_tensor_dtype(self.dtype)
+        self.nodes: list[onnx.NodeProto] = []
+        self.inits: dict[str, onnx.TensorProto] = {}
+        self._n = 0
+
+    def fresh(self, hint: str) -> str:
+        self._n += 1
+        return f"{hint}_{self._n}"
+
+    def op(self, op_type: str, inputs: list[str], n_out: int = 1, hint: str | None = None, **attrs) -> str | list[str]:
+        outs = [self.fresh(hint or op_type.lower()) for _ in range(n_out)]
+        self.nodes.append(helper.make_node(op_type, inputs, outs, name=self.fresh("n_" + op_type), **attrs))
+        return outs[0] if n_out == 1 else outs
+
+    def const(self, value: np.ndarray, hint: str = "c") -> str:
+        name = self.fresh(hint)
+        self.inits[name] = numpy_helper.from_array(np.asarray(value), name)
+        return name
+
+    def ints(self, values: list[int], hint: str = "shape") -> str:
+        return self.const(np.asarray(values, dtype=np.int64), hint)
+
+    def weight(self, ct2_name: str, scale: float = 1.0) -> str:
+        """A model variable as an initializer in the graph's float type (shared when asked twice)."""
+        real = self.weights.resolve(ct2_name)  # aliases (tied projection) share one initializer
+        key = real if scale == 1.0 else f"{real}*{scale}"
+        if key not in self.inits:
+            a = self.weights.array(real, np.float32)
+            if scale != 1.0:
+                a = a * np.float32(scale)
+            self.inits[key] = numpy_helper.from_array(np.ascontiguousarray(a.astype(self.dtype)), key)
+        return key
+
+    # building blocks --------------------------------------------------------------------------
+
+    def layer_norm(self, x: str, prefix: str) -> str:
+        return self.op(
+            "LayerNormalization", [x, self.weight(f"{prefix}/gamma"), self.weight(f"{prefix}/beta")],
+            axis=-1, epsilon=1e-5, stash_type=1, hint="ln",
+        )
+
+    def linear(self, x: str, prefix: str, scale: float = 1.0, rows: slice | None = None) -> str:
+        """y = x W^T + b on 2-D x. ``rows`` takes a slice of a fused weight (e.g. Q of QKV)."""
+        if rows is None:
+            w, b = self.weight(f"{prefix}/weight", scale), self.weight(f"{prefix}/bias", scale)
+        else:
+            w = self._sliced(f"{prefix}/weight", rows, scale)
+            b = self._sliced(f"{prefix}/bias", rows, scale)
+        return self.op("Gemm", [x, w, b], transB=1, hint="lin")
+
+    def _sliced(self, ct2_name: str, rows: slice, scale: float) -> str:
+        key = f"{ct2_name}[{rows.start}:{rows.stop}]*{scale}"
+        if key not in self.inits:
+            a = self.weights.array(ct2_name, np.float32)[rows] * np.float32(scale)
+            self.inits[key] = numpy_helper.from_array(np.ascontiguousarray(a.astype(self.dtype)), key)
+        return key
+
+    def gelu(self, x: str) -> str:
+        # 0.5 x (1 + erf(x / sqrt 2)); ORT's GeluFusion turns this into a single Gelu kernel.
+        half = self.const(np.asarray(0.5, self.dtype), "half")
+        one = self.const(np.asarray(1.0, self.dtype), "one")
+        inv_sqrt2 = self.const(np.asarray(1 / math.sqrt(2), self.dtype), "isq2")
+        e = self.op("Erf", [self.op("Mul", [x, inv_sqrt2])])
+        return self.op("Mul", [self.op("Mul", [x, half]), self.op("Add", [e, one])], hint="gelu")
+
+    def ffn(self, x2d: str, prefix: str) -> str:
+        h = self.layer_norm(x2d, f"{prefix}/ffn/layer_norm")
+        h = self.gelu(self.linear(h, f"{prefix}/ffn/linear_0"))
+        return self.op("Add", [x2d, self.linear(h, f"{prefix}/ffn/linear_1")], hint="res")
+
+    def heads(self, x2d: str, shape_bthd: str, perm: list[int]) -> str:
+        """[B*T, H*dh] -> [B, T, H, dh] -> transposed by ``perm``."""
+        return self.op("Transpose", [self.op("Reshape", [x2d, shape_bthd])], perm=perm)
+
+    def merge_heads(self, x_bhtd: str, shape_n_d: str) -> str:
+        return self.op("Reshape", [self.op("Transpose", [x_bhtd], perm=[0, 2, 1, 3]), shape_n_d])
+
+    def attend(self, q_bhtd: str, k_bhdp: str, v_bhpd: str, mask: str | None = None) -> str:
+        scores = self.op("MatMul", [q_bhtd, k_bhdp], hint="scores")
+        if mask is not None:
+            scores = self.op("Add", [scores, mask])
+        probs = self.op("Softmax", [scores], axis=-1, hint="probs")
+        return self.op("MatMul", [probs, v_bhpd], hint="ctx")
+
+    def model(self, name: str, inputs, outputs, doc: str) -> onnx.ModelProto:
+        graph = helper.make_graph(self.nodes, name, inputs, outputs, initializer=list(self.inits.values()))
+        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="captioner", doc_string=doc)
+        m.ir_version = IR_VERSION
+        return m
+
+
+def _scale(head_dim: int) -> float:
+    return 1.0 / math.sqrt(head_dim)
+
+
+def build_encoder(weights: Ct2Model, dims: WhisperDims, float_dtype, progress: Callable[[float], None] = lambda f: None) -> onnx.ModelProto:
+    g = _Graph(weights, float_dtype)
+    d, h = dims.n_audio_state, dims.n_audio_head
+    dh = d // h
+    mel = helper.make_tensor_value_info("mel", TensorProto.FLOAT, ["batch", dims.n_mels, 2 * dims.n_audio_ctx])
+    x = "mel" if g.dtype == np.float32 else g.op("Cast", ["mel"], to=g.onnx_float)
+    x = g.gelu(g.op("Conv", [x, g.weight("encoder/conv1/weight"), g.weight("encoder/conv1/bias")], pads=[1, 1], kernel_shape=[3]))
+    x = g.gelu(g.op("Conv", [x, g.weight("encoder/conv2/weight"), g.weight("encoder/conv2/bias")], pads=[1, 1], strides=[2], kernel_shape=[3]))
+    x = g.op("Add", [g.op("Transpose", [x], perm=[0, 2, 1]), g.weight("encoder/position_encodings/encodings")])
+    shape_bthd = g.ints([-1, dims.n_audio_ctx, h, dh])
+    shape_n_d = g.ints([-1, d])
+    x = g.op("Reshape", [x, shape_n_d])
+    for i in range(dims.n_audio_layer):
+        p = f"encoder/layer_{i}"
+        y = g.layer_norm(x, f"{p}/self_attention/layer_norm")
+        qkv = f"{p}/self_attention/linear_0"
+        q = g.heads(g.linear(y, qkv, _scale(dh), slice(0, d)), shape_bthd, [0, 2, 1, 3])
+        k = g.heads(g.linear(y, qkv, 1.0, slice(d, 2 * d)), shape_bthd, [0, 2, 3, 1])
+        v = g.heads(g.linear(y, qkv, 1.0, slice(2 * d, 3 * d)), shape_bthd, [0, 2, 1, 3])
+        ctx = g.merge_heads(g.attend(q, k, v), shape_n_d)
+        x = g.op("Add", [x, g.linear(ctx, f"{p}/self_attention/linear_1")], hint="res")
+        x = g.ffn(x, p)
+        progress((i + 1) / dims.n_audio_layer)
+    x = g.layer_norm(x, "encoder/layer_norm")
+    g.nodes.append(helper.make_node("Reshape", [x, g.ints([-1, dims.n_audio_ctx, d])], ["encoder_out"]))
+    out = helper.make_tensor_value_info("encoder_out", g.onnx_float, ["batch", dims.n_audio_ctx, d])
+    return g.model("whisper_encoder", [mel], [out], "Whisper encoder: log-mel -> encoder states")
+
+
+def cross_kv_names(n_layers: int) -> list[str]:
+    return [f"cross_{kind}_{i}" for i in range(n_layers) for kind in ("k", "v")]
+
+
+def self_kv_names(n_layers: int, prefix: str) -> list[str]:
+    return [f"{prefix}_{kind}_{i}" for i in range(n_layers) for kind in ("k", "v")]
+
+
+def build_cross_kv(weights: Ct2Model, dims: WhisperDims, float_dtype) -> onnx.ModelProto:
+    g = _Graph(weights, float_dtype)
+    d, dt, h = dims.n_audio_state, dims.n_text_state, dims.n_text_head
+    dh = dt // h
+    enc = helper.make_tensor_value_info("encoder_out", g.onnx_float, ["batch", dims.n_audio_ctx, d])
+    x = g.op("Reshape", ["encoder_out", g.ints([-1, d])])
+    shape_bthd = g.ints([-1, dims.n_audio_ctx, h, dh])
+    outputs = []
+    for i in range(dims.n_text_layer):
+        p = f"decoder/layer_{i}/attention/linear_1"
+        k = g.heads(g.linear(x, p, 1.0, slice(0, dt)), shape_bthd, [0, 2, 3, 1])
+        v = g.heads(g.linear(x, p, 1.0, slice(dt, 2 * dt)), shape_bthd, [0, 2, 1, 3])
+        g.nodes.append(helper.make_node("Identity", [k], [f"cross_k_{i}"]))
+        g.nodes.append(helper.make_node("Identity", [v], [f"cross_v_{i}"]))
+        outputs += [
+            helper.make_tensor_value_info(f"cross_k_{i}", g.onnx_float, ["batch", h, dh, dims.n_audio_ctx]),
+            helper.make_tensor_value_info(f"cross_v_{i}", g.onnx_float, ["batch", h, dims.n_audio_ctx, dh]),
+        ]
+    return g.model("whisper_cross_kv", [enc], outputs, "Whisper cross-attention keys/values of every decoder layer")
+
+
+def build_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype) -> onnx.ModelProto:
+    g = _Graph(weights, float_dtype)
+    dt, h = dims.n_text_state, dims.n_text_head
+    dh = dt // h
+    s = dims.n_audio_ctx
+    inputs = [helper.make_tensor_value_info("tokens", TensorProto.INT64, ["batch", "new"])]
+    for i in range(dims.n_text_layer):
+        inputs += [
+            helper.make_tensor_value_info(f"past_k_{i}", g.onnx_float, ["batch", h, dh, "past"]),
+            helper.make_tensor_value_info(f"past_v_{i}", g.onnx_float, ["batch", h, "past", dh]),
+        ]
+    for i in range(dims.n_text_layer):
+        inputs += [
+            helper.make_tensor_value_info(f"cross_k_{i}", g.onnx_float, ["batch", h, dh, s]),
+            helper.make_tensor_value_info(f"cross_v_{i}", g.onnx_float, ["batch", h, s, dh]),
+        ]
+
+    # Positions P .. P+T-1, where P is the cache length.
+    zero, one, two = g.ints([0], "i0"), g.ints([1], "i1"), g.ints([2], "i2")
+    bt = g.op("Shape", ["tokens"], hint="bt")
+    t_len = g.op("Gather", [bt, one], axis=0, hint="t")  # [1]
+    p_len = g.op("Gather", [g.op("Shape", ["past_v_0"]), two], axis=0, hint="p")  # [1]
+    p_scalar = g.op("Squeeze", [p_len, zero])
+    end = g.op("Add", [p_len, t_len])
+    end_scalar = g.op("Squeeze", [end, zero])
+    one_scalar = g.const(np.asarray(1, np.int64), "one_s")
+    positions = g.op("Range", [p_scalar, end_scalar, one_scalar], hint="pos")  # [T]
+    x = g.op("Add", [
+        g.op("Gather", [g.weight("decoder/embeddings/weight"), "tokens"], axis=0),  # [B, T, d]
+        g.op("Gather", [g.weight("decoder/position_encodings/encodings"), positions], axis=0),  # [T, d]
+    ])
+    shape_n_d = g.ints([-1, dt])
+    shape_bthd = g.op("Concat", [bt, g.ints([h, dh])], axis=0)
+    x = g.op("Reshape", [x, shape_n_d])
+
+    # Causal mask [T, P+T]: column j is hidden from row t when j > P + t. All zeros when T == 1.
+    cols = g.op("Range", [g.const(np.asarray(0, np.int64), "zero_s"), end_scalar, one_scalar])
+    rows = g.op("Unsqueeze", [positions, one])  # [T, 1]
+    hidden = g.op("Greater", [g.op("Unsqueeze", [cols, zero]), rows])
+    mask = g.op("Where", [hidden, g.const(np.asarray(np.finfo(g.dtype).min, g.dtype), "neg"), g.const(np.asarray(0, g.dtype), "zero_f")], hint="mask")
+
+    outputs = []
+    for i in range(dims.n_text_layer):
+        p = f"decoder/layer_{i}"
+        y = g.layer_norm(x, f"{p}/self_attention/layer_norm")
+        qkv = f"{p}/self_attention/linear_0"
+        q = g.heads(g.linear(y, qkv, _scale(dh), slice(0, dt)), shape_bthd, [0, 2, 1, 3])
+        k_new = g.heads(g.linear(y, qkv, 1.0, slice(dt, 2 * dt)), shape_bthd, [0, 2, 3, 1])
+        v_new = g.heads(g.linear(y, qkv, 1.0, slice(2 * dt, 3 * dt)), shape_bthd, [0, 2, 1, 3])
+        g.nodes.append(helper.make_node("Concat", [f"past_k_{i}", k_new], [f"present_k_{i}"], axis=3))
+        g.nodes.append(helper.make_node("Concat", [f"past_v_{i}", v_new], [f"present_v_{i}"], axis=2))
+        outputs += [
+            helper.make_tensor_value_info(f"present_k_{i}", g.onnx_float, ["batch", h, dh, "total"]),
+            helper.make_tensor_value_info(f"present_v_{i}", g.onnx_float, ["batch", h, "total", dh]),
+        ]
+        ctx = g.merge_heads(g.attend(q, f"present_k_{i}", f"present_v_{i}", mask), shape_n_d)
+        x = g.op("Add", [x, g.linear(ctx, f"{p}/self_attention/linear_1")], hint="res")
+
+        y = g.layer_norm(x, f"{p}/attention/layer_norm")
+        q = g.heads(g.linear(y, f"{p}/attention/linear_0", _scale(dh)), shape_bthd, [0, 2, 1, 3])
+        ctx = g.merge_heads(g.attend(q, f"cross_k_{i}", f"cross_v_{i}"), shape_n_d)
+        x = g.op("Add", [x, g.linear(ctx, f"{p}/attention/linear_2")], hint="res")
+        x = g.ffn(x, p)
+
+    x = g.layer_norm(x, "decoder/layer_norm")
+    # Only the last position's logits are needed (prefill and step alike): project one row per item.
+    last = g.op("Gather", [g.op("Reshape", [x, g.op("Concat", [bt, g.ints([dt])], axis=0)]), g.const(np.asarray(-1, np.int64), "last")], axis=1)
+    logits = g.op("Gemm", [last, g.weight("decoder/projection/weight")], transB=1, hint="logits")
+    if g.dtype != np.float32:
+        logits = g.op("Cast", [logits], to=TensorProto.FLOAT)
+    g.nodes.append(helper.make_node("Identity", [logits], ["logits"]))
+    outputs.insert(0, helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", dims.n_vocab]))
+    return g.model("whisper_decoder", inputs, outputs, "Whisper decoder step/prefill with a concatenated self-attention cache")

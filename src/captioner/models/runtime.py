@@ -1,0 +1,151 @@
+"""Whisper on ONNX Runtime: encode a 30 s window, prefill a prompt, step the decoder.
+
+``load_runtime("tiny.en" | "base" | folder, device=None, progress=None)`` resolves the model,
+picks the provider (CUDA when it really works, else the CPU — see :mod:`captioner.models.session`),
+builds or reuses the cached ONNX graphs (fp16 on CUDA, fp32 on the CPU) and opens three sessions.
+
+Data stays where it is produced: encoder states, cross K/V and the self-attention cache are
+device-resident ``OrtValue`` handles on CUDA; only logits ([B, n_vocab] float32) come to the host.
+A runtime is driven by one thread at a time (the GPU worker or the CLI's main thread).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from captioner.errors import UserError
+from captioner.models import session as ort_session
+from captioner.models.onnx_export import OnnxFiles, ProgressFn, ensure_onnx
+from captioner.models.registry import N_AUDIO_FRAMES, ModelFiles, resolve_model
+
+
+@dataclass
+class EncoderOutput:
+    """Encoder states of a batch of windows ([B, 1500, d], on the session's device)."""
+
+    value: Any = field(repr=False)  # OrtValue
+    batch: int
+
+
+@dataclass
+class DecoderState:
+    """Self-attention cache and cross K/V of a batch being decoded. ``step`` grows it in place."""
+
+    cross: dict[str, Any] = field(repr=False)  # cross_k_i / cross_v_i -> OrtValue
+    past: dict[str, Any] = field(repr=False)  # past_k_i / past_v_i -> OrtValue (or empty arrays)
+    batch: int
+    length: int  # tokens in the cache = position of the next token
+
+
+class WhisperRuntime:
+    def __init__(self, files: ModelFiles, choice: ort_session.ProviderChoice, onnx_files: OnnxFiles, intra_threads: int | None = None):
+        self.files = files
+        self.onnx_files = onnx_files
+        self.name = files.name
+        self.precision = onnx_files.precision
+        self.encoder = ort_session.OrtModel(onnx_files.path("encoder"), choice, intra_threads)
+        self.cross_kv = ort_session.OrtModel(onnx_files.path("cross_kv"), choice, intra_threads)
+        self.decoder = ort_session.OrtModel(onnx_files.path("decoder"), choice, intra_threads)
+        providers = {self.encoder.provider, self.cross_kv.provider, self.decoder.provider}
+        self.provider = ort_session.CUDA if providers == {ort_session.CUDA} else ort_session.CPU
+        self.device_name = choice.device_name if self.provider == ort_session.CUDA else "cpu"
+        self.provider_note = choice.note
+        d = files.dims
+        self.dims = d
+        self.n_mels = d.n_mels
+        self.n_vocab = d.n_vocab
+        self.n_text_ctx = d.n_text_ctx
+        self.is_multilingual = files.is_multilingual
+        self.tokenizer_path = files.tokenizer_path
+        self.special = files.special
+        self.suppress_ids = files.suppress_ids
+        self.suppress_ids_begin = files.suppress_ids_begin
+        self._head_dim = d.n_text_state // d.n_text_head
+        self._float = np.float16 if self.precision == "fp16" else np.float32
+
+    def __repr__(self) -> str:
+        return f"WhisperRuntime({self.name!r}, provider={self.provider}, precision={self.precision})"
+
+    # --- encoder -----------------------------------------------------------------------------
+
+    def encode(self, mel) -> EncoderOutput:
+        """mel: [B, n_mels, 3000] (or [n_mels, 3000]) float32, NumPy or a device array (CuPy);
+        device data is bound by pointer and never copied to the host."""
+        shape = tuple(mel.shape)
+        if len(shape) == 2:
+            mel = mel[None]
+            shape = (1, *shape)
+        if len(shape) != 3 or shape[1] != self.n_mels or shape[2] != N_AUDIO_FRAMES:
+            raise ValueError(f"mel must be [B, {self.n_mels}, {N_AUDIO_FRAMES}], got {shape}")
+        if np.dtype(mel.dtype) != np.float32:
+            mel = mel.astype(np.float32)
+        if not hasattr(mel, "__cuda_array_interface__"):
+            mel = np.ascontiguousarray(mel)
+        elif not mel.flags.c_contiguous:
+            mel = mel.copy()
+        out = self.encoder.run({"mel": mel})
+        return EncoderOutput(out["encoder_out"], shape[0])
+
+    # --- decoder -----------------------------------------------------------------------------
+
+    def start(self, enc: EncoderOutput, prompt_tokens: np.ndarray) -> tuple[np.ndarray, DecoderState]:
+        """Compute cross K/V once and prefill the cache with ``prompt_tokens`` [B, T] (same T for
+        all items). Returns the logits [B, n_vocab] float32 after the last prompt token."""
+        tokens = np.ascontiguousarray(np.asarray(prompt_tokens, dtype=np.int64))
+        if tokens.ndim == 1:
+            tokens = tokens[None]
+        if tokens.ndim != 2 or tokens.shape[0] != enc.batch or tokens.shape[1] < 1:
+            raise ValueError(f"prompt_tokens must be [{enc.batch}, T>=1], got {tokens.shape}")
+        if tokens.shape[1] > self.n_text_ctx:
+            raise ValueError(f"prompt of {tokens.shape[1]} tokens exceeds the text context of {self.n_text_ctx}")
+        cross = self.cross_kv.run({"encoder_out": enc.value})
+        d = self.dims
+        empty_k = np.zeros((enc.batch, d.n_text_head, self._head_dim, 0), self._float)
+        empty_v = np.zeros((enc.batch, d.n_text_head, 0, self._head_dim), self._float)
+        past = {}
+        for i in range(d.n_text_layer):
+            past[f"past_k_{i}"] = empty_k
+            past[f"past_v_{i}"] = empty_v
+        state = DecoderState(cross=cross, past=past, batch=enc.batch, length=0)
+        return self._run_decoder(state, tokens), state
+
+    def step(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:
+        """Append one token per item ([B] int64) and return the next logits [B, n_vocab]."""
+        t = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        if t.shape[0] != state.batch:
+            raise ValueError(f"step needs {state.batch} tokens, got {t.shape[0]}")
+        if state.length >= self.n_text_ctx:
+            raise ValueError(f"decoder context of {self.n_text_ctx} tokens is full")
+        return self._run_decoder(state, np.ascontiguousarray(t[:, None]))
+
+    def _run_decoder(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:
+        out = self.decoder.run({"tokens": tokens, **state.past, **state.cross}, host_outputs=("logits",))
+        for i in range(self.dims.n_text_layer):
+            state.past[f"past_k_{i}"] = out[f"present_k_{i}"]
+            state.past[f"past_v_{i}"] = out[f"present_v_{i}"]
+        state.length += tokens.shape[1]
+        return out["logits"]
+
+
+def load_runtime(
+    name_or_path: str | Path,
+    device: str | None = None,
+    progress: ProgressFn | None = None,
+    intra_threads: int | None = None,
+) -> WhisperRuntime:
+    """Resolve, convert (cached) and open a Whisper model. ``device``: None/"auto", "cpu",
+    "cuda" or "cuda:N" (``CAPTIONER_DEVICE`` applies when None). Raises UserError on bad input."""
+    files = resolve_model(str(name_or_path))
+    choice = ort_session.choose_provider(device)
+    precision = "fp16" if choice.is_cuda else "fp32"
+    onnx_files = ensure_onnx(files, precision, progress)
+    try:
+        return WhisperRuntime(files, choice, onnx_files, intra_threads)
+    except UserError:
+        raise
+    except Exception as e:  # a corrupt cache entry: say where it is
+        raise UserError(f"cannot open the ONNX graphs in {onnx_files.folder}: {e}; delete that folder to rebuild") from None

@@ -1,0 +1,209 @@
+"""ONNX Runtime sessions — the one module that imports ``onnxruntime`` (lazily).
+
+The CUDA execution provider is used when it actually works, else the CPU provider. ONNX Runtime
+falls back to the CPU with only a log line when CUDA libraries are missing, so every session is
+checked with ``get_providers()``; the provider really in use is reported, and a requested CUDA
+that fell back carries a ``note`` (and a warning) instead of passing silently.
+
+Inputs and outputs go through I/O binding: NumPy arrays are bound as host inputs, arrays that
+live on the GPU (anything with ``__cuda_array_interface__``, e.g. CuPy) are bound by device
+pointer with no host round trip, and outputs the next graph consumes (encoder states, cross K/V,
+the self-attention cache) stay on the device as ``OrtValue`` handles.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from captioner.errors import UserError
+
+log = logging.getLogger(__name__)
+
+CUDA = "CUDAExecutionProvider"
+CPU = "CPUExecutionProvider"
+
+
+def _ort():
+    try:
+        import onnxruntime
+    except ImportError as e:  # pragma: no cover - a dependency of the package
+        raise UserError(f"onnxruntime is not installed ({e}); pip install onnxruntime-gpu") from None
+    return onnxruntime
+
+
+@dataclass(frozen=True)
+class ProviderChoice:
+    """What a session will run on. ``note`` says why CUDA is not used when it was asked for."""
+
+    provider: str  # CUDA or CPU
+    device_id: int | None
+    device_name: str
+    note: str = ""
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.provider == CUDA
+
+
+def parse_device(device: str | None) -> tuple[str, int | None]:
+    """``None``/"auto" -> ("auto", None); "cpu"; "cuda" / "cuda:N". ``CAPTIONER_DEVICE`` overrides None."""
+    if device is None:
+        device = os.environ.get("CAPTIONER_DEVICE") or "auto"
+    d = device.strip().lower()
+    if d in ("auto", "cpu"):
+        return d, None
+    if d == "cuda" or d == "gpu":
+        return "cuda", 0
+    if d.startswith("cuda:"):
+        try:
+            return "cuda", int(d[5:])
+        except ValueError:
+            pass
+    raise UserError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N")
+
+
+def _provider_options(device_id: int) -> dict[str, Any]:
+    # HEURISTIC: cuDNN's exhaustive convolution search stalls the first encoder run for seconds.
+    return {"device_id": device_id, "cudnn_conv_algo_search": "HEURISTIC"}
+
+
+def _session_options(intra_threads: int | None = None):
+    ort = _ort()
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.log_severity_level = 3  # errors only: fallbacks are reported by this module, not ORT's log
+    if intra_threads:
+        so.intra_op_num_threads = intra_threads
+    return so
+
+
+def _cuda_device_name(device_id: int) -> str:
+    # Names come from NVML via the telemetry module when the app runs; here a plain label suffices.
+    return f"cuda:{device_id}"
+
+
+def choose_provider(device: str | None = None) -> ProviderChoice:
+    """Decide CUDA or CPU by opening a one-node graph on the CUDA provider and checking what
+    ONNX Runtime actually used."""
+    kind, device_id = parse_device(device)
+    if kind == "cpu":
+        return ProviderChoice(CPU, None, "cpu")
+    ort = _ort()
+    wanted = device_id if device_id is not None else 0
+    if CUDA not in ort.get_available_providers():
+        note = "this onnxruntime build has no CUDA provider (install onnxruntime-gpu, not onnxruntime)"
+        return _fallback(kind, note)
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    probe = helper.make_model(
+        helper.make_graph([helper.make_node("Neg", ["x"], ["y"])], "probe", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])]),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    probe.ir_version = 8
+    try:
+        sess = ort.InferenceSession(probe.SerializeToString(), _session_options(), providers=[(CUDA, _provider_options(wanted)), CPU])
+        used = sess.get_providers()
+    except Exception as e:  # ORT raises plain RuntimeError/Fail for a bad device id or driver
+        return _fallback(kind, f"CUDA provider failed to start on cuda:{wanted}: {str(e).splitlines()[0]}")
+    if not used or used[0] != CUDA:
+        return _fallback(kind, "CUDA provider unusable (CUDA/cuDNN libraries or driver missing); ONNX Runtime fell back to the CPU")
+    return ProviderChoice(CUDA, wanted, _cuda_device_name(wanted))
+
+
+def _fallback(kind: str, note: str) -> ProviderChoice:
+    if kind == "cuda":
+        warnings.warn(f"requested CUDA but running on the CPU: {note}", RuntimeWarning, stacklevel=3)
+        log.warning("requested CUDA but running on the CPU: %s", note)
+    else:
+        log.info("running on the CPU: %s", note)
+    return ProviderChoice(CPU, None, "cpu", note)
+
+
+class OrtModel:
+    """One inference session plus I/O binding. Not thread-safe: one thread (the GPU worker, or
+    the CLI's main thread) drives a model."""
+
+    def __init__(self, path: Path, choice: ProviderChoice, intra_threads: int | None = None):
+        ort = _ort()
+        self.choice = choice
+        self.path = Path(path)
+        providers = [(CUDA, _provider_options(choice.device_id or 0)), CPU] if choice.is_cuda else [CPU]
+        try:
+            self.session = ort.InferenceSession(str(path), _session_options(intra_threads), providers=providers)
+        except Exception as e:
+            raise UserError(f"ONNX Runtime cannot load {path.name}: {str(e).splitlines()[0]}") from None
+        used = self.session.get_providers()
+        self.provider = used[0] if used else CPU
+        if choice.is_cuda and self.provider != CUDA:
+            warnings.warn(f"{path.name}: CUDA provider dropped, running on {self.provider}", RuntimeWarning, stacklevel=2)
+        self._device = ("cuda", choice.device_id or 0) if self.provider == CUDA else ("cpu", 0)
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_names = [o.name for o in self.session.get_outputs()]
+
+    def run(self, inputs: dict[str, Any], host_outputs: tuple[str, ...] = ()) -> dict[str, Any]:
+        """Run once. ``inputs``: NumPy arrays (host), device arrays (``__cuda_array_interface__``)
+        or OrtValues from an earlier run. Outputs named in ``host_outputs`` come back as NumPy
+        arrays; all others stay where the provider put them (device memory on CUDA) as OrtValues."""
+        ort = _ort()
+        io = self.session.io_binding()
+        for name, value in inputs.items():
+            if isinstance(value, ort.OrtValue):
+                io.bind_ortvalue_input(name, value)
+            elif hasattr(value, "__cuda_array_interface__"):
+                self._bind_device_array(io, name, value)
+            else:
+                io.bind_cpu_input(name, np.ascontiguousarray(value))
+        device_type, device_id = self._device
+        for name in self.output_names:
+            if name in host_outputs:
+                io.bind_output(name, "cpu")
+            else:
+                io.bind_output(name, device_type, device_id)
+        self.session.run_with_iobinding(io)
+        values = io.get_outputs()
+        out = {}
+        for name, value in zip(self.output_names, values):
+            out[name] = value.numpy() if name in host_outputs else value
+        return out
+
+    def _bind_device_array(self, io, name: str, value) -> None:
+        if self.provider != CUDA:
+            # CPU session: bring the data over once (CuPy has .get(); anything else via NumPy).
+            host = value.get() if hasattr(value, "get") else np.asarray(value)
+            io.bind_cpu_input(name, np.ascontiguousarray(host))
+            return
+        cai = value.__cuda_array_interface__
+        if cai.get("strides") not in (None,) and not _c_contiguous(cai):
+            raise ValueError(f"{name}: device array must be C-contiguous")
+        # The producer (CuPy) may still be writing on its own stream; ORT reads on its stream.
+        sync = getattr(getattr(value, "device", None), "synchronize", None)
+        if sync is not None:
+            sync()
+        io.bind_input(name, "cuda", self._device[1], np.dtype(cai["typestr"]), list(cai["shape"]), cai["data"][0])
+
+
+def _c_contiguous(cai: dict) -> bool:
+    shape, strides = cai["shape"], cai["strides"]
+    itemsize = np.dtype(cai["typestr"]).itemsize
+    expected = itemsize
+    for dim, stride in zip(reversed(shape), reversed(strides)):
+        if dim > 1 and stride != expected:
+            return False
+        expected *= dim
+    return True
+
+
+def ortvalue_shape(value) -> tuple[int, ...]:
+    return tuple(value.shape())
+
+
+def available_providers() -> list[str]:
+    return list(_ort().get_available_providers())
