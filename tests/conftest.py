@@ -66,3 +66,31 @@ def pytest_collection_modifyitems(config, items):
         skip = pytest.mark.skip(reason="no usable CUDA device")
         for item in gpu_items:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def pulse_server():
+    """A private PulseAudio server (tests/pulse.py) with null sinks ``captioner_test`` (48 kHz,
+    its monitor the default source) and ``captioner_test_44k`` (44.1 kHz). ``PULSE_SERVER``
+    points at it while the fixture lives, so PortAudio's ALSA ``pulse``/``default`` devices
+    reach it. Skips only when the PulseAudio binaries are absent; the daemon is killed on
+    teardown whatever happened."""
+    import pulse  # tests/pulse.py; imported here so collection never needs PulseAudio
+
+    reason = pulse.pulseaudio_missing()
+    if reason:
+        pytest.skip(reason)
+    server = pulse.start_pulse_server()
+    saved = {name: os.environ.get(name) for name in ("PULSE_SERVER", "PULSE_SOURCE", "PULSE_SINK")}
+    os.environ["PULSE_SERVER"] = server.server
+    os.environ.pop("PULSE_SOURCE", None)
+    os.environ.pop("PULSE_SINK", None)
+    try:
+        yield server
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        server.stop()
