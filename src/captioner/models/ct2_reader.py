@@ -191,8 +191,8 @@ def read_model(paths: Path | str | Sequence[Path | str]) -> Ct2Model:
     except _Truncated as e:
         parts.close()
         raise UserError(
-            f"{label}: model file is truncated ({parts.size_bytes} bytes, the header needs at least "
-            f"{e.needed_bytes}); it is incomplete or damaged"
+            f"{label}: model file is truncated (it ends at byte {parts.size_bytes}, its tables need "
+            f"at least {e.needed_bytes}); it is incomplete or damaged"
         ) from None
     except (UserError, ValueError, UnicodeDecodeError) as e:
         parts.close()

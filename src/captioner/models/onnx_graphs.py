@@ -141,8 +141,14 @@ def _scale(head_dim: int) -> float:
     return 1.0 / math.sqrt(head_dim)
 
 
-def build_encoder(weights: Ct2Model, dims: WhisperDims, float_dtype, progress: Callable[[float], None] = lambda f: None) -> onnx.ModelProto:
+def build_encoder(
+    weights: Ct2Model, dims: WhisperDims, float_dtype, progress: Callable[[float], None] = lambda f: None,
+    n_layers: int | None = None,
+) -> onnx.ModelProto:
+    """``n_layers`` < all builds a truncated encoder with no final LayerNorm (tests compare it
+    with a float64 NumPy forward)."""
     g = _Graph(weights, float_dtype)
+    layers = dims.n_audio_layer if n_layers is None else n_layers
     d, h = dims.n_audio_state, dims.n_audio_head
     dh = d // h
     mel = helper.make_tensor_value_info("mel", TensorProto.FLOAT, ["batch", dims.n_mels, 2 * dims.n_audio_ctx])
@@ -153,7 +159,7 @@ def build_encoder(weights: Ct2Model, dims: WhisperDims, float_dtype, progress: C
     shape_bthd = g.ints([-1, dims.n_audio_ctx, h, dh])
     shape_n_d = g.ints([-1, d])
     x = g.op("Reshape", [x, shape_n_d])
-    for i in range(dims.n_audio_layer):
+    for i in range(layers):
         p = f"encoder/layer_{i}"
         y = g.layer_norm(x, f"{p}/self_attention/layer_norm")
         qkv = f"{p}/self_attention/linear_0"
@@ -163,8 +169,9 @@ def build_encoder(weights: Ct2Model, dims: WhisperDims, float_dtype, progress: C
         ctx = g.merge_heads(g.attend(q, k, v), shape_n_d)
         x = g.op("Add", [x, g.linear(ctx, f"{p}/self_attention/linear_1")], hint="res")
         x = g.ffn(x, p)
-        progress((i + 1) / dims.n_audio_layer)
-    x = g.layer_norm(x, "encoder/layer_norm")
+        progress((i + 1) / layers)
+    if layers == dims.n_audio_layer:
+        x = g.layer_norm(x, "encoder/layer_norm")
     g.nodes.append(helper.make_node("Reshape", [x, g.ints([-1, dims.n_audio_ctx, d])], ["encoder_out"]))
     out = helper.make_tensor_value_info("encoder_out", g.onnx_float, ["batch", dims.n_audio_ctx, d])
     return g.model("whisper_encoder", [mel], [out], "Whisper encoder: log-mel -> encoder states")

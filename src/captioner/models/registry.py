@@ -25,6 +25,7 @@ SPEC_REVISION = 3
 
 N_AUDIO_FRAMES = 3000  # mel frames in a 30 s window
 N_AUDIO_CTX = 1500  # encoder positions (frames after the stride-2 convolution)
+N_TIMESTAMPS = 1501  # <|0.00|> .. <|30.00|> in 20 ms steps
 
 
 @dataclass(frozen=True)
@@ -295,8 +296,12 @@ def resolve_model(name_or_path: str | Path) -> ModelFiles:
     finally:
         weights.close()
     is_multilingual = dims.n_vocab >= 51865
-    if special.timestamp_begin >= dims.n_vocab:
-        raise UserError(f"{label}: tokenizer does not match the weights (timestamp tokens beyond the vocabulary of {dims.n_vocab})")
+    # Whisper's vocabulary ends with the 1501 timestamp tokens <|0.00|> .. <|30.00|>.
+    if dims.n_vocab - special.timestamp_begin != N_TIMESTAMPS:
+        raise UserError(
+            f"{label}: tokenizer does not match the weights (its timestamps start at {special.timestamp_begin}, "
+            f"the weights have {dims.n_vocab} tokens)"
+        )
     heads = config.get("alignment_heads") or []
     try:
         alignment_heads = tuple((int(a), int(b)) for a, b in heads)
