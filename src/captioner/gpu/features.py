@@ -1,0 +1,546 @@
+"""Streaming, batched Whisper log-mel and MFCC over many streams, on NumPy or CuPy.
+
+Audio arrives as whole 10 ms frames (160 samples at 16 kHz) per stream. Each stream owns a
+slot: a history of its last 360 raw samples, and rings of log-mel and MFCC frames, all in the
+back-end's memory and allocated once, when the object is made.
+
+Streaming alignment (the same frames as :func:`captioner.gpu.features_ref.log_mel_spectrogram`
+over the whole utterance):
+
+* Frame ``t`` is centred on sample ``160 t`` and spans samples ``160 t - 200 .. 160 t + 199``;
+  frames 0 and 1 reach before the start and use Whisper's reflect padding, built exactly from
+  the stream's first 201 samples.
+* Frame ``t`` is therefore ready once sample ``160 t + 199`` is in: a look-ahead of 200
+  samples, 12.5 ms past the frame's centre. With 10 ms pushes, the push of block ``b``
+  (samples ``160 b .. 160 b + 159``) completes frame ``b - 1``: after ``k`` blocks,
+  ``frames_ready == k - 1``, and every frame equals the whole-utterance frame. Only the
+  utterance's last frame (which Whisper computes with right-edge reflection) is never
+  produced: a live stream has no right edge.
+
+CuPy path (when the kernels pass their self-check on first use): one push of ``F`` frames for
+``B`` streams is three kernels and two small copies — a raw kernel lays out each stream's
+reflect-padded signal (no per-frame copies: cuFFT reads frames ``160`` samples apart from it,
+overlapping), one batched real FFT (cuFFT, unwindowed), and one fused raw kernel that applies
+the periodic Hann window in the frequency domain (``0.5 X[k] - 0.25 (X[k-1] + X[k+1])``,
+exact for a periodic window), takes the power, the mel filters (sparse: each filter touches a
+few bins), ``log10(max(., 1e-10))`` and the DCT-II, and writes both rings. Host input goes
+through pinned buffers; with ``use_graphs`` (default on CUDA) a whole push of host frames is
+one CUDA graph replay, which keeps per-frame latency at one launch. NumPy path: the same
+arithmetic with NumPy (or CuPy) array operations; it is also the fall-back when a CUDA
+self-check fails (``path`` says which one runs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from captioner.gpu import features_ref as ref
+from captioner.gpu.backend import Backend
+
+HOP = ref.HOP
+N_FFT = ref.N_FFT
+N_BINS = ref.N_BINS
+HALF = N_FFT // 2  # reflect padding: 200 samples
+HISTORY = 360  # raw samples kept per stream: the oldest the next frame can need
+LOOKAHEAD_SAMPLES = HALF  # samples past a frame's centre that it needs (12.5 ms)
+LOOKAHEAD_MS = 1000.0 * LOOKAHEAD_SAMPLES / ref.SAMPLE_RATE_HZ
+
+_KERNELS_SRC = r"""
+#define HISTORY 360
+#define HALF 200
+#define HOP 160
+#define N_BINS 201
+
+// Lay out each row's reflect-padded signal p (p[q] = x[|q - 200|]) from the stream's history
+// and the new samples, starting at the first new frame's window, and roll the history on.
+// One block per row: the history is read before it is overwritten (the __syncthreads).
+extern "C" __global__ void captioner_stage(
+    const float* __restrict__ samples, const long long* __restrict__ params,
+    float* __restrict__ history, float* __restrict__ padded,
+    int n_rows, int n_new, int row_stride)
+{
+    const int r = blockIdx.x;
+    const long long slot = params[r];
+    const long long b0 = params[n_rows + r];
+    const float* x_new = samples + (long long)r * n_new;
+    float* h = history + slot * HISTORY;
+    float* out = padded + (long long)r * row_stride;
+    const long long n_ext = HISTORY + n_new;
+    const long long ext_origin = HOP * b0 - HISTORY;  // stream index of ext[0]
+    const int n_out = n_new + 240;  // end of the last new frame's window
+    for (int k = threadIdx.x; k < n_out; k += blockDim.x) {
+        const long long q = HOP * (b0 - 1) + k;
+        const long long xi = q >= HALF ? q - HALF : HALF - q;
+        const long long e = xi - ext_origin;
+        float v = 0.0f;  // samples not yet known only reach frames that are not emitted
+        if (e >= 0 && e < n_ext) v = e < HISTORY ? h[e] : x_new[e - HISTORY];
+        out[k] = v;
+    }
+    float keep0 = 0.0f, keep1 = 0.0f;
+    const int k0 = threadIdx.x, k1 = threadIdx.x + blockDim.x;
+    if (k0 < HISTORY) { const long long e = n_new + k0; keep0 = e < HISTORY ? h[e] : x_new[e - HISTORY]; }
+    if (k1 < HISTORY) { const long long e = n_new + k1; keep1 = e < HISTORY ? h[e] : x_new[e - HISTORY]; }
+    __syncthreads();
+    if (k0 < HISTORY) h[k0] = keep0;
+    if (k1 < HISTORY) h[k1] = keep1;
+}
+
+// One block per (row, new frame): Hann window in the frequency domain, power, sparse mel,
+// log10, DCT-II; writes the frame into the stream's rings (frame-major: one coalesced row).
+extern "C" __global__ void captioner_logmel(
+    const float2* __restrict__ spectrum, const long long* __restrict__ params,
+    const float* __restrict__ filters, const int* __restrict__ bin_lo,
+    const int* __restrict__ bin_hi, const float* __restrict__ dct,
+    float* __restrict__ mel_ring, float* __restrict__ mfcc_ring,
+    int n_rows, int n_frames, int frames_per_row, int ring_frames, int n_mels, int n_mfcc)
+{
+    __shared__ float2 X[N_BINS];
+    __shared__ float P[N_BINS];
+    __shared__ float L[128];
+    const int r = blockIdx.x / n_frames;
+    const int j = blockIdx.x - r * n_frames;
+    const long long slot = params[r];
+    const long long t = params[n_rows + r] - 1 + j;
+    if (t < 0) return;  // the first block of a stream completes no frame
+    const float2* row = spectrum + ((long long)r * frames_per_row + j) * N_BINS;
+    for (int k = threadIdx.x; k < N_BINS; k += blockDim.x) X[k] = row[k];
+    __syncthreads();
+    for (int k = threadIdx.x; k < N_BINS; k += blockDim.x) {
+        const float2 c = X[k];
+        const float2 lo = k > 0 ? X[k - 1] : make_float2(X[1].x, -X[1].y);
+        const float2 hi = k < N_BINS - 1 ? X[k + 1] : make_float2(X[N_BINS - 2].x, -X[N_BINS - 2].y);
+        const float re = 0.5f * c.x - 0.25f * (lo.x + hi.x);
+        const float im = 0.5f * c.y - 0.25f * (lo.y + hi.y);
+        P[k] = re * re + im * im;
+    }
+    __syncthreads();
+    const long long col = t % ring_frames;
+    float* mel_out = mel_ring + (slot * ring_frames + col) * n_mels;
+    for (int m = threadIdx.x; m < n_mels; m += blockDim.x) {
+        const float* f = filters + m * N_BINS;
+        float acc = 0.0f;
+        for (int k = bin_lo[m]; k < bin_hi[m]; ++k) acc += f[k] * P[k];
+        const float v = log10f(fmaxf(acc, 1e-10f));
+        L[m] = v;
+        mel_out[m] = v;
+    }
+    if (n_mfcc > 0) {
+        __syncthreads();
+        float* mfcc_out = mfcc_ring + (slot * ring_frames + col) * n_mfcc;
+        for (int c = threadIdx.x; c < n_mfcc; c += blockDim.x) {
+            const float* d = dct + c * n_mels;
+            float acc = 0.0f;
+            for (int m = 0; m < n_mels; ++m) acc += d[m] * L[m];
+            mfcc_out[c] = acc;
+        }
+    }
+}
+"""
+
+_STAGE_THREADS = 256  # >= HISTORY / 2: each thread rolls at most two history samples
+_LOGMEL_THREADS = 128
+
+
+class StreamingFeatures:
+    """Per-stream streaming log-mel (and MFCC) for up to ``max_streams`` streams at once.
+
+    All methods are called from one thread: the worker that owns the back-end's GPU.
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        n_mels: int = 80,
+        n_mfcc: int = 13,
+        max_streams: int = 8,
+        ring_frames: int = 3200,
+        max_push_frames: int = 100,
+        use_kernels: bool | None = None,
+        use_graphs: bool | None = None,
+    ) -> None:
+        if max_streams < 1 or ring_frames < 1 or max_push_frames < 1:
+            raise ValueError("max_streams, ring_frames and max_push_frames must be >= 1")
+        if max_push_frames > ring_frames:
+            raise ValueError("max_push_frames must not exceed ring_frames")
+        self.backend = backend
+        self.xp = xp = backend.xp
+        self.n_mels = n_mels
+        self.n_mfcc = int(n_mfcc)
+        self.max_streams = max_streams
+        self.ring_frames = ring_frames
+        self.max_push_frames = max_push_frames
+        filters = ref.mel_filters(n_mels)
+        self._blocks = np.zeros(max_streams, dtype=np.int64)  # 10 ms blocks pushed per slot
+        with backend.activate():
+            self._filters_t = xp.asarray(np.ascontiguousarray(filters.T))  # [201, n_mels]
+            self._dct_t = xp.asarray(np.ascontiguousarray(ref.dct_matrix(self.n_mfcc, n_mels).T)) if self.n_mfcc else None
+            self._hann = xp.asarray(ref.hann_window())
+            self._history = xp.zeros((max_streams, HISTORY), dtype=xp.float32)
+            self._mel_ring = xp.zeros((max_streams, ring_frames, n_mels), dtype=xp.float32)
+            self._mfcc_ring = xp.zeros((max_streams, ring_frames, max(self.n_mfcc, 1)), dtype=xp.float32)
+        self.graph_error: str | None = None
+        self.kernel_error: str | None = None
+        self._cuda: _CudaPath | None = None
+        if backend.is_cuda and use_kernels is not False:
+            try:
+                self._cuda = _CudaPath(self, filters, use_graphs=use_graphs is not False)
+                self._verify_cuda()
+            except Exception as exc:  # self-check failed: the generic path stays correct
+                self._cuda = None
+                self.kernel_error = f"{type(exc).__name__}: {exc}"
+                if use_kernels:
+                    raise
+
+    @property
+    def path(self) -> str:
+        """Which implementation runs: ``generic`` (array ops) or ``cuda-<fft mode>[+graphs]``."""
+        if self._cuda is None:
+            return "generic"
+        return f"cuda-{self._cuda.mode}" + ("+graphs" if self._cuda.use_graphs else "")
+
+    def _verify_cuda(self) -> None:
+        """Push a little noise through the kernels and compare with the NumPy specification."""
+        rng = np.random.default_rng(11)
+        audio = (0.1 * rng.standard_normal(6 * HOP)).astype(np.float32)
+        use_graphs = self._cuda.use_graphs
+        self._cuda.use_graphs = False
+        try:
+            self.push(0, audio)
+            n = self.frames_ready(0)
+            got = self.backend.asnumpy(self.log_mel_window(0, 0, n))
+            got_mfcc = self.backend.asnumpy(self.mfcc_window(0, 0, n)) if self.n_mfcc else None
+        finally:
+            self._cuda.use_graphs = use_graphs
+            self.reset(0)
+        want = ref.log_mel_spectrogram(audio, self.n_mels)[:, :n]
+        err = float(np.abs(got - want).max())
+        if self.n_mfcc:
+            err = max(err, float(np.abs(got_mfcc - ref.mfcc(want, self.n_mfcc)).max()))
+        if not err < 1e-3:
+            raise RuntimeError(f"CUDA kernels disagree with the NumPy specification (max error {err:.2e})")
+
+    # ----------------------------------------------------------------------------------
+    def frames_ready(self, stream_slot: int) -> int:
+        """Absolute count of log-mel frames this slot has produced since its last reset."""
+        return max(0, int(self._blocks[stream_slot]) - 1)
+
+    def samples_pushed(self, stream_slot: int) -> int:
+        return int(self._blocks[stream_slot]) * HOP
+
+    def oldest_frame(self, stream_slot: int) -> int:
+        """The oldest frame still in the slot's ring."""
+        return max(0, self.frames_ready(stream_slot) - self.ring_frames)
+
+    def reset(self, stream_slot: int) -> None:
+        """Forget the slot's audio: the next push starts a new stream (frame 0 again)."""
+        self._check_slot(stream_slot)
+        self._blocks[stream_slot] = 0
+        with self._context():
+            self._history[stream_slot] = 0
+
+    def push(self, stream_slot: int, samples) -> None:
+        """Append whole 10 ms frames (``len % 160 == 0``) to one stream."""
+        self.push_batch([stream_slot], samples.reshape(1, -1))
+
+    def push_batch(self, stream_slots, samples) -> None:
+        """Append ``samples[i]`` (same number of whole 10 ms frames per row) to stream
+        ``stream_slots[i]``. ``samples`` is ``[B, 160 F]`` float32, on the host or the device."""
+        slots = np.asarray(stream_slots, dtype=np.int64).reshape(-1)
+        if samples.ndim != 2 or samples.shape[0] != slots.shape[0]:
+            raise ValueError(f"samples must be [len(stream_slots), n], got {samples.shape}")
+        if slots.size == 0:
+            return
+        if slots.size > self.max_streams or len(set(slots.tolist())) != slots.size:
+            raise ValueError("stream_slots must be distinct and at most max_streams")
+        if slots.min() < 0 or slots.max() >= self.max_streams:
+            raise ValueError(f"stream slots must be in 0..{self.max_streams - 1}")
+        n = samples.shape[1]
+        if n % HOP:
+            raise ValueError(f"push whole 10 ms frames: {n} samples is not a multiple of {HOP}")
+        total_frames = n // HOP
+        for start in range(0, total_frames, self.max_push_frames):
+            frames = min(self.max_push_frames, total_frames - start)
+            chunk = samples[:, start * HOP : (start + frames) * HOP]
+            b0 = self._blocks[slots].copy()
+            if self._cuda is not None:
+                self._cuda.push(slots, b0, chunk, frames)
+            else:
+                self._push_generic(slots, b0, chunk, frames)
+            self._blocks[slots] += frames
+
+    def log_mel_window(self, stream_slot: int, first_frame: int, n_frames: int, out=None):
+        """Raw log-mel frames ``first_frame .. first_frame + n_frames - 1`` of a stream as a
+        back-end array ``[n_mels, n_frames]`` (into ``out`` when given, e.g. a row of a model's
+        batch buffer). Ordered after all pushes on the caller's current CUDA stream."""
+        return self._window(self._mel_ring, self.n_mels, stream_slot, first_frame, n_frames, out)
+
+    def mfcc_window(self, stream_slot: int, first_frame: int, n_frames: int, out=None):
+        """MFCC frames ``[n_mfcc, n_frames]``, like :meth:`log_mel_window`."""
+        if not self.n_mfcc:
+            raise ValueError("this StreamingFeatures computes no MFCC (n_mfcc=0)")
+        return self._window(self._mfcc_ring, self.n_mfcc, stream_slot, first_frame, n_frames, out)
+
+    def synchronize(self) -> None:
+        """Wait until every queued push has finished (for timing, or before a foreign library
+        reads the rings from another CUDA stream)."""
+        if self._cuda is not None:
+            self._cuda.stream.synchronize()
+        self.backend.synchronize()
+
+    # ----------------------------------------------------------------------------------
+    def _check_slot(self, stream_slot: int) -> None:
+        if not 0 <= stream_slot < self.max_streams:
+            raise ValueError(f"stream slot must be in 0..{self.max_streams - 1}, got {stream_slot}")
+
+    def _context(self):
+        return self._cuda.stream if self._cuda is not None else self.backend.activate()
+
+    def _window(self, ring, width, stream_slot, first_frame, n_frames, out):
+        self._check_slot(stream_slot)
+        ready = self.frames_ready(stream_slot)
+        oldest = self.oldest_frame(stream_slot)
+        if n_frames < 0 or first_frame < oldest or first_frame + n_frames > ready:
+            raise ValueError(
+                f"frames {first_frame}..{first_frame + n_frames - 1} of slot {stream_slot} are not in "
+                f"the ring (it holds {oldest}..{ready - 1})"
+            )
+        xp = self.xp
+        with self._context():
+            if out is None:
+                out = xp.empty((width, n_frames), dtype=xp.float32)
+            elif out.shape != (width, n_frames):
+                raise ValueError(f"out must be {(width, n_frames)}, got {out.shape}")
+            col = first_frame % self.ring_frames
+            first_part = min(n_frames, self.ring_frames - col)
+            out[:, :first_part] = ring[stream_slot, col : col + first_part, :width].T
+            if first_part < n_frames:
+                out[:, first_part:] = ring[stream_slot, : n_frames - first_part, :width].T
+        if self._cuda is not None:
+            self._cuda.order_after_pushes()
+        return out
+
+    def _push_generic(self, slots: np.ndarray, b0: np.ndarray, samples, frames: int) -> None:
+        """Array-op twin of the CUDA kernels (NumPy, or CuPy when the kernels are unusable)."""
+        xp = self.xp
+        with self.backend.activate():
+            samples = xp.asarray(samples, dtype=xp.float32)
+            n_new = frames * HOP
+            slots_x = xp.asarray(slots)
+            ext = xp.concatenate([self._history[slots_x], samples], axis=1)  # x[160 b0 - 360 ..)
+            # Each row's reflect-padded signal from its first new frame's window on.
+            k = np.arange(n_new + N_FFT - HOP, dtype=np.int64)
+            q = (HOP * (b0 - 1))[:, None] + k[None, :]
+            e = np.abs(q - HALF) - (HOP * b0 - HISTORY)[:, None]
+            e = np.clip(e, 0, HISTORY + n_new - 1)  # out of range only for frames not emitted
+            padded = xp.take_along_axis(ext, xp.asarray(e), axis=1)
+            window_idx = (np.arange(frames) * HOP)[:, None] + np.arange(N_FFT)[None, :]
+            windows = padded[:, xp.asarray(window_idx)] * self._hann  # [B, F, 400]
+            spectrum = xp.fft.rfft(windows, axis=-1)
+            power = (spectrum.real * spectrum.real + spectrum.imag * spectrum.imag).astype(xp.float32)
+            log_mel = xp.log10(xp.maximum(power @ self._filters_t, xp.float32(ref.LOG_FLOOR)))
+            t = (b0 - 1)[:, None] + np.arange(frames)[None, :]  # [B, F]
+            valid = t >= 0
+            rows, cols = np.nonzero(valid)
+            ring_slots = xp.asarray(slots[rows])
+            ring_cols = xp.asarray(t[rows, cols] % self.ring_frames)
+            rows_x, cols_x = xp.asarray(rows), xp.asarray(cols)
+            emitted = log_mel[rows_x, cols_x]  # [V, n_mels]
+            self._mel_ring[ring_slots, ring_cols] = emitted
+            if self.n_mfcc:
+                self._mfcc_ring[ring_slots, ring_cols, : self.n_mfcc] = emitted @ self._dct_t
+            self._history[slots_x] = ext[:, -HISTORY:]
+
+
+class _CudaPath:
+    """Buffers, cuFFT plans, kernels and CUDA graphs of the CuPy fast path.
+
+    FFT modes: ``"overlap"`` — one cuFFT plan reads the frames straight out of the padded
+    signal (input distance 160 < length 400); ``"framed"`` — the frames are first gathered into
+    a buffer (2.5x the bytes), for a cuFFT that refuses overlapping input.
+    """
+
+    def __init__(self, owner: StreamingFeatures, filters: np.ndarray, use_graphs: bool) -> None:
+        backend = owner.backend
+        cp = backend.xp
+        self.owner = owner
+        self.cp = cp
+        with backend.activate():
+            import cupyx  # noqa: PLC0415 - pinned host buffers; only reached with CuPy present
+            from cupy.cuda import cufft  # noqa: PLC0415
+
+            self.cufft = cufft
+            self.runtime = cp.cuda.runtime
+            self.stream = cp.cuda.Stream(non_blocking=True)
+            module = cp.RawModule(code=_KERNELS_SRC)
+            self.k_stage = module.get_function("captioner_stage")
+            self.k_logmel = module.get_function("captioner_logmel")
+            nz = filters > 0
+            self.bin_lo = cp.asarray(nz.argmax(axis=1).astype(np.int32))
+            self.bin_hi = cp.asarray((N_BINS - nz[:, ::-1].argmax(axis=1)).astype(np.int32))
+            self.filters = cp.asarray(filters)
+            dct = ref.dct_matrix(owner.n_mfcc, owner.n_mels) if owner.n_mfcc else np.zeros((1, owner.n_mels), np.float32)
+            self.dct = cp.asarray(dct)
+            s, f = owner.max_streams, owner.max_push_frames
+            self.frames_per_row_max = f + 2
+            self.samples_dev = cp.zeros(s * f * HOP, dtype=cp.float32)
+            self.params_dev = cp.zeros(2 * s, dtype=cp.int64)
+            self.padded = cp.zeros(s * self.frames_per_row_max * HOP + N_FFT, dtype=cp.float32)
+            self.spectrum = cp.zeros(s * self.frames_per_row_max * N_BINS, dtype=cp.complex64)
+            self.frames_buf = None  # only in "framed" mode
+            self.samples_host = cupyx.empty_pinned((s * f * HOP,), dtype=np.float32)
+            self.params_host = cupyx.empty_pinned((2 * s,), dtype=np.int64)
+            self.copies_done = cp.cuda.Event(disable_timing=True)
+            self.copies_done.record(self.stream)
+        self.plans: dict[tuple[int, int], object] = {}
+        self.frame_index: dict[tuple[int, int], object] = {}
+        self.graphs: dict[tuple[int, int], object] = {}
+        self.use_graphs = use_graphs
+        self.mode = "overlap"
+        try:
+            self._check_fft()
+        except Exception as exc:
+            owner.kernel_error = f"overlapping cuFFT layout unusable ({type(exc).__name__}: {exc}); frames gathered instead"
+            self.mode = "framed"
+            self.plans.clear()
+            self.frames_buf = cp.zeros(s * self.frames_per_row_max * N_FFT, dtype=cp.float32)
+            self._check_fft()
+
+    # Frames of one row lie HOP apart in `padded`; rows are (F + 2) * HOP apart, so one plan
+    # reads the whole batch as B * (F + 2) frames (the last two of each row are discarded).
+    def _prepare(self, n_rows: int, frames: int):
+        key = (n_rows, frames)
+        plan = self.plans.get(key)
+        if plan is None:
+            cufft, cp = self.cufft, self.cp
+            batch = n_rows * (frames + 2)
+            with self.owner.backend.activate():
+                if self.mode == "overlap":
+                    plan = cufft.PlanNd(
+                        (N_FFT,), [N_FFT], 1, HOP, [N_BINS], 1, N_BINS, cufft.CUFFT_R2C, batch, "C", 0, N_BINS
+                    )
+                else:
+                    plan = cufft.Plan1d(N_FFT, cufft.CUFFT_R2C, batch)
+                    starts = np.arange(batch, dtype=np.int64) * HOP
+                    self.frame_index[key] = cp.asarray((starts[:, None] + np.arange(N_FFT)[None, :]).reshape(-1))
+            self.plans[key] = plan
+        return plan
+
+    def _fft(self, n_rows: int, frames: int) -> None:
+        plan = self._prepare(n_rows, frames)
+        batch = n_rows * (frames + 2)
+        padded = self.padded[: batch * HOP + N_FFT - HOP]
+        spectrum = self.spectrum[: batch * N_BINS]
+        if self.mode == "overlap":
+            plan.fft(padded, spectrum, self.cufft.CUFFT_FORWARD)
+        else:
+            framed = self.frames_buf[: batch * N_FFT]
+            self.cp.take(self.padded, self.frame_index[(n_rows, frames)], out=framed)
+            plan.fft(framed, spectrum, self.cufft.CUFFT_FORWARD)
+
+    def _launch(self, samples, n_rows: int, frames: int) -> None:
+        """Queue stage -> FFT -> log-mel on the current stream (also while capturing a graph)."""
+        owner = self.owner
+        k = frames + 2
+        i32 = np.int32
+        params = self.params_dev[: 2 * n_rows]
+        self.k_stage(
+            (n_rows,), (_STAGE_THREADS,),
+            (samples, params, owner._history, self.padded, i32(n_rows), i32(frames * HOP), i32(k * HOP)),
+        )
+        self._fft(n_rows, frames)
+        self.k_logmel(
+            (n_rows * frames,), (_LOGMEL_THREADS,),
+            (
+                self.spectrum, params, self.filters, self.bin_lo, self.bin_hi, self.dct,
+                owner._mel_ring, owner._mfcc_ring, i32(n_rows), i32(frames), i32(k),
+                i32(owner.ring_frames), i32(owner.n_mels), i32(owner.n_mfcc),
+            ),
+        )
+
+    def _copy_params(self, n_rows: int) -> None:
+        self.runtime.memcpyAsync(
+            self.params_dev.data.ptr, self.params_host.ctypes.data, 2 * n_rows * 8,
+            self.runtime.memcpyHostToDevice, self.stream.ptr,
+        )
+
+    def _copy_samples(self, n_rows: int, frames: int) -> None:
+        self.runtime.memcpyAsync(
+            self.samples_dev.data.ptr, self.samples_host.ctypes.data, n_rows * frames * HOP * 4,
+            self.runtime.memcpyHostToDevice, self.stream.ptr,
+        )
+
+    def push(self, slots: np.ndarray, b0: np.ndarray, samples, frames: int) -> None:
+        cp = self.cp
+        n_rows = slots.size
+        # The pinned buffers are read by the previous push's copies until those have run.
+        self.copies_done.synchronize()
+        self.params_host[:n_rows] = slots
+        self.params_host[n_rows : 2 * n_rows] = b0
+        with self.owner.backend.activate(), self.stream:
+            if isinstance(samples, cp.ndarray):
+                source = cp.ascontiguousarray(samples, dtype=cp.float32)
+                self._copy_params(n_rows)
+                self.copies_done.record(self.stream)
+                self._launch(source, n_rows, frames)
+                return
+            n_samples = n_rows * frames * HOP
+            np.copyto(self.samples_host[:n_samples].reshape(n_rows, frames * HOP), samples, casting="same_kind")
+            graph = self._graph(n_rows, frames) if self.use_graphs else None
+            if graph is not None:
+                graph.launch(self.stream)
+            else:
+                self._copy_params(n_rows)
+                self._copy_samples(n_rows, frames)
+                self._launch(self.samples_dev, n_rows, frames)
+            self.copies_done.record(self.stream)
+
+    def _graph(self, n_rows: int, frames: int):
+        """The whole push (copies from the pinned buffers + kernels) as one CUDA graph."""
+        key = (n_rows, frames)
+        if key in self.graphs:
+            return self.graphs[key]
+        self._prepare(n_rows, frames)  # plan creation allocates: never inside a capture
+        self.stream.synchronize()
+        graph = None
+        try:
+            self.stream.begin_capture()
+            try:
+                self._copy_params(n_rows)
+                self._copy_samples(n_rows, frames)
+                self._launch(self.samples_dev, n_rows, frames)
+            finally:
+                graph = self.stream.end_capture()
+            upload = getattr(graph, "upload", None)
+            if upload is not None:
+                upload(self.stream)
+        except Exception as exc:  # graphs are an optimisation: fall back to plain launches
+            self.owner.graph_error = f"{type(exc).__name__}: {exc}"
+            self.use_graphs = False
+            graph = None
+        self.graphs[key] = graph
+        return graph
+
+    def order_after_pushes(self) -> None:
+        """Make the caller's current stream wait for the pushes queued on ours."""
+        self.cp.cuda.get_current_stream().wait_event(self.stream.record())
+
+    def _check_fft(self) -> None:
+        """The chosen FFT layout against ``cupy.fft.rfft`` of explicit frames, so a cuFFT that
+        rejects the layout sends us elsewhere instead of giving wrong data."""
+        cp = self.cp
+        rng = np.random.default_rng(7)
+        n_rows = min(2, self.owner.max_streams)
+        frames = min(3, self.owner.max_push_frames)
+        batch = n_rows * (frames + 2)
+        with self.owner.backend.activate(), self.stream:
+            n_in = batch * HOP + N_FFT - HOP
+            self.padded[:n_in] = cp.asarray(rng.standard_normal(n_in).astype(np.float32))
+            self._fft(n_rows, frames)
+            idx = (np.arange(batch) * HOP)[:, None] + np.arange(N_FFT)[None, :]
+            expected = cp.fft.rfft(self.padded[cp.asarray(idx)], axis=-1)
+            got = self.spectrum[: batch * N_BINS].reshape(batch, N_BINS)
+            err = float(cp.abs(got - expected).max()) / max(float(cp.abs(expected).max()), 1e-30)
+            self.padded[...] = 0
+        self.stream.synchronize()
+        if not err < 1e-4:
+            raise RuntimeError(f"{self.mode} cuFFT plan disagrees with cupy.fft.rfft (rel. err {err:.2e})")
