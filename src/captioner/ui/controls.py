@@ -1,0 +1,277 @@
+"""Controls: sources (microphones, meeting/system audio monitors, files; several at once), model,
+language, translate, start/stop, clear.
+
+The panel knows devices only as values handed to it (``index``, ``name``, ``is_monitor``), so the
+UI never touches the audio library; the app lists the devices and turns a :class:`RunConfig`
+into a running pipeline.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QListWidget,
+    QListWidgetItem,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+BUILTIN_MODELS = ("tiny.en", "base")
+ENGLISH_ONLY_SUFFIX = ".en"
+LANGUAGES = (
+    ("auto", "Detect"), ("en", "English"), ("de", "German"), ("fr", "French"), ("es", "Spanish"),
+    ("it", "Italian"), ("pt", "Portuguese"), ("nl", "Dutch"), ("pl", "Polish"), ("ru", "Russian"),
+    ("uk", "Ukrainian"), ("tr", "Turkish"), ("ar", "Arabic"), ("hi", "Hindi"), ("ja", "Japanese"),
+    ("ko", "Korean"), ("zh", "Chinese"),
+)
+AUDIO_FILE_FILTER = "Audio (*.wav *.flac *.ogg *.mp3 *.m4a *.opus);;All files (*)"
+_FOLDER_ITEM = "Folder…"
+
+
+@dataclass(frozen=True)
+class SourceChoice:
+    """One source to caption. ``kind`` is "device" (``device`` is its index or name, ``None`` for
+    the default input) or "file" (``path``)."""
+
+    kind: str
+    stream: str
+    label: str
+    device: int | str | None = None
+    path: str | None = None
+
+    def key(self) -> str:
+        """Stable text form, for settings."""
+        if self.kind == "file":
+            return f"file:{self.path}"
+        return f"device:{'' if self.device is None else self.device}"
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    sources: tuple[SourceChoice, ...]
+    model: str = "tiny.en"
+    language: str = "auto"
+    translate: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+DEFAULT_INPUT = SourceChoice("device", "Me", "Default microphone", device=None)
+
+
+def stream_label_for(device: Any) -> str:
+    return "Meeting" if getattr(device, "is_monitor", False) else "Me"
+
+
+class ControlPanel(QWidget):
+    """GUI thread only. Emits :attr:`start_requested` with a :class:`RunConfig`."""
+
+    start_requested = Signal(object)
+    stop_requested = Signal()
+    clear_requested = Signal()
+    refresh_requested = Signal()
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self._running = False
+
+        sources_box = QGroupBox("Sources")
+        self.source_list = QListWidget()
+        self.source_list.setObjectName("sourceList")
+        self.source_list.setMinimumHeight(120)
+        self.add_file_button = QPushButton("Add file…")
+        self.refresh_button = QPushButton("Refresh")
+        self.add_file_button.clicked.connect(self._pick_file)
+        self.refresh_button.clicked.connect(self.refresh_requested)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.add_file_button)
+        buttons.addWidget(self.refresh_button)
+        box_layout = QVBoxLayout(sources_box)
+        box_layout.addWidget(self.source_list)
+        box_layout.addLayout(buttons)
+
+        model_box = QGroupBox("Model")
+        self.model_combo = QComboBox()
+        self.model_combo.setObjectName("modelCombo")
+        for name in BUILTIN_MODELS:
+            self.model_combo.addItem(name, name)
+        self.model_combo.addItem(_FOLDER_ITEM, None)
+        self.model_combo.activated.connect(self._on_model_activated)
+        self.language_combo = QComboBox()
+        for code, name in LANGUAGES:
+            self.language_combo.addItem(f"{name} ({code})" if code != "auto" else name, code)
+        self.translate_check = QCheckBox("Translate to English")
+        form = QFormLayout(model_box)
+        form.addRow("Model", self.model_combo)
+        form.addRow("Language", self.language_combo)
+        form.addRow("", self.translate_check)
+        self.model_combo.currentIndexChanged.connect(self._update_language_enabled)
+
+        self.start_button = QPushButton("Start")
+        self.start_button.setObjectName("startButton")
+        self.start_button.setMinimumHeight(36)
+        self.start_button.clicked.connect(self._on_start_stop)
+        self.clear_button = QPushButton("Clear")
+        self.clear_button.clicked.connect(self.clear_requested)
+        run_row = QHBoxLayout()
+        run_row.addWidget(self.start_button, 2)
+        run_row.addWidget(self.clear_button, 1)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(sources_box, 1)
+        layout.addWidget(model_box)
+        layout.addLayout(run_row)
+        self.set_devices([])
+        self._update_language_enabled()
+
+    # -- sources ---------------------------------------------------------------------------
+
+    def set_devices(self, devices: Iterable[Any], checked_keys: Iterable[str] | None = None) -> None:
+        """Lists the default input, each device (monitors as "Meeting"), and any added files.
+
+        ``devices``: values with ``name``, ``is_monitor`` and ``open_as`` (or ``index``), such as
+        ``captioner.audio.devices.InputDevice``."""
+        previous = set(checked_keys) if checked_keys is not None else {c.key() for c in self.selected_sources()}
+        files = [self.source_list.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.source_list.count())]
+        files = [c for c in files if c is not None and c.kind == "file"]
+        self.source_list.clear()
+        choices = [DEFAULT_INPUT]
+        for device in devices:
+            stream = stream_label_for(device)
+            kind = "meeting audio" if stream == "Meeting" else "microphone"
+            # ``open_as`` is what the audio layer opens (a PortAudio index, or "pulse:NAME").
+            open_as = getattr(device, "open_as", getattr(device, "index", None))
+            choices.append(SourceChoice("device", stream, f"{device.name}  ({kind})", device=open_as))
+        for key in previous:
+            if key.startswith("file:") and not any(f.key() == key for f in files):
+                path = key[len("file:"):]
+                if path:
+                    files.append(_file_choice(path))
+        choices.extend(files)
+        for choice in choices:
+            item = QListWidgetItem(f"[{choice.stream}] {choice.label}")
+            item.setData(Qt.ItemDataRole.UserRole, choice)
+            item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+            item.setCheckState(Qt.CheckState.Checked if choice.key() in previous else Qt.CheckState.Unchecked)
+            item.setToolTip(choice.path or str(choice.device if choice.device is not None else "system default"))
+            self.source_list.addItem(item)
+        if not self.selected_sources():
+            self.source_list.item(0).setCheckState(Qt.CheckState.Checked)
+
+    def add_file(self, path: str, checked: bool = True) -> SourceChoice:
+        choice = _file_choice(path)
+        item = QListWidgetItem(f"[{choice.stream}] {choice.label}")
+        item.setData(Qt.ItemDataRole.UserRole, choice)
+        item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
+        item.setCheckState(Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked)
+        item.setToolTip(path)
+        self.source_list.addItem(item)
+        return choice
+
+    def select_only(self, keys: Iterable[str]) -> None:
+        wanted = set(keys)
+        for i in range(self.source_list.count()):
+            item = self.source_list.item(i)
+            on = item.data(Qt.ItemDataRole.UserRole).key() in wanted
+            item.setCheckState(Qt.CheckState.Checked if on else Qt.CheckState.Unchecked)
+
+    def selected_sources(self) -> list[SourceChoice]:
+        out = []
+        for i in range(self.source_list.count()):
+            item = self.source_list.item(i)
+            if item.checkState() == Qt.CheckState.Checked:
+                out.append(item.data(Qt.ItemDataRole.UserRole))
+        return out
+
+    def _pick_file(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Caption an audio file", "", AUDIO_FILE_FILTER)
+        if path:
+            self.add_file(path)
+
+    # -- model -----------------------------------------------------------------------------
+
+    def model(self) -> str:
+        return self.model_combo.currentData() or "tiny.en"
+
+    def set_model(self, name_or_path: str) -> None:
+        index = self.model_combo.findData(name_or_path)
+        if index < 0:
+            index = self.model_combo.count() - 1  # before "Folder…"
+            self.model_combo.insertItem(index, Path(name_or_path).name or name_or_path, name_or_path)
+            self.model_combo.setItemData(index, name_or_path, Qt.ItemDataRole.ToolTipRole)
+        self.model_combo.setCurrentIndex(index)
+
+    def _on_model_activated(self, index: int) -> None:
+        if self.model_combo.itemData(index) is not None:
+            return
+        folder = QFileDialog.getExistingDirectory(self, "A CTranslate2 Whisper model folder")
+        if folder:
+            self.set_model(folder)
+        else:
+            self.model_combo.setCurrentIndex(0)
+
+    def _update_language_enabled(self) -> None:
+        english_only = self.model().endswith(ENGLISH_ONLY_SUFFIX)
+        self.language_combo.setEnabled(not english_only)
+        self.translate_check.setEnabled(not english_only)
+        tip = "This model knows English only." if english_only else ""
+        self.language_combo.setToolTip(tip)
+        self.translate_check.setToolTip(tip)
+
+    def language(self) -> str:
+        return self.language_combo.currentData() if self.language_combo.isEnabled() else "en"
+
+    def set_language(self, code: str) -> None:
+        index = self.language_combo.findData(code)
+        self.language_combo.setCurrentIndex(max(0, index))
+
+    def translate(self) -> bool:
+        return self.translate_check.isEnabled() and self.translate_check.isChecked()
+
+    # -- run -------------------------------------------------------------------------------
+
+    def run_config(self) -> RunConfig:
+        return RunConfig(
+            sources=tuple(self.selected_sources()),
+            model=self.model(),
+            language=self.language(),
+            translate=self.translate(),
+        )
+
+    @property
+    def running(self) -> bool:
+        return self._running
+
+    def set_running(self, running: bool) -> None:
+        self._running = running
+        self.start_button.setText("Stop" if running else "Start")
+        for widget in (self.source_list, self.add_file_button, self.refresh_button, self.model_combo,
+                       self.language_combo, self.translate_check):
+            widget.setEnabled(not running)
+        if not running:
+            self._update_language_enabled()
+
+    def _on_start_stop(self) -> None:
+        if self._running:
+            self.stop_requested.emit()
+        else:
+            self.start_requested.emit(self.run_config())
+
+    def toggle(self) -> None:
+        self._on_start_stop()
+
+
+def _file_choice(path: str) -> SourceChoice:
+    stem = Path(path).stem or "file"
+    return SourceChoice("file", stem, os.path.basename(path), path=path)

@@ -1,0 +1,523 @@
+"""The performance dashboard: rolling 60 s plots of the pipeline and the GPU (pyqtgraph).
+
+Every curve is one PlotDataItem created once and updated with ``setData``; values arrive into
+bounded NumPy rings (:class:`RollingSeries`) from the GUI timer, and :meth:`Dashboard.refresh`
+redraws only when something new arrived, so the cost follows the data rate (a few Hz), capped by
+the timer (~30 Hz). Without an NVIDIA GPU the GPU plots say so and the CPU-load plot carries on.
+A recorded run (:mod:`captioner.trace`) is shown with the same plots over its whole length.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+from captioner.events import CaptionUpdate, PipelineStatus, TelemetrySample
+from captioner.trace import Trace, caption_latency_s
+from captioner.ui.theme import DARK, Theme
+
+WINDOW_S = 60.0
+TEMP_ALARM_C = 83.0
+VRAM_FREE_FLOOR = 0.15  # below 15% free the engine refuses new streams
+GIB = float(1 << 30)
+MAX_LEVEL_STREAMS = 4
+NA = "N/A"
+
+
+class RollingSeries:
+    """Time/value pairs in a bounded ring; NaN marks N/A (drawn as a gap)."""
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self.capacity = capacity
+        # Twice the capacity so that trimming is one copy every `capacity` appends.
+        self._t = np.empty(2 * capacity, dtype=np.float64)
+        self._v = np.empty(2 * capacity, dtype=np.float64)
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def append(self, t: float, value: float | None) -> None:
+        if self._n == self._t.shape[0]:
+            keep = self.capacity
+            self._t[:keep] = self._t[self._n - keep:self._n]
+            self._v[:keep] = self._v[self._n - keep:self._n]
+            self._n = keep
+        self._t[self._n] = t
+        self._v[self._n] = math.nan if value is None else float(value)
+        self._n += 1
+
+    def clear(self) -> None:
+        self._n = 0
+
+    def since(self, t_min: float) -> tuple[np.ndarray, np.ndarray]:
+        t = self._t[:self._n]
+        start = int(np.searchsorted(t, t_min, side="left"))
+        return t[start:], self._v[start:self._n]
+
+    def last(self) -> float | None:
+        if self._n == 0:
+            return None
+        v = self._v[self._n - 1]
+        return None if math.isnan(v) else float(v)
+
+
+@dataclass(frozen=True)
+class CurveSpec:
+    key: str
+    name: str
+    color: int  # index into the theme's curve colours; -1 = alarm colour
+    dashed: bool = False
+    width: float = 2.0
+
+
+@dataclass(frozen=True)
+class PlotSpec:
+    key: str
+    title: str
+    unit: str
+    curves: tuple[CurveSpec, ...]
+    gpu: bool = False
+
+
+PLOTS: tuple[PlotSpec, ...] = (
+    PlotSpec("frame", "Frame latency", "ms", (CurveSpec("frame_latency_ms", "frame", 0),)),
+    PlotSpec("step", "Model step", "ms", (CurveSpec("step_latency_ms", "step", 1),)),
+    PlotSpec("caption", "Caption latency", "s", (
+        CurveSpec("caption_partial_s", "shown", 0), CurveSpec("caption_final_s", "committed", 1))),
+    PlotSpec("vram", "VRAM", "GiB", (
+        CurveSpec("vram_process_gib", "process", 0), CurveSpec("vram_used_gib", "used", 1),
+        CurveSpec("vram_total_gib", "total", 2, dashed=True),
+        CurveSpec("vram_floor_gib", "15% free", -1, dashed=True, width=1.5)), gpu=True),
+    PlotSpec("temp", "GPU temperature", "°C", (CurveSpec("temperature_c", "temp", 1),), gpu=True),
+    PlotSpec("power", "Power", "W", (
+        CurveSpec("power_w", "draw", 1), CurveSpec("power_limit_w", "limit", -1, dashed=True, width=1.5)), gpu=True),
+    PlotSpec("sm_clock", "SM clock", "MHz", (CurveSpec("sm_clock_mhz", "SM", 3),), gpu=True),
+    PlotSpec("util", "GPU utilisation", "%", (CurveSpec("utilization_pct", "util", 2),), gpu=True),
+    PlotSpec("cpu", "CPU load", "%", (
+        CurveSpec("cpu_pct", "host (all cores)", 0), CurveSpec("process_cpu_pct", "captioner (1 core=100)", 1))),
+    PlotSpec("level", "Input level", "dBFS", tuple(
+        CurveSpec(f"level_{i}", f"stream {i}", i) for i in range(MAX_LEVEL_STREAMS))),
+    PlotSpec("dropped", "Dropped frames", "", (CurveSpec("dropped_frames", "dropped", -1),)),
+    PlotSpec("rtf", "Real-time factor", "×", (CurveSpec("real_time_factor", "RTF", 4),)),
+)
+
+_STATUS_KEYS = ("frame_latency_ms", "step_latency_ms", "dropped_frames", "real_time_factor")
+_TELEMETRY_KEYS = ("temperature_c", "power_w", "power_limit_w", "sm_clock_mhz", "utilization_pct",
+                   "cpu_pct", "process_cpu_pct")
+
+
+def _fmt(value: float | None, unit: str, digits: int = 0) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return NA
+    return f"{value:.{digits}f}{unit}"
+
+
+def percentile(values: np.ndarray, q: float) -> float | None:
+    finite = values[np.isfinite(values)]
+    return float(np.percentile(finite, q)) if finite.size else None
+
+
+def telemetry_readout(sample: TelemetrySample | None) -> str:
+    """One line of current GPU and CPU figures, "N/A" for each value that could not be read."""
+    if sample is None:
+        return "GPU: waiting for telemetry…"
+    gib = (lambda b: None if b is None else b / GIB)
+    parts = [
+        f"GPU: {sample.gpu_name or 'no NVIDIA GPU (' + NA + ')'}",
+        f"temp {_fmt(sample.temperature_c, ' °C')}"
+        + (f" (slowdown {_fmt(sample.slowdown_temp_c, ' °C')})" if sample.slowdown_temp_c is not None else ""),
+        f"power {_fmt(sample.power_w, '')}/{_fmt(sample.power_limit_w, ' W')}",
+        f"SM {_fmt(sample.sm_clock_mhz, ' MHz')}",
+        f"util {_fmt(sample.utilization_pct, '%')}",
+        f"VRAM {_fmt(gib(sample.vram_used_bytes), '', 1)}/{_fmt(gib(sample.vram_total_bytes), ' GiB', 1)}"
+        f" (process {_fmt(gib(sample.vram_process_bytes), ' GiB', 2)})",
+        f"CPU {_fmt(sample.cpu_pct, '%')} (captioner {_fmt(sample.process_cpu_pct, '%')})",
+    ]
+    return "  ·  ".join(parts)
+
+
+class Dashboard(QWidget):
+    """GUI thread only: feed it with :meth:`add_status`, :meth:`add_telemetry`,
+    :meth:`add_captions`, and call :meth:`refresh` from a timer."""
+
+    def __init__(self, theme: Theme = DARK, window_s: float = WINDOW_S, parent=None) -> None:
+        super().__init__(parent)
+        self.setObjectName("dashboard")
+        self.window_s = window_s
+        self._theme = theme
+        self._series: dict[str, RollingSeries] = {}
+        self._dirty = False
+        self._now_s: float | None = None
+        self._latest_sample: TelemetrySample | None = None
+        self._latest_status: PipelineStatus | None = None
+        self._level_streams: tuple[str, ...] = ()
+        self._gpu_present: bool | None = None
+        self.trace: Trace | None = None
+        self.trace_name = ""
+        self.redraws = 0
+        self._title_values: dict[str, str] = {}
+
+        self.readout = QLabel(telemetry_readout(None))
+        self.readout.setObjectName("telemetryReadout")
+        self.readout.setWordWrap(True)
+        self.mode_label = QLabel(f"Live · last {window_s:.0f} s (x axis: seconds from now)")
+        self.live_button = QPushButton("Back to live")
+        self.live_button.setVisible(False)
+        self.live_button.clicked.connect(self.show_live)
+        top = QHBoxLayout()
+        top.addWidget(self.mode_label)
+        top.addStretch(1)
+        top.addWidget(self.live_button)
+
+        pg.setConfigOptions(antialias=False)  # antialiasing costs CPU on every redraw
+        self.graphics = pg.GraphicsLayoutWidget()
+        self.graphics.setObjectName("dashboardPlots")
+        self.plots: dict[str, pg.PlotItem] = {}
+        self.curves: dict[str, pg.PlotDataItem] = {}
+        self.plot_values: dict[str, pg.LabelItem] = {}
+        self.na_labels: dict[str, pg.TextItem] = {}
+        self._build_plots()
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addLayout(top)
+        layout.addWidget(self.readout)
+        layout.addWidget(self.graphics, 1)
+        self.set_theme(theme)
+
+    # -- construction ----------------------------------------------------------------------
+
+    def _build_plots(self) -> None:
+        columns = 4
+        first: pg.PlotItem | None = None
+        for i, spec in enumerate(PLOTS):
+            plot = self.graphics.addPlot(row=i // columns, col=i % columns)
+            plot.setMenuEnabled(False)
+            plot.hideButtons()
+            plot.showGrid(x=True, y=True)
+            plot.setClipToView(True)
+            plot.setDownsampling(auto=True, mode="peak")
+            plot.setXRange(-self.window_s, 0, padding=0)
+            plot.enableAutoRange(axis="y")
+            plot.getAxis("bottom").setHeight(20)
+            plot.getAxis("left").setWidth(44)
+            if first is None:
+                first = plot
+            else:
+                plot.setXLink(first)
+            legend = plot.addLegend(offset=(4, 2), labelTextSize="8pt", verSpacing=-6) if len(spec.curves) > 1 else None
+            for curve_spec in spec.curves:
+                item = plot.plot(name=curve_spec.name, connect="finite")
+                if curve_spec.key.startswith("caption_"):
+                    item.setSymbol("o")  # one point per caption: sparse, so mark each
+                    item.setSymbolSize(5)
+                if legend is not None and curve_spec.key.startswith("level_"):
+                    legend.removeItem(item)  # level curves are named after their streams when known
+                self.curves[curve_spec.key] = item
+            na = pg.TextItem("", anchor=(0.5, 0.5))
+            na.setParentItem(plot.getViewBox())
+            na.setZValue(50)
+            self.na_labels[spec.key] = na
+            self.plots[spec.key] = plot
+        temp = self.plots["temp"]
+        self.temp_alarm_line = pg.InfiniteLine(pos=TEMP_ALARM_C, angle=0, movable=False,
+                                               label=f"{TEMP_ALARM_C:.0f} °C", labelOpts={"position": 0.08})
+        self.slowdown_line = pg.InfiniteLine(pos=0, angle=0, movable=False, label="slowdown",
+                                             labelOpts={"position": 0.25})
+        self.slowdown_line.setVisible(False)
+        temp.addItem(self.temp_alarm_line, ignoreBounds=False)
+        temp.addItem(self.slowdown_line, ignoreBounds=True)
+        self.rtf_line = pg.InfiniteLine(pos=1.0, angle=0, movable=False, label="real time",
+                                        labelOpts={"position": 0.1})
+        self.plots["rtf"].addItem(self.rtf_line)
+        for spec in PLOTS:
+            self._set_title(spec, NA if spec.key != "caption" else "")
+
+    def set_theme(self, theme: Theme) -> None:
+        self._theme = theme
+        self.graphics.setBackground(theme.plot_background)
+        fg = theme.plot_foreground
+        for spec in PLOTS:
+            plot = self.plots[spec.key]
+            for axis in ("left", "bottom"):
+                plot.getAxis(axis).setPen(fg)
+                plot.getAxis(axis).setTextPen(fg)
+            for curve_spec in spec.curves:
+                color = theme.alarm if curve_spec.color < 0 else theme.curve_colors[curve_spec.color % len(theme.curve_colors)]
+                style = Qt.PenStyle.DashLine if curve_spec.dashed else Qt.PenStyle.SolidLine
+                curve = self.curves[curve_spec.key]
+                curve.setPen(pg.mkPen(color, width=curve_spec.width, style=style))
+                if curve_spec.key.startswith("caption_"):
+                    curve.setSymbolBrush(color)
+                    curve.setSymbolPen(None)
+            self.na_labels[spec.key].setColor(theme.dim_text)
+        alarm = pg.mkPen(theme.alarm, width=1.5, style=Qt.PenStyle.DashLine)
+        self.temp_alarm_line.setPen(alarm)
+        self.temp_alarm_line.label.setColor(theme.alarm)
+        self.slowdown_line.setPen(pg.mkPen("#f08c00", width=1.5, style=Qt.PenStyle.DotLine))
+        self.slowdown_line.label.setColor("#f08c00")
+        self.rtf_line.setPen(pg.mkPen(theme.dim_text, width=1, style=Qt.PenStyle.DashLine))
+        self.rtf_line.label.setColor(theme.dim_text)
+        for spec in PLOTS:
+            self._set_title(spec, self._title_values.get(spec.key, NA), force=True)
+        self._dirty = True
+
+    def _set_title(self, spec: PlotSpec, value_text: str, force: bool = False) -> None:
+        if self._title_values.get(spec.key) == value_text and not force:
+            return  # setTitle re-lays out the plot: skip it when nothing changed
+        self._title_values[spec.key] = value_text
+        unit = f" ({spec.unit})" if spec.unit else ""
+        fg, dim = self._theme.plot_foreground, self._theme.dim_text
+        self.plots[spec.key].setTitle(
+            f'<span style="color:{fg}">{spec.title}{unit}</span>'
+            f'&nbsp;&nbsp;<span style="color:{dim}">{value_text}</span>',
+            size="9pt",
+        )
+
+    def title_text(self, key: str) -> str:
+        """The value part of a plot's title (e.g. "41 °C", "N/A")."""
+        return self._title_values.get(key, "")
+
+    # -- feeding ---------------------------------------------------------------------------
+
+    def _series_for(self, key: str) -> RollingSeries:
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = RollingSeries()
+        return series
+
+    def _advance(self, t: float) -> None:
+        if self._now_s is None or t > self._now_s:
+            self._now_s = t
+
+    def add_telemetry(self, sample: TelemetrySample) -> None:
+        self._latest_sample = sample
+        self._gpu_present = sample.gpu_name is not None
+        t = sample.time_s
+        for key in _TELEMETRY_KEYS:
+            self._series_for(key).append(t, getattr(sample, key))
+        gib = (lambda b: None if b is None else b / GIB)
+        self._series_for("vram_process_gib").append(t, gib(sample.vram_process_bytes))
+        self._series_for("vram_used_gib").append(t, gib(sample.vram_used_bytes))
+        self._series_for("vram_total_gib").append(t, gib(sample.vram_total_bytes))
+        floor = None if sample.vram_total_bytes is None else (1 - VRAM_FREE_FLOOR) * sample.vram_total_bytes / GIB
+        self._series_for("vram_floor_gib").append(t, floor)
+        self._advance(t)
+        self._dirty = True
+
+    def add_status(self, status: PipelineStatus) -> None:
+        self._latest_status = status
+        t = status.time_s
+        for key in _STATUS_KEYS:
+            self._series_for(key).append(t, getattr(status, key))
+        if status.streams and status.streams != self._level_streams:
+            self._level_streams = tuple(status.streams[:MAX_LEVEL_STREAMS])
+        for i in range(MAX_LEVEL_STREAMS):
+            level = status.input_levels_dbfs[i] if i < len(status.input_levels_dbfs) else None
+            if level is not None and not math.isfinite(level):
+                level = None
+            if level is not None or len(self._series_for(f"level_{i}")):
+                self._series_for(f"level_{i}").append(t, level)
+        self._advance(t)
+        self._dirty = True
+
+    def add_captions(self, updates: list[CaptionUpdate], now_s: float) -> None:
+        """``now_s``: when the updates were drained (time.monotonic), their x on the plot."""
+        for update in updates:
+            key = "caption_final_s" if update.kind == "final" else "caption_partial_s"
+            self._series_for(key).append(now_s, caption_latency_s(update))
+        if updates:
+            self._advance(now_s)
+            self._dirty = True
+
+    def clear(self) -> None:
+        for series in self._series.values():
+            series.clear()
+        self._now_s = None
+        self._dirty = True
+
+    # -- drawing ---------------------------------------------------------------------------
+
+    @property
+    def gpu_present(self) -> bool | None:
+        """None until the first telemetry sample says."""
+        return self._gpu_present
+
+    def refresh(self, force: bool = False) -> bool:
+        """Redraws if anything changed; returns whether it did. Called by the GUI timer."""
+        if self.trace is not None or not (self._dirty or force):
+            return False
+        if not self.isVisible() and not force:
+            return False  # keep the data; draw when shown
+        self._dirty = False
+        self.redraws += 1
+        now = self._now_s if self._now_s is not None else 0.0
+        t_min = now - self.window_s
+        for spec in PLOTS:
+            for curve_spec in spec.curves:
+                series = self._series.get(curve_spec.key)
+                if series is None or not len(series):
+                    self.curves[curve_spec.key].setData([], [])
+                    continue
+                t, v = series.since(t_min)
+                self.curves[curve_spec.key].setData(t - now, v, connect="finite")
+        self._update_titles()
+        self._update_na_labels()
+        return True
+
+    def _last(self, key: str) -> float | None:
+        series = self._series.get(key)
+        return None if series is None else series.last()
+
+    def _update_titles(self) -> None:
+        specs = {s.key: s for s in PLOTS}
+        sample = self._latest_sample
+        self._set_title(specs["frame"], _fmt(self._last("frame_latency_ms"), " ms", 2))
+        self._set_title(specs["step"], _fmt(self._last("step_latency_ms"), " ms", 1))
+        self._set_title(specs["caption"], self.caption_percentiles_text())
+        self._set_title(specs["temp"], _fmt(self._last("temperature_c"), " °C"))
+        self._set_title(specs["power"], f"{_fmt(self._last('power_w'), '')} / {_fmt(self._last('power_limit_w'), ' W')}")
+        self._set_title(specs["sm_clock"], _fmt(self._last("sm_clock_mhz"), " MHz"))
+        self._set_title(specs["util"], _fmt(self._last("utilization_pct"), " %"))
+        self._set_title(specs["vram"], f"process {_fmt(self._last('vram_process_gib'), '', 2)} · used "
+                                       f"{_fmt(self._last('vram_used_gib'), '', 1)} / {_fmt(self._last('vram_total_gib'), '', 0)}")
+        self._set_title(specs["cpu"], f"{_fmt(self._last('cpu_pct'), ' %')} · app {_fmt(self._last('process_cpu_pct'), ' %')}")
+        self._set_title(specs["dropped"], _fmt(self._last("dropped_frames"), ""))
+        self._set_title(specs["rtf"], _fmt(self._last("real_time_factor"), "", 2))
+        levels = [self._last(f"level_{i}") for i in range(len(self._level_streams))]
+        self._set_title(specs["level"], " · ".join(
+            f"{name} {_fmt(level, '', 0)}" for name, level in zip(self._level_streams, levels)) or NA)
+        self._name_level_curves()
+        slowdown = sample.slowdown_temp_c if sample is not None else None
+        if slowdown is not None:
+            self.slowdown_line.setValue(slowdown)
+            self.slowdown_line.label.setFormat(f"slowdown {slowdown:.0f} °C")
+        self.slowdown_line.setVisible(slowdown is not None)
+        self.readout.setText(telemetry_readout(sample))
+
+    def _name_level_curves(self) -> None:
+        plot = self.plots["level"]
+        legend = plot.legend
+        if legend is None:
+            return
+        names = getattr(self, "_legend_level_names", ())
+        if names == self._level_streams:
+            return
+        for i in range(MAX_LEVEL_STREAMS):
+            legend.removeItem(self.curves[f"level_{i}"])
+        for i, name in enumerate(self._level_streams):
+            legend.addItem(self.curves[f"level_{i}"], name)
+        self._legend_level_names = self._level_streams
+
+    def caption_percentiles_text(self) -> str:
+        p50, p95 = self.caption_percentiles()
+        if p50 is None:
+            return "p50 N/A · p95 N/A"
+        return f"p50 {p50:.2f} s · p95 {p95:.2f} s"
+
+    def caption_percentiles(self) -> tuple[float | None, float | None]:
+        """p50/p95 of committed captions' latency in the visible window (or the whole trace)."""
+        if self.trace is not None:
+            values = np.array([caption_latency_s(c) for c in self.trace.final_captions()], dtype=np.float64)
+        else:
+            series = self._series.get("caption_final_s")
+            if series is None:
+                return None, None
+            now = self._now_s or 0.0
+            _, values = series.since(now - self.window_s)
+        return percentile(values, 50), percentile(values, 95)
+
+    def _update_na_labels(self) -> None:
+        no_gpu = self._gpu_present is False
+        for spec in PLOTS:
+            label = self.na_labels[spec.key]
+            text = ""
+            if spec.gpu and no_gpu:
+                text = "No NVIDIA GPU: N/A\n(CPU load is shown instead)"
+            elif spec.gpu and self._gpu_present and all(self._last(c.key) is None for c in spec.curves):
+                text = "N/A on this GPU"
+            if label.textItem.toPlainText() != text:
+                label.setText(text)
+            box = self.plots[spec.key].getViewBox().boundingRect()
+            label.setPos(box.width() / 2, box.height() / 2)
+
+    # -- traces ----------------------------------------------------------------------------
+
+    def show_trace(self, trace: Trace, name: str = "") -> None:
+        """Shows a recorded run over its whole length (live data keeps buffering meanwhile)."""
+        self.trace = trace
+        self.trace_name = name
+        t0 = trace.start_s()
+        telemetry = trace.telemetry
+        for key in _TELEMETRY_KEYS:
+            t, v = trace.telemetry_series(key)
+            self.curves[key].setData(t, v, connect="finite")
+        for key, attr in (("vram_process_gib", "vram_process_bytes"), ("vram_used_gib", "vram_used_bytes"),
+                          ("vram_total_gib", "vram_total_bytes")):
+            t, v = trace.telemetry_series(attr)
+            self.curves[key].setData(t, v / GIB, connect="finite")
+        t, total = trace.telemetry_series("vram_total_bytes")
+        self.curves["vram_floor_gib"].setData(t, (1 - VRAM_FREE_FLOOR) * total / GIB, connect="finite")
+        for key in _STATUS_KEYS:
+            t, v = trace.status_series(key)
+            self.curves[key].setData(t, v, connect="finite")
+        streams: tuple[str, ...] = ()
+        for status in trace.statuses:
+            if status.streams:
+                streams = tuple(status.streams[:MAX_LEVEL_STREAMS])
+                break
+        t_status = np.array([s.time_s - t0 for s in trace.statuses], dtype=np.float64)
+        for i in range(MAX_LEVEL_STREAMS):
+            v = np.array([s.input_levels_dbfs[i] if i < len(s.input_levels_dbfs) else np.nan for s in trace.statuses],
+                         dtype=np.float64)
+            v[~np.isfinite(v)] = np.nan
+            self.curves[f"level_{i}"].setData(t_status if i < len(streams) else [], v if i < len(streams) else [],
+                                              connect="finite")
+        self._level_streams = streams
+        for kind, key in (("partial", "caption_partial_s"), ("final", "caption_final_s")):
+            chosen = [c for c in trace.captions if c.kind == kind]
+            self.curves[key].setData(np.array([c.emitted_wall_s for c in chosen], dtype=np.float64),
+                                     np.array([caption_latency_s(c) for c in chosen], dtype=np.float64),
+                                     connect="finite")
+        last_sample = telemetry[-1] if telemetry else None
+        self._gpu_present = any(s.gpu_name for s in telemetry) if telemetry else None
+        duration = max(trace.duration_s(), 1.0)
+        self.plots[PLOTS[0].key].setXRange(0, duration, padding=0.01)
+        for spec in PLOTS:
+            self.plots[spec.key].enableAutoRange(axis="y")
+        saved = self._series, self._latest_sample
+        self._series = {}
+        for key in list(self.curves):
+            series = RollingSeries(4)
+            # Titles show the run's last values: feed each series its final point.
+            x, y = self.curves[key].getData()
+            if y is not None and len(y):
+                series.append(0.0, None if math.isnan(y[-1]) else float(y[-1]))
+            self._series[key] = series
+        self._latest_sample = last_sample
+        self._update_titles()
+        self._set_title(next(s for s in PLOTS if s.key == "caption"), self.caption_percentiles_text())
+        self._update_na_labels()
+        self._series, self._latest_sample = saved
+        meta = trace.meta
+        device = meta.get("device") or (last_sample.gpu_name if last_sample else None) or "?"
+        self.mode_label.setText(
+            f"Trace: {name or 'recorded run'} · {device} · {duration:.0f} s · recorded {trace.created_utc or '?'}"
+            " (x axis: seconds from the start)"
+        )
+        self.live_button.setVisible(True)
+
+    def show_live(self) -> None:
+        self.trace = None
+        self.trace_name = ""
+        self.mode_label.setText(f"Live · last {self.window_s:.0f} s (x axis: seconds from now)")
+        self.live_button.setVisible(False)
+        self.plots[PLOTS[0].key].setXRange(-self.window_s, 0, padding=0)
+        self._dirty = True
+        self.refresh(force=True)

@@ -1,0 +1,127 @@
+"""History: the session's committed captions, searchable, exportable as TXT, SRT or VTT.
+
+Export goes through :mod:`captioner.formats`, the same writers the CLI uses. (The transcript on
+disk is written by the engine's transcript writer as each caption is committed; this panel only
+exports on request.)
+"""
+
+from __future__ import annotations
+
+import os
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMessageBox,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from captioner import formats
+from captioner.events import CaptionUpdate
+
+EXPORT_FORMATS = {"txt": "Plain text (*.txt)", "srt": "SubRip subtitles (*.srt)", "vtt": "WebVTT subtitles (*.vtt)"}
+
+
+def _clock(seconds: float) -> str:
+    s = int(max(0.0, seconds))
+    return f"{s // 3600:d}:{s // 60 % 60:02d}:{s % 60:02d}"
+
+
+class HistoryPanel(QWidget):
+    """GUI thread only."""
+
+    exported = Signal(str)
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self._finals: list[CaptionUpdate] = []
+        self.search_edit = QLineEdit()
+        self.search_edit.setPlaceholderText("Search the transcript…")
+        self.search_edit.setClearButtonEnabled(True)
+        self.search_edit.textChanged.connect(self._refilter)
+        self.results = QListWidget()
+        self.results.setWordWrap(True)
+        self.results.setObjectName("historyList")
+        self.count_label = QLabel()
+        self.transcript_label = QLabel()
+        self.transcript_label.setWordWrap(True)
+        self.transcript_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        row = QHBoxLayout()
+        for fmt in EXPORT_FORMATS:
+            button = QPushButton(f"Export {fmt.upper()}…")
+            button.clicked.connect(lambda _=False, f=fmt: self.export_dialog(f))
+            row.addWidget(button)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.search_edit)
+        layout.addWidget(self.results, 1)
+        layout.addWidget(self.count_label)
+        layout.addLayout(row)
+        layout.addWidget(self.transcript_label)
+        self._refilter()
+
+    @property
+    def finals(self) -> list[CaptionUpdate]:
+        return list(self._finals)
+
+    def set_transcript_path(self, path: str | None) -> None:
+        self.transcript_label.setText(f"Saved as committed to: {path}" if path else "")
+
+    def add_updates(self, updates: list[CaptionUpdate]) -> None:
+        new = [u for u in updates if u.kind == "final" and u.text.strip()]
+        if not new:
+            return
+        self._finals.extend(new)
+        query = self.search_edit.text().strip().lower()
+        for update in new:
+            if not query or query in update.text.lower():
+                self._add_item(update)
+        self._update_count()
+
+    def clear(self) -> None:
+        self._finals.clear()
+        self._refilter()
+
+    def matches(self) -> list[CaptionUpdate]:
+        return [self.results.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.results.count())]
+
+    def _add_item(self, update: CaptionUpdate) -> None:
+        item = QListWidgetItem(f"{_clock(update.start_s)}  {update.stream}: {update.text.strip()}")
+        item.setData(Qt.ItemDataRole.UserRole, update)
+        self.results.addItem(item)
+
+    def _refilter(self) -> None:
+        query = self.search_edit.text().strip().lower()
+        self.results.clear()
+        for update in self._finals:
+            if not query or query in update.text.lower():
+                self._add_item(update)
+        self._update_count()
+
+    def _update_count(self) -> None:
+        total = len(self._finals)
+        shown = self.results.count()
+        self.count_label.setText(f"{total} captions" if shown == total else f"{shown} of {total} captions match")
+
+    def export(self, path: str | os.PathLike, fmt: str) -> int:
+        """Writes the committed captions to ``path`` in ``fmt`` (txt, srt, vtt); returns the count."""
+        captions = formats.captions_from_updates(self._finals)
+        formats.write_captions(captions, path, fmt)
+        self.exported.emit(str(path))
+        return len(captions)
+
+    def export_dialog(self, fmt: str) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, f"Export captions as {fmt.upper()}", f"captions.{fmt}",
+                                              EXPORT_FORMATS[fmt])
+        if not path:
+            return
+        try:
+            self.export(path, fmt)
+        except OSError as exc:
+            QMessageBox.warning(self, "Export failed", f"Could not write {path}: {exc.strerror or exc}")

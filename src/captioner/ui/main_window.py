@@ -1,0 +1,360 @@
+"""The main window: captions in the middle, controls and history on the left, the performance
+dashboard below, an optional overlay, status bar with provider, model and streams.
+
+The window pulls: a ~30 Hz QTimer drains the engine's outboxes through a *feed* (anything with
+``drain_captions()``, ``latest_status()`` and ``latest_telemetry()``), so no engine thread ever
+touches a widget. Everything it shows is also kept as the run's record, which "Save trace…"
+writes as a :mod:`captioner.trace` file and "Load trace…" opens again.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer, Signal
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QDockWidget,
+    QFileDialog,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QTabWidget,
+)
+
+from captioner.errors import UserError
+from captioner.events import CaptionUpdate, PipelineStatus, TelemetrySample
+from captioner.trace import load_trace, save_trace
+from captioner.ui.caption_view import DEFAULT_FONT_PT, CaptionView
+from captioner.ui.controls import ControlPanel, RunConfig
+from captioner.ui.dashboard import Dashboard
+from captioner.ui.history import HistoryPanel
+from captioner.ui.overlay import CaptionOverlay
+from captioner.ui.settings import AppSettings, load_settings, save_settings
+from captioner.ui.theme import apply_theme, theme_named
+
+PUMP_INTERVAL_MS = 33  # ~30 Hz: smooth enough for text, cheap enough for a laptop
+MAX_RECORD_EVENTS = 1_000_000
+TRACE_FILTER = "captioner traces (*.jsonl *.trace);;All files (*)"
+
+
+class Feed(Protocol):
+    def drain_captions(self) -> list[CaptionUpdate]: ...
+    def latest_status(self) -> PipelineStatus | None: ...
+    def latest_telemetry(self) -> TelemetrySample | None: ...
+
+
+class MainWindow(QMainWindow):
+    """GUI thread only."""
+
+    start_requested = Signal(object)  # RunConfig
+    stop_requested = Signal()
+    closing = Signal()
+
+    def __init__(self, settings_store: QSettings | None = None, parent=None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("captioner")
+        self.setObjectName("mainWindow")
+        self._store = settings_store
+        self.settings = load_settings(settings_store) if settings_store is not None else AppSettings()
+        self.theme = theme_named(self.settings.theme)
+        self._feed: Feed | None = None
+        self._last_status: PipelineStatus | None = None
+        self._last_sample: TelemetrySample | None = None
+        self.record: list[Any] = []
+        self.record_meta: dict[str, Any] = {}
+
+        self.caption_view = CaptionView(self.theme, self.settings.font_pt)
+        self.setCentralWidget(self.caption_view)
+
+        self.controls = ControlPanel()
+        self.controls.start_requested.connect(self.start_requested)
+        self.controls.stop_requested.connect(self.stop_requested)
+        self.controls.clear_requested.connect(self.clear_captions)
+        self.history = HistoryPanel()
+        self.history.exported.connect(lambda path: self.statusBar().showMessage(f"Exported {path}", 5000))
+        self.side_tabs = QTabWidget()
+        self.side_tabs.addTab(self.controls, "Captioning")
+        self.side_tabs.addTab(self.history, "History")
+        left = QDockWidget("Controls", self)
+        left.setObjectName("controlsDock")
+        left.setWidget(self.side_tabs)
+        left.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable | QDockWidget.DockWidgetFeature.DockWidgetFloatable)
+        self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, left)
+
+        self.dashboard = Dashboard(self.theme)
+        self.dashboard_dock = QDockWidget("Performance", self)
+        self.dashboard_dock.setObjectName("dashboardDock")
+        self.dashboard_dock.setWidget(self.dashboard)
+        self.addDockWidget(Qt.DockWidgetArea.BottomDockWidgetArea, self.dashboard_dock)
+
+        self.overlay = CaptionOverlay(self.settings.overlay_font_pt, self.settings.overlay_lines)
+
+        self.provider_label = QLabel("Provider: –")
+        self.model_label = QLabel("Model: –")
+        self.streams_label = QLabel("Streams: 0")
+        self.state_label = QLabel("Stopped")
+        for label in (self.provider_label, self.model_label, self.streams_label):
+            self.statusBar().addPermanentWidget(label)
+        self.statusBar().addWidget(self.state_label, 1)
+        self.caption_view.following_changed.connect(self._on_following_changed)
+
+        self._build_actions()
+        self._apply_settings()
+
+        self.timer = QTimer(self)
+        self.timer.setInterval(PUMP_INTERVAL_MS)
+        self.timer.timeout.connect(self.pump)
+        self.timer.start()
+
+    # -- actions ---------------------------------------------------------------------------
+
+    def _action(self, menu, text: str, slot, shortcut=None, checkable: bool = False) -> QAction:
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcut(QKeySequence(shortcut))
+            # Application-wide, so the overlay shortcut works while the overlay has the focus.
+            action.setShortcutContext(Qt.ShortcutContext.ApplicationShortcut)
+        action.setCheckable(checkable)
+        action.triggered.connect(slot)
+        menu.addAction(action)
+        self.addAction(action)
+        return action
+
+    def _build_actions(self) -> None:
+        bar = self.menuBar()
+        file_menu = bar.addMenu("&File")
+        self.load_trace_action = self._action(file_menu, "Load trace…", self.load_trace_dialog, "Ctrl+T")
+        self.save_trace_action = self._action(file_menu, "Save trace…", self.save_trace_dialog, "Ctrl+Shift+S")
+        file_menu.addSeparator()
+        for fmt in ("txt", "srt", "vtt"):
+            self._action(file_menu, f"Export {fmt.upper()}…", lambda _=False, f=fmt: self.history.export_dialog(f))
+        file_menu.addSeparator()
+        self._action(file_menu, "Quit", self.close, QKeySequence.StandardKey.Quit)
+
+        run_menu = bar.addMenu("&Captions")
+        self.start_stop_action = self._action(run_menu, "Start / stop", self.controls.toggle, "F5")
+        self._action(run_menu, "Clear", self.clear_captions, "Ctrl+L")
+        self._action(run_menu, "Search history", self._focus_search, QKeySequence.StandardKey.Find)
+
+        view_menu = bar.addMenu("&View")
+        self.overlay_action = self._action(view_menu, "Overlay", self.set_overlay_visible, "Ctrl+Shift+O", True)
+        self.dashboard_action = self.dashboard_dock.toggleViewAction()
+        self.dashboard_action.setShortcut(QKeySequence("Ctrl+D"))
+        view_menu.addAction(self.dashboard_action)
+        self.dark_action = self._action(view_menu, "Dark theme", self._on_dark_toggled, None, True)
+        view_menu.addSeparator()
+        self._action(view_menu, "Larger text", lambda: self.change_font(+2), QKeySequence.StandardKey.ZoomIn)
+        self._action(view_menu, "Larger text", lambda: self.change_font(+2), "Ctrl+=").setVisible(False)
+        self._action(view_menu, "Smaller text", lambda: self.change_font(-2), QKeySequence.StandardKey.ZoomOut)
+        self._action(view_menu, "Default text size", lambda: self.set_font_pt(DEFAULT_FONT_PT), "Ctrl+0")
+        self._action(view_menu, "Follow live captions", self.caption_view.scroll_to_live, "End")
+
+    def _apply_settings(self) -> None:
+        s = self.settings
+        self.dark_action.setChecked(s.theme == "dark")
+        self.set_theme(s.theme)
+        self.controls.set_model(s.model)
+        self.controls.set_language(s.language)
+        self.controls.translate_check.setChecked(s.translate)
+        if s.sources:
+            self.controls.set_devices([], checked_keys=s.sources)
+        if s.window_geometry:
+            self.restoreGeometry(QByteArray(s.window_geometry))
+        else:
+            self.resize(1500, 1000)
+        if s.window_state:
+            self.restoreState(QByteArray(s.window_state))
+        self.dashboard_dock.setVisible(s.dashboard_visible)
+        if s.overlay_geometry:
+            self.overlay.restoreGeometry(QByteArray(s.overlay_geometry))
+        self.overlay_action.setChecked(s.overlay_visible)
+        self._overlay_wanted = s.overlay_visible
+
+    def collect_settings(self) -> AppSettings:
+        s = self.settings
+        s.theme = self.theme.name
+        s.font_pt = self.caption_view.font_pt
+        s.overlay_visible = self.overlay_action.isChecked()
+        s.model = self.controls.model()
+        s.language = self.controls.language_combo.currentData()
+        s.translate = self.controls.translate_check.isChecked()
+        s.sources = [c.key() for c in self.controls.selected_sources()]
+        s.dashboard_visible = not self.dashboard_dock.isHidden()
+        s.window_geometry = bytes(self.saveGeometry().data())
+        s.window_state = bytes(self.saveState().data())
+        s.overlay_geometry = bytes(self.overlay.saveGeometry().data())
+        return s
+
+    def save_settings(self) -> None:
+        if self._store is not None:
+            save_settings(self._store, self.collect_settings())
+
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt name)
+        super().showEvent(event)
+        if getattr(self, "_overlay_wanted", False):
+            self._overlay_wanted = False
+            self.set_overlay_visible(True)
+
+    def closeEvent(self, event) -> None:  # noqa: N802
+        self.save_settings()
+        self.timer.stop()
+        self.closing.emit()
+        self.overlay.close()
+        super().closeEvent(event)
+
+    # -- appearance ------------------------------------------------------------------------
+
+    def set_theme(self, name: str) -> None:
+        self.theme = theme_named(name)
+        app = QApplication.instance()
+        if app is not None:
+            apply_theme(app, self.theme)
+        self.caption_view.set_theme(self.theme)
+        self.dashboard.set_theme(self.theme)
+
+    def _on_dark_toggled(self, checked: bool) -> None:
+        self.set_theme("dark" if checked else "light")
+
+    def set_font_pt(self, pt: int) -> None:
+        self.caption_view.set_font_pt(pt)
+        self.statusBar().showMessage(f"Text size {self.caption_view.font_pt} pt", 2000)
+
+    def change_font(self, delta_pt: int) -> None:
+        self.set_font_pt(self.caption_view.font_pt + delta_pt)
+
+    def set_overlay_visible(self, visible: bool) -> None:
+        self.overlay_action.setChecked(bool(visible))
+        if visible:
+            if self.overlay.pos().isNull():
+                screen = self.screen().availableGeometry()
+                self.overlay.move(screen.center().x() - self.overlay.width() // 2,
+                                  screen.bottom() - self.overlay.height() - 60)
+            self._update_overlay()
+            self.overlay.show()
+            self.overlay.raise_()
+        else:
+            self.overlay.hide()
+
+    def toggle_overlay(self) -> None:
+        self.set_overlay_visible(not self.overlay.isVisible())
+
+    def _focus_search(self) -> None:
+        self.side_tabs.setCurrentWidget(self.history)
+        self.history.search_edit.setFocus()
+
+    def _on_following_changed(self, following: bool) -> None:
+        if following:
+            self.statusBar().clearMessage()
+        else:
+            self.statusBar().showMessage("Scrolled back: auto-scroll paused (End follows the live captions)")
+
+    # -- engine side -----------------------------------------------------------------------
+
+    def set_feed(self, feed: Feed | None) -> None:
+        self._feed = feed
+
+    def set_running(self, running: bool, message: str = "") -> None:
+        self.controls.set_running(running)
+        self.state_label.setText(message or ("Captioning" if running else "Stopped"))
+
+    def pump(self) -> None:
+        """Timer tick: drain the feed into the widgets; redraw the plots if anything changed."""
+        feed = self._feed
+        if feed is not None:
+            now_s = time.monotonic()
+            self.apply_captions(feed.drain_captions(), now_s)
+            status = feed.latest_status()
+            if status is not None and status is not self._last_status:
+                self.apply_status(status)
+            sample = feed.latest_telemetry()
+            if sample is not None and sample is not self._last_sample:
+                self.apply_telemetry(sample)
+        self.dashboard.refresh()
+
+    def _keep(self, event: Any) -> None:
+        if len(self.record) < MAX_RECORD_EVENTS:
+            self.record.append(event)
+
+    def apply_captions(self, updates: list[CaptionUpdate], now_s: float | None = None) -> None:
+        if not updates:
+            return
+        self.caption_view.apply_updates(updates)
+        self.history.add_updates(updates)
+        self.dashboard.add_captions(updates, time.monotonic() if now_s is None else now_s)
+        for update in updates:
+            self._keep(update)
+        if self.overlay.isVisible():
+            self._update_overlay()
+
+    def _update_overlay(self) -> None:
+        view = self.caption_view
+        paragraphs = view._paragraphs[-6:]
+        several = len({p.stream for p in view._paragraphs[-20:]} | set(view._partials)) > 1
+        committed = " ".join(f"{p.stream}: {p.text}" if several else p.text for p in paragraphs)
+        partial = " ".join(f"{s}: {u.text}" if several else u.text for s, u in view._partials.items())
+        self.overlay.set_text(committed, partial)
+
+    def apply_status(self, status: PipelineStatus) -> None:
+        self._last_status = status
+        self._keep(status)
+        self.dashboard.add_status(status)
+        gpu = "CUDA" in status.provider or status.provider.lower().startswith("cuda")
+        self.provider_label.setText(f"Provider: {'GPU ' + status.device_name if gpu else 'CPU'}")
+        self.provider_label.setToolTip(status.provider)
+        self.model_label.setText(f"Model: {status.model}")
+        self.streams_label.setText(f"Streams: {len(status.streams)}")
+        if status.message:
+            self.state_label.setText(status.message)
+        self.record_meta.setdefault("model", status.model)
+        self.record_meta.setdefault("provider", status.provider)
+        self.record_meta.setdefault("device", status.device_name)
+
+    def apply_telemetry(self, sample: TelemetrySample) -> None:
+        self._last_sample = sample
+        self._keep(sample)
+        self.dashboard.add_telemetry(sample)
+        if sample.gpu_name:
+            self.record_meta.setdefault("gpu", sample.gpu_name)
+
+    def clear_captions(self) -> None:
+        self.caption_view.clear_captions()
+        self.history.clear()
+        self.overlay.set_text("", "")
+
+    # -- traces ----------------------------------------------------------------------------
+
+    def open_trace(self, path: str | Path) -> None:
+        """Shows a recorded run in the dashboard; raises UserError for a bad file."""
+        trace = load_trace(path)
+        self.dashboard.show_trace(trace, Path(path).name)
+        self.dashboard_dock.show()
+        self.statusBar().showMessage(
+            f"Trace {Path(path).name}: {len(trace.telemetry)} telemetry samples, {len(trace.statuses)} statuses, "
+            f"{len(trace.captions)} caption updates", 10000)
+
+    def load_trace_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Open a recorded run", "", TRACE_FILTER)
+        if not path:
+            return
+        try:
+            self.open_trace(path)
+        except UserError as exc:
+            QMessageBox.warning(self, "Not a trace", str(exc))
+
+    def save_trace(self, path: str | Path) -> int:
+        return save_trace(path, list(self.record), meta=dict(self.record_meta, saved_by="captioner gui"))
+
+    def save_trace_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Save this run as a trace", "run.trace.jsonl", TRACE_FILTER)
+        if not path:
+            return
+        try:
+            count = self.save_trace(path)
+        except (OSError, UserError) as exc:
+            QMessageBox.warning(self, "Save failed", str(exc))
+            return
+        self.statusBar().showMessage(f"Saved {count} events to {path}", 5000)

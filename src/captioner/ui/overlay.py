@@ -1,0 +1,126 @@
+"""The overlay: a frameless, always-on-top, translucent caption bar to float over a meeting.
+
+It shows the last two or three lines of the captions (committed white, partial grey italic),
+wrapped to its own width. Drag it anywhere to move it, drag the corner grip to resize it.
+"""
+
+from __future__ import annotations
+
+import html
+
+from PySide6.QtCore import QPoint, QRect, Qt
+from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizeGrip, QVBoxLayout, QWidget
+
+DEFAULT_LINES = 3
+_BACKGROUND = QColor(12, 14, 18, 185)
+
+
+def last_lines(words: list[tuple[str, bool]], metrics: QFontMetrics, width_px: int, n_lines: int) -> list[list[tuple[str, bool]]]:
+    """Greedy word wrap of ``(word, is_partial)`` to ``width_px``; returns the last ``n_lines``."""
+    lines: list[list[tuple[str, bool]]] = [[]]
+    used = 0
+    space = metrics.horizontalAdvance(" ")
+    for word, partial in words:
+        w = metrics.horizontalAdvance(word)
+        if lines[-1] and used + space + w > width_px:
+            lines.append([])
+            used = 0
+        used += (space if lines[-1] else 0) + w
+        lines[-1].append((word, partial))
+    return [line for line in lines if line][-n_lines:]
+
+
+class CaptionOverlay(QWidget):
+    """GUI thread only."""
+
+    def __init__(self, font_pt: int = 22, n_lines: int = DEFAULT_LINES, parent=None) -> None:
+        super().__init__(
+            parent,
+            Qt.WindowType.Window
+            | Qt.WindowType.FramelessWindowHint
+            | Qt.WindowType.WindowStaysOnTopHint
+            | Qt.WindowType.Tool,
+        )
+        self.setObjectName("captionOverlay")
+        self.setWindowTitle("captioner overlay")
+        self.setAttribute(Qt.WidgetAttribute.WA_TranslucentBackground)
+        self.setAttribute(Qt.WidgetAttribute.WA_ShowWithoutActivating)
+        self.setMinimumSize(320, 80)
+        self.n_lines = n_lines
+        self._committed = ""
+        self._partial = ""
+        self._drag_offset: QPoint | None = None
+
+        self.label = QLabel(self)
+        self.label.setTextFormat(Qt.TextFormat.RichText)
+        self.label.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignBottom)
+        self.label.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+        self.label.setStyleSheet("color: #ffffff; background: transparent;")
+        grip = QSizeGrip(self)
+        grip.setStyleSheet("background: transparent;")
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(18, 10, 6, 6)
+        layout.setSpacing(0)
+        layout.addWidget(self.label, 1)
+        row = QHBoxLayout()
+        row.addStretch(1)
+        row.addWidget(grip, 0, Qt.AlignmentFlag.AlignBottom | Qt.AlignmentFlag.AlignRight)
+        layout.addLayout(row)
+        self.set_font_pt(font_pt)
+        self.resize(900, 130)
+
+    def set_font_pt(self, pt: int) -> None:
+        font = QFont(self.label.font())
+        font.setPointSize(int(pt))
+        font.setWeight(QFont.Weight.DemiBold)
+        self.label.setFont(font)
+        self._relayout()
+
+    def set_text(self, committed: str, partial: str = "") -> None:
+        """The captions so far (only their end is shown) and the current provisional text."""
+        # Only the end can be shown; keep a bounded tail so wrapping stays cheap in long sessions.
+        self._committed = committed[-2000:]
+        self._partial = partial
+        self._relayout()
+
+    def shown_text(self) -> str:
+        return self.label.text()
+
+    def _relayout(self) -> None:
+        words = [(w, False) for w in self._committed.split()] + [(w, True) for w in self._partial.split()]
+        width = max(50, self.label.width() or (self.width() - 30))
+        lines = last_lines(words, QFontMetrics(self.label.font()), width, self.n_lines)
+        rendered = []
+        for line in lines:
+            parts = []
+            for word, partial in line:
+                text = html.escape(word)
+                parts.append(f'<i><span style="color:#b8bec8">{text}</span></i>' if partial else text)
+            rendered.append(" ".join(parts))
+        self.label.setText("<br>".join(rendered))
+
+    def paintEvent(self, event) -> None:  # noqa: N802 (Qt name)
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setPen(Qt.PenStyle.NoPen)
+        painter.setBrush(_BACKGROUND)
+        painter.drawRoundedRect(QRect(0, 0, self.width(), self.height()), 12, 12)
+        painter.end()
+
+    def resizeEvent(self, event) -> None:  # noqa: N802
+        super().resizeEvent(event)
+        self._relayout()
+
+    def mousePressEvent(self, event) -> None:  # noqa: N802
+        if event.button() == Qt.MouseButton.LeftButton:
+            self._drag_offset = event.globalPosition().toPoint() - self.frameGeometry().topLeft()
+            event.accept()
+
+    def mouseMoveEvent(self, event) -> None:  # noqa: N802
+        if self._drag_offset is not None and event.buttons() & Qt.MouseButton.LeftButton:
+            self.move(event.globalPosition().toPoint() - self._drag_offset)
+            event.accept()
+
+    def mouseReleaseEvent(self, event) -> None:  # noqa: N802
+        self._drag_offset = None

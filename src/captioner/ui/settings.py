@@ -1,0 +1,79 @@
+"""Settings that persist between runs, stored with QSettings (the platform's usual place)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+from PySide6.QtCore import QByteArray, QSettings
+
+ORGANIZATION = "captioner"
+APPLICATION = "captioner"
+
+
+@dataclass
+class AppSettings:
+    theme: str = "dark"
+    font_pt: int = 20
+    overlay_visible: bool = False
+    overlay_font_pt: int = 22
+    overlay_lines: int = 3
+    model: str = "tiny.en"
+    language: str = "auto"
+    translate: bool = False
+    sources: list[str] = field(default_factory=list)  # SourceChoice.key() of the checked sources
+    dashboard_visible: bool = True
+    window_geometry: bytes = b""
+    window_state: bytes = b""
+    overlay_geometry: bytes = b""
+
+
+def open_settings(path: str | None = None) -> QSettings:
+    """The user's settings, or an INI file at ``path`` (tests, portable installs)."""
+    if path:
+        return QSettings(path, QSettings.Format.IniFormat)
+    return QSettings(QSettings.Format.IniFormat, QSettings.Scope.UserScope, ORGANIZATION, APPLICATION)
+
+
+def load_settings(store: QSettings) -> AppSettings:
+    defaults = AppSettings()
+    values = {}
+    for f in fields(AppSettings):
+        default = getattr(defaults, f.name)
+        if not store.contains(f.name):
+            values[f.name] = default
+            continue
+        raw = store.value(f.name)
+        try:
+            values[f.name] = _convert(raw, default)
+        except (TypeError, ValueError):
+            values[f.name] = default  # a hand-edited or older file must not stop the app
+    return AppSettings(**values)
+
+
+def _convert(raw, default):
+    if isinstance(default, bool):
+        if isinstance(raw, str):
+            return raw.strip().lower() in ("true", "1", "yes")
+        return bool(raw)
+    if isinstance(default, int):
+        return int(raw)
+    if isinstance(default, bytes):
+        if isinstance(raw, QByteArray):
+            return bytes(raw.data())
+        return bytes(raw) if raw else b""
+    if isinstance(default, list):
+        if raw is None or raw == "":
+            return []
+        if isinstance(raw, str):
+            return [raw]
+        return [str(v) for v in raw]
+    return str(raw)
+
+
+def save_settings(store: QSettings, settings: AppSettings) -> None:
+    for f in fields(AppSettings):
+        value = getattr(settings, f.name)
+        if isinstance(value, bytes):
+            value = QByteArray(value)
+        store.setValue(f.name, value)
+    store.sync()
