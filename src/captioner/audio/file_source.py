@@ -9,8 +9,10 @@ fast as the consumer reads. A file source never drops audio: it only produces wh
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -57,7 +59,33 @@ def _libsndfile_reason(error: Exception, path: Path) -> str:
     prefix = f"Error opening {str(path)!r}:"
     if text.startswith(prefix):
         text = text[len(prefix):].strip()
+    if "does not exist" in text:
+        # What libsndfile says when its MPEG decoder gave up on an existing regular file.
+        text = "Format not recognised"
     return text.rstrip(".") or type(error).__name__
+
+
+_stderr_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def _quiet_native_stderr():
+    """Silences file descriptor 2 while libsndfile probes a file: its MPEG decoder (mpg123)
+    prints "Note: Illegal Audio-MPEG-Header..." lines straight to the C stderr when it guesses
+    at a file that is not audio, which would break the one-line error promise."""
+    with _stderr_lock:
+        try:
+            saved_fd = os.dup(2)
+        except OSError:
+            yield
+            return
+        try:
+            with open(os.devnull, "wb") as devnull:
+                os.dup2(devnull.fileno(), 2)
+            yield
+        finally:
+            os.dup2(saved_fd, 2)
+            os.close(saved_fd)
 
 
 def _wav_truncation(path: Path, file_size_bytes: int) -> tuple[int, int] | None:
@@ -111,7 +139,8 @@ def open_audio_file(path: str | os.PathLike) -> AudioFileInfo:
         raise UserError(f"{path} is empty (0 bytes)")
     sf = _soundfile()
     try:
-        info = sf.info(str(path))
+        with _quiet_native_stderr():
+            info = sf.info(str(path))
     except Exception as error:  # libsndfile reports every unreadable file the same way
         raise UserError(
             f"{path} is not an audio file that can be read ({_libsndfile_reason(error, path)}); "

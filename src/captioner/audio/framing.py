@@ -25,6 +25,7 @@ class Framer:
         self.frame_samples = frame_samples
         self._next_sample = int(first_sample)  # stream index of the first pending sample
         self._pending = np.zeros(0, dtype=np.float32)
+        self._last_capture_ns = -(2**62)  # block capture times never go backwards
 
     @property
     def next_sample(self) -> int:
@@ -35,23 +36,33 @@ class Framer:
     def pending_samples(self) -> int:
         return int(self._pending.shape[0])
 
-    def push(self, samples: np.ndarray, capture_ns: int) -> AudioBlock | None:
-        """Adds ``samples`` (the last of which was captured at ``capture_ns``); returns the
-        whole frames now complete as one block, or ``None`` when there is not yet a frame."""
+    def push(self, samples: np.ndarray, capture_ns: int, captured_to_sample: int | None = None) -> AudioBlock | None:
+        """Adds ``samples``; returns the whole frames now complete as one block, or ``None``
+        when there is not yet a frame.
+
+        ``capture_ns`` is when stream sample ``captured_to_sample - 1`` was captured (by
+        default: the last sample pushed). A resampler holds a few samples back, so a live
+        source passes the index its device has really reached; the block's ``capture_ns`` is
+        then estimated for its own last sample, and never goes backwards.
+        """
         samples = np.asarray(samples, dtype=np.float32).reshape(-1)
         if samples.size == 0:
             return None
         # A copy either way: blocks must not share memory with the caller's buffer.
         joined = np.concatenate((self._pending, samples)) if self._pending.size else samples.copy()
         n_whole = (joined.shape[0] // self.frame_samples) * self.frame_samples
+        if captured_to_sample is None:
+            captured_to_sample = self._next_sample + joined.shape[0]
         if n_whole == 0:
             self._pending = joined.copy()
             return None
         self._pending = joined[n_whole:].copy()
-        # The block's last sample was captured before the leftover samples that follow it.
-        block_capture_ns = int(capture_ns - self._pending.shape[0] * _NS_PER_SAMPLE)
+        block_end = self._next_sample + n_whole
+        block_capture_ns = int(capture_ns - (captured_to_sample - block_end) * _NS_PER_SAMPLE)
+        block_capture_ns = max(block_capture_ns, self._last_capture_ns)
+        self._last_capture_ns = block_capture_ns
         block = AudioBlock(self.stream, self._next_sample, block_capture_ns, joined[:n_whole])
-        self._next_sample += n_whole
+        self._next_sample = block_end
         return block
 
     def flush(self, capture_ns: int) -> AudioBlock | None:
@@ -61,7 +72,8 @@ class Framer:
         padded = np.zeros(self.frame_samples, dtype=np.float32)
         padded[: self._pending.shape[0]] = self._pending
         self._pending = np.zeros(0, dtype=np.float32)
-        block = AudioBlock(self.stream, self._next_sample, int(capture_ns), padded)
+        self._last_capture_ns = max(int(capture_ns), self._last_capture_ns)
+        block = AudioBlock(self.stream, self._next_sample, self._last_capture_ns, padded)
         self._next_sample += self.frame_samples
         return block
 

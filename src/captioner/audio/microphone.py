@@ -297,7 +297,8 @@ class MicrophoneSource:
                 self._resampler.reset()
                 self._framer.jump_to(position * SAMPLE_RATE_HZ // self.rate_hz)
             self._expected_position = position + data.shape[0]
-            block = self._framer.push(self._resampler.process(data), capture_ns)
+            captured_to = self._expected_position * SAMPLE_RATE_HZ // self.rate_hz
+            block = self._framer.push(self._resampler.process(data), capture_ns, captured_to)
             if block is not None:
                 self._delivered_frames += block.n_samples // FRAME_SAMPLES
                 blocks.append(block)
