@@ -1,11 +1,49 @@
-"""`captioner gui` (being built)."""
+"""`captioner gui` (and plain `captioner`): the desktop app.
+
+Qt is imported inside :func:`run`, so `captioner --help` works without a display.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
 
 from captioner.errors import UserError
 
 
-def add_arguments(parser) -> None:
-    pass
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="tiny.en (default), base, or a CTranslate2 Whisper folder")
+    parser.add_argument("--device", help="cpu or cuda:N (default: the GPU when usable, else the CPU)")
+    parser.add_argument("--file", metavar="PATH", help="caption this audio file (played at real-time pace) "
+                        "instead of the microphone")
+    parser.add_argument("--language", help="spoken language code, or auto (multilingual models)")
+    parser.add_argument("--trace", metavar="PATH", help="open a recorded run (captioner trace) in the dashboard")
+    parser.add_argument("--no-start", action="store_true", help="open the window without starting to caption")
+    parser.add_argument("--metrics-port", type=int, metavar="N",
+                        help="serve Prometheus metrics on 127.0.0.1:N (0 picks a free port)")
+    parser.add_argument("--overlay", action="store_true", help="show the caption overlay at start")
+    parser.add_argument("--theme", choices=("dark", "light"), help="colour theme (remembered)")
+    parser.add_argument("--settings", metavar="INI", help=argparse.SUPPRESS)  # tests: a private settings file
+    parser.add_argument("--screenshot", metavar="PNG", help="save screenshots (window, dashboard, overlay) "
+                        "just before --quit-after ends the app")
+    parser.add_argument("--quit-after", type=float, metavar="S", help="quit after S seconds (smoke runs)")
+    parser.add_argument("--save-trace", metavar="PATH", help="save this run's trace when the app quits")
 
 
-def run(args) -> int:
-    raise UserError("'captioner gui' is not built yet")
+def run(args: argparse.Namespace) -> int:
+    if args.file is not None and not Path(args.file).is_file():
+        raise UserError(f"no such audio file: {args.file}")
+    if args.trace is not None and not Path(args.trace).is_file():
+        raise UserError(f"no such trace file: {args.trace}")
+    if args.quit_after is not None and args.quit_after <= 0:
+        raise UserError("--quit-after must be a positive number of seconds")
+    if args.screenshot is not None and args.quit_after is None:
+        raise UserError("--screenshot needs --quit-after S (the screenshot is taken just before quitting)")
+    if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY") and not os.environ.get("QT_QPA_PLATFORM") \
+            and os.name == "posix" and not Path("/System").exists():
+        raise UserError("no display: run it in a desktop session, under xvfb-run, or with QT_QPA_PLATFORM=offscreen")
+
+    from captioner.app.gui_main import run_app
+
+    return run_app(args)

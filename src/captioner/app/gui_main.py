@@ -1,0 +1,97 @@
+"""Builds and runs the desktop app for `captioner gui` (Qt is imported here, not in the CLI)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def save_screenshots(window, path: str) -> list[Path]:
+    """The main window, the dashboard, the overlay (when shown) and, when the platform can, the
+    whole screen (the overlay over the window): ``NAME.png``, ``NAME-dashboard.png``, ..."""
+    from PySide6.QtWidgets import QApplication
+
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    stem, suffix = target.with_suffix(""), target.suffix or ".png"
+    window.dashboard.refresh(force=True)
+    QApplication.processEvents()
+    saved = []
+    shots = [(target, window.grab()), (Path(f"{stem}-dashboard{suffix}"), window.dashboard.grab())]
+    if window.overlay.isVisible():
+        shots.append((Path(f"{stem}-overlay{suffix}"), window.overlay.grab()))
+        screen = window.screen()
+        if screen is not None:
+            whole = screen.grabWindow(0)
+            if not whole.isNull():
+                shots.append((Path(f"{stem}-screen{suffix}"), whole))
+    for out, pixmap in shots:
+        if pixmap.save(str(out)):
+            saved.append(out)
+    return saved
+
+
+def run_app(args: argparse.Namespace) -> int:
+    from PySide6.QtCore import QCoreApplication, QEvent, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from captioner.app.gui_app import LiveController
+    from captioner.ui.main_window import MainWindow
+    from captioner.ui.settings import APPLICATION, ORGANIZATION, open_settings
+
+    app = QApplication.instance() or QApplication([sys.argv[0]])
+    app.setOrganizationName(ORGANIZATION)
+    app.setApplicationName(APPLICATION)
+    window = MainWindow(open_settings(args.settings))
+    if args.theme:
+        window.dark_action.setChecked(args.theme == "dark")
+        window.set_theme(args.theme)
+    headless = args.quit_after is not None
+    controller = LiveController(window, device=args.device, metrics_port=args.metrics_port, interactive=not headless)
+    controller.refresh_devices()
+    if args.model:
+        window.controls.set_model(args.model)
+    if args.language:
+        window.controls.set_language(args.language)
+    if args.file:
+        choice = window.controls.add_file(str(Path(args.file).resolve()))
+        window.controls.select_only([choice.key()])
+    if args.trace:
+        window.open_trace(args.trace)
+    if controller.metrics is not None:
+        window.statusBar().showMessage(f"Prometheus metrics on http://127.0.0.1:{controller.metrics.port}/metrics", 10000)
+    window.show()
+    if args.overlay:
+        window.set_overlay_visible(True)
+    if not args.no_start and (args.file or not args.trace):
+        # `captioner` alone starts captioning the chosen (default) input straight away.
+        QTimer.singleShot(0, lambda: window.start_requested.emit(window.controls.run_config()))
+
+    screenshots: list[Path] = []
+
+    def finish() -> None:
+        if args.screenshot:
+            screenshots.extend(save_screenshots(window, args.screenshot))
+        window.close()
+        app.quit()
+
+    if args.quit_after is not None:
+        QTimer.singleShot(int(args.quit_after * 1000), finish)
+    window.closing.connect(app.quit)
+    code = app.exec()
+
+    window.apply_captions(controller.shutdown())  # nothing committed at the end is lost
+    if args.save_trace:
+        count = window.save_trace(args.save_trace)
+        print(f"captioner: saved {count} events to {args.save_trace}")
+    for path in screenshots:
+        print(f"captioner: screenshot {path}")
+    # Delete the widgets while Qt and Python are both alive: leaving them to interpreter
+    # finalisation crashes PySide6 with the pyqtgraph items still attached.
+    window.overlay.deleteLater()
+    window.deleteLater()
+    controller.deleteLater()
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
+    QCoreApplication.processEvents()
+    return code
