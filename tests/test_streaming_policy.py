@@ -143,3 +143,13 @@ def test_deterministic():
     b = run(LocalAgreementPolicy("x"), seq, close_last=True)
     assert a == b
     assert finals(a).split() == list("abcdefgh")
+
+
+def test_hyphenated_rewording_neither_repeats_nor_drops():
+    p = LocalAgreementPolicy("Me")
+    run(p, [hyp([(0, 2.0, " and fat mutton")]), hyp([(0, 2.5, " and fat mutton pieces")])])
+    # The model now writes the committed words as a compound and goes on.
+    out = p.update(hyp([(0, 3.0, " and fat-mutton pieces to be")]), 3.0, 3.0)
+    out += p.update(hyp([(0, 3.5, " and fat-mutton pieces to be ladled")]), 3.5, 3.5, close_segment=True)
+    words = [normalize_word(w) for u in out if u.kind == "final" for w in u.text.replace("-", " ").split()]
+    assert words == ["pieces", "to", "be", "ladled"]

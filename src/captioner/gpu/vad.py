@@ -6,16 +6,18 @@ Two parts:
   energy per frame over the speech band (about 200-4000 Hz, so hum and hiss count less). It is
   written against the array module ``xp`` (NumPy or CuPy): on the GPU only one float per frame
   leaves the device.
-- :class:`VoiceActivity` is the per-stream decision on the host: an adaptive noise floor that
-  falls fast and rises slowly, speech when a frame stands clear of the floor (and of an absolute
-  minimum), an onset that needs a few speech frames in a row (clicks are not speech), and a
-  hangover that keeps short gaps between words inside the speech.
+- :class:`VoiceActivity` is the per-stream decision on the host: an adaptive noise floor (the
+  minimum of the lightly smoothed energy over the last couple of seconds — speech always has
+  dips between syllables and words, steady noise has none), speech when a frame stands clear of
+  the floor (and of an absolute minimum), an onset that needs a few speech frames in a row
+  (clicks are not speech), and a hangover that keeps short gaps between words inside the speech.
 
 Levels are in dB of a full-scale 1 kHz sine's band energy (0 dB), so thresholds read like dBFS.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -81,11 +83,11 @@ class VadConfig:
     """Speech starts after this many speech-like 10 ms frames in a row."""
     hangover_frames: int = 30
     """Speech goes on this many frames after the last speech-like frame (gaps between words)."""
-    floor_rise_db_per_s: float = 3.0
-    """The floor creeps up this fast under steady sound, so a new steady noise becomes floor."""
-    floor_fall: float = 0.3
-    """Fraction of the gap by which the floor follows a quieter frame (falls fast)."""
-    initial_floor_db: float = -60.0
+    floor_window_frames: int = 200
+    """The floor is the quietest (smoothed) level of this many recent frames."""
+    smooth_frames: int = 5
+    """Frames averaged before the minimum is taken, so a single quiet frame of noise does not
+    pull the floor down."""
 
 
 class VoiceActivity:
@@ -93,8 +95,10 @@ class VoiceActivity:
 
     def __init__(self, config: VadConfig | None = None) -> None:
         self.config = config or VadConfig()
-        self.floor_db = self.config.initial_floor_db
+        self.floor_db = -120.0
         self.frames_seen = 0
+        self._recent: deque[float] = deque(maxlen=self.config.smooth_frames)
+        self._minima: deque[tuple[int, float]] = deque()  # monotonic queue of (frame, smoothed level)
         self.speaking = False
         self.last_speech_frame = -1
         """Absolute index of the last frame judged speech (hangover included), -1 if none."""
@@ -112,13 +116,17 @@ class VoiceActivity:
         cfg = self.config
         energy_db = np.asarray(energy_db, dtype=np.float64).ravel()
         flags = np.zeros(energy_db.shape[0], dtype=bool)
-        rise = cfg.floor_rise_db_per_s / 100.0
+        minima = self._minima
         for i, e in enumerate(energy_db):
             index = self.frames_seen + i
-            if e < self.floor_db:
-                self.floor_db += cfg.floor_fall * (e - self.floor_db)
-            else:
-                self.floor_db = min(e, self.floor_db + rise)
+            self._recent.append(float(e))
+            smoothed = sum(self._recent) / len(self._recent)
+            while minima and minima[-1][1] >= smoothed:
+                minima.pop()
+            minima.append((index, smoothed))
+            while minima[0][0] <= index - cfg.floor_window_frames:
+                minima.popleft()
+            self.floor_db = minima[0][1]
             voiced = e >= self.floor_db + cfg.threshold_db and e >= cfg.min_level_db
             self._run = self._run + 1 if voiced else 0
             if voiced:

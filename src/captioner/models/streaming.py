@@ -90,7 +90,9 @@ def words_from_segments(segments, window_start_s: float = 0.0) -> tuple[list[Wor
     for index, (start_s, end_s, text) in enumerate(segments):
         start_s = window_start_s + float(start_s)
         end_s = max(start_s, window_start_s + float(end_s))
-        pieces = re.findall(r"\s*\S+", text)
+        # Hyphenated compounds count as several words: Whisper writes "fat-mutton" one time
+        # and "fat mutton" the next.
+        pieces = re.findall(r"\s*[^\s-]+-*|\s*-+", text)
         if not pieces:
             ends.append(end_s)
             continue
@@ -248,7 +250,12 @@ class LocalAgreementPolicy:
 
     # -- internals ----------------------------------------------------------------------------------
     def _match_committed(self, words: list[Word]) -> int:
-        """Index in ``words`` where the text beyond the committed words starts."""
+        """Index in ``words`` where the text beyond the committed words starts.
+
+        The committed words still in the buffer are aligned to the start of the new hypothesis
+        (a semi-global word alignment: the end of the committed text against any stretch of the
+        hypothesis), so a re-heard word, a split or merged word or a changed punctuation does not
+        make committed text appear twice, nor new text disappear."""
         committed = self._s.committed
         if not committed:
             return 0
@@ -257,24 +264,30 @@ class LocalAgreementPolicy:
         n = len(committed)
         if keys[:n] == ckeys:
             return n
+        m = min(n, self.config.match_words)
+        tail = ckeys[-m:]
+        limit = min(len(words), n + m + 2)  # the committed text sits at the start of the buffer
+        inf = float("inf")
+        # cost[k][i]: aligning tail[:k] so that it ends just before words[i] (free start in words).
+        prev = [0.0] * (limit + 1)
+        for k in range(1, m + 1):
+            cur = [float(k)] + [inf] * limit
+            for i in range(1, limit + 1):
+                cur[i] = min(prev[i - 1] + _substitution(tail[k - 1], keys[i - 1]), prev[i] + 1.0, cur[i - 1] + 1.0)
+            prev = cur
         last_end_s = committed[-1].end_s
-        tolerance = self.config.match_tolerance_s
-        for k in range(min(n, self.config.match_words), 0, -1):
-            target = ckeys[-k:]
-            best: tuple[float, int] | None = None
-            for i in range(0, len(words) - k + 1):
-                if keys[i:i + k] != target:
-                    continue
-                distance_s = abs(words[i + k - 1].end_s - last_end_s)
-                # A one-word match is only trusted where the committed text ended.
-                if distance_s > (tolerance if k > 1 else tolerance / 2):
-                    continue
-                position_error = abs(i + k - n)
-                score = distance_s + 0.05 * position_error
-                if best is None or score < best[0]:
-                    best = (score, i + k)
-            if best is not None:
-                return best[1]
+        best_i, best_score = None, inf
+        for i in range(1, limit + 1):
+            if prev[i] > m / 2:
+                continue
+            distance_s = abs(words[i - 1].end_s - last_end_s)
+            if distance_s > self.config.match_tolerance_s:
+                continue
+            score = prev[i] + 0.1 * abs(i - n) + 0.2 * distance_s
+            if score < best_score:
+                best_i, best_score = i, score
+        if best_i is not None:
+            return best_i
         # No textual anchor: drop what lies in time before the end of the committed text.
         for i, w in enumerate(words):
             if (w.start_s + w.end_s) / 2 >= last_end_s:
@@ -315,6 +328,14 @@ class LocalAgreementPolicy:
         s.buffer_start_s = max(s.buffer_start_s, at_s)
         if not keep_segment:
             s.segment += 1
+
+
+def _substitution(a: str, b: str) -> float:
+    if a == b:
+        return 0.0
+    if a and b and (a.startswith(b) or b.startswith(a)):
+        return 0.5  # one word heard as part of a longer one ("fat" / "fat-mutton")
+    return 1.0
 
 
 def _common_prefix(a: list[Word], b: list[Word]) -> int:

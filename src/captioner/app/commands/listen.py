@@ -1,11 +1,124 @@
-"""`captioner listen` (being built)."""
+"""`captioner listen`: live captions from one or more input devices, in the terminal.
+
+Each ``--device`` is one stream. A monitor (the audio a meeting plays) is labelled "Meeting",
+anything else "Me" (numbered when there are several); ``--label`` overrides, in order. Every
+committed line also goes to a transcript file in the user data dir, written as it is committed.
+Ctrl-C stops cleanly: pending text is committed and the transcript is closed.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
 
 from captioner.errors import UserError
 
 
 def add_arguments(parser) -> None:
-    pass
+    parser.add_argument("--device", "-d", action="append", metavar="NAME|INDEX", default=None,
+                        help="input device to caption (repeat for several streams; default: the "
+                             "default input). A PulseAudio monitor captures what the machine plays.")
+    parser.add_argument("--label", action="append", metavar="NAME", default=None,
+                        help="stream label for each --device, in order (default: Me / Meeting)")
+    parser.add_argument("--model", "-m", default="tiny.en", help="tiny.en, base, or a CTranslate2 Whisper folder")
+    parser.add_argument("--language", "-l", default=None, help="language code, or auto (multilingual models)")
+    parser.add_argument("--task", choices=("transcribe", "translate"), default="transcribe")
+    parser.add_argument("--compute", default=None, metavar="cpu|cuda[:N]",
+                        help="where the model runs (default: a CUDA GPU when usable, else the CPU)")
+    parser.add_argument("--transcript", default=None, metavar="PATH",
+                        help="transcript file (default: a new file in the user data dir)")
+    parser.add_argument("--no-transcript", action="store_true", help="do not write a transcript file")
+    parser.add_argument("--duration", type=float, default=None, metavar="SECONDS",
+                        help="stop after this many seconds (default: until Ctrl-C)")
+    parser.add_argument("--status", action="store_true",
+                        help="print the pipeline status (latency, lag, real-time factor) to stderr on exit")
+
+
+def _labels(devices: list, labels: list[str] | None) -> list[str]:
+    from captioner.audio.devices import is_loopback_name
+    from captioner.audio.microphone import resolve_device
+
+    if labels:
+        if len(labels) != len(devices):
+            raise UserError(f"--label given {len(labels)} times for {len(devices)} device(s): give one per --device")
+        out = list(labels)
+    else:
+        kinds = []
+        for device in devices:
+            choice = resolve_device(device)
+            kinds.append("Meeting" if is_loopback_name(choice.pulse_source or choice.name) else "Me")
+        out = []
+        for kind in kinds:
+            n = kinds.count(kind)
+            out.append(kind if n == 1 else f"{kind} {sum(1 for k in out if k.startswith(kind)) + 1}")
+    if len(set(out)) != len(out):
+        raise UserError(f"stream labels must differ: {out}")
+    return out
+
+
+def _sigterm_as_interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def run(args) -> int:
-    raise UserError("'captioner listen' is not built yet")
+    from captioner.app.live_view import TerminalView
+    from captioner.app.pipeline import Pipeline
+    from captioner.app.transcript import TranscriptWriter
+    from captioner.audio.microphone import MicrophoneSource
+
+    devices = args.device or [None]
+    labels = _labels(devices, args.label)
+    sources = [MicrophoneSource(device, stream=label) for device, label in zip(devices, labels)]
+    transcript = None
+    if not args.no_transcript:
+        from pathlib import Path
+
+        transcript = TranscriptWriter(Path(args.transcript) if args.transcript else None,
+                                      title=", ".join(labels))
+    view = TerminalView(sys.stdout)
+    pipeline = Pipeline(sources, model=args.model, language=args.language, task=args.task,
+                        device=args.compute, transcript=transcript)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    print(f"captioner: loading {args.model} …", file=sys.stderr, flush=True)
+    pipeline.start()
+    status = pipeline.latest_status()
+    print(f"captioner: listening to {', '.join(labels)} "
+          f"({status.provider if status else 'model'} ready); Ctrl-C stops"
+          + (f"; transcript: {transcript.path}" if transcript else ""), file=sys.stderr, flush=True)
+    deadline = None if args.duration is None else time.monotonic() + args.duration
+    interrupted = False
+    try:
+        while pipeline.running and (deadline is None or time.monotonic() < deadline):
+            view.show(pipeline.drain_captions())
+            time.sleep(0.05)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        try:
+            pipeline.stop()
+        except KeyboardInterrupt:  # a second Ctrl-C while stopping: stop anyway
+            pipeline.stop()
+        view.show(pipeline.drain_captions())
+        view.close()
+    error = pipeline.error
+    if error is not None:
+        raise UserError(" ".join(str(error).split()) or type(error).__name__)
+    status = pipeline.latest_status()
+    if args.status and status is not None:
+        print(_status_line(status), file=sys.stderr)
+    if transcript is not None:
+        print(f"captioner: transcript saved to {transcript.path} ({transcript.lines_written} lines)", file=sys.stderr)
+    return 0  # Ctrl-C is the normal way to stop: a clean stop, not a failure
+
+
+def _status_line(status) -> str:
+    def f(value, fmt):
+        return "n/a" if value is None else format(value, fmt)
+
+    return (f"captioner: {status.model} on {status.provider} ({status.device_name}); "
+            f"frame latency {f(status.frame_latency_ms, '.1f')} ms, step {f(status.step_latency_ms, '.0f')} ms, "
+            f"lag {status.lag_s:.2f} s, real-time factor {f(status.real_time_factor, '.2f')}, "
+            f"drops {status.dropped_frames}")

@@ -1,0 +1,110 @@
+"""Live captions in a terminal.
+
+On a TTY the bottom of the screen is a live area, one line per stream with an open segment:
+its committed words, then the partial words (dim), rewritten in place with ANSI codes as
+updates come. When a segment closes (a pause) or its line would overflow, the line scrolls up
+as plain committed text and the live area redraws below it. Anywhere else (a pipe, a file)
+each committed update is printed as one plain line, ``[stream] text``; partials are not shown.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+
+from captioner.events import CaptionUpdate
+
+_DIM = "\x1b[2m"
+_RESET = "\x1b[0m"
+_CLEAR_LINE = "\r\x1b[K"
+_CLEAR_DOWN = "\x1b[J"
+
+
+@dataclass
+class _Line:
+    segment: int = 0
+    committed: str = ""
+    partial: str = ""
+
+
+class TerminalView:
+    """Renders caption updates. Called from one thread (the CLI's main loop)."""
+
+    def __init__(self, out, tty: bool | None = None, label_streams: bool = True) -> None:
+        self.out = out
+        self.tty = out.isatty() if tty is None else tty
+        self.label_streams = label_streams
+        self._lines: dict[str, _Line] = {}
+        self._drawn = 0  # lines of the live area on screen
+
+    def _width(self) -> int:
+        return max(20, shutil.get_terminal_size((100, 24)).columns - 1)
+
+    def _label(self, stream: str) -> str:
+        return f"[{stream}] " if self.label_streams else ""
+
+    def show(self, updates: list[CaptionUpdate]) -> None:
+        if not updates:
+            return
+        if not self.tty:
+            for u in updates:
+                if u.kind == "final" and u.text.strip():
+                    self.out.write(f"{self._label(u.stream)}{u.text.strip()}\n")
+            self.out.flush()
+            return
+        scrolled: list[str] = []
+        width = self._width()
+        for u in updates:
+            line = self._lines.setdefault(u.stream, _Line(segment=u.segment))
+            if u.segment != line.segment:
+                if line.committed:
+                    scrolled.append(self._label(u.stream) + line.committed)
+                line.committed, line.partial, line.segment = "", "", u.segment
+            if u.kind == "final":
+                text = u.text.strip()
+                line.committed = f"{line.committed} {text}".strip()
+                while len(self._label(u.stream)) + len(line.committed) > width:
+                    # A long monologue: the full part scrolls, the rest stays live.
+                    room = width - len(self._label(u.stream))
+                    cut = line.committed.rfind(" ", 0, room)
+                    cut = cut if cut > 0 else room
+                    scrolled.append(self._label(u.stream) + line.committed[:cut])
+                    line.committed = line.committed[cut:].strip()
+            else:
+                line.partial = u.text.strip()
+        self._redraw(scrolled)
+
+    def _redraw(self, scrolled: list[str]) -> None:
+        width = self._width()
+        parts = []
+        if self._drawn:
+            parts.append(f"\x1b[{self._drawn - 1}A" if self._drawn > 1 else "")
+            parts.append(_CLEAR_LINE + _CLEAR_DOWN)
+        for text in scrolled:
+            parts.append(text + "\n")
+        live = []
+        for stream, line in self._lines.items():
+            if not (line.committed or line.partial):
+                continue
+            label = self._label(stream)
+            room = width - len(label) - len(line.committed) - 1
+            partial = line.partial
+            if len(partial) > room:
+                partial = "…" + partial[len(partial) - max(0, room - 1):] if room > 1 else ""
+            text = label + line.committed
+            if partial:
+                text += (" " if line.committed else "") + _DIM + partial + _RESET
+            live.append(text)
+        parts.append("\n".join(live))
+        self._drawn = len(live)
+        self.out.write("".join(parts))
+        self.out.flush()
+
+    def close(self) -> None:
+        """Scroll whatever is still live as committed text (partials are dropped)."""
+        if not self.tty:
+            return
+        scrolled = [self._label(s) + line.committed for s, line in self._lines.items() if line.committed]
+        self._lines.clear()
+        self._redraw(scrolled)
+        self._drawn = 0

@@ -1,0 +1,68 @@
+"""`captioner transcribe FILE --realtime`: a file replayed at real-time pace through the live
+engine (the same pipeline as `captioner listen`, not the offline path).
+
+With ``--format jsonl`` every update, partial and final, is written the moment it is made, one
+JSON object per line: stream, kind, text, start_s, end_s, emitted_audio_s, emitted_wall_s (and
+segment, language). Other formats get the committed captions when the replay ends.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from captioner.errors import UserError
+
+
+def _arg(args, *names, default=None):
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None:
+            return value
+    return default
+
+
+def run_realtime(args) -> int:
+    from captioner.app.pipeline import Pipeline
+    from captioner.audio.file_source import FileSource
+    from captioner.formats import captions_from_updates, render
+
+    path = _arg(args, "file", "path", "input", "audio")
+    if path is None:
+        raise UserError("--realtime needs an audio file")
+    fmt = _arg(args, "format", default="txt")
+    output = _arg(args, "output", "out", "o")
+    language = _arg(args, "language")
+    source = FileSource(path, realtime=True)
+    pipeline = Pipeline([source], model=_arg(args, "model", default="tiny.en"), language=language,
+                        task=_arg(args, "task", default="transcribe"),
+                        device=_arg(args, "compute", "device_compute", "backend"))
+    out = open(output, "w", encoding="utf-8", newline="") if output else sys.stdout
+    updates = []
+    try:
+        pipeline.start()
+        try:
+            while pipeline.running:
+                batch = pipeline.drain_captions()
+                updates += batch
+                if fmt == "jsonl" and batch:
+                    out.write(render(batch, "jsonl"))
+                    out.flush()
+                if pipeline.wait_exhausted(0.02):
+                    break
+        finally:
+            pipeline.stop()
+        batch = pipeline.drain_captions()
+        updates += batch
+        if pipeline.error is not None:
+            raise UserError(" ".join(str(pipeline.error).split()))
+        if fmt == "jsonl":
+            if batch:
+                out.write(render(batch, "jsonl"))
+        else:
+            out.write(render(captions_from_updates(updates), fmt))
+        out.flush()
+    finally:
+        if out is not sys.stdout:
+            out.close()
+    return 0

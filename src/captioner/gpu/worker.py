@@ -1,0 +1,494 @@
+"""The engine of one GPU (or of the CPU): audio frames in, caption updates out.
+
+:class:`Engine` is the synchronous core: ``push`` takes the 10 ms frames of every active stream
+into the feature rings (:class:`~captioner.gpu.features.StreamingFeatures`, on the device), runs
+the VAD on the new log-mel frames, and ``tick`` asks the scheduler which streams are due, hands
+their windows to the recognizer in ONE batched model step, and folds each hypothesis into that
+stream's streaming policy. It reads time only through an injected ``clock_ns``, so a replay
+with a simulated clock gives the same captions on every run.
+
+:class:`Worker` is the thread around it: it applies commands between steps, pulls audio blocks
+from the capture pump, calls the engine and fills the outboxes. Exactly one worker thread
+touches a given GPU.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable, Protocol
+
+import numpy as np
+
+from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ, AudioBlock, CaptionUpdate, PipelineStatus
+from captioner.gpu.scheduler import Scheduler, SchedulerConfig, StreamView
+from captioner.gpu.vad import VadConfig, VoiceActivity, band_energy_db, speech_band
+from captioner.models.streaming import Hypothesis, LocalAgreementPolicy, PolicyConfig
+
+FRAMES_PER_S = SAMPLE_RATE_HZ // FRAME_SAMPLES  # 100
+WINDOW_FRAMES = 3000  # a Whisper window: 30 s of 10 ms frames
+
+
+@dataclass(frozen=True, slots=True)
+class WindowRequest:
+    """One stream's share of a batched model step."""
+
+    stream: str
+    log_mel: object
+    """Raw log10-mel frames ``[n_mels, n_frames]`` (``n_frames`` ≤ 3000), NumPy or CuPy."""
+    start_s: float
+    """Stream time of the first frame."""
+    prompt: str
+    """Committed text that precedes the window."""
+    language: str | None
+
+
+class Recognizer(Protocol):
+    """What the engine needs of a model (Whisper today; another model fits the same slot)."""
+
+    name: str
+    provider: str
+    device_name: str
+    n_mels: int
+
+    def decode(self, requests: list[WindowRequest]) -> list[Hypothesis]:
+        """One batched step: a hypothesis per request, times on each stream's clock."""
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    pause_s: float = 0.5
+    """Silence after speech that closes a segment (the final update)."""
+    lead_in_s: float = 0.3
+    """Audio kept before a speech onset, so a window does not start inside a word."""
+    min_speech_s: float = 0.15
+    """A segment with less speech than this is dropped without a model step (a click, a cough)."""
+    max_streams: int = 8
+    ring_frames: int = 4096
+    language: str | None = None
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+    vad: VadConfig = field(default_factory=VadConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+
+
+@dataclass(slots=True)
+class _Stream:
+    name: str
+    slot: int
+    vad: VoiceActivity
+    policy: LocalAgreementPolicy
+    next_sample: int = 0
+    """Samples pushed so far (stream clock), gaps filled with zeros."""
+    vad_frames: int = 0
+    """Feature frames the VAD has looked at."""
+    last_update_s: float = 0.0
+    speech_since_update: bool = False
+    segment_speech_frames: int = 0
+    start_ns: int | None = None
+    """Wall time at which sample 0 of the stream was captured."""
+    captures: deque = field(default_factory=lambda: deque(maxlen=512))
+    """(end_sample, capture_ns) of recent blocks, to date any stream position."""
+    level_dbfs: float = -120.0
+    gap_samples: int = 0
+
+    def capture_ns_at(self, sample: int) -> int | None:
+        for end_sample, capture_ns in reversed(self.captures):
+            if end_sample <= sample:
+                # The block ending here or earlier; extrapolate by the sample count.
+                return capture_ns + (sample - end_sample) * 1_000_000_000 // SAMPLE_RATE_HZ
+        if self.captures:
+            end_sample, capture_ns = self.captures[0]
+            return capture_ns - (end_sample - sample) * 1_000_000_000 // SAMPLE_RATE_HZ
+        return None
+
+
+class Engine:
+    """Synchronous engine core. Every method is called by the one thread that owns the engine."""
+
+    def __init__(
+        self,
+        backend,
+        recognizer: Recognizer,
+        config: EngineConfig | None = None,
+        clock_ns: Callable[[], int] = time.monotonic_ns,
+        features=None,
+        timer_ns: Callable[[], int] | None = None,
+    ) -> None:
+        self.backend = backend
+        self.recognizer = recognizer
+        self.config = config or EngineConfig()
+        self.clock_ns = clock_ns
+        # Compute cost is timed on a real counter; a simulated replay passes its own clock here
+        # so that scheduling decisions do not depend on the machine.
+        self.timer_ns = timer_ns or (time.perf_counter_ns if clock_ns is time.monotonic_ns else clock_ns)
+        self.last_step_s = 0.0
+        if features is None:
+            from captioner.gpu.features import StreamingFeatures
+
+            features = StreamingFeatures(
+                backend, n_mels=recognizer.n_mels, max_streams=self.config.max_streams,
+                ring_frames=self.config.ring_frames,
+            )
+        self.features = features
+        self.scheduler = Scheduler(self.config.scheduler)
+        self.language = self.config.language
+        self._streams: dict[str, _Stream] = {}
+        self._free_slots = list(range(self.config.max_streams))
+        self._band = speech_band(recognizer.n_mels)
+        self._frame_latency_ms: deque[float] = deque(maxlen=200)
+        self._step_latency_ms: float | None = None
+        self._lag_s = 0.0
+        self._busy: deque[tuple[int, float]] = deque()  # (end_ns, busy_s) for the RTF
+        self._created_ns = clock_ns()
+        self.steps = 0
+        self.last_batch_size = 0
+
+    # -- streams ---------------------------------------------------------------------------------
+    @property
+    def streams(self) -> tuple[str, ...]:
+        return tuple(self._streams)
+
+    def add_stream(self, name: str) -> None:
+        if name in self._streams:
+            return
+        if not self._free_slots:
+            raise ValueError(f"no free stream slot for {name!r} (max {self.config.max_streams})")
+        slot = self._free_slots.pop(0)
+        self.features.reset(slot)
+        self._streams[name] = _Stream(
+            name, slot, VoiceActivity(self.config.vad), LocalAgreementPolicy(name, self.config.policy)
+        )
+
+    def remove_stream(self, name: str) -> list[CaptionUpdate]:
+        """Close a stream: its pending text is committed first."""
+        s = self._streams.get(name)
+        if s is None:
+            return []
+        updates = self._finish_stream(s)
+        del self._streams[name]
+        self._free_slots.append(s.slot)
+        self._free_slots.sort()
+        return updates
+
+    # -- audio in --------------------------------------------------------------------------------
+    def push(self, blocks: list[AudioBlock]) -> None:
+        """Feed captured blocks (any streams, in order per stream) into features and the VAD.
+
+        Streams that brought the same amount of audio are pushed in one batched call."""
+        by_stream: dict[str, list[AudioBlock]] = {}
+        for block in blocks:
+            if block.stream in self._streams:
+                by_stream.setdefault(block.stream, []).append(block)
+        pending: dict[str, np.ndarray] = {}
+        for name, stream_blocks in by_stream.items():
+            pieces = [p for p in (self._take_block(self._streams[name], b) for b in stream_blocks) if p is not None]
+            if pieces:
+                pending[name] = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+        by_length: dict[int, list[str]] = {}
+        for name, samples in pending.items():
+            by_length.setdefault(samples.shape[0], []).append(name)
+        for names in by_length.values():
+            slots = [self._streams[n].slot for n in names]
+            self.features.push_batch(slots, np.stack([pending[n] for n in names]))
+        now_ns = self.clock_ns()
+        for name, stream_blocks in by_stream.items():
+            self._run_vad(self._streams[name])
+            self._frame_latency_ms.append((now_ns - stream_blocks[-1].capture_ns) / 1e6)
+
+    def _take_block(self, s: _Stream, block: AudioBlock) -> np.ndarray | None:
+        """The samples of ``block`` that continue stream ``s`` (a gap before it is silence)."""
+        samples = block.samples
+        if block.first_sample < s.next_sample:
+            # Overlaps what we have (a source restarted its count): keep only the new part.
+            skip = s.next_sample - block.first_sample
+            if skip >= samples.shape[0]:
+                return None
+            samples = samples[skip:]
+        elif block.first_sample > s.next_sample:
+            # Dropped blocks: fill the gap with silence so stream time stays sample-exact.
+            gap = block.first_sample - s.next_sample
+            s.gap_samples += gap
+            samples = np.concatenate([np.zeros(gap, dtype=np.float32), samples])
+        if s.start_ns is None:
+            s.start_ns = block.capture_ns - block.end_sample * 1_000_000_000 // SAMPLE_RATE_HZ
+        s.next_sample += samples.shape[0]
+        s.captures.append((block.end_sample, block.capture_ns))
+        rms = float(np.sqrt(np.mean(np.square(block.samples, dtype=np.float64)))) if block.samples.size else 0.0
+        s.level_dbfs = 20 * math.log10(max(rms, 1e-6))
+        return samples
+
+    def _run_vad(self, s: _Stream) -> None:
+        ready = self.features.frames_ready(s.slot)
+        # Frames that fell out of the ring were never looked at; skip them.
+        first = max(s.vad_frames, ready - self.config.ring_frames)
+        if ready <= first:
+            return
+        log_mel = self.features.log_mel_window(s.slot, first, ready - first)
+        energy = self.backend.asnumpy(band_energy_db(self.backend.xp, log_mel, self._band))
+        if first > s.vad_frames:
+            s.vad.push(np.full(first - s.vad_frames, -120.0))
+        flags = s.vad.push(energy)
+        s.vad_frames = ready
+        n_speech = int(flags.sum())
+        if n_speech:
+            s.speech_since_update = True
+            s.segment_speech_frames += n_speech
+        elif not s.policy.has_pending_text and not s.speech_since_update:
+            # Nothing open: let the window start follow the silence, keeping a short lead-in.
+            s.policy.advance_idle(max(0.0, ready / FRAMES_PER_S - self.config.lead_in_s))
+            s.segment_speech_frames = 0
+
+    # -- model steps -----------------------------------------------------------------------------
+    def _audio_end_s(self, s: _Stream) -> float:
+        return self.features.frames_ready(s.slot) / FRAMES_PER_S
+
+    def _close_pending(self, s: _Stream) -> bool:
+        open_segment = s.policy.has_pending_text or s.speech_since_update
+        return open_segment and s.vad.silence_frames() >= self.config.pause_s * FRAMES_PER_S
+
+    def views(self) -> list[StreamView]:
+        return [
+            StreamView(
+                s.name, self._audio_end_s(s), s.last_update_s,
+                speech_pending=s.speech_since_update or s.policy.has_pending_text,
+                close_pending=self._close_pending(s),
+            )
+            for s in self._streams.values()
+        ]
+
+    def tick(self) -> list[CaptionUpdate]:
+        """Run one batched model step for the streams that are due (none may be)."""
+        due = self.scheduler.due(self.views())
+        if not due:
+            return []
+        streams = [self._streams[name] for name in due]
+        closing = {s.name: self._close_pending(s) for s in streams}
+        updates: list[CaptionUpdate] = []
+        # A segment with (almost) no speech closes without asking the model.
+        work = []
+        for s in streams:
+            if closing[s.name] and not s.policy.has_pending_text and \
+                    s.segment_speech_frames < self.config.min_speech_s * FRAMES_PER_S:
+                self._reset_segment(s, self._audio_end_s(s))
+            else:
+                work.append(s)
+        if not work:
+            return updates
+        return updates + self._step(work, closing)
+
+    def _window(self, s: _Stream) -> tuple[int, int]:
+        ready = self.features.frames_ready(s.slot)
+        first = int(round(s.policy.buffer_start_s * FRAMES_PER_S))
+        first = max(first, ready - WINDOW_FRAMES + 1, ready - self.config.ring_frames + 1, 0)
+        return first, ready
+
+    def _step(self, streams: list[_Stream], closing: dict[str, bool]) -> list[CaptionUpdate]:
+        t0 = self.timer_ns()
+        requests = []
+        spans = []
+        for s in streams:
+            first, ready = self._window(s)
+            spans.append((first, ready))
+            requests.append(WindowRequest(
+                s.name, self.features.log_mel_window(s.slot, first, ready - first),
+                first / FRAMES_PER_S, s.policy.prompt_text(), self.language,
+            ))
+        hypotheses = self.recognizer.decode(requests)
+        step_s = (self.timer_ns() - t0) / 1e9
+        t1 = self.clock_ns()
+        updates: list[CaptionUpdate] = []
+        for s, (first, ready), hyp in zip(streams, spans, hypotheses):
+            end_s = ready / FRAMES_PER_S
+            wall_s = (t1 - s.start_ns) / 1e9 if s.start_ns is not None else end_s
+            if closing[s.name]:
+                updates += s.policy.update(hyp, end_s, wall_s, close_segment=True,
+                                           close_at_s=max(s.policy.buffer_start_s, end_s - self.config.lead_in_s))
+                self._reset_segment(s, None)
+            else:
+                updates += s.policy.update(hyp, end_s, wall_s)
+            s.last_update_s = end_s
+            s.speech_since_update = False
+            captured = s.capture_ns_at(ready * FRAME_SAMPLES)
+            if captured is not None:
+                self._lag_s = max(0.0, (t1 - captured) / 1e9)
+        self.last_step_s = step_s
+        self._step_latency_ms = step_s * 1e3
+        self._busy.append((t1, step_s))
+        self.scheduler.record_step(step_s, len(streams))
+        self.steps += 1
+        self.last_batch_size = len(streams)
+        return updates
+
+    def _reset_segment(self, s: _Stream, at_s: float | None) -> None:
+        if at_s is not None:
+            s.policy.advance_idle(max(0.0, at_s - self.config.lead_in_s))
+        s.speech_since_update = False
+        s.segment_speech_frames = 0
+        s.last_update_s = self._audio_end_s(s)
+
+    def _finish_stream(self, s: _Stream) -> list[CaptionUpdate]:
+        """A last update over what is left of the stream, committed whole."""
+        updates: list[CaptionUpdate] = []
+        if s.speech_since_update or s.policy.has_pending_text:
+            if s.segment_speech_frames >= self.config.min_speech_s * FRAMES_PER_S or s.policy.has_pending_text:
+                updates += self._step([s], {s.name: True})
+        end_s = self._audio_end_s(s)
+        wall_s = (self.clock_ns() - s.start_ns) / 1e9 if s.start_ns is not None else end_s
+        updates += s.policy.flush(end_s, wall_s)
+        return updates
+
+    def finish(self) -> list[CaptionUpdate]:
+        """End of all input: close every stream's open text (the streams stay)."""
+        updates: list[CaptionUpdate] = []
+        for s in list(self._streams.values()):
+            updates += self._finish_stream(s)
+        return updates
+
+    # -- status ----------------------------------------------------------------------------------
+    def status(self, queue_depth: int = 0, dropped_frames: int = 0, state: str = "running",
+               message: str = "") -> PipelineStatus:
+        now_ns = self.clock_ns()
+        window_ns = 10 * 1_000_000_000
+        while self._busy and self._busy[0][0] < now_ns - window_ns:
+            self._busy.popleft()
+        span_s = min(window_ns, now_ns - self._created_ns) / 1e9
+        rtf = (sum(b for _, b in self._busy) / span_s) if span_s > 0.5 else None
+        frame_ms = float(np.median(self._frame_latency_ms)) if self._frame_latency_ms else None
+        gaps = sum(s.gap_samples for s in self._streams.values()) // FRAME_SAMPLES
+        return PipelineStatus(
+            time_s=now_ns / 1e9,
+            provider=self.recognizer.provider,
+            model=self.recognizer.name,
+            device_name=self.recognizer.device_name,
+            streams=self.streams,
+            frame_latency_ms=frame_ms,
+            step_latency_ms=self._step_latency_ms,
+            queue_depth=queue_depth,
+            dropped_frames=dropped_frames + gaps,
+            lag_s=self._lag_s,
+            real_time_factor=rtf,
+            input_levels_dbfs=tuple(round(s.level_dbfs, 1) for s in self._streams.values()),
+            batch_size=self.last_batch_size,
+            state=state,
+            message=message,
+            extra=(("update_interval_s", self.scheduler.interval_s), ("steps", float(self.steps))),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A change applied by the worker between steps."""
+
+    kind: str  # "add_stream", "remove_stream", "language", "model", "stop"
+    value: object = None
+
+
+class Worker(threading.Thread):
+    """The thread that owns one engine (and so one GPU).
+
+    ``blocks`` is the capture pump's queue of :class:`AudioBlock` lists; ``captions`` receives
+    lists of updates; ``publish_status`` is called a few times a second with a PipelineStatus.
+    """
+
+    def __init__(
+        self,
+        make_engine: Callable[[], Engine],
+        blocks: "queue.Queue[list[AudioBlock]]",
+        captions: Callable[[list[CaptionUpdate]], None],
+        publish_status: Callable[[PipelineStatus], None],
+        source_stats: Callable[[], tuple[int, int]] = lambda: (0, 0),
+        name: str = "captioner-worker",
+        status_period_s: float = 0.25,
+        make_recognizer: Callable[[str], Recognizer] | None = None,
+    ) -> None:
+        super().__init__(name=name, daemon=True)
+        self._make_engine = make_engine
+        self._make_recognizer = make_recognizer
+        self._blocks = blocks
+        self._captions = captions
+        self._publish_status = publish_status
+        self._source_stats = source_stats
+        self._status_period_s = status_period_s
+        self.commands: "queue.Queue[Command]" = queue.Queue()
+        self.stop_event = threading.Event()
+        self.ready = threading.Event()
+        self.error: BaseException | None = None
+        self.engine: Engine | None = None
+
+    def run(self) -> None:
+        try:
+            self.engine = self._make_engine()
+            self.ready.set()
+            self._loop()
+        except BaseException as error:  # reported to the owner, who decides what to show
+            self.error = error
+            self._publish_status(PipelineStatus(time.monotonic(), "", "", "", state="error",
+                                                message=" ".join(str(error).split()) or type(error).__name__))
+        finally:
+            self.ready.set()
+
+    def _loop(self) -> None:
+        engine = self.engine
+        assert engine is not None
+        next_status = 0.0
+        draining = False
+        while True:
+            self._apply_commands()
+            blocks = self._take_blocks(timeout_s=0.02)
+            if blocks:
+                engine.push(blocks)
+            updates = engine.tick()
+            if updates:
+                self._captions(updates)
+            now = time.monotonic()
+            if now >= next_status:
+                depth, drops = self._source_stats()
+                self._publish_status(engine.status(queue_depth=depth + self._blocks.qsize(), dropped_frames=drops))
+                next_status = now + self._status_period_s
+            if self.stop_event.is_set():
+                if not draining:
+                    draining = True
+                    continue  # one more pass takes what the pump delivered last
+                break
+        final = engine.finish()
+        if final:
+            self._captions(final)
+        self._publish_status(engine.status(state="stopped"))
+
+    def _take_blocks(self, timeout_s: float) -> list[AudioBlock]:
+        out: list[AudioBlock] = []
+        try:
+            out += self._blocks.get(timeout=timeout_s)
+        except queue.Empty:
+            return out
+        while True:
+            try:
+                out += self._blocks.get_nowait()
+            except queue.Empty:
+                return out
+
+    def _apply_commands(self) -> None:
+        engine = self.engine
+        assert engine is not None
+        while True:
+            try:
+                command = self.commands.get_nowait()
+            except queue.Empty:
+                return
+            if command.kind == "add_stream":
+                engine.add_stream(str(command.value))
+            elif command.kind == "remove_stream":
+                updates = engine.remove_stream(str(command.value))
+                if updates:
+                    self._captions(updates)
+            elif command.kind == "language":
+                engine.language = None if command.value in (None, "", "auto") else str(command.value)
+            elif command.kind == "model" and self._make_recognizer is not None:
+                updates = engine.finish()
+                if updates:
+                    self._captions(updates)
+                engine.recognizer = self._make_recognizer(str(command.value))

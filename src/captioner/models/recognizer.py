@@ -1,0 +1,101 @@
+"""Whisper as the engine's recognizer: windows of raw log-mel frames in, timed words out.
+
+One call is one batched model step for every due stream: the windows are padded to Whisper's
+30 s as Whisper pads audio (silence frames, ``log10(1e-10)``), normalised per window on the
+device they live on, encoded together and decoded greedily together (see
+:mod:`captioner.models.decoding`). Each stream's recent committed text is its prompt. The
+decoder's guards decide what may be shown: a window judged silent, looping or over-compressible
+comes back as a rejected hypothesis.
+
+Called only by the thread that owns the runtime (the worker).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from captioner.models.decoding import DecodingOptions, decode
+from captioner.models.streaming import Hypothesis, words_from_segments
+
+WINDOW_FRAMES = 3000
+LOG_FLOOR = -10.0  # log10(1e-10): what Whisper's zero padding turns into
+REJECT = ("no_speech", "repetition", "compression")
+
+
+def default_streaming_options(task: str = "transcribe") -> DecodingOptions:
+    # No temperature fallback: sampling five candidates per failed window costs more than an
+    # update interval, and the next update re-decodes the same audio anyway.
+    return DecodingOptions(task=task, temperatures=(0.0,), sample_len=128)
+
+
+class WhisperRecognizer:
+    """Adapts a ``WhisperRuntime`` + tokenizer to the engine's ``Recognizer`` protocol."""
+
+    def __init__(self, runtime, tokenizer, xp=np, task: str = "transcribe",
+                 options: DecodingOptions | None = None, prompt_tokens: int = 48) -> None:
+        self.runtime = runtime
+        self.tokenizer = tokenizer
+        self.xp = xp
+        self.options = options or default_streaming_options(task)
+        if self.options.task != task:
+            self.options = replace(self.options, task=task)
+        self.prompt_tokens = prompt_tokens
+        self.name = runtime.name
+        self.provider = runtime.provider
+        self.device_name = runtime.device_name
+        self.n_mels = runtime.n_mels
+        self.is_multilingual = runtime.is_multilingual
+        self._batch = None  # the padded input, reused while the batch size stays
+
+    def _prompts(self, texts: list[str]) -> list[list[int]]:
+        tokens = [self.tokenizer.encode(" " + t.strip())[-self.prompt_tokens:] if t.strip() else [] for t in texts]
+        # Rows with prompts of different lengths would need separate passes (and encoder runs):
+        # cut them to a common length so that one batched pass serves every stream.
+        lengths = [len(t) for t in tokens if t]
+        if lengths:
+            common = min(lengths)
+            tokens = [t[-common:] if t else t for t in tokens]
+        return tokens
+
+    def _input(self, requests):
+        xp = self.xp
+        batch = len(requests)
+        if self._batch is None or self._batch.shape[0] != batch:
+            self._batch = xp.empty((batch, self.n_mels, WINDOW_FRAMES), dtype=xp.float32)
+        self._batch.fill(LOG_FLOOR)
+        for b, r in enumerate(requests):
+            n = min(int(r.log_mel.shape[1]), WINDOW_FRAMES)
+            self._batch[b, :, :n] = r.log_mel[:, -n:] if n else 0
+        # Whisper's normalisation, per window: clamp to its max - 8, then (x + 4) / 4.
+        peak = self._batch.max(axis=(1, 2), keepdims=True)
+        return (xp.maximum(self._batch, peak - 8.0) + 4.0) / 4.0
+
+    def decode(self, requests) -> list[Hypothesis]:
+        if not requests:
+            return []
+        mel = self._input(requests)
+        spans_s = [min(int(r.log_mel.shape[1]), WINDOW_FRAMES) / 100.0 for r in requests]
+        languages = [r.language for r in requests]
+        if not self.is_multilingual:
+            languages = [None] * len(requests)
+        windows = decode(
+            self.runtime, self.tokenizer, mel, self.options,
+            previous_tokens=self._prompts([r.prompt for r in requests]),
+            languages=languages, window_s=spans_s,
+        )
+        hypotheses = []
+        for r, span_s, w in zip(requests, spans_s, windows):
+            end_s = r.start_s + span_s
+            if w.dropped in REJECT:
+                hypotheses.append(Hypothesis((), r.start_s, end_s, (), rejected=True, reason=w.dropped,
+                                             language=w.language))
+                continue
+            segments = [(s.start_s, min(s.end_s, span_s), s.text) for s in w.segments]
+            words, ends = words_from_segments(segments, r.start_s)
+            # Only segments closed by a timestamp pair are safe places to cut the buffer.
+            consumed = span_s if w.consumed_s is None else w.consumed_s
+            safe_ends = tuple(e if e - r.start_s <= consumed + 1e-6 else float("inf") for e in ends)
+            hypotheses.append(Hypothesis(tuple(words), r.start_s, end_s, safe_ends, language=w.language))
+        return hypotheses
