@@ -154,10 +154,12 @@ class StreamingFeatures:
         n_mfcc: int = 13,
         max_streams: int = 8,
         ring_frames: int = 3200,
-        max_push_frames: int = 100,
+        max_push_frames: int | None = None,
         use_kernels: bool | None = None,
         use_graphs: bool | None = None,
     ) -> None:
+        if max_push_frames is None:  # up to 1 s per push by default
+            max_push_frames = min(100, ring_frames)
         if max_streams < 1 or ring_frames < 1 or max_push_frames < 1:
             raise ValueError("max_streams, ring_frames and max_push_frames must be >= 1")
         if max_push_frames > ring_frames:
@@ -476,6 +478,9 @@ class _CudaPath:
         self.copies_done.synchronize()
         self.params_host[:n_rows] = slots
         self.params_host[n_rows : 2 * n_rows] = b0
+        with self.owner.backend.activate():
+            if isinstance(samples, cp.ndarray):  # made on the caller's stream: wait for it
+                self.stream.wait_event(cp.cuda.get_current_stream().record())
         with self.owner.backend.activate(), self.stream:
             if isinstance(samples, cp.ndarray):
                 source = cp.ascontiguousarray(samples, dtype=cp.float32)
@@ -510,13 +515,15 @@ class _CudaPath:
                 self._launch(self.samples_dev, n_rows, frames)
             finally:
                 graph = self.stream.end_capture()
-            upload = getattr(graph, "upload", None)
-            if upload is not None:
-                upload(self.stream)
         except Exception as exc:  # graphs are an optimisation: fall back to plain launches
             self.owner.graph_error = f"{type(exc).__name__}: {exc}"
             self.use_graphs = False
             graph = None
+        if graph is not None:
+            try:  # uploading now keeps the one-time set-up out of the first replay
+                graph.upload(self.stream)
+            except Exception:  # older CuPy: the first launch uploads it
+                pass
         self.graphs[key] = graph
         return graph
 
