@@ -1,0 +1,560 @@
+"""Whisper decoding over a :class:`~captioner.models.runtime.WhisperRuntime`: greedy search (or
+temperature sampling for fallbacks), Whisper's token rules, timestamps -> segments, language
+detection, and the guards against Whisper's failure modes.
+
+The rules are CTranslate2's implementation of Whisper's (the test oracle runs the same
+``model.bin``), applied in the same order so that the same logits give the same tokens:
+
+1. ``suppress_ids`` from ``config.json`` (non-speech symbols and task/start specials), always;
+2. ``suppress_ids_begin`` (a blank, ``<|endoftext|>``) at the first sampled position;
+3. timestamp rules: no ``<|notimestamps|>``; the first token is a timestamp no later than
+   ``max_initial_timestamp_s``; timestamps come in pairs (after a lone timestamp only a
+   timestamp or the end, after a pair only text); timestamps never decrease; and where the
+   probability mass of all timestamps beats the best text token, a timestamp is forced.
+
+Guards (see :func:`assess`): a window whose ``<|nospeech|>`` probability is high and whose
+tokens are unlikely is silence; a window whose text compresses too well (zlib) or ends in an
+n-gram loop has looped. Failed windows are decoded again at rising temperatures (real sampling,
+best of N) and, if every attempt fails, their text is dropped and the reason reported.
+
+All functions here run on whichever thread owns the runtime (the GPU worker, or the CLI's
+main thread); nothing here keeps state between calls.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Protocol
+
+import numpy as np
+
+from captioner.models.tokenizer import TIME_PRECISION_S, WhisperTokenizer
+
+WINDOW_S = 30.0
+N_TEXT_CTX = 448
+
+
+class Runtime(Protocol):
+    """What decoding needs of GRAPH's ``WhisperRuntime`` (or any model with the same calls)."""
+
+    n_vocab: int
+    n_text_ctx: int
+    is_multilingual: bool
+
+    def encode(self, mel): ...
+
+    def start(self, enc, prompt_tokens: np.ndarray): ...
+
+    def step(self, state, tokens: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class DecodingOptions:
+    task: str = "transcribe"
+    language: str | None = None
+    """A language code, or ``None`` to detect it (multilingual models) / English."""
+    without_timestamps: bool = False
+    suppress_blank: bool = True
+    suppress_tokens: bool = True
+    max_initial_timestamp_s: float = 1.0
+    """The first timestamp is at most this (Whisper's ``max_initial_timestamp``, index 50)."""
+    sample_len: int | None = None
+    """Most tokens sampled per window; ``None``: half the text context (224), as Whisper."""
+    temperatures: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    """Tried in order while a window fails its checks; ``(0.0,)`` turns fallback off."""
+    best_of: int = 5
+    """Samples drawn per window at a temperature above 0; the most likely one is kept."""
+    seed: int = 0
+    no_speech_threshold: float | None = 0.6
+    logprob_threshold: float | None = -1.0
+    compression_ratio_threshold: float | None = 2.4
+    repetition_max_ngram: int = 12
+    """Loops of n-grams up to this length are looked for at the end of a window's text."""
+    repetition_min_tokens: int = 16
+    """A loop counts when its repeats cover at least this many tokens (and 3 repeats)."""
+    max_previous_tokens: int = 223
+
+
+@dataclass(frozen=True)
+class TimedSegment:
+    """Text between two timestamp tokens; times in seconds from the window's start."""
+
+    start_s: float
+    end_s: float
+    tokens: tuple[int, ...]
+    text: str
+
+
+@dataclass(frozen=True)
+class DecodedWindow:
+    """One window's result. ``tokens`` are the sampled tokens (timestamps included, the final
+    ``<|endoftext|>`` not). ``text`` is empty when ``dropped`` says why (``"no_speech"``,
+    ``"repetition"``, ``"compression"``)."""
+
+    tokens: tuple[int, ...]
+    text: str
+    segments: tuple[TimedSegment, ...]
+    consumed_s: float | None
+    """Where the last complete segment ends (seconds from the window's start), or ``None`` when
+    the window's text ended cleanly and the whole window is consumed (Whisper's seek rule)."""
+    avg_logprob: float
+    sum_logprob: float
+    no_speech_prob: float
+    compression_ratio: float
+    language: str
+    language_probs: dict[str, float] | None
+    temperature: float
+    hit_length_limit: bool
+    repetition: bool = False
+    dropped: str = ""
+    failures: tuple[str, ...] = field(default=())
+    """Reasons of every failed attempt, in order (empty when the first attempt passed)."""
+
+
+def compression_ratio(text: str) -> float:
+    """Bytes of UTF-8 text over bytes of its zlib compression (Whisper's loop detector)."""
+    data = text.encode("utf-8")
+    if not data:
+        return 0.0
+    return len(data) / len(zlib.compress(data))
+
+
+def find_repetition(tokens: Sequence[int], max_ngram: int = 12, min_tokens: int = 16, min_repeats: int = 3) -> int | None:
+    """Where a loop starts in ``tokens``: the index at which some n-gram (n <= ``max_ngram``)
+    begins to repeat back to back, at least ``min_repeats`` times and over at least
+    ``min_tokens`` tokens, up to the end of the sequence. ``None`` when there is no loop.
+
+    Only loops that run to the end matter: Whisper loops until the length limit, while a
+    phrase that is repeated and then left ("no, no, no, I said") is speech.
+    """
+    tokens = list(tokens)
+    n_tokens = len(tokens)
+    best: int | None = None
+    for n in range(1, min(max_ngram, n_tokens // min_repeats) + 1):
+        tail = tokens[n_tokens - n:]
+        start = n_tokens - n
+        while start - n >= 0 and tokens[start - n:start] == tail:
+            start -= n
+        # A partial repeat may precede the first whole one (the loop began mid-n-gram).
+        while start > 0 and tokens[start - 1] == tokens[start - 1 + n]:
+            start -= 1
+        covered = n_tokens - start
+        if covered >= max(min_tokens, min_repeats * n) and (best is None or start < best):
+            best = start
+    return best
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    x = logits.astype(np.float32, copy=False)
+    peak = np.max(x, axis=-1, keepdims=True)
+    peak = np.where(np.isfinite(peak), peak, 0.0)
+    shifted = x - peak
+    with np.errstate(divide="ignore"):
+        return shifted - np.log(np.sum(np.exp(shifted), axis=-1, keepdims=True))
+
+
+def softmax(logits: np.ndarray) -> np.ndarray:
+    return np.exp(log_softmax(logits))
+
+
+class LogitRules:
+    """Whisper's token rules for one decode call (see the module docstring for the order)."""
+
+    def __init__(self, tokenizer: WhisperTokenizer, options: DecodingOptions, n_vocab: int):
+        special = tokenizer.special
+        self.eot = special.eot
+        self.no_timestamps = special.no_timestamps
+        self.ts_begin = special.timestamp_begin
+        self.ts_end = min(special.timestamp_end, n_vocab - 1)
+        self.timestamps = not options.without_timestamps
+        index = int(round(options.max_initial_timestamp_s / TIME_PRECISION_S))
+        self.max_initial = self.ts_begin + index
+        self.suppress = np.array(tokenizer.suppress_ids if options.suppress_tokens else (), dtype=np.int64)
+        self.suppress_begin = np.array(tokenizer.suppress_ids_begin if options.suppress_blank else (), dtype=np.int64)
+
+    def apply(self, logits: np.ndarray, sampled: Sequence[Sequence[int]], active: Sequence[bool] | None = None) -> None:
+        """Mask ``logits`` ``[B, V]`` in place; ``sampled[b]`` are row b's tokens so far."""
+        neg = -np.inf
+        if self.suppress.size:
+            logits[:, self.suppress] = neg
+        first_rows = [b for b, seq in enumerate(sampled) if len(seq) == 0]
+        if first_rows and self.suppress_begin.size:
+            logits[np.ix_(first_rows, self.suppress_begin)] = neg
+        if not self.timestamps:
+            return
+        ts, te = self.ts_begin, self.ts_end
+        check: list[int] = []
+        for b, seq in enumerate(sampled):
+            if active is not None and not active[b]:
+                continue
+            row = logits[b]
+            row[self.no_timestamps] = neg
+            if not seq:
+                row[:ts] = neg
+                row[self.max_initial + 1:te + 1] = neg
+                continue
+            last = seq[-1]
+            if last >= ts:
+                penultimate = seq[-2] if len(seq) >= 2 else last
+                if penultimate >= ts:
+                    row[ts:te + 1] = neg  # a pair just closed: text (or the end) follows
+                else:
+                    row[:self.eot] = neg  # a lone timestamp: its partner or the end follows
+                    check.append(b)
+            else:
+                check.append(b)
+            for token in reversed(seq):
+                if token >= ts:
+                    row[ts:token] = neg
+                    break
+        if check:
+            logprobs = log_softmax(logits[check])
+            for i, b in enumerate(check):
+                timestamp_mass = np.logaddexp.reduce(logprobs[i, ts:te + 1])
+                if timestamp_mass > np.max(logprobs[i, :ts]):
+                    logits[b, :ts] = neg
+
+
+def split_segments(tokens: Sequence[int], tokenizer: WhisperTokenizer, window_s: float) -> tuple[list[TimedSegment], float | None]:
+    """Whisper's reading of a window's tokens: text between consecutive timestamp tokens makes
+    segments. Returns the segments and how far the window is consumed (``None``: all of it).
+
+    Text after the last complete pair (the model ran out of window or length) is left for the
+    next window, which starts at the last complete timestamp.
+    """
+    ts = tokenizer.timestamp_begin
+    tokens = [int(t) for t in tokens if t != tokenizer.eot]
+    if not tokens:
+        return [], None
+    is_ts = [t >= ts for t in tokens]
+    single_ending = len(tokens) >= 2 and not is_ts[-2] and is_ts[-1]
+    cuts = [i for i in range(1, len(tokens)) if is_ts[i] and is_ts[i - 1]]
+    segments: list[TimedSegment] = []
+
+    def segment(piece: list[int], start_s: float, end_s: float) -> None:
+        text_ids = [t for t in piece if t < tokenizer.eot]
+        text = tokenizer.decode(text_ids)
+        if text.strip():
+            segments.append(TimedSegment(start_s, end_s, tuple(text_ids), text))
+
+    if cuts:
+        if single_ending:
+            cuts.append(len(tokens))
+        last = 0
+        for cut in cuts:
+            piece = tokens[last:cut]
+            segment(piece, tokenizer.timestamp_s(piece[0]), tokenizer.timestamp_s(piece[-1]))
+            last = cut
+        if single_ending:
+            return segments, None
+        return segments, tokenizer.timestamp_s(tokens[last - 1])
+    # No pair closed: one segment over the whole window, ending at the last timestamp if any.
+    stamps = [t for t in tokens if t >= ts]
+    end_s = window_s
+    if stamps and stamps[-1] != ts:
+        end_s = tokenizer.timestamp_s(stamps[-1])
+    start_s = tokenizer.timestamp_s(stamps[0]) if stamps and tokens[0] >= ts else 0.0
+    segment(tokens, start_s, end_s)
+    return segments, None
+
+
+def _detect(logits: np.ndarray, tokenizer: WhisperTokenizer) -> list[dict[str, float]]:
+    codes = list(tokenizer.language_ids)
+    ids = np.array([tokenizer.language_ids[c] for c in codes], dtype=np.int64)
+    probs = softmax(logits[:, ids])
+    return [dict(sorted(zip(codes, map(float, row)), key=lambda kv: -kv[1])) for row in probs]
+
+
+def detect_language(runtime: Runtime, tokenizer: WhisperTokenizer, mel) -> list[dict[str, float]]:
+    """Per window, language code -> probability (most likely first), from the logits right after
+    ``<|startoftranscript|>`` over the language tokens. Multilingual models only."""
+    if not tokenizer.is_multilingual:
+        raise ValueError("language detection needs a multilingual model")
+    enc = runtime.encode(mel)
+    batch = int(mel.shape[0])
+    logits, _state = runtime.start(enc, np.full((batch, 1), tokenizer.special.sot, dtype=np.int64))
+    return _detect(np.asarray(logits, dtype=np.float32), tokenizer)
+
+
+def _max_new_tokens(options: DecodingOptions, n_text_ctx: int, prompt_len: int) -> int:
+    limit = options.sample_len if options.sample_len is not None else n_text_ctx // 2
+    # The last sampled token is never fed back, so prompt + samples may reach n_text_ctx + 1.
+    return max(1, min(limit, n_text_ctx + 1 - prompt_len))
+
+
+def _choose(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> np.ndarray:
+    if temperature <= 0:
+        return np.argmax(logits, axis=-1)
+    probs = softmax(logits / np.float32(temperature)).astype(np.float64)
+    choices = np.empty(len(probs), dtype=np.int64)
+    for b, row in enumerate(probs):
+        total = row.sum()
+        choices[b] = rng.choice(len(row), p=row / total) if total > 0 else int(np.argmax(logits[b]))
+    return choices
+
+
+@dataclass
+class RawDecode:
+    """What one decoding pass gives for one window, before it is read and judged."""
+
+    tokens: list[int]
+    sum_logprob: float
+    no_speech_prob: float
+    language: str
+    language_probs: dict[str, float] | None
+    hit_length_limit: bool
+
+
+def _decode_once(
+    runtime: Runtime,
+    tokenizer: WhisperTokenizer,
+    mel,
+    options: DecodingOptions,
+    previous: Sequence[Sequence[int]],
+    languages: Sequence[str | None],
+    temperature: float,
+    rng: np.random.Generator,
+) -> list[RawDecode]:
+    """One pass over a batch whose prompts have equal lengths (the caller groups them)."""
+    special = tokenizer.special
+    batch = int(mel.shape[0])
+    head_len = {len(p) for p in previous}
+    assert len(head_len) == 1, "rows of one pass need prompts of one length"
+    head = [list(p) + [special.sot] for p in previous]  # up to <|startoftranscript|>
+    enc = runtime.encode(mel)
+    logits, state = runtime.start(enc, np.array(head, dtype=np.int64))
+    logits = np.array(logits, dtype=np.float32)
+    # <|nospeech|> probability at <|startoftranscript|>, from the raw logits (as Whisper).
+    no_speech = softmax(logits)[:, special.no_speech]
+
+    language_probs: list[dict[str, float] | None] = [None] * batch
+    langs: list[str] = [lang or "en" for lang in languages]
+    if tokenizer.is_multilingual:
+        if any(lang is None for lang in languages):
+            detected = _detect(logits, tokenizer)
+            for b, lang in enumerate(languages):
+                if lang is None:
+                    language_probs[b] = detected[b]
+                    langs[b] = next(iter(detected[b]))
+    forced = [tokenizer.sot_sequence(langs[b], options.task)[1:] for b in range(batch)]
+    if options.without_timestamps:
+        forced = [f + [special.no_timestamps] for f in forced]
+    prompt_len = len(head[0]) + len(forced[0])
+    for column in range(len(forced[0])):
+        logits = np.array(runtime.step(state, np.array([f[column] for f in forced], dtype=np.int64)), dtype=np.float32)
+
+    rules = LogitRules(tokenizer, options, logits.shape[1])
+    max_new = _max_new_tokens(options, getattr(runtime, "n_text_ctx", N_TEXT_CTX), prompt_len)
+    sampled: list[list[int]] = [[] for _ in range(batch)]
+    sums = np.zeros(batch, dtype=np.float64)
+    done = np.zeros(batch, dtype=bool)
+    hit_limit = np.zeros(batch, dtype=bool)
+    for step in range(max_new):
+        rules.apply(logits, sampled, active=~done)
+        logprobs = log_softmax(logits)
+        chosen = _choose(logits, temperature, rng)
+        for b in range(batch):
+            if done[b]:
+                continue
+            token = int(chosen[b])
+            sums[b] += float(logprobs[b, token])
+            if token == special.eot:
+                done[b] = True
+            else:
+                sampled[b].append(token)
+                if step == max_new - 1:
+                    hit_limit[b] = True
+                    done[b] = True
+        if done.all():
+            break
+        feed = np.where(done, special.eot, chosen).astype(np.int64)
+        logits = np.array(runtime.step(state, feed), dtype=np.float32)
+    return [
+        RawDecode(sampled[b], float(sums[b]), float(no_speech[b]), langs[b], language_probs[b], bool(hit_limit[b]))
+        for b in range(batch)
+    ]
+
+
+def _finish(raw: RawDecode, tokenizer: WhisperTokenizer, options: DecodingOptions, window_s: float, temperature: float) -> DecodedWindow:
+    text = tokenizer.decode(raw.tokens)
+    segments, consumed_s = split_segments(raw.tokens, tokenizer, window_s)
+    text_tokens = [t for t in raw.tokens if t < tokenizer.eot]
+    loop_at = find_repetition(text_tokens, options.repetition_max_ngram, options.repetition_min_tokens)
+    return DecodedWindow(
+        tokens=tuple(raw.tokens),
+        text=text,
+        segments=tuple(segments),
+        consumed_s=consumed_s,
+        avg_logprob=raw.sum_logprob / (len(raw.tokens) + 1),
+        sum_logprob=raw.sum_logprob,
+        no_speech_prob=raw.no_speech_prob,
+        compression_ratio=compression_ratio(text),
+        language=raw.language,
+        language_probs=raw.language_probs,
+        temperature=temperature,
+        hit_length_limit=raw.hit_length_limit,
+        repetition=loop_at is not None,
+    )
+
+
+@dataclass(frozen=True)
+class Verdict:
+    no_speech: bool
+    """The window is silence/noise: show nothing."""
+    failure: str
+    """Why the text is not trusted (``"compression"``, ``"repetition"``, ``"logprob"``), or ``""``."""
+
+
+def assess(window: DecodedWindow, options: DecodingOptions) -> Verdict:
+    """Whisper's checks on one decoded window (thresholds ``None`` turn a check off)."""
+    failure = ""
+    if window.repetition:
+        failure = "repetition"
+    elif options.compression_ratio_threshold is not None and window.compression_ratio > options.compression_ratio_threshold:
+        failure = "compression"
+    elif options.logprob_threshold is not None and window.avg_logprob < options.logprob_threshold:
+        failure = "logprob"
+    no_speech = (
+        options.no_speech_threshold is not None
+        and window.no_speech_prob > options.no_speech_threshold
+        and (options.logprob_threshold is None or window.avg_logprob < options.logprob_threshold)
+    )
+    if no_speech:
+        failure = ""  # silence is not a failed decode: no fallback, just no text
+    return Verdict(no_speech, failure)
+
+
+def _drop(window: DecodedWindow, reason: str, failures: tuple[str, ...]) -> DecodedWindow:
+    return replace(window, text="", segments=(), consumed_s=None, dropped=reason, failures=failures)
+
+
+def _previous_head(tokenizer: WhisperTokenizer, previous: Sequence[int], limit: int) -> list[int]:
+    """``<|startofprev|>`` + the last ``limit`` tokens of ``previous`` (or nothing). Text and
+    timestamp tokens are kept (Whisper conditions on both); other specials are dropped."""
+    text = [int(t) for t in previous if int(t) < tokenizer.eot or tokenizer.is_timestamp(int(t))]
+    if not text or limit <= 0:
+        return []
+    return [tokenizer.special.sot_prev, *text[-limit:]]
+
+
+PassFn = Callable[[list[int], list[list[int]], list["str | None"], float, np.random.Generator], list[RawDecode]]
+"""One decoding pass: (window indices, prompt heads, languages, temperature, rng) -> results."""
+
+
+def decode_with_fallback(
+    decode_pass: PassFn,
+    tokenizer: WhisperTokenizer,
+    batch: int,
+    options: DecodingOptions,
+    *,
+    previous_tokens: Sequence[Sequence[int]] | None = None,
+    languages: Sequence[str | None] | None = None,
+    window_s: Sequence[float] | float = WINDOW_S,
+) -> list[DecodedWindow]:
+    """The temperature-fallback loop and guards around any decoding pass (ours, or the
+    CTranslate2 oracle's), so both are judged by the same rules."""
+    previous = [list(p) for p in (previous_tokens if previous_tokens is not None else [[]] * batch)]
+    if len(previous) != batch:
+        raise ValueError("previous_tokens needs one entry per window")
+    langs = list(languages) if languages is not None else [options.language] * batch
+    if not tokenizer.is_multilingual:
+        for lang in langs:
+            tokenizer.sot_sequence(lang, options.task)  # UserError: English-only model
+        langs = [None] * batch
+    else:
+        for lang in langs:
+            if lang is not None:
+                tokenizer.language_token(lang)  # UserError: unknown language
+    spans = [float(window_s)] * batch if np.isscalar(window_s) else [float(x) for x in window_s]
+    heads = [_previous_head(tokenizer, p, options.max_previous_tokens) for p in previous]
+    rng = np.random.default_rng(options.seed)
+    temperatures = options.temperatures or (0.0,)
+
+    results: list[DecodedWindow | None] = [None] * batch
+    failures: list[tuple[str, ...]] = [()] * batch
+    pending = list(range(batch))
+    for attempt, temperature in enumerate(temperatures):
+        if not pending:
+            break
+        repeats = 1 if temperature <= 0 else max(1, options.best_of)
+        # Rows of one pass need prompts of one length: group them.
+        groups: dict[int, list[int]] = {}
+        for b in pending:
+            groups.setdefault(len(heads[b]), []).append(b)
+        attempt_results: dict[int, DecodedWindow] = {}
+        for rows in groups.values():
+            expanded = [b for b in rows for _ in range(repeats)]
+            raws = decode_pass(expanded, [heads[b] for b in expanded], [langs[b] for b in expanded], temperature, rng)
+            for i, b in enumerate(rows):
+                candidates = raws[i * repeats:(i + 1) * repeats]
+                # Whisper ranks samples by mean log probability (no length penalty).
+                best = max(candidates, key=lambda r: r.sum_logprob / max(1, len(r.tokens)))
+                attempt_results[b] = _finish(best, tokenizer, options, spans[b], temperature)
+        still: list[int] = []
+        last_attempt = attempt == len(temperatures) - 1
+        for b in pending:
+            window = attempt_results[b]
+            verdict = assess(window, options)
+            if verdict.no_speech:
+                results[b] = _drop(window, "no_speech", failures[b])
+            elif verdict.failure:
+                failures[b] = failures[b] + (verdict.failure,)
+                if not last_attempt:
+                    still.append(b)
+                elif verdict.failure in ("repetition", "compression"):
+                    results[b] = _drop(window, verdict.failure, failures[b])  # loops are never shown
+                else:
+                    results[b] = replace(window, failures=failures[b])  # unlikely text is kept, as Whisper does
+            else:
+                results[b] = replace(window, failures=failures[b])
+        pending = still
+    return [r for r in results if r is not None]
+
+
+class RuntimeDecoder:
+    """Decodes windows with a ``WhisperRuntime`` (our ONNX Runtime model)."""
+
+    def __init__(self, runtime: Runtime, tokenizer: WhisperTokenizer):
+        self.runtime = runtime
+        self.tokenizer = tokenizer
+        self.n_mels = int(getattr(runtime, "n_mels", 80))
+        self.is_multilingual = tokenizer.is_multilingual
+        self.name = str(getattr(runtime, "name", "model"))
+
+    def decode(
+        self,
+        mel,
+        options: DecodingOptions = DecodingOptions(),
+        *,
+        previous_tokens: Sequence[Sequence[int]] | None = None,
+        languages: Sequence[str | None] | None = None,
+        window_s: Sequence[float] | float = WINDOW_S,
+    ) -> list[DecodedWindow]:
+        """Decode a batch of windows ``mel`` ``[B, n_mels, 3000]`` (NumPy or CuPy).
+
+        ``previous_tokens[b]`` is row b's prompt text (last committed tokens, fed after
+        ``<|startofprev|>``); ``languages[b]`` overrides ``options.language`` per row;
+        ``window_s[b]`` is how much of the 30 s holds audio (for the end of an open segment).
+        Windows that fail the checks are decoded again at the next temperature; windows that
+        still fail, or hold no speech, come back with empty ``text`` and ``dropped`` set.
+        """
+        batch = int(mel.shape[0])
+
+        def decode_pass(rows, heads, langs, temperature, rng):
+            sub_mel = mel if rows == list(range(batch)) else mel[rows]
+            return _decode_once(self.runtime, self.tokenizer, sub_mel, options, heads, langs, temperature, rng)
+
+        return decode_with_fallback(
+            decode_pass, self.tokenizer, batch, options,
+            previous_tokens=previous_tokens, languages=languages, window_s=window_s,
+        )
+
+    def detect_language(self, mel) -> list[dict[str, float]]:
+        return detect_language(self.runtime, self.tokenizer, mel)
+
+
+def decode(runtime: Runtime, tokenizer: WhisperTokenizer, mel, options: DecodingOptions = DecodingOptions(), **kwargs) -> list[DecodedWindow]:
+    """``RuntimeDecoder(runtime, tokenizer).decode(mel, options, **kwargs)``."""
+    return RuntimeDecoder(runtime, tokenizer).decode(mel, options, **kwargs)

@@ -1,0 +1,244 @@
+"""Offline transcription of a whole recording, long ones included.
+
+Whisper's way: a window of up to 30 s starting at ``seek``; the window's timestamp tokens cut
+its text into segments; the next window starts where the last complete segment ended (or after
+the window, when its text ended cleanly), and is prompted with the text so far. Silence and
+looping windows are dropped by the decoder's guards and reported in the result.
+
+Runs on the caller's thread (the CLI's main thread, a benchmark); the decoder is either ours
+(:class:`~captioner.models.decoding.RuntimeDecoder`) or the reference runtime's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from captioner.errors import UserError
+from captioner.events import SAMPLE_RATE_HZ
+from captioner.formats import Caption
+from captioner.models.decoding import WINDOW_S, DecodedWindow, DecodingOptions
+from captioner.models.tokenizer import WhisperTokenizer
+
+FRAMES_PER_S = 100  # mel hop of 10 ms
+WINDOW_FRAMES = int(WINDOW_S * FRAMES_PER_S)
+MIN_WINDOW_FRAMES = 10
+"""A tail shorter than this (0.1 s) is not decoded: it holds no word, only room to invent one."""
+
+
+class WindowDecoder(Protocol):
+    tokenizer: WhisperTokenizer
+    n_mels: int
+    is_multilingual: bool
+    name: str
+
+    def decode(self, mel, options: DecodingOptions = ..., **kwargs) -> list[DecodedWindow]: ...
+
+
+@dataclass(frozen=True)
+class TranscribeOptions:
+    model: str = "tiny.en"
+    """``tiny.en``, ``base`` or a CTranslate2 Whisper folder."""
+    language: str = "auto"
+    """``auto`` (detect on the first window; English-only models: English) or a code."""
+    task: str = "transcribe"
+    device: str | None = None
+    """``cpu``, ``cuda:N`` or ``None`` (the runtime's choice)."""
+    condition_on_previous_text: bool = True
+    prompt_reset_on_temperature: float = 0.5
+    """After a window needed a sampling temperature above this, the prompt starts afresh."""
+    decoding: DecodingOptions = field(default_factory=DecodingOptions)
+
+
+@dataclass(frozen=True)
+class Segment:
+    id: int
+    start_s: float
+    end_s: float
+    text: str
+    tokens: tuple[int, ...]
+    avg_logprob: float
+    no_speech_prob: float
+    compression_ratio: float
+    temperature: float
+
+
+@dataclass(frozen=True)
+class SkippedWindow:
+    """A window whose text was not kept: ``reason`` is ``no_speech``, ``repetition`` or
+    ``compression``."""
+
+    start_s: float
+    end_s: float
+    reason: str
+
+
+@dataclass(frozen=True)
+class TranscriptionInfo:
+    language: str
+    language_probability: float | None
+    duration_s: float
+    model: str
+    n_windows: int
+    skipped: tuple[SkippedWindow, ...] = ()
+
+
+@dataclass(frozen=True)
+class Transcription:
+    segments: tuple[Segment, ...]
+    info: TranscriptionInfo
+
+    @property
+    def text(self) -> str:
+        return "".join(s.text for s in self.segments).strip()
+
+    def captions(self, stream: str = "") -> list[Caption]:
+        return [Caption(s.start_s, s.end_s, s.text.strip(), stream, self.info.language) for s in self.segments]
+
+
+ProgressFn = Callable[[float, float], None]
+"""Called with (seconds of audio done, total seconds) after every window."""
+
+
+def _window_features(audio: np.ndarray, n_mels: int) -> np.ndarray:
+    from captioner.gpu.features_ref import whisper_input_features  # NumPy spec; heavy module kept lazy
+
+    return whisper_input_features(audio, n_mels)[None].astype(np.float32, copy=False)
+
+
+def transcribe_audio(
+    decoder: WindowDecoder,
+    audio_16k: np.ndarray,
+    options: TranscribeOptions = TranscribeOptions(),
+    *,
+    progress: ProgressFn | None = None,
+) -> Transcription:
+    """Transcribe mono 16 kHz float32 audio, window by window (see the module docstring)."""
+    audio = np.asarray(audio_16k, dtype=np.float32)
+    if audio.ndim != 1:
+        raise UserError(f"transcription needs mono audio, got shape {audio.shape}")
+    tok = decoder.tokenizer
+    language: str | None = None if options.language in ("auto", "", None) else options.language
+    if language is not None:
+        tok.sot_sequence(language, options.task)  # UserError now rather than mid-file
+    elif not decoder.is_multilingual:
+        language = "en"
+        tok.sot_sequence(None, options.task)
+    if options.task == "translate" and not decoder.is_multilingual:
+        tok.sot_sequence(None, "translate")
+    dec_options = replace(options.decoding, task=options.task)
+
+    total_frames = len(audio) // (SAMPLE_RATE_HZ // FRAMES_PER_S)
+    duration_s = len(audio) / SAMPLE_RATE_HZ
+    seek = 0
+    all_tokens: list[int] = []
+    prompt_from = 0
+    segments: list[Segment] = []
+    skipped: list[SkippedWindow] = []
+    language_probability: float | None = None
+    n_windows = 0
+    hop = SAMPLE_RATE_HZ // FRAMES_PER_S
+    while total_frames - seek >= MIN_WINDOW_FRAMES:
+        window_frames = min(WINDOW_FRAMES, total_frames - seek)
+        offset_s = seek / FRAMES_PER_S
+        window_s = window_frames / FRAMES_PER_S
+        chunk = audio[seek * hop:(seek + window_frames) * hop]
+        mel = _window_features(chunk, decoder.n_mels)
+        previous = all_tokens[prompt_from:] if options.condition_on_previous_text else []
+        result = decoder.decode(mel, dec_options, previous_tokens=[previous], languages=[language], window_s=window_s)[0]
+        n_windows += 1
+        if language is None:
+            language = result.language
+            if result.language_probs:
+                language_probability = result.language_probs.get(language)
+        advance = window_frames
+        if result.dropped:
+            skipped.append(SkippedWindow(offset_s, offset_s + window_s, result.dropped))
+        else:
+            for piece in result.segments:
+                start_s = offset_s + piece.start_s
+                end_s = min(offset_s + piece.end_s, offset_s + window_s)
+                if end_s <= start_s:  # zero-length segments carry no time to show text in
+                    continue
+                segments.append(
+                    Segment(
+                        id=len(segments),
+                        start_s=round(start_s, 3),
+                        end_s=round(end_s, 3),
+                        text=piece.text,
+                        tokens=piece.tokens,
+                        avg_logprob=result.avg_logprob,
+                        no_speech_prob=result.no_speech_prob,
+                        compression_ratio=result.compression_ratio,
+                        temperature=result.temperature,
+                    )
+                )
+            if result.consumed_s is not None:
+                consumed = int(round(result.consumed_s * FRAMES_PER_S))
+                if 0 < consumed <= window_frames:
+                    advance = consumed
+            all_tokens.extend(_kept_tokens(result, tok))
+            if result.temperature > options.prompt_reset_on_temperature:
+                prompt_from = len(all_tokens)
+        seek += advance
+        if progress is not None:
+            progress(min(seek / FRAMES_PER_S, duration_s), duration_s)
+    info = TranscriptionInfo(
+        language=language or "en",
+        language_probability=language_probability,
+        duration_s=duration_s,
+        model=decoder.name,
+        n_windows=n_windows,
+        skipped=tuple(skipped),
+    )
+    return Transcription(tuple(segments), info)
+
+
+def _kept_tokens(result: DecodedWindow, tok: WhisperTokenizer) -> list[int]:
+    """The tokens of the window's complete segments (what the next window is prompted with)."""
+    if result.consumed_s is None:
+        return list(result.tokens)
+    # Tokens up to the last pair of adjacent timestamps (where the last complete segment
+    # ends); the unfinished tail after it is decoded again in the next window.
+    tokens = list(result.tokens)
+    ts = tok.timestamp_begin
+    for i in range(len(tokens) - 1, 0, -1):
+        if tokens[i] >= ts and tokens[i - 1] >= ts:
+            return tokens[:i]
+    return tokens
+
+
+def load_decoder(model: str, device: str | None = None, progress: Callable | None = None):
+    """Our decoder for a model name or folder: GRAPH's ONNX Runtime model + the tokenizer."""
+    from captioner.models.decoding import RuntimeDecoder
+    from captioner.models.registry import resolve_model
+    from captioner.models.runtime import load_runtime
+
+    files = resolve_model(model)
+    runtime = load_runtime(model, device=device, progress=progress)
+    tokenizer = WhisperTokenizer(files.tokenizer_path, files.config_path, n_vocab=int(runtime.n_vocab))
+    return RuntimeDecoder(runtime, tokenizer)
+
+
+def transcribe_file(
+    path: str | os.PathLike,
+    options: TranscribeOptions = TranscribeOptions(),
+    *,
+    decoder: WindowDecoder | None = None,
+    model_progress: Callable | None = None,
+    progress: ProgressFn | None = None,
+) -> Transcription:
+    """Read an audio file (any format libsndfile reads; resampled to 16 kHz mono) and
+    transcribe it. ``decoder`` reuses a loaded model; otherwise ``options.model`` is loaded
+    (converted on first use, reporting to ``model_progress``)."""
+    from captioner.audio.file_source import read_audio_16k
+
+    audio = read_audio_16k(Path(path))
+    if decoder is None:
+        decoder = load_decoder(options.model, options.device, model_progress)
+    return transcribe_audio(decoder, audio, options, progress=progress)
