@@ -27,7 +27,6 @@ import threading
 import time
 from dataclasses import dataclass
 
-import numpy as np
 
 from captioner.audio import pulse
 from captioner.audio.framing import Framer
@@ -220,33 +219,46 @@ class MicrophoneSource:
                 return
             sd = import_sounddevice()
             self._ended.clear()
-            try:
-                with _env_lock:
-                    previous = os.environ.get("PULSE_SOURCE")
-                    if self.device.pulse_source:
-                        os.environ["PULSE_SOURCE"] = self.device.pulse_source
-                    try:
-                        stream = sd.InputStream(
-                            device=self.device.index,
-                            samplerate=self.rate_hz,
-                            channels=self.channels,
-                            dtype="float32",
-                            blocksize=self.block_frames,
-                            callback=self._callback,
-                            finished_callback=self._finished,
-                        )
-                        stream.start()
-                    finally:
-                        if self.device.pulse_source:
-                            if previous is None:
-                                os.environ.pop("PULSE_SOURCE", None)
-                            else:
-                                os.environ["PULSE_SOURCE"] = previous
-            except sd.PortAudioError as error:
-                raise UserError(f"cannot open input device {self.device.label}: {' '.join(str(error).split())}") from None
-            with _open_streams_lock:
+            with _open_streams_lock:  # counted from before the open: no rescan may run under it
                 _open_streams += 1
-            self._stream = stream
+            try:
+                self._stream = self._open(sd)
+            except BaseException:
+                with _open_streams_lock:
+                    _open_streams -= 1
+                raise
+
+    def _open(self, sd):
+        try:
+            with _env_lock:
+                previous = os.environ.get("PULSE_SOURCE")
+                if self.device.pulse_source:
+                    # libpulse reads PULSE_SOURCE when the ALSA plug-in connects, inside the open.
+                    os.environ["PULSE_SOURCE"] = self.device.pulse_source
+                try:
+                    stream = sd.InputStream(
+                        device=self.device.index,
+                        samplerate=self.rate_hz,
+                        channels=self.channels,
+                        dtype="float32",
+                        blocksize=self.block_frames,
+                        callback=self._callback,
+                        finished_callback=self._finished,
+                    )
+                    try:
+                        stream.start()
+                    except BaseException:
+                        stream.close()
+                        raise
+                finally:
+                    if self.device.pulse_source:
+                        if previous is None:
+                            os.environ.pop("PULSE_SOURCE", None)
+                        else:
+                            os.environ["PULSE_SOURCE"] = previous
+        except sd.PortAudioError as error:
+            raise UserError(f"cannot open input device {self.device.label}: {' '.join(str(error).split())}") from None
+        return stream
 
     def stop(self) -> None:
         global _open_streams
