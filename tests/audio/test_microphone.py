@@ -113,3 +113,22 @@ def test_a_stalled_consumer_loses_counted_blocks_not_the_stream(pulse_server):
     assert lost_s == pytest.approx(dropped_s, abs=0.05)
     assert source.exhausted or source.stats().queue_depth > 0
     source.stop()  # twice is fine
+
+
+@pytest.mark.pulse
+def test_names_resolve_to_pulse_sources(pulse_server):
+    # "monitor" alone: what the machine plays, i.e. the default sink's monitor.
+    assert MicrophoneSource("monitor").device.pulse_source == "captioner_test.monitor"
+    pulse_server.pactl("set-default-sink", "captioner_test_44k")
+    try:
+        chosen = MicrophoneSource("monitor").device
+        assert (chosen.pulse_source, chosen.rate_hz) == ("captioner_test_44k.monitor", 44_100)
+    finally:
+        pulse_server.pactl("set-default-sink", "captioner_test")
+    # Any unique part of a source name works; an ambiguous one is refused, naming the candidates.
+    assert MicrophoneSource("TEST_44k").device.pulse_source == "captioner_test_44k.monitor"
+    with pytest.raises(UserError, match="ambiguous.*captioner_test.monitor.*captioner_test_44k.monitor"):
+        MicrophoneSource("captioner_test")
+    # PortAudio devices first: "default" is PortAudio's ALSA default device (the server's default source).
+    chosen = MicrophoneSource("default").device
+    assert chosen.pulse_source is None and chosen.name == "default"

@@ -15,7 +15,8 @@ Devices, by ``device``:
   the audio playing on the machine), opened through PortAudio's ALSA ``pulse`` device with
   ``PULSE_SOURCE=NAME``, at the source's own rate;
 * any other text: a case-insensitive part of a PortAudio device's name, else of a
-  PulseAudio source's name (so ``"monitor"`` finds the output monitor when there is one).
+  PulseAudio source's name; ``"monitor"`` alone is the monitor of the default output (what
+  the machine is playing), whatever other monitors exist.
 """
 
 from __future__ import annotations
@@ -141,6 +142,10 @@ def _resolve_once(sd, device, channels, rate_hz) -> DeviceChoice | None:
     sources = pulse.list_sources()
     exact_sources = [s for s in sources if s.name.lower() == wanted]
     found = exact_sources or [s for s in sources if wanted in s.name.lower()]
+    if len(found) > 1 and wanted == "monitor":
+        # "monitor" alone means what the machine plays: the default sink's monitor.
+        playing = pulse.default_monitor()
+        found = [s for s in found if s.name == playing] or found
     if len(found) > 1:
         names = ", ".join(s.name for s in found)
         raise UserError(f"input device {text!r} is ambiguous: it matches PulseAudio sources {names}")

@@ -59,12 +59,27 @@ def list_sources(timeout_s: float = PACTL_TIMEOUT_S) -> list[PulseSource]:
     return sources
 
 
-def default_source(timeout_s: float = PACTL_TIMEOUT_S) -> str | None:
-    """Name of the server's default source, or ``None``."""
+def _info_field(field_name: str, timeout_s: float) -> str | None:
     text = _pactl("info", timeout_s=timeout_s)
     if not text:
         return None
     for line in text.splitlines():
-        if line.startswith("Default Source:"):
+        if line.startswith(f"{field_name}:"):
             return line.split(":", 1)[1].strip() or None
     return None
+
+
+def default_source(timeout_s: float = PACTL_TIMEOUT_S) -> str | None:
+    """Name of the server's default source, or ``None``."""
+    return _info_field("Default Source", timeout_s)
+
+
+def default_sink(timeout_s: float = PACTL_TIMEOUT_S) -> str | None:
+    """Name of the server's default sink (where applications play), or ``None``."""
+    return _info_field("Default Sink", timeout_s)
+
+
+def default_monitor(timeout_s: float = PACTL_TIMEOUT_S) -> str | None:
+    """The monitor source of the default sink: what the machine is playing right now."""
+    sink = default_sink(timeout_s)
+    return f"{sink}.monitor" if sink else None
