@@ -444,6 +444,9 @@ class Dashboard(QWidget):
                 text = "N/A on this GPU"
             if label.textItem.toPlainText() != text:
                 label.setText(text)
+                legend = self.plots[spec.key].legend
+                if legend is not None and spec.gpu:
+                    legend.setVisible(not text)  # the "N/A" note replaces an empty legend
             box = self.plots[spec.key].getViewBox().boundingRect()
             label.setPos(box.width() / 2, box.height() / 2)
 

@@ -1,0 +1,39 @@
+"""Qt tests run offscreen with Qt warnings as failures (the offscreen plugin's notes about
+window-manager features it lacks are the only messages ignored)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+OFFSCREEN_NOTES = r"This plugin does not support"
+
+
+def pytest_collection_modifyitems(config, items):
+    here = os.path.dirname(__file__)
+    for item in items:
+        if str(item.fspath).startswith(here):
+            item.add_marker(pytest.mark.qt_log_level_fail("WARNING"))
+            item.add_marker(pytest.mark.qt_log_ignore(OFFSCREEN_NOTES))
+
+
+@pytest.fixture
+def settings_store(tmp_path):
+    from captioner.ui.settings import open_settings
+
+    return open_settings(str(tmp_path / "settings.ini"))
+
+
+@pytest.fixture
+def window(qtbot, settings_store):
+    from captioner.ui.main_window import MainWindow
+
+    win = MainWindow(settings_store)
+    qtbot.addWidget(win)
+    qtbot.addWidget(win.overlay)
+    win.show()
+    qtbot.waitExposed(win)
+    return win
