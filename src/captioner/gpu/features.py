@@ -55,13 +55,13 @@ _KERNELS_SRC = r"""
 // and the new samples, starting at the first new frame's window, and roll the history on.
 // One block per row: the history is read before it is overwritten (the __syncthreads).
 extern "C" __global__ void captioner_stage(
-    const float* __restrict__ samples, const long long* __restrict__ params,
-    float* __restrict__ history, float* __restrict__ padded,
-    int n_rows, int n_new, int row_stride)
+    const float* __restrict__ samples, const long long* __restrict__ slots,
+    const long long* __restrict__ b0s, float* __restrict__ history, float* __restrict__ padded,
+    int n_new, int row_stride)
 {
     const int r = blockIdx.x;
-    const long long slot = params[r];
-    const long long b0 = params[n_rows + r];
+    const long long slot = slots[r];
+    const long long b0 = b0s[r];
     const float* x_new = samples + (long long)r * n_new;
     float* h = history + slot * HISTORY;
     float* out = padded + (long long)r * row_stride;
@@ -88,19 +88,20 @@ extern "C" __global__ void captioner_stage(
 // One block per (row, new frame): Hann window in the frequency domain, power, sparse mel,
 // log10, DCT-II; writes the frame into the stream's rings (frame-major: one coalesced row).
 extern "C" __global__ void captioner_logmel(
-    const float2* __restrict__ spectrum, const long long* __restrict__ params,
+    const float2* __restrict__ spectrum, const long long* __restrict__ slots,
+    const long long* __restrict__ b0s,
     const float* __restrict__ filters, const int* __restrict__ bin_lo,
     const int* __restrict__ bin_hi, const float* __restrict__ dct,
     float* __restrict__ mel_ring, float* __restrict__ mfcc_ring,
-    int n_rows, int n_frames, int frames_per_row, int ring_frames, int n_mels, int n_mfcc)
+    int n_frames, int frames_per_row, int ring_frames, int n_mels, int n_mfcc)
 {
     __shared__ float2 X[N_BINS];
     __shared__ float P[N_BINS];
     __shared__ float L[128];
     const int r = blockIdx.x / n_frames;
     const int j = blockIdx.x - r * n_frames;
-    const long long slot = params[r];
-    const long long t = params[n_rows + r] - 1 + j;
+    const long long slot = slots[r];
+    const long long t = b0s[r] - 1 + j;
     if (t < 0) return;  // the first block of a stream completes no frame
     const float2* row = spectrum + ((long long)r * frames_per_row + j) * N_BINS;
     for (int k = threadIdx.x; k < N_BINS; k += blockDim.x) X[k] = row[k];
@@ -144,6 +145,12 @@ _LOGMEL_THREADS = 128
 class StreamingFeatures:
     """Per-stream streaming log-mel (and MFCC) for up to ``max_streams`` streams at once.
 
+    ``ring_frames``: frames kept per stream (3200 = 32 s, a Whisper window and some).
+    ``max_push_frames``: frames per stream in one batched step (longer pushes are split).
+    ``use_kernels`` / ``use_graphs``: CUDA only; ``None`` = use them if they pass a self-check.
+    ``group_rows``: CUDA only; process a big batch in groups of this many streams, so each
+    group's intermediate buffers stay in the L2 cache (``None``: one group).
+
     All methods are called from one thread: the worker that owns the back-end's GPU.
     """
 
@@ -157,6 +164,7 @@ class StreamingFeatures:
         max_push_frames: int | None = None,
         use_kernels: bool | None = None,
         use_graphs: bool | None = None,
+        group_rows: int | None = None,
     ) -> None:
         if max_push_frames is None:  # up to 1 s per push by default
             max_push_frames = min(100, ring_frames)
@@ -185,7 +193,7 @@ class StreamingFeatures:
         self._cuda: _CudaPath | None = None
         if backend.is_cuda and use_kernels is not False:
             try:
-                self._cuda = _CudaPath(self, filters, use_graphs=use_graphs is not False)
+                self._cuda = _CudaPath(self, filters, use_graphs=use_graphs is not False, group_rows=group_rows)
                 self._verify_cuda()
             except Exception as exc:  # self-check failed: the generic path stays correct
                 self._cuda = None
@@ -361,7 +369,7 @@ class _CudaPath:
     a buffer (2.5x the bytes), for a cuFFT that refuses overlapping input.
     """
 
-    def __init__(self, owner: StreamingFeatures, filters: np.ndarray, use_graphs: bool) -> None:
+    def __init__(self, owner: StreamingFeatures, filters: np.ndarray, use_graphs: bool, group_rows: int | None) -> None:
         backend = owner.backend
         cp = backend.xp
         self.owner = owner
@@ -397,6 +405,7 @@ class _CudaPath:
         self.frame_index: dict[tuple[int, int], object] = {}
         self.graphs: dict[tuple[int, int], object] = {}
         self.use_graphs = use_graphs
+        self.group_rows = group_rows
         self.mode = "overlap"
         try:
             self._check_fft()
@@ -440,24 +449,32 @@ class _CudaPath:
             plan.fft(framed, spectrum, self.cufft.CUFFT_FORWARD)
 
     def _launch(self, samples, n_rows: int, frames: int) -> None:
-        """Queue stage -> FFT -> log-mel on the current stream (also while capturing a graph)."""
+        """Queue stage -> FFT -> log-mel on the current stream (also while capturing a graph).
+
+        Rows go in groups of ``group_rows``: a group's padded signal and spectrum (reused from
+        the start of their buffers) can then stay in the L2 cache between the three steps."""
         owner = self.owner
         k = frames + 2
         i32 = np.int32
-        params = self.params_dev[: 2 * n_rows]
-        self.k_stage(
-            (n_rows,), (_STAGE_THREADS,),
-            (samples, params, owner._history, self.padded, i32(n_rows), i32(frames * HOP), i32(k * HOP)),
-        )
-        self._fft(n_rows, frames)
-        self.k_logmel(
-            (n_rows * frames,), (_LOGMEL_THREADS,),
-            (
-                self.spectrum, params, self.filters, self.bin_lo, self.bin_hi, self.dct,
-                owner._mel_ring, owner._mfcc_ring, i32(n_rows), i32(frames), i32(k),
-                i32(owner.ring_frames), i32(owner.n_mels), i32(owner.n_mfcc),
-            ),
-        )
+        n_new = frames * HOP
+        group = self.group_rows or n_rows
+        for g0 in range(0, n_rows, group):
+            g = min(group, n_rows - g0)
+            slots = self.params_dev[g0:n_rows]
+            b0s = self.params_dev[n_rows + g0 : 2 * n_rows]
+            self.k_stage(
+                (g,), (_STAGE_THREADS,),
+                (samples[g0 * n_new :], slots, b0s, owner._history, self.padded, i32(n_new), i32(k * HOP)),
+            )
+            self._fft(g, frames)
+            self.k_logmel(
+                (g * frames,), (_LOGMEL_THREADS,),
+                (
+                    self.spectrum, slots, b0s, self.filters, self.bin_lo, self.bin_hi, self.dct,
+                    owner._mel_ring, owner._mfcc_ring, i32(frames), i32(k),
+                    i32(owner.ring_frames), i32(owner.n_mels), i32(owner.n_mfcc),
+                ),
+            )
 
     def _copy_params(self, n_rows: int) -> None:
         self.runtime.memcpyAsync(
@@ -483,7 +500,7 @@ class _CudaPath:
                 self.stream.wait_event(cp.cuda.get_current_stream().record())
         with self.owner.backend.activate(), self.stream:
             if isinstance(samples, cp.ndarray):
-                source = cp.ascontiguousarray(samples, dtype=cp.float32)
+                source = cp.ascontiguousarray(samples, dtype=cp.float32).reshape(-1)
                 self._copy_params(n_rows)
                 self.copies_done.record(self.stream)
                 self._launch(source, n_rows, frames)
@@ -504,7 +521,9 @@ class _CudaPath:
         key = (n_rows, frames)
         if key in self.graphs:
             return self.graphs[key]
-        self._prepare(n_rows, frames)  # plan creation allocates: never inside a capture
+        group = self.group_rows or n_rows
+        for g0 in range(0, n_rows, group):  # plan creation allocates: never inside a capture
+            self._prepare(min(group, n_rows - g0), frames)
         self.stream.synchronize()
         graph = None
         try:
