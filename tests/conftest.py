@@ -70,6 +70,31 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def load_pulse_helper():
+    """tests/pulse.py, loaded by path so it works under any pytest import mode."""
+    import importlib.util
+    import sys
+
+    module = sys.modules.get("captioner_tests_pulse")
+    if module is None:
+        spec = importlib.util.spec_from_file_location("captioner_tests_pulse", Path(__file__).with_name("pulse.py"))
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def pulse_helper():
+    """The tests/pulse.py module (start further servers with ``start_pulse_server()``);
+    skips when the PulseAudio binaries are absent."""
+    helper = load_pulse_helper()
+    reason = helper.pulseaudio_missing()
+    if reason:
+        pytest.skip(reason)
+    return helper
+
+
 @pytest.fixture(scope="module")
 def pulse_server():
     """A private PulseAudio server (tests/pulse.py) with null sinks ``captioner_test`` (48 kHz,
@@ -77,7 +102,7 @@ def pulse_server():
     points at it while the fixture lives, so PortAudio's ALSA ``pulse``/``default`` devices
     reach it. Skips only when the PulseAudio binaries are absent; the daemon is killed on
     teardown whatever happened."""
-    import pulse  # tests/pulse.py; imported here so collection never needs PulseAudio
+    pulse = load_pulse_helper()
 
     reason = pulse.pulseaudio_missing()
     if reason:

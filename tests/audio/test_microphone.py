@@ -132,3 +132,24 @@ def test_names_resolve_to_pulse_sources(pulse_server):
     # PortAudio devices first: "default" is PortAudio's ALSA default device (the server's default source).
     chosen = MicrophoneSource("default").device
     assert chosen.pulse_source is None and chosen.name == "default"
+
+
+@pytest.mark.pulse
+def test_a_vanishing_server_ends_the_stream_without_hanging(pulse_helper, monkeypatch):
+    own = pulse_helper.start_pulse_server()  # a server of its own, to kill mid-stream
+    try:
+        monkeypatch.setenv("PULSE_SERVER", own.server)
+        source = MicrophoneSource(own.sink.device)
+        source.start()
+        deadline = time.monotonic() + 20
+        while not source.read(timeout_s=0.2):
+            assert time.monotonic() < deadline, "no audio arrived"
+        own.process.kill()
+        own.process.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while not source.exhausted:
+            assert time.monotonic() < deadline, "the dead stream was not noticed"
+            source.read(timeout_s=0.1)
+        source.stop()
+    finally:
+        own.stop()
