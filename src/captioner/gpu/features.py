@@ -397,13 +397,17 @@ class _CudaPath:
             self.padded = cp.zeros(s * self.frames_per_row_max * HOP + N_FFT, dtype=cp.float32)
             self.spectrum = cp.zeros(s * self.frames_per_row_max * N_BINS, dtype=cp.complex64)
             self.frames_buf = None  # only in "framed" mode
-            self.samples_host = cupyx.empty_pinned((s * f * HOP,), dtype=np.float32)
-            self.params_host = cupyx.empty_pinned((2 * s,), dtype=np.int64)
-            self.copies_done = cp.cuda.Event(disable_timing=True)
-            self.copies_done.record(self.stream)
+            # Two sets of pinned staging buffers, used in turn, so that the host fills one while
+            # the previous push's copies may still be reading the other.
+            self.samples_host = [cupyx.empty_pinned((s * f * HOP,), dtype=np.float32) for _ in range(2)]
+            self.params_host = [cupyx.empty_pinned((2 * s,), dtype=np.int64) for _ in range(2)]
+            self.copies_done = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
+            for event in self.copies_done:
+                event.record(self.stream)
+            self.turn = 0
         self.plans: dict[tuple[int, int], object] = {}
         self.frame_index: dict[tuple[int, int], object] = {}
-        self.graphs: dict[tuple[int, int], object] = {}
+        self.graphs: dict[tuple[int, int, int], object] = {}
         self.use_graphs = use_graphs
         self.group_rows = group_rows
         self.mode = "overlap"
@@ -476,49 +480,53 @@ class _CudaPath:
                 ),
             )
 
-    def _copy_params(self, n_rows: int) -> None:
+    def _copy_params(self, n_rows: int, turn: int) -> None:
         self.runtime.memcpyAsync(
-            self.params_dev.data.ptr, self.params_host.ctypes.data, 2 * n_rows * 8,
+            self.params_dev.data.ptr, self.params_host[turn].ctypes.data, 2 * n_rows * 8,
             self.runtime.memcpyHostToDevice, self.stream.ptr,
         )
 
-    def _copy_samples(self, n_rows: int, frames: int) -> None:
+    def _copy_samples(self, n_rows: int, frames: int, turn: int) -> None:
         self.runtime.memcpyAsync(
-            self.samples_dev.data.ptr, self.samples_host.ctypes.data, n_rows * frames * HOP * 4,
+            self.samples_dev.data.ptr, self.samples_host[turn].ctypes.data, n_rows * frames * HOP * 4,
             self.runtime.memcpyHostToDevice, self.stream.ptr,
         )
 
     def push(self, slots: np.ndarray, b0: np.ndarray, samples, frames: int) -> None:
         cp = self.cp
         n_rows = slots.size
-        # The pinned buffers are read by the previous push's copies until those have run.
-        self.copies_done.synchronize()
-        self.params_host[:n_rows] = slots
-        self.params_host[n_rows : 2 * n_rows] = b0
+        turn = self.turn = 1 - self.turn
+        # This turn's pinned buffers are read by the copies of the push before last until those
+        # have run (the event follows that whole push: a wait only when the GPU is 2 pushes behind).
+        self.copies_done[turn].synchronize()
+        params_host = self.params_host[turn]
+        params_host[:n_rows] = slots
+        params_host[n_rows : 2 * n_rows] = b0
         with self.owner.backend.activate():
             if isinstance(samples, cp.ndarray):  # made on the caller's stream: wait for it
                 self.stream.wait_event(cp.cuda.get_current_stream().record())
         with self.owner.backend.activate(), self.stream:
             if isinstance(samples, cp.ndarray):
                 source = cp.ascontiguousarray(samples, dtype=cp.float32).reshape(-1)
-                self._copy_params(n_rows)
-                self.copies_done.record(self.stream)
+                self._copy_params(n_rows, turn)
+                self.copies_done[turn].record(self.stream)
                 self._launch(source, n_rows, frames)
                 return
             n_samples = n_rows * frames * HOP
-            np.copyto(self.samples_host[:n_samples].reshape(n_rows, frames * HOP), samples, casting="same_kind")
-            graph = self._graph(n_rows, frames) if self.use_graphs else None
+            staging = self.samples_host[turn][:n_samples].reshape(n_rows, frames * HOP)
+            np.copyto(staging, samples, casting="same_kind")
+            graph = self._graph(n_rows, frames, turn) if self.use_graphs else None
             if graph is not None:
                 graph.launch(self.stream)
             else:
-                self._copy_params(n_rows)
-                self._copy_samples(n_rows, frames)
+                self._copy_params(n_rows, turn)
+                self._copy_samples(n_rows, frames, turn)
                 self._launch(self.samples_dev, n_rows, frames)
-            self.copies_done.record(self.stream)
+            self.copies_done[turn].record(self.stream)
 
-    def _graph(self, n_rows: int, frames: int):
-        """The whole push (copies from the pinned buffers + kernels) as one CUDA graph."""
-        key = (n_rows, frames)
+    def _graph(self, n_rows: int, frames: int, turn: int):
+        """The whole push (copies from this turn's pinned buffers + kernels) as one CUDA graph."""
+        key = (n_rows, frames, turn)
         if key in self.graphs:
             return self.graphs[key]
         group = self.group_rows or n_rows
@@ -529,8 +537,8 @@ class _CudaPath:
         try:
             self.stream.begin_capture()
             try:
-                self._copy_params(n_rows)
-                self._copy_samples(n_rows, frames)
+                self._copy_params(n_rows, turn)
+                self._copy_samples(n_rows, frames, turn)
                 self._launch(self.samples_dev, n_rows, frames)
             finally:
                 graph = self.stream.end_capture()
