@@ -1,0 +1,63 @@
+"""Terminal rendering of live captions: in place on a TTY, plain committed lines otherwise."""
+
+import io
+import re
+
+from captioner.app.live_view import TerminalView
+from captioner.events import CaptionUpdate
+
+
+def u(stream, kind, text, segment=0):
+    return CaptionUpdate(stream, kind, text, 0.0, 1.0, 1.0, 1.0, segment=segment)
+
+
+def screen(raw: str) -> list[str]:
+    """A tiny terminal: applies the codes TerminalView uses and returns the visible lines."""
+    lines = [""]
+    row = 0
+    for token in re.split(r"(\x1b\[\d*[A-Za-z]|\r|\n)", raw):
+        if not token:
+            continue
+        if token == "\n":
+            row += 1
+            if row == len(lines):
+                lines.append("")
+        elif token == "\r":
+            pass
+        elif token.startswith("\x1b["):
+            code, n = token[-1], token[2:-1]
+            if code == "A":
+                row -= int(n or 1)
+            elif code == "K":
+                lines[row] = ""
+            elif code == "J":
+                del lines[row + 1:]
+                lines[row] = ""
+        else:
+            lines[row] += token
+    return lines
+
+
+def test_plain_output_shows_committed_lines_only():
+    out = io.StringIO()
+    view = TerminalView(out, tty=False)
+    view.show([u("Me", "partial", "hello wor"), u("Me", "final", "hello world"), u("Me", "partial", "how")])
+    view.close()
+    assert out.getvalue() == "[Me] hello world\n"
+
+
+def test_tty_rewrites_partial_in_place_and_scrolls_closed_segments():
+    out = io.StringIO()
+    view = TerminalView(out, tty=True)
+    view.show([u("Me", "partial", "hello wor")])
+    assert screen(out.getvalue()) == ["[Me] hello wor"]
+    assert "\x1b[2mhello wor\x1b[0m" in out.getvalue()  # partial text is dim
+    view.show([u("Me", "final", "hello world"), u("Me", "partial", "how are")])
+    view.show([u("Meeting", "partial", "good morning")])
+    assert screen(out.getvalue()) == ["[Me] hello world how are", "[Meeting] good morning"]
+    # The pause closes Me's segment: its line scrolls up as committed text, the live area follows.
+    view.show([u("Me", "final", "how are you"), u("Me", "partial", ""), u("Me", "partial", "next", segment=1)])
+    assert screen(out.getvalue()) == ["[Me] hello world how are you", "[Me] next", "[Meeting] good morning"]
+    view.close()
+    # Closing keeps committed text and drops partials.
+    assert screen(out.getvalue()) == ["[Me] hello world how are you", ""]
