@@ -33,14 +33,20 @@ def run_realtime(args) -> int:
     fmt = _arg(args, "format", default="txt")
     output = _arg(args, "output", "out", "o")
     language = _arg(args, "language")
-    source = FileSource(path, realtime=True)
+    source = FileSource(path, realtime=True)  # a bad file fails here, before a model loads
+    from captioner.app.commands.transcribe import TextProgress
+
+    progress = TextProgress()
     pipeline = Pipeline([source], model=_arg(args, "model", default="tiny.en"), language=language,
                         task=_arg(args, "task", default="transcribe"),
-                        device=_arg(args, "compute", "device_compute", "backend"))
+                        device=_arg(args, "compute", "device_compute", "backend"), progress=progress)
     out = open(output, "w", encoding="utf-8", newline="") if output else sys.stdout
     updates = []
     try:
-        pipeline.start()
+        try:
+            pipeline.start()
+        finally:
+            progress.close()
         try:
             while pipeline.running:
                 batch = pipeline.drain_captions()
