@@ -43,26 +43,27 @@ def list_input_devices(include_pulse: bool = True, refresh: bool = True) -> list
     Raises ``UserError`` only when PortAudio itself is missing. ``refresh`` rescans PortAudio
     first (when no stream is open), so devices that appeared since start-up are listed.
     """
-    from captioner.audio.microphone import import_sounddevice, refresh_portaudio  # noqa: PLC0415
+    from captioner.audio.microphone import import_sounddevice, portaudio_lock, refresh_portaudio  # noqa: PLC0415
 
     sd = import_sounddevice()
-    if refresh:
-        refresh_portaudio()
-    host_apis = [api["name"] for api in sd.query_hostapis()]
-    default_index = sd.default.device[0]
-    devices = [
-        InputDevice(
-            index=int(d["index"]),
-            name=d["name"],
-            host_api=host_apis[d["hostapi"]] if 0 <= d["hostapi"] < len(host_apis) else "?",
-            channels=int(d["max_input_channels"]),
-            default_rate_hz=int(round(d["default_samplerate"])),
-            is_monitor=is_loopback_name(d["name"]),
-            is_default=int(d["index"]) == default_index,
-        )
-        for d in sd.query_devices()
-        if d["max_input_channels"] > 0
-    ]
+    with portaudio_lock:
+        if refresh:
+            refresh_portaudio()
+        host_apis = [api["name"] for api in sd.query_hostapis()]
+        default_index = sd.default.device[0]
+        devices = [
+            InputDevice(
+                index=int(d["index"]),
+                name=d["name"],
+                host_api=host_apis[d["hostapi"]] if 0 <= d["hostapi"] < len(host_apis) else "?",
+                channels=int(d["max_input_channels"]),
+                default_rate_hz=int(round(d["default_samplerate"])),
+                is_monitor=is_loopback_name(d["name"]),
+                is_default=int(d["index"]) == default_index,
+            )
+            for d in sd.query_devices()
+            if d["max_input_channels"] > 0
+        ]
     if include_pulse:
         default_source = pulse.default_source()
         devices += [

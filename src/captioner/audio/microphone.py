@@ -42,7 +42,8 @@ _PULSE_GATEWAYS = ("pulse", "pipewire", "default")
 
 _env_lock = threading.Lock()  # PULSE_SOURCE is process-wide: one stream opens at a time
 _open_streams = 0  # PortAudio may be re-initialised (to see new devices) only when this is 0
-_open_streams_lock = threading.Lock()
+# Held while PortAudio's device list is read or rebuilt, so a rescan never runs under a query.
+portaudio_lock = threading.RLock()
 
 
 def import_sounddevice():
@@ -61,7 +62,7 @@ def refresh_portaudio() -> bool:
     """Re-initialises PortAudio so devices that appeared since (a PulseAudio server that
     started, a USB microphone plugged in) are listed; skipped while a stream is open."""
     sd = import_sounddevice()
-    with _open_streams_lock:
+    with portaudio_lock:
         if _open_streams:
             return False
         sd._terminate()  # noqa: SLF001 - sounddevice's documented way to rescan devices
@@ -157,9 +158,10 @@ def _resolve_once(sd, device, channels, rate_hz) -> DeviceChoice | None:
 def resolve_device(device: str | int | None, channels: int | None = None, rate_hz: int | None = None) -> DeviceChoice:
     """The device ``device`` names (see the module docstring), or a one-line ``UserError``."""
     sd = import_sounddevice()
-    choice = _resolve_once(sd, device, channels, rate_hz)
-    if choice is None and refresh_portaudio():
+    with portaudio_lock:
         choice = _resolve_once(sd, device, channels, rate_hz)
+        if choice is None and refresh_portaudio():
+            choice = _resolve_once(sd, device, channels, rate_hz)
     if choice is None:
         what = "no default input device" if device is None else f"no input device matches {str(device)!r}"
         raise UserError(f"{what} (run 'captioner devices' to list them)")
@@ -224,12 +226,12 @@ class MicrophoneSource:
                 return
             sd = import_sounddevice()
             self._ended.clear()
-            with _open_streams_lock:  # counted from before the open: no rescan may run under it
+            with portaudio_lock:  # counted from before the open: no rescan may run under it
                 _open_streams += 1
             try:
                 self._stream = self._open(sd)
             except BaseException:
-                with _open_streams_lock:
+                with portaudio_lock:
                     _open_streams -= 1
                 raise
 
@@ -277,7 +279,7 @@ class MicrophoneSource:
             except Exception:  # a device that vanished cannot be closed twice; nothing to do
                 pass
             finally:
-                with _open_streams_lock:
+                with portaudio_lock:
                     _open_streams -= 1
                 self._ended.set()
 
