@@ -65,7 +65,9 @@ def refresh_portaudio() -> bool:
     with portaudio_lock:
         if _open_streams:
             return False
-        sd._terminate()  # noqa: SLF001 - sounddevice's documented way to rescan devices
+        # Private, but what sounddevice's maintainer points to for a rescan
+        # (spatialaudio/python-sounddevice#125); it would kill open streams, hence the count.
+        sd._terminate()  # noqa: SLF001
         sd._initialize()  # noqa: SLF001
     return True
 
