@@ -213,15 +213,25 @@ def _kept_tokens(result: DecodedWindow, tok: WhisperTokenizer) -> list[int]:
     return tokens
 
 
-def load_decoder(model: str, device: str | None = None, progress: Callable | None = None):
-    """Our decoder for a model name or folder: GRAPH's ONNX Runtime model + the tokenizer."""
+def check_request(tokenizer: WhisperTokenizer, language: str | None, task: str) -> None:
+    """Raise UserError when the model cannot do ``task`` in ``language`` (``auto``/None: any)."""
+    if language in ("auto", "", None):
+        language = None
+    tokenizer.sot_sequence(language, task)
+
+
+def load_decoder(model: str, device: str | None = None, progress: Callable | None = None, *,
+                 language: str | None = None, task: str = "transcribe"):
+    """Our decoder for a model name or folder: GRAPH's ONNX Runtime model + the tokenizer.
+    The language and task are checked against the model before anything is converted."""
     from captioner.models.decoding import RuntimeDecoder
     from captioner.models.registry import resolve_model
     from captioner.models.runtime import load_runtime
 
     files = resolve_model(model)
+    tokenizer = WhisperTokenizer(files.tokenizer_path, files.config_path, n_vocab=int(files.dims.n_vocab))
+    check_request(tokenizer, language, task)
     runtime = load_runtime(model, device=device, progress=progress)
-    tokenizer = WhisperTokenizer(files.tokenizer_path, files.config_path, n_vocab=int(runtime.n_vocab))
     return RuntimeDecoder(runtime, tokenizer)
 
 
@@ -240,5 +250,5 @@ def transcribe_file(
 
     audio = read_audio_16k(Path(path))
     if decoder is None:
-        decoder = load_decoder(options.model, options.device, model_progress)
+        decoder = load_decoder(options.model, options.device, model_progress, language=options.language, task=options.task)
     return transcribe_audio(decoder, audio, options, progress=progress)
