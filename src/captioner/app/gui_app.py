@@ -95,12 +95,16 @@ class LiveController(QObject):
         pipeline = self.pipeline
         if pipeline is None:
             return []
-        updates = pipeline.drain_captions()
-        if self.metrics is not None:
-            for update in updates:
-                self.metrics.observe_caption(update)
+        updates = self._observed(pipeline.drain_captions())
         if self._files_only and not self._busy and pipeline.wait_exhausted(0):
             self.stop(finished=True)  # a file has played to its end: commit what is pending
+        return updates
+
+    def _observed(self, updates: list[CaptionUpdate]) -> list[CaptionUpdate]:
+        if self.metrics is not None:
+            for update in updates:
+                if update.text.strip():  # an empty partial clears the line; nothing was shown
+                    self.metrics.observe_caption(update)
         return updates
 
     def latest_status(self) -> PipelineStatus | None:
@@ -238,7 +242,7 @@ class LiveController(QObject):
         self._busy = False
         if pipeline is not None:
             # The last committed words arrive while stopping: hand them to the window now.
-            self.window.apply_captions(pipeline.drain_captions())
+            self.window.apply_captions(self._observed(pipeline.drain_captions()))
             status = pipeline.latest_status()
             if status is not None:
                 self.window.apply_status(status)
@@ -267,7 +271,7 @@ class LiveController(QObject):
         leftovers: list[CaptionUpdate] = []
         if pipeline is not None:
             pipeline.stop(timeout_s)
-            leftovers = pipeline.drain_captions()
+            leftovers = self._observed(pipeline.drain_captions())
         self.sampler.stop()
         if self.metrics is not None:
             self.metrics.stop()

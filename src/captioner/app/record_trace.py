@@ -1,0 +1,119 @@
+"""Record a captioning run to a trace file, headless (no Qt): for GPU servers.
+
+    python -m captioner.app.record_trace --file talk.wav [--file other.wav] \
+        [--model tiny.en] [--device cuda:0] [--realtime] [--max-s 120] --out run.trace.jsonl
+
+Every file is one stream, all captioned at once by one pipeline; the telemetry sampler runs
+beside it. Open the result on a desktop with ``captioner gui --trace run.trace.jsonl`` (or
+File > Load trace…).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import threading
+import time
+from pathlib import Path
+
+from captioner.errors import UserError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m captioner.app.record_trace", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--file", action="append", required=True, metavar="PATH", help="audio file (repeatable)")
+    parser.add_argument("--out", required=True, metavar="PATH", help="trace file to write (JSON Lines)")
+    parser.add_argument("--model", default="tiny.en")
+    parser.add_argument("--device", help="cpu or cuda:N (default: the GPU when usable)")
+    parser.add_argument("--language")
+    parser.add_argument("--realtime", action="store_true", help="replay at real-time pace (live-like latency)")
+    parser.add_argument("--max-s", type=float, help="stop after this many seconds")
+    parser.add_argument("--settle-s", type=float, default=2.0,
+                        help="keep sampling telemetry this long after the run (cool-down on the plots)")
+    return parser
+
+
+def record(args: argparse.Namespace) -> int:
+    from captioner.app.pipeline import Pipeline
+    from captioner.audio.file_source import FileSource
+    from captioner.gpu.telemetry import TelemetrySampler
+    from captioner.trace import TraceRecorder, record_run
+
+    for path in args.file:
+        if not Path(path).is_file():
+            raise UserError(f"no such audio file: {path}")
+    gpu_index = int(args.device.split(":")[1]) if args.device and args.device.startswith("cuda:") else 0
+    stems: dict[str, int] = {}
+    sources = []
+    for path in args.file:
+        stem = Path(path).stem
+        stems[stem] = stems.get(stem, 0) + 1
+        sources.append(FileSource(path, stream=stem if stems[stem] == 1 else f"{stem} {stems[stem]}",
+                                  realtime=args.realtime))
+    sampler = TelemetrySampler(gpu_index=gpu_index)
+    sampler.start()
+    meta = {
+        "files": [Path(p).name for p in args.file],
+        "model": args.model,
+        "device_requested": args.device or "auto",
+        "realtime": bool(args.realtime),
+        "host": platform.node(),
+        "device": sampler.gpu_name or "cpu",
+        "recorded_by": "captioner.app.record_trace",
+    }
+    recorder = TraceRecorder(args.out, meta=meta)
+    pipeline = Pipeline(sources, model=args.model, language=args.language, device=args.device,
+                        progress=lambda message, fraction: print(f"  {message} ({100 * fraction:.0f}%)", file=sys.stderr))
+    try:
+        started = time.monotonic()
+        # Telemetry while the model loads is part of the story (VRAM growing, clocks rising).
+        loading = _Sampling(recorder, sampler)
+        pipeline.start()
+        loading.flush()
+        record_run(recorder, pipeline, sampler, done=lambda: pipeline.wait_exhausted(0) or pipeline.error is not None,
+                   poll_s=0.05, max_s=args.max_s)
+        # Stopping commits what is still queued, which can take a while after a fast replay:
+        # keep recording while it does.
+        stopper = threading.Thread(target=pipeline.stop, name="captioner-record-stop", daemon=True)
+        stopper.start()
+        record_run(recorder, pipeline, sampler, done=lambda: not stopper.is_alive(), poll_s=0.05)
+        stopper.join()
+        record_run(recorder, pipeline, sampler, poll_s=0.1, max_s=args.settle_s)
+        elapsed_s = time.monotonic() - started
+    finally:
+        pipeline.stop()
+        sampler.stop()
+        recorder.close()
+    if pipeline.error is not None:
+        raise UserError(f"the pipeline failed: {pipeline.error}")
+    print(f"recorded {recorder.events} events in {elapsed_s:.1f} s to {args.out}")
+    return 0
+
+
+class _Sampling:
+    """Records every telemetry sample taken while the main thread waits in ``pipeline.start``."""
+
+    def __init__(self, recorder, sampler) -> None:
+        self._recorder = recorder
+        self._sampler = sampler
+        self._seen = len(sampler.history())
+
+    def flush(self) -> None:
+        history = self._sampler.history()
+        for sample in history[self._seen:-1]:  # the newest is left to record_run, which starts with it
+            self._recorder.record(sample)
+        self._seen = len(history)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return record(args)
+    except UserError as error:
+        print(f"record_trace: error: {error}", file=sys.stderr)
+        return error.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+"""Headless recording of a real captioning run (no Qt), as on the GPU server."""
+
+from __future__ import annotations
+
+import pytest
+
+from captioner.app import record_trace
+from captioner.trace import load_trace
+
+
+@pytest.mark.slow
+def test_records_a_real_run(tmp_path, speech_clips, monkeypatch):
+    monkeypatch.setenv("CAPTIONER_TRANSCRIPT_DIR", str(tmp_path / "transcripts"))
+    a, b = speech_clips["en_ls_1089-134686-0001"], speech_clips["en_ls_1089-134691-0000"]
+    out = tmp_path / "run.trace.jsonl"
+    assert record_trace.main(["--file", str(a.wav), "--file", str(b.wav), "--device", "cpu", "--out", str(out),
+                              "--settle-s", "0.5"]) == 0
+    trace = load_trace(out)
+    assert trace.meta["files"] == [a.wav.name, b.wav.name] and trace.meta["model"] == "tiny.en"
+    finals = {c.stream: c.text.lower() for c in trace.final_captions()}
+    assert "wait no longer" in finals[b.wav.stem]
+    assert "belly" in finals[a.wav.stem]
+    assert trace.statuses and set(trace.statuses[-1].streams) == {a.wav.stem, b.wav.stem}
+    assert len(trace.telemetry) >= 4
+    times = [s.time_s for s in trace.telemetry]
+    assert times == sorted(times) and len(set(times)) == len(times)  # each sample once
+
+
+def test_missing_file_is_a_clear_error(tmp_path, capsys):
+    assert record_trace.main(["--file", str(tmp_path / "nope.wav"), "--out", str(tmp_path / "t.jsonl")]) == 2
+    assert "no such audio file" in capsys.readouterr().err

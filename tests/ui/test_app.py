@@ -1,0 +1,116 @@
+"""The whole app: the real pipeline behind the window, the command line, a headless smoke run."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import urllib.request
+
+import numpy as np
+import pytest
+from PySide6.QtGui import QImage
+from prometheus_client.parser import text_string_to_metric_families
+
+from captioner.app import cli
+from captioner.events import CaptionUpdate, PipelineStatus
+from captioner.trace import load_trace
+from captioner.ui.controls import RunConfig, SourceChoice
+
+CLIP = "en_ls_1089-134691-0001"  # "for a full hour he had paced up and down waiting but he could wait no longer"
+
+
+@pytest.fixture
+def transcripts(tmp_path, monkeypatch):
+    directory = tmp_path / "transcripts"
+    monkeypatch.setenv("CAPTIONER_TRANSCRIPT_DIR", str(directory))
+    return directory
+
+
+@pytest.mark.slow
+def test_real_pipeline_drives_the_window(window, qtbot, speech_clips, transcripts):
+    from captioner.app.gui_app import LiveController
+
+    clip = speech_clips[CLIP]
+    controller = LiveController(window, device="cpu", metrics_port=0, interactive=False)
+    try:
+        config = RunConfig(sources=(SourceChoice("file", "Meeting", clip.wav.name, path=str(clip.wav)),), model="tiny.en")
+        window.start_requested.emit(config)
+        qtbot.waitUntil(lambda: window.controls.running and controller.pipeline is not None, timeout=240_000)
+        # the file plays at real-time pace, then the app stops by itself and commits the rest
+        qtbot.waitUntil(lambda: controller.pipeline is None and not controller._busy, timeout=240_000)
+        with urllib.request.urlopen(f"http://127.0.0.1:{controller.metrics.port}/metrics", timeout=5) as r:
+            families = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
+    finally:
+        leftovers = controller.shutdown()
+    window.apply_captions(leftovers)
+
+    updates = [e for e in window.record if isinstance(e, CaptionUpdate)]
+    kinds = [u.kind for u in updates if u.text.strip()]
+    assert "partial" in kinds and "final" in kinds
+    assert kinds.index("partial") < kinds.index("final")  # shown provisionally before committed
+    committed = window.caption_view.committed_text().lower()
+    assert committed.startswith("meeting: ")
+    assert "wait no longer" in committed
+    assert window.caption_view.partial_text("Meeting") == ""
+    assert window.controls.start_button.text() == "Start"
+    statuses = [e for e in window.record if isinstance(e, PipelineStatus)]
+    assert statuses and statuses[-1].provider == "CPUExecutionProvider"
+    assert window.provider_label.text() == "Provider: CPU" and window.streams_label.text() == "Streams: 1"
+    # the engine's transcript writer saved every committed line as it came
+    (transcript,) = transcripts.glob("*.txt")
+    assert "wait no longer" in transcript.read_text().lower()
+    assert str(transcript) in window.history.transcript_label.text()
+    counts = {s.labels["kind"]: s.value for s in families["captioner_caption_latency_seconds"].samples
+              if s.name == "captioner_caption_latency_seconds_count"}
+    shown = [u for u in updates if u.text.strip()]
+    assert counts == {kind: sum(u.kind == kind for u in shown) for kind in ("partial", "final")}
+
+
+def test_cli_rejects_bad_arguments(tmp_path, capsys):
+    assert cli.main(["gui", "--file", str(tmp_path / "missing.wav")]) == 2
+    assert "no such audio file" in capsys.readouterr().err
+    assert cli.main(["gui", "--screenshot", str(tmp_path / "x.png")]) == 2
+    assert "--quit-after" in capsys.readouterr().err
+    assert cli.main(["gui", "--trace", str(tmp_path / "none.jsonl")]) == 2
+
+
+def _xvfb_command() -> list[str] | None:
+    if shutil.which("xvfb-run"):
+        return ["xvfb-run", "-a", "-s", "-screen 0 1920x1080x24"]
+    return None
+
+
+@pytest.mark.slow
+def test_headless_smoke_run_under_xvfb(tmp_path, speech_clips):
+    """`captioner gui --file` in a real X server: starts, captions, plots, quits by itself."""
+    xvfb = _xvfb_command()
+    if xvfb is None:
+        pytest.skip("xvfb-run is not installed")
+    clip = speech_clips[CLIP]
+    shot = tmp_path / "smoke.png"
+    trace = tmp_path / "smoke.trace.jsonl"
+    env = dict(os.environ, CAPTIONER_TRANSCRIPT_DIR=str(tmp_path / "transcripts"), CAPTIONER_DEVICE="cpu")
+    env.pop("QT_QPA_PLATFORM", None)  # the real xcb platform this time
+    result = subprocess.run(
+        [*xvfb, sys.executable, "-m", "captioner", "gui", "--settings", str(tmp_path / "s.ini"),
+         "--file", str(clip.wav), "--overlay", "--quit-after", "40", "--screenshot", str(shot),
+         "--save-trace", str(trace)],
+        env=env, capture_output=True, text=True, timeout=400,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "Traceback" not in result.stderr
+    for name in ("smoke.png", "smoke-dashboard.png", "smoke-overlay.png"):
+        image = QImage(str(tmp_path / name))
+        assert not image.isNull() and image.width() > 300, name
+    image = QImage(str(shot))
+    assert image.width() >= 1000 and image.height() >= 700
+    # Not a blank frame: many distinct colours (text, curves, grids).
+    ptr = image.convertToFormat(QImage.Format.Format_RGB32).constBits()
+    pixels = np.frombuffer(ptr, dtype=np.uint32)
+    assert len(np.unique(pixels)) > 50
+    recorded = load_trace(trace)
+    assert any(c.kind == "final" and "wait no longer" in c.text.lower() for c in recorded.captions)
+    assert len(recorded.statuses) >= 1 and len(recorded.telemetry) >= 20
+    assert recorded.statuses[-1].step_latency_ms is not None
