@@ -101,6 +101,7 @@ class TraceRecorder:
         self._flush_every = max(1, flush_every)
         self._pending = 0
         self.events = 0
+        self._last_of: dict[type, Any] = {}
         self._write(header(meta))
         self._file.flush()
 
@@ -121,6 +122,17 @@ class TraceRecorder:
             if self._pending >= self._flush_every:
                 self._file.flush()
                 self._pending = 0
+
+    def record_if_new(self, event: TelemetrySample | PipelineStatus | None) -> None:
+        """Records a mailbox value (latest status or sample) unless it is the one recorded last
+        for its type: polling a mailbox faster than it changes must not duplicate events."""
+        if event is None:
+            return
+        kind = type(event)
+        if self._last_of.get(kind) is event:
+            return
+        self._last_of[kind] = event
+        self.record(event)
 
     def record_all(self, events: Iterable[TelemetrySample | PipelineStatus | CaptionUpdate]) -> None:
         for event in events:
@@ -270,29 +282,21 @@ def record_run(
     """Drains a running pipeline (``drain_captions()``, ``latest_status()``) and a telemetry
     sampler (``latest()``) into ``recorder`` until ``done()`` is true or ``max_s`` passes.
 
-    Duck-typed, so this module imports no engine code; each status and sample is recorded once.
+    Duck-typed, so this module imports no engine code; each status and sample is recorded once,
+    also across several calls with the same recorder.
     """
     import time
 
     start = time.monotonic()
-    last_status = last_sample = None
     while True:
         for update in pipeline.drain_captions():
             recorder.record(update)
-        status = pipeline.latest_status()
-        if status is not None and status is not last_status:
-            recorder.record(status)
-            last_status = status
+        recorder.record_if_new(pipeline.latest_status())
         if sampler is not None:
-            sample = sampler.latest()
-            if sample is not None and sample is not last_sample:
-                recorder.record(sample)
-                last_sample = sample
+            recorder.record_if_new(sampler.latest())
         if (done is not None and done()) or (max_s is not None and time.monotonic() - start >= max_s):
             break
         time.sleep(poll_s)
     for update in pipeline.drain_captions():
         recorder.record(update)
-    status = pipeline.latest_status()
-    if status is not None and status is not last_status:
-        recorder.record(status)
+    recorder.record_if_new(pipeline.latest_status())

@@ -101,8 +101,8 @@ class _Sampling:
 
     def flush(self) -> None:
         history = self._sampler.history()
-        for sample in history[self._seen:-1]:  # the newest is left to record_run, which starts with it
-            self._recorder.record(sample)
+        for sample in history[self._seen:]:
+            self._recorder.record_if_new(sample)
         self._seen = len(history)
 
 
