@@ -48,9 +48,9 @@ def _audio(n_streams: int, n_samples: int, seed: int = 3) -> np.ndarray:
     return 0.05 * noise
 
 
-def throughput(xb, n_streams: int, frames_per_push: int, budget_s: float, group_rows: int | None = None) -> dict:
+def throughput(xb, n_streams: int, frames_per_push: int, budget_s: float) -> dict:
     sf = StreamingFeatures(xb, n_mels=80, n_mfcc=13, max_streams=n_streams, ring_frames=256,
-                           max_push_frames=max(frames_per_push, 1), group_rows=group_rows)
+                           max_push_frames=max(frames_per_push, 1))
     slots = np.arange(n_streams)
     n_pushes_data = 8
     host = _audio(n_streams, n_pushes_data * frames_per_push * 160)
@@ -81,7 +81,6 @@ def throughput(xb, n_streams: int, frames_per_push: int, budget_s: float, group_
         "audio_hours_per_s": audio_s / elapsed / 3600.0,
         "realtime_factor": audio_s / elapsed,
         "path": sf.path,
-        "group_rows": group_rows,
     }
 
 
@@ -176,15 +175,18 @@ def main(argv=None) -> int:
         results["cupy"] = backends["cuda"].xp.__version__
     for name, xb in backends.items():
         results["latency"][name] = latency(xb, args.latency_frames, budget_s=3.0 if name == "cpu" else 10.0)
-        runs = [(feed, frames, n, None) for feed, frames in FEEDS.items() for n in args.streams]
-        if xb.is_cuda:  # L2-sized groups for the biggest batch, side by side with one group
+        for feed, frames in FEEDS.items():
+            for n_streams in args.streams:
+                row = throughput(xb, n_streams, frames, args.budget_s)
+                row.update(backend=name, feed=feed)
+                results["throughput"].append(row)
+                print(f"# {name} {feed} {n_streams} streams: {row['audio_hours_per_s']:.4g} h/s", file=sys.stderr)
+        if xb.is_cuda:  # where the GPU time goes at the biggest batch (CUDA events per step)
             big = max(args.streams)
-            runs += [(f"1s, groups of {g}", FEEDS["1s"], big, g) for g in (64, 128, 256) if g < big]
-        for feed, frames, n_streams, group in runs:
-            row = throughput(xb, n_streams, frames, args.budget_s, group_rows=group)
-            row.update(backend=name, feed=feed)
-            results["throughput"].append(row)
-            print(f"# {name} {feed} {n_streams} streams: {row['audio_hours_per_s']:.4g} h/s", file=sys.stderr)
+            sf = StreamingFeatures(xb, max_streams=big, ring_frames=256, max_push_frames=100)
+            if sf._cuda is not None:
+                results["cuda_stage_ms_per_push"] = {"streams": big, "frames_per_push": 100,
+                                                     **sf._cuda.time_stages(big, 100)}
     if args.speech_dir is not None and (args.speech_dir / "audio").is_dir():
         results["agreement"] = agreement(backends, args.speech_dir)
 
@@ -220,6 +222,11 @@ def render_markdown(results: dict) -> str:
         ratio = f" {vals[0] / vals[1]:.1f}x faster |" if both else ""
         lines.append(f"| latency, 1 stream, one 10 ms frame, {stat[:-3]} (ms) | "
                      + " | ".join(f"{v:.3f}" for v in vals) + " |" + ratio)
+    if "cuda_stage_ms_per_push" in results:
+        st = results["cuda_stage_ms_per_push"]
+        lines.append("")
+        lines.append(f"GPU time per push of {st['frames_per_push']} frames x {st['streams']} streams (ms): "
+                     + ", ".join(f"{k} {st[k]:.3f}" for k in ("frames", "roll", "fft", "logmel")))
     lines.append("")
     lines.append("paths: " + ", ".join(f"{b}={results['latency'][b]['path']}" for b in names))
     if "agreement" in results:

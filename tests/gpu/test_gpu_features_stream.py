@@ -69,12 +69,11 @@ def test_any_push_size_gives_the_same_frames(xb, speech_audio):
     assert_matches_spec(results[0], audio, 80)
 
 
-@pytest.mark.parametrize("group_rows", [None, 2])
-def test_many_streams_batched_equal_each_alone(xb, speech_audio, group_rows):
+def test_many_streams_batched_equal_each_alone(xb, speech_audio):
     # Streams of different lengths that join at different times, pushed 10 ms at a time.
     audios = [frames_of(speech_audio[c], 2.0 + 0.37 * i) for i, c in enumerate(CLIPS)]
     starts = [0, 5, 17, 40]  # block at which each stream joins
-    batched = StreamingFeatures(xb, max_streams=6, ring_frames=512, group_rows=group_rows)
+    batched = StreamingFeatures(xb, max_streams=6, ring_frames=512)
     slot_of = [4, 0, 5, 2]
     total_blocks = max(s + a.shape[0] // 160 for s, a in zip(starts, audios))
     for t in range(total_blocks):
@@ -94,10 +93,9 @@ def test_many_streams_batched_equal_each_alone(xb, speech_audio, group_rows):
         assert_matches_spec(got, audio, 80)
 
 
-@pytest.mark.parametrize("group_rows", [None, 3])
-def test_batched_multi_frame_push_from_device_arrays(xb, speech_audio, group_rows):
+def test_batched_multi_frame_push_from_device_arrays(xb, speech_audio):
     audios = np.stack([frames_of(speech_audio[c], 1.5) for c in CLIPS])  # [4, 24000]
-    sf = StreamingFeatures(xb, max_streams=4, ring_frames=256, max_push_frames=50, group_rows=group_rows)
+    sf = StreamingFeatures(xb, max_streams=4, ring_frames=256, max_push_frames=50)
     for start in range(0, audios.shape[1], 50 * 160):
         sf.push_batch([0, 1, 2, 3], xb.asarray(audios[:, start : start + 50 * 160]))
     for slot, audio in enumerate(audios):
