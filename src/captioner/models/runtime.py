@@ -37,6 +37,7 @@ class DecoderState:
 
     cross: dict[str, Any] = field(repr=False)  # cross_k_i / cross_v_i -> OrtValue
     past: dict[str, Any] = field(repr=False)  # past_k_i / past_v_i -> OrtValue (or empty arrays)
+    binding: Any = field(repr=False)  # session.Binding with cross K/V bound once
     batch: int
     length: int  # tokens in the cache = position of the next token
 
@@ -110,7 +111,9 @@ class WhisperRuntime:
         for i in range(d.n_text_layer):
             past[f"past_k_{i}"] = empty_k
             past[f"past_v_{i}"] = empty_v
-        state = DecoderState(cross=cross, past=past, batch=enc.batch, length=0)
+        binding = self.decoder.binding()
+        binding.bind_all(cross)
+        state = DecoderState(cross=cross, past=past, binding=binding, batch=enc.batch, length=0)
         return self._run_decoder(state, tokens), state
 
     def step(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:
@@ -123,7 +126,10 @@ class WhisperRuntime:
         return self._run_decoder(state, np.ascontiguousarray(t[:, None]))
 
     def _run_decoder(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:
-        out = self.decoder.run({"tokens": tokens, **state.past, **state.cross}, host_outputs=("logits",))
+        binding = state.binding
+        binding.bind("tokens", tokens)
+        binding.bind_all(state.past)
+        out = binding.run(host_outputs=("logits",))
         for i in range(self.dims.n_text_layer):
             state.past[f"past_k_{i}"] = out[f"present_k_{i}"]
             state.past[f"past_v_{i}"] = out[f"present_v_{i}"]

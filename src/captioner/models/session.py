@@ -152,42 +152,65 @@ class OrtModel:
         """Run once. ``inputs``: NumPy arrays (host), device arrays (``__cuda_array_interface__``)
         or OrtValues from an earlier run. Outputs named in ``host_outputs`` come back as NumPy
         arrays; all others stay where the provider put them (device memory on CUDA) as OrtValues."""
-        ort = _ort()
-        io = self.session.io_binding()
+        binding = self.binding()
+        binding.bind_all(inputs)
+        return binding.run(host_outputs)
+
+    def binding(self) -> Binding:
+        """A reusable I/O binding: inputs that do not change between runs (cross K/V) are bound
+        once; the decoder rebinds only tokens and the cache at each step."""
+        return Binding(self)
+
+
+class Binding:
+    def __init__(self, model: OrtModel):
+        self.model = model
+        self.io = model.session.io_binding()
+        self._ort = _ort()
+
+    def bind_all(self, inputs: dict[str, Any]) -> None:
         for name, value in inputs.items():
-            if isinstance(value, ort.OrtValue):
-                io.bind_ortvalue_input(name, value)
-            elif hasattr(value, "__cuda_array_interface__"):
-                self._bind_device_array(io, name, value)
-            else:
-                io.bind_cpu_input(name, np.ascontiguousarray(value))
-        device_type, device_id = self._device
-        for name in self.output_names:
+            self.bind(name, value)
+
+    def bind(self, name: str, value: Any) -> None:
+        io = self.io
+        if isinstance(value, self._ort.OrtValue):
+            io.bind_ortvalue_input(name, value)
+        elif hasattr(value, "__cuda_array_interface__"):
+            self._bind_device_array(name, value)
+        else:
+            io.bind_cpu_input(name, np.ascontiguousarray(value))
+
+    def run(self, host_outputs: tuple[str, ...] = ()) -> dict[str, Any]:
+        model, io = self.model, self.io
+        device_type, device_id = model._device
+        io.clear_binding_outputs()
+        for name in model.output_names:
             if name in host_outputs:
                 io.bind_output(name, "cpu")
             else:
                 io.bind_output(name, device_type, device_id)
-        self.session.run_with_iobinding(io)
-        values = io.get_outputs()
+        model.session.run_with_iobinding(io)
         out = {}
-        for name, value in zip(self.output_names, values):
+        for name, value in zip(model.output_names, io.get_outputs()):
             out[name] = value.numpy() if name in host_outputs else value
         return out
 
-    def _bind_device_array(self, io, name: str, value) -> None:
-        if self.provider != CUDA:
+    def _bind_device_array(self, name: str, value) -> None:
+        model = self.model
+        if model.provider != CUDA:
             # CPU session: bring the data over once (CuPy has .get(); anything else via NumPy).
             host = value.get() if hasattr(value, "get") else np.asarray(value)
-            io.bind_cpu_input(name, np.ascontiguousarray(host))
+            self.io.bind_cpu_input(name, np.ascontiguousarray(host))
             return
         cai = value.__cuda_array_interface__
-        if cai.get("strides") not in (None,) and not _c_contiguous(cai):
+        if cai.get("strides") is not None and not _c_contiguous(cai):
             raise ValueError(f"{name}: device array must be C-contiguous")
         # The producer (CuPy) may still be writing on its own stream; ORT reads on its stream.
         sync = getattr(getattr(value, "device", None), "synchronize", None)
         if sync is not None:
             sync()
-        io.bind_input(name, "cuda", self._device[1], np.dtype(cai["typestr"]), list(cai["shape"]), cai["data"][0])
+        self.io.bind_input(name, "cuda", model._device[1], np.dtype(cai["typestr"]).type, list(cai["shape"]), cai["data"][0])
 
 
 def _c_contiguous(cai: dict) -> bool:
