@@ -48,9 +48,9 @@ def _audio(n_streams: int, n_samples: int, seed: int = 3) -> np.ndarray:
     return 0.05 * noise
 
 
-def throughput(xb, n_streams: int, frames_per_push: int, budget_s: float) -> dict:
+def throughput(xb, n_streams: int, frames_per_push: int, budget_s: float, fft_dtype: str = "float64") -> dict:
     sf = StreamingFeatures(xb, n_mels=80, n_mfcc=13, max_streams=n_streams, ring_frames=256,
-                           max_push_frames=max(frames_per_push, 1))
+                           max_push_frames=max(frames_per_push, 1), fft_dtype=fft_dtype)
     slots = np.arange(n_streams)
     n_pushes_data = 8
     host = _audio(n_streams, n_pushes_data * frames_per_push * 160)
@@ -115,7 +115,7 @@ def _read_wav(path: Path) -> np.ndarray:
     return data.astype(np.float32) / 32768.0
 
 
-def agreement(backends: dict, speech_dir: Path) -> dict:
+def agreement(configs: dict, speech_dir: Path) -> dict:
     """Streaming log-mel of every recording, 10 ms at a time, on each back-end."""
     clips = sorted((speech_dir / "audio").glob("*.wav"))
     worst: dict[str, float] = {}
@@ -126,8 +126,8 @@ def agreement(backends: dict, speech_dir: Path) -> dict:
             spec = ref.log_mel_spectrogram(audio, n_mels)
             keep = spec >= spec.max() - 8.0
             outs = {}
-            for name, xb in backends.items():
-                sf = StreamingFeatures(xb, n_mels=n_mels, max_streams=1, ring_frames=audio.shape[0] // 160)
+            for name, (xb, options) in configs.items():
+                sf = StreamingFeatures(xb, n_mels=n_mels, max_streams=1, ring_frames=audio.shape[0] // 160, **options)
                 for blk in audio.reshape(-1, 160):
                     sf.push(0, blk)
                 n = sf.frames_ready(0)
@@ -181,14 +181,26 @@ def main(argv=None) -> int:
                 row.update(backend=name, feed=feed)
                 results["throughput"].append(row)
                 print(f"# {name} {feed} {n_streams} streams: {row['audio_hours_per_s']:.4g} h/s", file=sys.stderr)
-        if xb.is_cuda:  # where the GPU time goes at the biggest batch (CUDA events per step)
-            big = max(args.streams)
-            sf = StreamingFeatures(xb, max_streams=big, ring_frames=256, max_push_frames=100)
-            if sf._cuda is not None:
-                results["cuda_stage_ms_per_push"] = {"streams": big, "frames_per_push": 100,
-                                                     **sf._cuda.time_stages(big, 100)}
+        if xb.is_cuda:
+            for n_streams in args.streams:  # cuFFT in single precision, side by side
+                row = throughput(xb, n_streams, FEEDS["1s"], args.budget_s, fft_dtype="float32")
+                row.update(backend=name, feed="1s, float32 FFT")
+                results["throughput"].append(row)
+                print(f"# {name} 1s/f32 {n_streams} streams: {row['audio_hours_per_s']:.4g} h/s", file=sys.stderr)
+            big = max(args.streams)  # where the GPU time goes at the biggest batch (CUDA events)
+            results["cuda_stage_ms_per_push"] = {}
+            for fft_dtype in ("float64", "float32"):
+                sf = StreamingFeatures(xb, max_streams=big, ring_frames=256, max_push_frames=100, fft_dtype=fft_dtype)
+                if sf._cuda is not None:
+                    results["cuda_stage_ms_per_push"][fft_dtype] = {
+                        "streams": big, "frames_per_push": 100, **sf._cuda.time_stages(big, 100)}
+                del sf
     if args.speech_dir is not None and (args.speech_dir / "audio").is_dir():
-        results["agreement"] = agreement(backends, args.speech_dir)
+        configs = {"cpu": (backends["cpu"], {})}
+        if "cuda" in backends:
+            configs["cuda"] = (backends["cuda"], {})
+            configs["cuda_fft32"] = (backends["cuda"], {"fft_dtype": "float32"})
+        results["agreement"] = agreement(configs, args.speech_dir)
 
     print(render_markdown(results))
     if args.json is not None:
@@ -222,10 +234,9 @@ def render_markdown(results: dict) -> str:
         ratio = f" {vals[0] / vals[1]:.1f}x faster |" if both else ""
         lines.append(f"| latency, 1 stream, one 10 ms frame, {stat[:-3]} (ms) | "
                      + " | ".join(f"{v:.3f}" for v in vals) + " |" + ratio)
-    if "cuda_stage_ms_per_push" in results:
-        st = results["cuda_stage_ms_per_push"]
+    for fft_dtype, st in results.get("cuda_stage_ms_per_push", {}).items():
         lines.append("")
-        lines.append(f"GPU time per push of {st['frames_per_push']} frames x {st['streams']} streams (ms): "
+        lines.append(f"GPU time per push of {st['frames_per_push']} frames x {st['streams']} streams, {fft_dtype} FFT (ms): "
                      + ", ".join(f"{k} {st[k]:.3f}" for k in ("frames", "roll", "fft", "logmel")))
     lines.append("")
     lines.append("paths: " + ", ".join(f"{b}={results['latency'][b]['path']}" for b in names))

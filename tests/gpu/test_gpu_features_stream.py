@@ -190,3 +190,20 @@ def test_cuda_push_allocates_nothing_and_graphs_agree(speech_audio):
         runs[graphs] = xb.asnumpy(sf.log_mel_window(1, 0, sf.frames_ready(1)))
     np.testing.assert_array_equal(runs[True], runs[False])
     assert_matches_spec(runs[True], audio, 80)
+
+
+@pytest.mark.gpu
+def test_cuda_single_precision_fft_keeps_whisper_windows_within_tolerance(speech_audio):
+    from captioner.gpu.backend import get_backend
+
+    xb = get_backend("cuda")
+    audio = frames_of(speech_audio[CLIPS[0]])
+    sf = StreamingFeatures(xb, max_streams=1, ring_frames=400, fft_dtype="float32")
+    assert sf.path.startswith("cuda-kernels-fft32"), sf.kernel_error
+    for blk in audio.reshape(-1, 160):
+        sf.push(0, blk)
+    n = sf.frames_ready(0)
+    got = xb.asnumpy(sf.log_mel_window(0, 0, n))
+    spec = ref.log_mel_spectrogram(audio, 80)[:, :n]
+    assert np.abs(ref.whisper_normalize(got) - ref.whisper_normalize(spec)).max() < 1e-4
+    assert np.abs(got - spec)[kept(whisper_log_mel_f64(audio, 80))[:, :n]].max() < 5e-4
