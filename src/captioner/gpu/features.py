@@ -200,6 +200,8 @@ class StreamingFeatures:
             max_push_frames = min(100, ring_frames)
         if max_streams < 1 or ring_frames < 1 or max_push_frames < 1:
             raise ValueError("max_streams, ring_frames and max_push_frames must be >= 1")
+        if fft_dtype not in ("float32", "float64"):
+            raise ValueError(f"fft_dtype must be 'float32' or 'float64', got {fft_dtype!r}")
         if max_push_frames > ring_frames:
             raise ValueError("max_push_frames must not exceed ring_frames")
         self.backend = backend
