@@ -65,7 +65,7 @@ def test_values_and_limits_on_a_gpu(dashboard):
     assert dashboard.title_text("power") == "123 / 700 W"
     assert dashboard.title_text("sm_clock") == "1980 MHz"
     assert dashboard.title_text("vram").startswith("process 2.00")
-    assert dashboard.title_text("level") == "Me -21 · Meeting -35"
+    assert dashboard.title_text("level") == "-21 · -35"
     assert dashboard.temp_alarm_line.value() == 83.0
     assert dashboard.slowdown_line.isVisible() and dashboard.slowdown_line.value() == 90.0
     x, y = dashboard.curves["temperature_c"].getData()

@@ -55,8 +55,8 @@ def run_app(args: argparse.Namespace) -> int:
     if args.language:
         window.controls.set_language(args.language)
     if args.file:
-        choice = window.controls.add_file(str(Path(args.file).resolve()))
-        window.controls.select_only([choice.key()])
+        choices = [window.controls.add_file(str(Path(path).resolve())) for path in args.file]
+        window.controls.select_only([c.key() for c in choices])
     if args.trace:
         window.open_trace(args.trace)
     if controller.metrics is not None:

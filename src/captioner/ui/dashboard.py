@@ -10,6 +10,7 @@ A recorded run (:mod:`captioner.trace`) is shown with the same plots over its wh
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +27,10 @@ TEMP_ALARM_C = 83.0
 VRAM_FREE_FLOOR = 0.15  # below 15% free the engine refuses new streams
 GIB = float(1 << 30)
 MAX_LEVEL_STREAMS = 4
+PLOT_MIN_INTERVAL_S = 0.5
+"""Plots redraw at most twice a second, the telemetry rate: on a 60 s plot half a second is a few
+pixels, and each redraw of twelve plots costs 10-20 ms of CPU in software rendering
+(benchmarks/bench_dashboard.py). The caption view still follows the 30 Hz pump."""
 NA = "N/A"
 
 
@@ -161,6 +166,8 @@ class Dashboard(QWidget):
         self.trace: Trace | None = None
         self.trace_name = ""
         self.redraws = 0
+        self.min_interval_s = PLOT_MIN_INTERVAL_S
+        self._last_redraw_s = -math.inf
         self._title_values: dict[str, str] = {}
 
         self.readout = QLabel(telemetry_readout(None))
@@ -182,6 +189,7 @@ class Dashboard(QWidget):
         self.curves: dict[str, pg.PlotDataItem] = {}
         self.plot_values: dict[str, pg.LabelItem] = {}
         self.na_labels: dict[str, pg.TextItem] = {}
+        self.value_labels: dict[str, pg.TextItem] = {}
         self._build_plots()
 
         layout = QVBoxLayout(self)
@@ -200,7 +208,8 @@ class Dashboard(QWidget):
             plot = self.graphics.addPlot(row=i // columns, col=i % columns)
             plot.setMenuEnabled(False)
             plot.hideButtons()
-            plot.showGrid(x=True, y=True)
+            # No grid: pyqtgraph draws a line per tick of every level, which in software
+            # rendering cost two thirds of each redraw (benchmarks/bench_dashboard.py).
             plot.setClipToView(True)
             plot.setDownsampling(auto=True, mode="peak")
             plot.setXRange(-self.window_s, 0, padding=0)
@@ -220,6 +229,11 @@ class Dashboard(QWidget):
                 if legend is not None and curve_spec.key.startswith("level_"):
                     legend.removeItem(item)  # level curves are named after their streams when known
                 self.curves[curve_spec.key] = item
+            value = pg.TextItem("", anchor=(1, 0))
+            value.setParentItem(plot)
+            value.setZValue(60)
+            self.value_labels[spec.key] = value
+            plot.geometryChanged.connect(self._place_value_labels)
             na = pg.TextItem("", anchor=(0.5, 0.5))
             na.setParentItem(plot.getViewBox())
             na.setZValue(50)
@@ -233,11 +247,14 @@ class Dashboard(QWidget):
         self.slowdown_line.setVisible(False)
         temp.addItem(self.temp_alarm_line, ignoreBounds=False)
         temp.addItem(self.slowdown_line, ignoreBounds=True)
+        # Percentages have a natural scale; a fixed range also spares re-rendering the axis.
+        self.plots["util"].setYRange(0, 100, padding=0.02)
         self.rtf_line = pg.InfiniteLine(pos=1.0, angle=0, movable=False, label="real time",
                                         labelOpts={"position": 0.1})
         self.plots["rtf"].addItem(self.rtf_line)
         for spec in PLOTS:
-            self._set_title(spec, NA if spec.key != "caption" else "")
+            self._title_values[spec.key] = NA
+            self.value_labels[spec.key].setText(NA)
 
     def set_theme(self, theme: Theme) -> None:
         self._theme = theme
@@ -269,16 +286,23 @@ class Dashboard(QWidget):
         self._dirty = True
 
     def _set_title(self, spec: PlotSpec, value_text: str, force: bool = False) -> None:
+        """The plot's name is a layout item, set once per theme; its current value is a free text
+        item in the title row, because changing a layout item's text re-lays out the whole grid
+        and repaints it a second time."""
+        plot = self.plots[spec.key]
+        if force:
+            unit = f" ({spec.unit})" if spec.unit else ""
+            plot.setTitle(f'<span style="color:{self._theme.plot_foreground}">{spec.title}{unit}</span>',
+                          size="9pt", justify="left")
+            self.value_labels[spec.key].setColor(self._theme.dim_text)
         if self._title_values.get(spec.key) == value_text and not force:
-            return  # setTitle re-lays out the plot: skip it when nothing changed
+            return
         self._title_values[spec.key] = value_text
-        unit = f" ({spec.unit})" if spec.unit else ""
-        fg, dim = self._theme.plot_foreground, self._theme.dim_text
-        self.plots[spec.key].setTitle(
-            f'<span style="color:{fg}">{spec.title}{unit}</span>'
-            f'&nbsp;&nbsp;<span style="color:{dim}">{value_text}</span>',
-            size="9pt",
-        )
+        self.value_labels[spec.key].setText(value_text)
+
+    def _place_value_labels(self) -> None:
+        for key, label in self.value_labels.items():
+            label.setPos(self.plots[key].size().width() - 4, 0)
 
     def title_text(self, key: str) -> str:
         """The value part of a plot's title (e.g. "41 °C", "N/A")."""
@@ -355,6 +379,10 @@ class Dashboard(QWidget):
             return False
         if not self.isVisible() and not force:
             return False  # keep the data; draw when shown
+        clock_s = time.monotonic()
+        if not force and clock_s - self._last_redraw_s < self.min_interval_s:
+            return False  # stays dirty: the next tick after the interval draws it
+        self._last_redraw_s = clock_s
         self._dirty = False
         self.redraws += 1
         now = self._now_s if self._now_s is not None else 0.0
@@ -391,15 +419,18 @@ class Dashboard(QWidget):
         self._set_title(specs["dropped"], _fmt(self._last("dropped_frames"), ""))
         self._set_title(specs["rtf"], _fmt(self._last("real_time_factor"), "", 2))
         levels = [self._last(f"level_{i}") for i in range(len(self._level_streams))]
-        self._set_title(specs["level"], " · ".join(
-            f"{name} {_fmt(level, '', 0)}" for name, level in zip(self._level_streams, levels)) or NA)
+        # Numbers only: the legend names the streams, and file names can be long.
+        self._set_title(specs["level"], " · ".join(_fmt(level, "", 0) for level in levels) or NA)
         self._name_level_curves()
         slowdown = sample.slowdown_temp_c if sample is not None else None
-        if slowdown is not None:
+        if slowdown is not None and slowdown != self.slowdown_line.value():
             self.slowdown_line.setValue(slowdown)
             self.slowdown_line.label.setFormat(f"slowdown {slowdown:.0f} °C")
-        self.slowdown_line.setVisible(slowdown is not None)
-        self.readout.setText(telemetry_readout(sample))
+        if self.slowdown_line.isVisible() != (slowdown is not None):
+            self.slowdown_line.setVisible(slowdown is not None)
+        readout = telemetry_readout(sample)
+        if readout != self.readout.text():
+            self.readout.setText(readout)
 
     def _name_level_curves(self) -> None:
         plot = self.plots["level"]
@@ -435,6 +466,8 @@ class Dashboard(QWidget):
 
     def _update_na_labels(self) -> None:
         no_gpu = self._gpu_present is False
+        if self.temp_alarm_line.isVisible() == no_gpu:
+            self.temp_alarm_line.setVisible(not no_gpu)  # a limit line alone would look like data
         for spec in PLOTS:
             label = self.na_labels[spec.key]
             text = ""
@@ -444,6 +477,7 @@ class Dashboard(QWidget):
                 text = "N/A on this GPU"
             if label.textItem.toPlainText() != text:
                 label.setText(text)
+                label.setVisible(bool(text))
                 legend = self.plots[spec.key].legend
                 if legend is not None and spec.gpu:
                     legend.setVisible(not text)  # the "N/A" note replaces an empty legend
@@ -493,7 +527,8 @@ class Dashboard(QWidget):
         duration = max(trace.duration_s(), 1.0)
         self.plots[PLOTS[0].key].setXRange(0, duration, padding=0.01)
         for spec in PLOTS:
-            self.plots[spec.key].enableAutoRange(axis="y")
+            if spec.key != "util":
+                self.plots[spec.key].enableAutoRange(axis="y")
         saved = self._series, self._latest_sample
         self._series = {}
         for key in list(self.curves):

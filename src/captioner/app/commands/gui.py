@@ -15,8 +15,9 @@ from captioner.errors import UserError
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="tiny.en (default), base, or a CTranslate2 Whisper folder")
     parser.add_argument("--device", help="cpu or cuda:N (default: the GPU when usable, else the CPU)")
-    parser.add_argument("--file", metavar="PATH", help="caption this audio file (played at real-time pace) "
-                        "instead of the microphone")
+    parser.add_argument("--file", metavar="PATH", action="append",
+                        help="caption this audio file (played at real-time pace) instead of the microphone; "
+                        "repeat for several streams at once")
     parser.add_argument("--language", help="spoken language code, or auto (multilingual models)")
     parser.add_argument("--trace", metavar="PATH", help="open a recorded run (captioner trace) in the dashboard")
     parser.add_argument("--no-start", action="store_true", help="open the window without starting to caption")
@@ -32,8 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.file is not None and not Path(args.file).is_file():
-        raise UserError(f"no such audio file: {args.file}")
+    for path in args.file or ():
+        if not Path(path).is_file():
+            raise UserError(f"no such audio file: {path}")
     if args.trace is not None and not Path(args.trace).is_file():
         raise UserError(f"no such trace file: {args.trace}")
     if args.quit_after is not None and args.quit_after <= 0:
