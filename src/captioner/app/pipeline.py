@@ -166,6 +166,8 @@ class Pipeline:
         def make_engine() -> Engine:
             backend, recognizer = self._factory()
             self.backend = backend
+            if hasattr(recognizer, "check_language"):
+                self.config.language = recognizer.check_language(self.language)
             engine = Engine(backend, recognizer, self.config, clock_ns=self.clock_ns)
             for source in self.sources:
                 engine.add_stream(source.stream)
@@ -256,7 +258,12 @@ class Pipeline:
                 source.stop()
                 self.sources.remove(source)
             self._worker.commands.put(Command("remove_stream", str(value)))
-        elif kind in ("language", "model"):
+        elif kind == "language":
+            engine = self._worker.engine
+            if engine is not None and hasattr(engine.recognizer, "check_language"):
+                value = engine.recognizer.check_language(None if value in (None, "", "auto") else str(value))
+            self._worker.commands.put(Command(kind, value))
+        elif kind == "model":
             self._worker.commands.put(Command(kind, value))
         else:
             raise ValueError(f"unknown pipeline command {kind!r}")

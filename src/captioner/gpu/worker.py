@@ -67,6 +67,8 @@ class EngineConfig:
     """Audio kept before a speech onset, so a window does not start inside a word."""
     min_speech_s: float = 0.15
     """A segment with less speech than this is dropped without a model step (a click, a cough)."""
+    first_update_speech_s: float = 0.3
+    """Speech a new segment needs before its first update (a hypothesis of a syllable is noise)."""
     max_streams: int = 8
     ring_frames: int = 4096
     language: str | None = None
@@ -85,6 +87,9 @@ class _Stream:
     """Samples pushed so far (stream clock), gaps filled with zeros."""
     vad_frames: int = 0
     """Feature frames the VAD has looked at."""
+    frame_offset: int = 0
+    """Stream frames before the feature ring's frame 0 (the features restarted, e.g. for a
+    model with another number of mel bands); stream frame = feature frame + offset."""
     last_update_s: float = 0.0
     speech_since_update: bool = False
     segment_speech_frames: int = 0
@@ -238,13 +243,16 @@ class Engine:
             s.speech_since_update = True
             s.segment_speech_frames += n_speech
         elif not s.policy.has_pending_text and not s.speech_since_update:
-            # Nothing open: let the window start follow the silence, keeping a short lead-in.
-            s.policy.advance_idle(max(0.0, ready / FRAMES_PER_S - self.config.lead_in_s))
+            # Nothing open: let the window start follow the silence, keeping a short lead-in;
+            # the first update of the next segment comes an interval after its onset.
+            end_s = (ready + s.frame_offset) / FRAMES_PER_S
+            s.policy.advance_idle(max(0.0, end_s - self.config.lead_in_s))
             s.segment_speech_frames = 0
+            s.last_update_s = end_s
 
     # -- model steps -----------------------------------------------------------------------------
     def _audio_end_s(self, s: _Stream) -> float:
-        return self.features.frames_ready(s.slot) / FRAMES_PER_S
+        return (self.features.frames_ready(s.slot) + s.frame_offset) / FRAMES_PER_S
 
     def _close_pending(self, s: _Stream) -> bool:
         open_segment = s.policy.has_pending_text or s.speech_since_update
@@ -254,7 +262,9 @@ class Engine:
         return [
             StreamView(
                 s.name, self._audio_end_s(s), s.last_update_s,
-                speech_pending=s.speech_since_update or s.policy.has_pending_text,
+                speech_pending=s.policy.has_pending_text or (
+                    s.speech_since_update
+                    and s.segment_speech_frames >= self.config.first_update_speech_s * FRAMES_PER_S),
                 close_pending=self._close_pending(s),
             )
             for s in self._streams.values()
@@ -281,9 +291,10 @@ class Engine:
         return updates + self._step(work, closing)
 
     def _window(self, s: _Stream) -> tuple[int, int]:
+        """Feature frames ``[first, ready)`` of the stream's buffer (at most one window)."""
         ready = self.features.frames_ready(s.slot)
-        first = int(round(s.policy.buffer_start_s * FRAMES_PER_S))
-        first = max(first, ready - WINDOW_FRAMES + 1, ready - self.config.ring_frames + 1, 0)
+        first = int(round(s.policy.buffer_start_s * FRAMES_PER_S)) - s.frame_offset
+        first = max(first, ready - WINDOW_FRAMES + 1, self.features.oldest_frame(s.slot), 0)
         return first, ready
 
     def _step(self, streams: list[_Stream], closing: dict[str, bool]) -> list[CaptionUpdate]:
@@ -295,14 +306,14 @@ class Engine:
             spans.append((first, ready))
             requests.append(WindowRequest(
                 s.name, self.features.log_mel_window(s.slot, first, ready - first),
-                first / FRAMES_PER_S, s.policy.prompt_text(), self.language,
+                (first + s.frame_offset) / FRAMES_PER_S, s.policy.prompt_text(), self.language,
             ))
         hypotheses = self.recognizer.decode(requests)
         step_s = (self.timer_ns() - t0) / 1e9
         t1 = self.clock_ns()
         updates: list[CaptionUpdate] = []
         for s, (first, ready), hyp in zip(streams, spans, hypotheses):
-            end_s = ready / FRAMES_PER_S
+            end_s = (ready + s.frame_offset) / FRAMES_PER_S
             wall_s = (t1 - s.start_ns) / 1e9 if s.start_ns is not None else end_s
             if closing[s.name]:
                 updates += s.policy.update(hyp, end_s, wall_s, close_segment=True,
@@ -312,7 +323,7 @@ class Engine:
                 updates += s.policy.update(hyp, end_s, wall_s)
             s.last_update_s = end_s
             s.speech_since_update = False
-            captured = s.capture_ns_at(ready * FRAME_SAMPLES)
+            captured = s.capture_ns_at((ready + s.frame_offset) * FRAME_SAMPLES)
             if captured is not None:
                 self._lag_s = max(0.0, (t1 - captured) / 1e9)
         self.last_step_s = step_s
@@ -339,6 +350,25 @@ class Engine:
         end_s = self._audio_end_s(s)
         wall_s = (self.clock_ns() - s.start_ns) / 1e9 if s.start_ns is not None else end_s
         updates += s.policy.flush(end_s, wall_s)
+        return updates
+
+    def replace_recognizer(self, recognizer: Recognizer) -> list[CaptionUpdate]:
+        """Switch models between steps: open text is committed by the old model first; a model
+        with another number of mel bands gets fresh feature rings (stream clocks go on)."""
+        updates = self.finish()
+        if recognizer.n_mels != self.recognizer.n_mels:
+            from captioner.gpu.features import StreamingFeatures
+
+            old = self.features
+            self.features = StreamingFeatures(self.backend, n_mels=recognizer.n_mels,
+                                              max_streams=self.config.max_streams, ring_frames=self.config.ring_frames)
+            self._band = speech_band(recognizer.n_mels)
+            for s in self._streams.values():
+                s.frame_offset += old.frames_ready(s.slot)
+                s.vad_frames = 0
+                # The new ring starts at a frame boundary: feed it from the next sample on.
+                s.next_sample = s.frame_offset * FRAME_SAMPLES
+        self.recognizer = recognizer
         return updates
 
     def finish(self) -> list[CaptionUpdate]:
@@ -488,7 +518,6 @@ class Worker(threading.Thread):
             elif command.kind == "language":
                 engine.language = None if command.value in (None, "", "auto") else str(command.value)
             elif command.kind == "model" and self._make_recognizer is not None:
-                updates = engine.finish()
+                updates = engine.replace_recognizer(self._make_recognizer(str(command.value)))
                 if updates:
                     self._captions(updates)
-                engine.recognizer = self._make_recognizer(str(command.value))

@@ -42,12 +42,23 @@ class WhisperRecognizer:
         if self.options.task != task:
             self.options = replace(self.options, task=task)
         self.prompt_tokens = prompt_tokens
+        tokenizer.sot_sequence(None, task)  # an English-only model cannot translate: UserError now
         self.name = runtime.name
         self.provider = runtime.provider
         self.device_name = runtime.device_name
         self.n_mels = runtime.n_mels
         self.is_multilingual = runtime.is_multilingual
         self._batch = None  # the padded input, reused while the batch size stays
+
+    def check_language(self, language: str | None) -> str | None:
+        """The language code to decode with (``None``: detect / English), or a ``UserError``
+        naming what this model cannot do."""
+        if language in (None, "", "auto"):
+            return None
+        if not self.is_multilingual and language == "en":
+            return None
+        self.tokenizer.sot_sequence(language, self.options.task)  # raises UserError when unsupported
+        return language
 
     def _prompts(self, texts: list[str]) -> list[list[int]]:
         tokens = [self.tokenizer.encode(" " + t.strip())[-self.prompt_tokens:] if t.strip() else [] for t in texts]

@@ -1,0 +1,293 @@
+"""Caption latency and accuracy of the live engine, on real recordings replayed in real time.
+
+For every word of the reference transcripts (word end times from a forced alignment, see
+``benchmarks/word_times.py``): when it was first shown (in a partial or a committed update) and
+when it was committed, minus when it ends in the audio. Times are the stream's wall clock
+(``emitted_wall_s``), which in a real-time replay starts with the audio. A word of the
+reference counts as shown/committed when the shown/committed word sequence holds it, matched in
+order (difflib over normalised words); words the model never got right have no latency and are
+counted apart.
+
+Accuracy: WER of the committed streaming text and of the same model's offline transcription
+(``captioner.models.transcribe``), both against the references, Whisper's English normaliser on
+both sides (``whisper-normalizer``; a plain lower-case/no-punctuation one where it is missing).
+
+Replay modes:
+- ``simulated`` (default): one thread, a simulated clock; audio arrives as the clock advances and
+  every model step advances it by its measured duration — exactly what a live worker sees,
+  without waiting through the idle time (so a fast GPU finishes quickly);
+- ``live``: the real threads of ``captioner.app.pipeline.Pipeline`` with a real-time file source.
+
+Each clip gets 0.5 s of quiet room noise before and 2 s after, so the engine sees the pause that
+closes the last segment, as in conversation.
+
+Run (here):   PYTHONPATH=src python3 benchmarks/bench_latency.py --device cpu --out docs/latency-cpu.json
+Run (H200):   PYTHONPATH=src python3 benchmarks/bench_latency.py --device cuda:0 --out $OUT/latency-h200.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import difflib
+import json
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "src"))
+
+from word_times import load_manifest, word_times  # noqa: E402
+
+SR = 16_000
+LEAD_S = 0.5
+TAIL_S = 2.0
+
+
+def norm_word(text: str) -> str:
+    from captioner.models.streaming import normalize_word
+
+    return normalize_word(text)
+
+
+def split_words(text: str) -> list[str]:
+    return [w for w in (norm_word(p) for p in text.replace("-", " ").split()) if w]
+
+
+def _normalizer():
+    """Whisper's English normaliser when installed (``whisper-normalizer``), else a plain one
+    (lower case, punctuation out); the report names the one used. Both sides of every
+    comparison go through the same one."""
+    try:
+        from whisper_normalizer.english import EnglishTextNormalizer
+
+        return "whisper-english", EnglishTextNormalizer()
+    except ImportError:
+        return "basic", lambda text: " ".join(split_words(text))
+
+
+NORMALIZER_NAME, NORMALIZE = _normalizer()
+
+
+def wer_counts(reference: str, hypothesis: str) -> tuple[int, int]:
+    """(word errors, reference words) after normalising both sides; word-level Levenshtein."""
+    ref, hyp = NORMALIZE(reference).split(), NORMALIZE(hypothesis).split()
+    previous = list(range(len(hyp) + 1))
+    for i, r in enumerate(ref, 1):
+        current = [i] + [0] * len(hyp)
+        for j, h in enumerate(hyp, 1):
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (r != h))
+        previous = current
+    return previous[-1], len(ref)
+
+
+def padded_clip(path: str, tmp: Path) -> Path:
+    import soundfile as sf
+
+    audio, rate = sf.read(path, dtype="float32")
+    assert rate == SR
+    rng = np.random.default_rng(0)
+    room = lambda s: (rng.standard_normal(int(s * SR)) * 10 ** (-70 / 20)).astype(np.float32)
+    out = tmp / Path(path).name
+    sf.write(out, np.concatenate([room(LEAD_S), audio, room(TAIL_S)]), SR)
+    return out
+
+
+def match(reference: list[str], shown: list[str]) -> list[int]:
+    """Indices of reference words that ``shown`` holds, matched in order."""
+    sm = difflib.SequenceMatcher(a=reference, b=shown, autojunk=False)
+    hits = []
+    for block in sm.get_matching_blocks():
+        hits += range(block.a, block.a + block.size)
+    return hits
+
+
+def word_latencies(updates, ref_words: list[dict]) -> list[dict]:
+    """Per reference word: end time, first shown time, commit time (None when never)."""
+    keys = [norm_word(w["word"]) for w in ref_words]
+    first_shown: dict[int, float] = {}
+    committed_at: dict[int, float] = {}
+    committed: list[str] = []
+    partial: list[str] = []
+    for u in updates:
+        if u.kind == "final":
+            committed += split_words(u.text)
+            partial = []
+            for i in match(keys, committed):
+                committed_at.setdefault(i, u.emitted_wall_s)
+        else:
+            partial = split_words(u.text)
+        for i in match(keys, committed + partial):
+            first_shown.setdefault(i, u.emitted_wall_s)
+    out = []
+    for i, w in enumerate(ref_words):
+        end_s = w["end_s"] + LEAD_S
+        out.append({
+            "word": w["word"], "end_s": round(end_s, 3),
+            "shown_s": None if i not in first_shown else round(first_shown[i] - end_s, 3),
+            "committed_s": None if i not in committed_at else round(committed_at[i] - end_s, 3),
+        })
+    return out
+
+
+def run_simulated(recognizer, backend, path: Path, interval_s: float):
+    from captioner.app.simulate import replay
+    from captioner.audio.file_source import FileSource
+    from captioner.gpu.scheduler import SchedulerConfig
+    from captioner.gpu.worker import Engine, EngineConfig
+
+    config = EngineConfig(scheduler=SchedulerConfig(base_interval_s=interval_s))
+    result = replay(
+        lambda clock, timer: Engine(backend, recognizer, config, clock_ns=clock, timer_ns=timer),
+        lambda clock: [FileSource(path, stream="clip", realtime=True, clock_ns=clock, sleep=clock.sleep)],
+        compute="measured",
+    )
+    return result.updates, result.step_s, result.statuses
+
+
+def run_live(recognizer, backend, path: Path, interval_s: float):
+    from captioner.app.pipeline import Pipeline
+    from captioner.audio.file_source import FileSource
+    from captioner.gpu.scheduler import SchedulerConfig
+    from captioner.gpu.worker import EngineConfig
+
+    config = EngineConfig(scheduler=SchedulerConfig(base_interval_s=interval_s))
+    steps: list[float] = []
+    pipeline = Pipeline([FileSource(path, stream="clip", realtime=True)], config=config,
+                        recognizer_factory=lambda: (backend, recognizer))
+    statuses = []
+    pipeline.start()
+    try:
+        last_steps = 0
+        while not pipeline.wait_exhausted(0.05):
+            status = pipeline.latest_status()
+            if status is not None:
+                statuses.append(status)
+                n = int(dict(status.extra).get("steps", 0))
+                if n != last_steps and status.step_latency_ms is not None:
+                    steps.append(status.step_latency_ms / 1e3)
+                    last_steps = n
+    finally:
+        pipeline.stop()
+    return pipeline.drain_captions(), steps, statuses
+
+
+def percentile(values, q):
+    values = [v for v in values if v is not None]
+    return None if not values else round(float(np.percentile(values, q)), 3)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="caption latency and streaming WER of the live engine")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda:N (where the model and features run)")
+    parser.add_argument("--model", default="tiny.en")
+    parser.add_argument("--mode", choices=("simulated", "live"), default="simulated")
+    parser.add_argument("--intervals", default="0.5", help="update intervals to compare, seconds, comma separated")
+    parser.add_argument("--clips", default="", help="clip ids (comma separated); default: every English clip ≤ 30 s")
+    parser.add_argument("--long", action="store_true", help="also replay the English clips over 30 s (WER only)")
+    parser.add_argument("--out", default=None, help="write the full results (JSON) here")
+    args = parser.parse_args()
+
+    from captioner.app.pipeline import load_recognizer
+    from captioner.models.transcribe import TranscribeOptions, load_decoder, transcribe_file
+
+    times = word_times(args.model)
+    clips = [c for c in load_manifest() if c["language"] == "en" and (c["id"] in times or args.long)]
+    if args.clips:
+        wanted = set(args.clips.split(","))
+        clips = [c for c in clips if c["id"] in wanted]
+    intervals = [float(x) for x in args.intervals.split(",")]
+
+    t0 = time.perf_counter()
+    backend, recognizer = load_recognizer(args.model, args.device)
+    load_s = time.perf_counter() - t0
+    print(f"model {recognizer.name} on {recognizer.provider} ({recognizer.device_name}), "
+          f"features on {backend.name}; loaded in {load_s:.1f} s", file=sys.stderr)
+
+    # Offline reference: the same model, the offline path.
+    decoder = load_decoder(args.model, args.device)
+    offline = {}
+    for c in clips:
+        t = time.perf_counter()
+        text = transcribe_file(c["path"], TranscribeOptions(model=args.model, device=args.device), decoder=decoder).text
+        offline[c["id"]] = {"text": text, "seconds": time.perf_counter() - t}
+
+    report = {
+        "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(), "python": platform.python_version(),
+        "device": args.device, "provider": recognizer.provider, "device_name": recognizer.device_name,
+        "features_backend": backend.name, "model": recognizer.name, "mode": args.mode,
+        "command": " ".join(sys.argv), "normalizer": NORMALIZER_NAME, "runs": [],
+    }
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        for interval_s in intervals:
+            per_clip = []
+            for c in clips:
+                path = padded_clip(c["path"], tmp)
+                run = run_simulated if args.mode == "simulated" else run_live
+                wall0 = time.perf_counter()
+                updates, steps, statuses = run(recognizer, backend, path, interval_s)
+                wall_s = time.perf_counter() - wall0
+                streaming_text = " ".join(u.text for u in updates if u.kind == "final")
+                lat = word_latencies(updates, times[c["id"]]) if c["id"] in times else []
+                audio_s = c["duration_s"] + LEAD_S + TAIL_S
+                last = [u for u in updates if u.kind == "final"]
+                per_clip.append({
+                    "id": c["id"], "audio_s": round(audio_s, 3), "replay_wall_s": round(wall_s, 2),
+                    "steps": len(steps), "step_ms_mean": round(1e3 * float(np.mean(steps)), 1) if steps else None,
+                    "compute_over_audio": round(float(np.sum(steps)) / audio_s, 3),
+                    "final_interval_s": round(dict(statuses[-1].extra)["update_interval_s"], 3) if statuses else None,
+                    "last_commit_after_audio_end_s": round(last[-1].emitted_wall_s - audio_s, 3) if last else None,
+                    "streaming_text": streaming_text, "offline_text": offline[c["id"]]["text"],
+                    "wer_streaming": wer_counts(c["reference"], streaming_text),
+                    "wer_offline": wer_counts(c["reference"], offline[c["id"]]["text"]),
+                    "words": lat,
+                })
+                p = per_clip[-1]
+                print(f"[{interval_s:.2f} s] {c['id']}: {p['steps']} steps, {p['step_ms_mean']} ms/step, "
+                      f"WER {p['wer_streaming']} vs offline {p['wer_offline']}", file=sys.stderr)
+            words = [w for p in per_clip for w in p["words"]]
+            shown = [w["shown_s"] for w in words]
+            commit = [w["committed_s"] for w in words]
+            err_s = sum(p["wer_streaming"][0] for p in per_clip)
+            err_o = sum(p["wer_offline"][0] for p in per_clip)
+            n_ref = sum(p["wer_streaming"][1] for p in per_clip)
+            audio_total = sum(p["audio_s"] for p in per_clip)
+            summary = {
+                "interval_s": interval_s, "clips": len(per_clip), "audio_s": round(audio_total, 1),
+                "words": len(words),
+                "words_shown": sum(v is not None for v in shown), "words_committed": sum(v is not None for v in commit),
+                "partial_p50_s": percentile(shown, 50), "partial_p90_s": percentile(shown, 90),
+                "commit_p50_s": percentile(commit, 50), "commit_p90_s": percentile(commit, 90),
+                "wer_streaming_pct": round(100 * err_s / max(1, n_ref), 2),
+                "wer_offline_pct": round(100 * err_o / max(1, n_ref), 2),
+                "compute_over_audio": round(sum(p["compute_over_audio"] * p["audio_s"] for p in per_clip) / audio_total, 3),
+                "step_ms_mean": round(float(np.mean([p["step_ms_mean"] for p in per_clip if p["step_ms_mean"]])), 1),
+                "max_last_commit_after_audio_end_s": max((p["last_commit_after_audio_end_s"] or 0) for p in per_clip),
+            }
+            report["runs"].append({"summary": summary, "clips": per_clip})
+            print(json.dumps(summary), file=sys.stderr)
+
+    print("\n| update interval | partial p50 / p90 | committed p50 / p90 | WER streaming | WER offline | compute / audio | ms per step |")
+    print("|---|---|---|---|---|---|---|")
+    for run in report["runs"]:
+        s = run["summary"]
+        print(f"| {s['interval_s']:.2f} s | {s['partial_p50_s']} / {s['partial_p90_s']} s | "
+              f"{s['commit_p50_s']} / {s['commit_p90_s']} s | {s['wer_streaming_pct']} % | {s['wer_offline_pct']} % | "
+              f"{s['compute_over_audio']} | {s['step_ms_mean']} |")
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        print(f"results: {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
