@@ -86,6 +86,23 @@ class Backend:
         if self._cupy is not None:
             self._cupy.cuda.Device(self.device_index).use()
 
+    def empty_pinned(self, shape, dtype) -> np.ndarray:
+        """A NumPy array in page-locked host memory (CUDA copies from it can run asynchronously
+        and be captured in CUDA graphs); a plain array on the CPU."""
+        if self._cupy is None:
+            return np.empty(shape, dtype=dtype)
+        import cupyx  # noqa: PLC0415 - CuPy's companion package, lazily like CuPy itself
+
+        return cupyx.empty_pinned(shape, dtype=dtype)
+
+    def cufft(self):
+        """CuPy's cuFFT plan module (``cupy.cuda.cufft``), for plans with preallocated outputs."""
+        if self._cupy is None:
+            raise RuntimeError("cuFFT needs a CUDA back-end")
+        from cupy.cuda import cufft  # noqa: PLC0415
+
+        return cufft
+
     def synchronize(self) -> None:
         """Wait for all work queued on the device (no-op on the CPU); used around timings."""
         if self._cupy is not None:
