@@ -138,12 +138,12 @@ def agree(data_path: Path, specs: list[str]) -> dict:
             tokens_same += prefix
             rows.append({"id": m["id"], "equal": ours == ref, "first_diff": prefix, "n_ref": len(ref), "ours": ours})
         report[name] = {
-            "provider": rt.provider, "precision": rt.precision,
+            "provider": rt.provider, "precision": rt.precision, "cuda_graph": rt.cuda_graph,
             "clips_identical": f"{same_clips}/{len(rows)}",
             "tokens_before_first_difference": f"{tokens_same}/{tokens_total}",
             "rows": rows,
         }
-        print(name, report[name]["clips_identical"], report[name]["tokens_before_first_difference"], flush=True)
+        print(name, "cuda_graph" if rt.cuda_graph else "no cuda graph", report[name]["clips_identical"], report[name]["tokens_before_first_difference"], flush=True)
     return report
 
 
@@ -306,7 +306,7 @@ def bench(specs: list[str], batches: list[int], cpu_batches: list[int], mel1: np
             print(f"torch model for {name} failed: {e!r}", flush=True)
             tm = None
         for b in batches:
-            row = {"model": name, "batch": b}
+            row = {"model": name, "batch": b, "cuda_graph": rt_gpu.cuda_graph}
             row["ort_cuda_fp16"] = bench_ort(rt_gpu, b, mel1, 20)
             if tm is not None:
                 try:

@@ -279,3 +279,78 @@ def build_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype) -> onnx.Mod
     g.nodes.append(helper.make_node("Identity", [logits], ["logits"]))
     outputs.insert(0, helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", dims.n_vocab]))
     return g.model("whisper_decoder", inputs, outputs, "Whisper decoder step/prefill with a concatenated self-attention cache")
+
+
+def build_decoder_step(weights: Ct2Model, dims: WhisperDims, float_dtype) -> onnx.ModelProto:
+    """One decoder step over a fixed-capacity cache, for CUDA graph capture.
+
+    Every shape is static for a given batch (no Shape/Range nodes, which ONNX Runtime would run on
+    the CPU and which would forbid capture): tokens [B, 1], ``offset`` [1] (the position of this
+    token, a device-resident input updated in place), caches ``cache_k_i`` [B, H, dh, n_text_ctx]
+    and ``cache_v_i`` [B, H, n_text_ctx, dh]. The new key/value is written at ``offset`` with an
+    elementwise Where into ``new_cache_*``; the runtime binds each ``new_cache_*`` output to the
+    very buffer of its ``cache_*`` input, so the update happens in place (the Where reads and writes
+    each element in the same thread; nothing else reads the input). Columns after ``offset`` are
+    masked out of attention, so stale values from an earlier window never count; buffers start zeroed.
+    """
+    g = _Graph(weights, float_dtype)
+    dt, h = dims.n_text_state, dims.n_text_head
+    dh = dt // h
+    s, cap = dims.n_audio_ctx, dims.n_text_ctx
+    inputs = [
+        helper.make_tensor_value_info("tokens", TensorProto.INT64, ["batch", 1]),
+        helper.make_tensor_value_info("offset", TensorProto.INT64, [1]),
+    ]
+    for i in range(dims.n_text_layer):
+        inputs += [
+            helper.make_tensor_value_info(f"cache_k_{i}", g.onnx_float, ["batch", h, dh, cap]),
+            helper.make_tensor_value_info(f"cache_v_{i}", g.onnx_float, ["batch", h, cap, dh]),
+        ]
+    for i in range(dims.n_text_layer):
+        inputs += [
+            helper.make_tensor_value_info(f"cross_k_{i}", g.onnx_float, ["batch", h, dh, s]),
+            helper.make_tensor_value_info(f"cross_v_{i}", g.onnx_float, ["batch", h, s, dh]),
+        ]
+    x = g.op("Add", [
+        g.op("Gather", [g.weight("decoder/embeddings/weight"), "tokens"], axis=0),  # [B, 1, d]
+        g.op("Gather", [g.weight("decoder/position_encodings/encodings"), "offset"], axis=0),  # [1, d]
+    ])
+    shape_n_d = g.ints([-1, dt])
+    shape_bthd = g.ints([-1, 1, h, dh])
+    x = g.op("Reshape", [x, shape_n_d])
+    cols = np.arange(cap, dtype=np.int64)
+    at_k = g.op("Equal", [g.const(cols.reshape(1, 1, 1, cap), "cols_k"), "offset"])  # [1, 1, 1, C]
+    at_v = g.op("Equal", [g.const(cols.reshape(1, 1, cap, 1), "cols_v"), "offset"])  # [1, 1, C, 1]
+    hidden = g.op("Greater", [g.const(cols, "cols"), "offset"])  # [C]
+    mask = g.op("Where", [hidden, g.const(np.asarray(np.finfo(g.dtype).min, g.dtype), "neg"), g.const(np.asarray(0, g.dtype), "zero_f")], hint="mask")
+
+    outputs = []
+    for i in range(dims.n_text_layer):
+        p = f"decoder/layer_{i}"
+        y = g.layer_norm(x, f"{p}/self_attention/layer_norm")
+        qkv = f"{p}/self_attention/linear_0"
+        q = g.heads(g.linear(y, qkv, _scale(dh), slice(0, dt)), shape_bthd, [0, 2, 1, 3])
+        k_new = g.heads(g.linear(y, qkv, 1.0, slice(dt, 2 * dt)), shape_bthd, [0, 2, 3, 1])  # [B, H, dh, 1]
+        v_new = g.heads(g.linear(y, qkv, 1.0, slice(2 * dt, 3 * dt)), shape_bthd, [0, 2, 1, 3])  # [B, H, 1, dh]
+        g.nodes.append(helper.make_node("Where", [at_k, k_new, f"cache_k_{i}"], [f"new_cache_k_{i}"]))
+        g.nodes.append(helper.make_node("Where", [at_v, v_new, f"cache_v_{i}"], [f"new_cache_v_{i}"]))
+        outputs += [
+            helper.make_tensor_value_info(f"new_cache_k_{i}", g.onnx_float, ["batch", h, dh, cap]),
+            helper.make_tensor_value_info(f"new_cache_v_{i}", g.onnx_float, ["batch", h, cap, dh]),
+        ]
+        ctx = g.merge_heads(g.attend(q, f"new_cache_k_{i}", f"new_cache_v_{i}", mask), shape_n_d)
+        x = g.op("Add", [x, g.linear(ctx, f"{p}/self_attention/linear_1")], hint="res")
+
+        y = g.layer_norm(x, f"{p}/attention/layer_norm")
+        q = g.heads(g.linear(y, f"{p}/attention/linear_0", _scale(dh)), shape_bthd, [0, 2, 1, 3])
+        ctx = g.merge_heads(g.attend(q, f"cross_k_{i}", f"cross_v_{i}"), shape_n_d)
+        x = g.op("Add", [x, g.linear(ctx, f"{p}/attention/linear_2")], hint="res")
+        x = g.ffn(x, p)
+
+    x = g.layer_norm(x, "decoder/layer_norm")  # [B, d]: one position per item
+    logits = g.op("Gemm", [x, g.weight("decoder/projection/weight")], transB=1, hint="logits")
+    if g.dtype != np.float32:
+        logits = g.op("Cast", [logits], to=TensorProto.FLOAT)
+    g.nodes.append(helper.make_node("Identity", [logits], ["logits"]))
+    outputs.insert(0, helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", dims.n_vocab]))
+    return g.model("whisper_decoder_step", inputs, outputs, "Whisper decoder step over a fixed-capacity, in-place cache")

@@ -11,6 +11,8 @@ A runtime is driven by one thread at a time (the GPU worker or the CLI's main th
 
 from __future__ import annotations
 
+import os
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +25,10 @@ from captioner.models.onnx_export import OnnxFiles, ProgressFn, ensure_onnx
 from captioner.models.registry import N_AUDIO_FRAMES, ModelFiles, resolve_model
 
 
+# Live decoder states of one batch size on CUDA, each with its own buffers and CUDA graph.
+MAX_SLOTS_PER_BATCH = 4
+
+
 @dataclass
 class EncoderOutput:
     """Encoder states of a batch of windows ([B, 1500, d], on the session's device)."""
@@ -33,25 +39,81 @@ class EncoderOutput:
 
 @dataclass
 class DecoderState:
-    """Self-attention cache and cross K/V of a batch being decoded. ``step`` grows it in place."""
+    """Self-attention cache and cross K/V of a batch being decoded. ``step`` grows it in place.
 
-    cross: dict[str, Any] = field(repr=False)  # cross_k_i / cross_v_i -> OrtValue
-    past: dict[str, Any] = field(repr=False)  # past_k_i / past_v_i -> OrtValue (or empty arrays)
+    On the CPU the cache grows by concatenation (``past``); on CUDA it lives in the fixed buffers
+    of a ``slot`` (one CUDA graph each) that this state holds until it is dropped; several live
+    states of the same batch size get separate slots, up to MAX_SLOTS_PER_BATCH, after which the
+    oldest is taken over and its state raises instead of reading a cache it no longer owns."""
+
+    cross: dict[str, Any] | None = field(repr=False)  # cross_k_i / cross_v_i -> OrtValue
+    past: dict[str, Any] | None = field(repr=False)  # past_k_i / past_v_i -> OrtValue (or empty arrays)
     binding: Any = field(repr=False)  # session.Binding with cross K/V bound once
     batch: int
     length: int  # tokens in the cache = position of the next token
+    slot: Any = field(default=None, repr=False)
+    generation: int = 0
+
+
+class _Slot:
+    """Fixed device buffers for one batch size, bound once to the step graph (and to the cross
+    K/V graph's outputs), so the step can be captured as a CUDA graph and replayed."""
+
+    def __init__(self, rt: WhisperRuntime, batch: int, graph_id: int):
+        d, m = rt.dims, rt.step_model
+        h, dh, f = d.n_text_head, rt._head_dim, rt._float
+        self.graph_id = graph_id
+        self.generation = 0
+        self.owner: weakref.ref | None = None  # the DecoderState using these buffers now
+        self.last_used = 0
+        self.tokens = m.zeros((batch, 1), np.int64)
+        self.offset = m.zeros((1,), np.int64)
+        self.logits = m.zeros((batch, d.n_vocab), np.float32)
+        self.step = m.binding()
+        self.cross_binding = rt.cross_kv.binding()
+        self.step.bind("tokens", self.tokens)
+        self.step.bind("offset", self.offset)
+        self.step.bind_output_value("logits", self.logits)
+        for i in range(d.n_text_layer):
+            for kind, shape in (("k", (batch, h, dh, d.n_text_ctx)), ("v", (batch, h, d.n_text_ctx, dh))):
+                cache = m.zeros(shape, f)
+                self.step.bind(f"cache_{kind}_{i}", cache)
+                self.step.bind_output_value(f"new_cache_{kind}_{i}", cache)  # in place
+            for kind, shape in (("k", (batch, h, dh, d.n_audio_ctx)), ("v", (batch, h, d.n_audio_ctx, dh))):
+                cross = m.zeros(shape, f)
+                self.step.bind(f"cross_{kind}_{i}", cross)
+                self.cross_binding.bind_output_value(f"cross_{kind}_{i}", cross)
 
 
 class WhisperRuntime:
-    def __init__(self, files: ModelFiles, choice: ort_session.ProviderChoice, onnx_files: OnnxFiles, intra_threads: int | None = None):
+    def __init__(
+        self, files: ModelFiles, choice: ort_session.ProviderChoice, onnx_files: OnnxFiles,
+        intra_threads: int | None = None, fixed_cache: bool | None = None,
+    ):
+        """``fixed_cache``: decode with the fixed-buffer step graph (default: on CUDA, where it is
+        captured as a CUDA graph); the CPU uses the concatenating decoder."""
         self.files = files
         self.onnx_files = onnx_files
         self.name = files.name
         self.precision = onnx_files.precision
         self.encoder = ort_session.OrtModel(onnx_files.path("encoder"), choice, intra_threads)
         self.cross_kv = ort_session.OrtModel(onnx_files.path("cross_kv"), choice, intra_threads)
-        self.decoder = ort_session.OrtModel(onnx_files.path("decoder"), choice, intra_threads)
-        providers = {self.encoder.provider, self.cross_kv.provider, self.decoder.provider}
+        self.decoder = None
+        self.step_model = None
+        self.cuda_graph = False
+        if fixed_cache is None:
+            fixed_cache = choice.is_cuda and onnx_files.path("decoder_step").is_file()
+        if fixed_cache:
+            self.step_model = _open_step_model(onnx_files.path("decoder_step"), choice)
+            self.cuda_graph = self.step_model.cuda_graph
+            decoder_provider = self.step_model.provider
+        else:
+            self.decoder = ort_session.OrtModel(onnx_files.path("decoder"), choice, intra_threads)
+            decoder_provider = self.decoder.provider
+        self._slots: dict[int, list[_Slot]] = {}
+        self._n_graphs = 0
+        self._starts = 0
+        providers = {self.encoder.provider, self.cross_kv.provider, decoder_provider}
         self.provider = ort_session.CUDA if providers == {ort_session.CUDA} else ort_session.CPU
         self.device_name = choice.device_name if self.provider == ort_session.CUDA else "cpu"
         self.provider_note = choice.note
@@ -103,6 +165,8 @@ class WhisperRuntime:
             raise ValueError(f"prompt_tokens must be [{enc.batch}, T>=1], got {tokens.shape}")
         if tokens.shape[1] > self.n_text_ctx:
             raise ValueError(f"prompt of {tokens.shape[1]} tokens exceeds the text context of {self.n_text_ctx}")
+        if self.step_model is not None:
+            return self._start_fixed(enc, tokens)
         cross = self.cross_kv.run({"encoder_out": enc.value})
         d = self.dims
         empty_k = np.zeros((enc.batch, d.n_text_head, self._head_dim, 0), self._float)
@@ -123,7 +187,52 @@ class WhisperRuntime:
             raise ValueError(f"step needs {state.batch} tokens, got {t.shape[0]}")
         if state.length >= self.n_text_ctx:
             raise ValueError(f"decoder context of {self.n_text_ctx} tokens is full")
+        if state.slot is not None:
+            if state.generation != state.slot.generation:
+                raise ValueError(
+                    f"this DecoderState's cache was taken over by a newer start() (more than {MAX_SLOTS_PER_BATCH} "
+                    f"live states of batch size {state.batch}); drop finished states"
+                )
+            logits = self._step_fixed(state.slot, t[:, None], state.length, fetch=True)
+            state.length += 1
+            return logits
         return self._run_decoder(state, np.ascontiguousarray(t[:, None]))
+
+    def _start_fixed(self, enc: EncoderOutput, tokens: np.ndarray) -> tuple[np.ndarray, DecoderState]:
+        batch = tokens.shape[0]
+        slot = self._free_slot(batch)
+        slot.generation += 1
+        self._starts += 1
+        slot.last_used = self._starts
+        slot.cross_binding.bind("encoder_out", enc.value)
+        slot.cross_binding.run_bound()
+        state = DecoderState(cross=None, past=None, binding=slot.step, batch=batch, length=0, slot=slot, generation=slot.generation)
+        n = tokens.shape[1]
+        for t in range(n):
+            logits = self._step_fixed(slot, tokens[:, t : t + 1], t, fetch=t == n - 1)
+        state.length = n
+        slot.owner = weakref.ref(state)
+        return logits, state
+
+    def _free_slot(self, batch: int) -> _Slot:
+        """A slot whose last state is gone (dropped by the caller), a new one while the pool for
+        this batch size is small, else the least recently started one."""
+        pool = self._slots.setdefault(batch, [])
+        for slot in pool:
+            if slot.owner is None or slot.owner() is None:
+                return slot
+        if len(pool) < MAX_SLOTS_PER_BATCH:
+            slot = _Slot(self, batch, graph_id=self._n_graphs)
+            self._n_graphs += 1
+            pool.append(slot)
+            return slot
+        return min(pool, key=lambda s: s.last_used)
+
+    def _step_fixed(self, slot: _Slot, tokens: np.ndarray, position: int, fetch: bool) -> np.ndarray | None:
+        ort_session.write(slot.tokens, np.ascontiguousarray(tokens, dtype=np.int64))
+        ort_session.write(slot.offset, np.array([position], dtype=np.int64))
+        slot.step.run_bound(slot.graph_id)
+        return ort_session.to_numpy(slot.logits) if fetch else None
 
     def _run_decoder(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:
         binding = state.binding
@@ -135,6 +244,17 @@ class WhisperRuntime:
             state.past[f"past_v_{i}"] = out[f"present_v_{i}"]
         state.length += tokens.shape[1]
         return out["logits"]
+
+
+def _open_step_model(path: Path, choice: ort_session.ProviderChoice) -> ort_session.OrtModel:
+    """The step graph with CUDA graph capture, or without it when this ORT build refuses (or
+    ``CAPTIONER_CUDA_GRAPH=0`` asks so)."""
+    if os.environ.get("CAPTIONER_CUDA_GRAPH", "1") == "0":
+        return ort_session.OrtModel(path, choice, cuda_graph=False)
+    try:
+        return ort_session.OrtModel(path, choice, cuda_graph=True)
+    except UserError:
+        return ort_session.OrtModel(path, choice, cuda_graph=False)
 
 
 def load_runtime(

@@ -69,13 +69,17 @@ def parse_device(device: str | None) -> tuple[str, int | None]:
     raise UserError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N")
 
 
-def _provider_options(device_id: int) -> dict[str, Any]:
+def _provider_options(device_id: int, cuda_graph: bool = False) -> dict[str, Any]:
     # HEURISTIC: cuDNN's exhaustive convolution search stalls the first encoder run for seconds.
-    return {"device_id": device_id, "cudnn_conv_algo_search": "HEURISTIC"}
+    options = {"device_id": device_id, "cudnn_conv_algo_search": "HEURISTIC"}
+    if cuda_graph:
+        options["enable_cuda_graph"] = "1"
+    return options
 
 
 def _session_options(intra_threads: int | None = None):
     ort = _ort()
+    ort.set_default_logger_severity(3)  # ORT's global log (plugin-EP notices) would flood the CLI
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     so.log_severity_level = 3  # errors only: fallbacks are reported by this module, not ORT's log
@@ -131,11 +135,12 @@ class OrtModel:
     """One inference session plus I/O binding. Not thread-safe: one thread (the GPU worker, or
     the CLI's main thread) drives a model."""
 
-    def __init__(self, path: Path, choice: ProviderChoice, intra_threads: int | None = None):
+    def __init__(self, path: Path, choice: ProviderChoice, intra_threads: int | None = None, cuda_graph: bool = False):
         ort = _ort()
         self.choice = choice
         self.path = Path(path)
-        providers = [(CUDA, _provider_options(choice.device_id or 0)), CPU] if choice.is_cuda else [CPU]
+        self.cuda_graph = bool(cuda_graph and choice.is_cuda)
+        providers = [(CUDA, _provider_options(choice.device_id or 0, self.cuda_graph)), CPU] if choice.is_cuda else [CPU]
         try:
             self.session = ort.InferenceSession(str(path), _session_options(intra_threads), providers=providers)
         except Exception as e:
@@ -155,6 +160,11 @@ class OrtModel:
         binding = self.binding()
         binding.bind_all(inputs)
         return binding.run(host_outputs)
+
+    def zeros(self, shape: tuple[int, ...], dtype) -> Any:
+        """A zero-filled OrtValue on this session's device (fixed address: for CUDA graphs)."""
+        device_type, device_id = self._device
+        return _ort().OrtValue.ortvalue_from_numpy(np.zeros(shape, dtype), device_type, device_id)
 
     def binding(self) -> Binding:
         """A reusable I/O binding: inputs that do not change between runs (cross K/V) are bound
@@ -180,6 +190,19 @@ class Binding:
             self._bind_device_array(name, value)
         else:
             io.bind_cpu_input(name, np.ascontiguousarray(value))
+
+    def bind_output_value(self, name: str, value: Any) -> None:
+        """Bind an output to an existing OrtValue (written in place at every run)."""
+        self.io.bind_ortvalue_output(name, value)
+
+    def run_bound(self, graph_id: int | None = None) -> None:
+        """Run with every input and output already bound (fixed buffers). ``graph_id`` selects the
+        CUDA graph to capture/replay when the session was made with ``cuda_graph=True``."""
+        options = None
+        if self.model.cuda_graph and graph_id is not None:
+            options = self._ort.RunOptions()
+            options.add_run_config_entry("gpu_graph_id", str(graph_id))
+        self.model.session.run_with_iobinding(self.io, options)
 
     def run(self, host_outputs: tuple[str, ...] = ()) -> dict[str, Any]:
         model, io = self.model, self.io
@@ -222,6 +245,15 @@ def _c_contiguous(cai: dict) -> bool:
             return False
         expected *= dim
     return True
+
+
+def write(value, array: np.ndarray) -> None:
+    """Copy host data into an existing OrtValue (same shape and dtype), keeping its address."""
+    value.update_inplace(np.ascontiguousarray(array))
+
+
+def to_numpy(value) -> np.ndarray:
+    return value.numpy()
 
 
 def ortvalue_shape(value) -> tuple[int, ...]:

@@ -1,0 +1,102 @@
+"""The fixed-capacity decoder step (the graph CUDA runs as a captured CUDA graph), checked on the
+CPU: same greedy tokens as the concatenating decoder, in-place cache update, one buffer set per
+live decoder state."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import onnx
+import pytest
+from graph_fixtures import tiny_files  # noqa: F401 - fixture
+from mel_helper import load_audio_16k, whisper_features
+
+from captioner.models import onnx_export, onnx_graphs, session
+from captioner.models.runtime import MAX_SLOTS_PER_BATCH, WhisperRuntime
+
+CLIPS = ("en_ls_1089-134686-0001", "en_ljspeech_LJ001-0001", "en_timit_LDC93S1")
+
+
+@pytest.fixture(scope="module")
+def runtimes(tiny_files, tmp_path_factory):
+    """(fixed-cache runtime, concatenating runtime) over the same fp32 graphs."""
+    folder = tmp_path_factory.mktemp("graphs")
+    onnx_export._build_into(tiny_files, "fp32", folder, lambda message, fraction: None)
+    weights = tiny_files.open_weights()
+    try:
+        step = onnx_graphs.build_decoder_step(weights, tiny_files.dims, np.float32)
+    finally:
+        weights.close()
+    onnx.save_model(step, str(folder / "decoder_step.onnx"))
+    files = onnx_export.OnnxFiles(folder, "fp32", built=True)
+    cpu = session.ProviderChoice(session.CPU, None, "cpu")
+    return WhisperRuntime(tiny_files, cpu, files, fixed_cache=True), WhisperRuntime(tiny_files, cpu, files)
+
+
+def _greedy(rt, logits, state, limit=80):
+    tokens = []
+    for i in range(limit):
+        row = logits[0].copy()
+        row[list(rt.suppress_ids)] = -np.inf
+        if i == 0:
+            row[list(rt.suppress_ids_begin)] = -np.inf
+        token = int(row.argmax())
+        if token == rt.special.eot:
+            break
+        tokens.append(token)
+        logits = rt.step(state, np.array([token]))
+    return tokens
+
+
+def test_same_tokens_as_the_concatenating_decoder(runtimes, speech_clips):
+    fixed, concat = runtimes
+    assert fixed.step_model is not None and concat.step_model is None
+    prompt = np.array([[fixed.special.sot, fixed.special.no_timestamps]])
+    for clip in CLIPS:
+        mel = whisper_features(load_audio_16k(speech_clips[clip].wav))[None]
+        ours = _greedy(fixed, *fixed.start(fixed.encode(mel), prompt))
+        reference = _greedy(concat, *concat.start(concat.encode(mel), prompt))
+        assert ours == reference and len(ours) > 5, clip
+
+
+def test_live_states_keep_their_own_cache(runtimes, speech_clips):
+    fixed, concat = runtimes
+    prompt = np.array([[fixed.special.sot, fixed.special.no_timestamps]])
+    mels = [whisper_features(load_audio_16k(speech_clips[c].wav))[None] for c in CLIPS]
+    expected = [_greedy(concat, *concat.start(concat.encode(m), prompt)) for m in mels]
+    started = [fixed.start(fixed.encode(m), prompt) for m in mels]
+    assert len({state.slot.graph_id for _, state in started}) == len(mels)
+    # Step the three decodes in turn, one token each: no state may see another's cache.
+    logits = [lg for lg, _ in started]
+    got: list[list[int]] = [[] for _ in mels]
+    for turn in range(60):
+        for i, (_, state) in enumerate(started):
+            if got[i][-1:] == [fixed.special.eot]:
+                continue
+            row = logits[i][0].copy()
+            row[list(fixed.suppress_ids)] = -np.inf
+            if turn == 0:
+                row[list(fixed.suppress_ids_begin)] = -np.inf
+            token = int(row.argmax())
+            got[i].append(token)
+            if token != fixed.special.eot:
+                logits[i] = fixed.step(state, np.array([token]))
+    assert [[t for t in g if t != fixed.special.eot] for g in got] == [e[:60] for e in expected]
+
+    # A dropped state frees its buffers for the next start.
+    graph_ids = {state.slot.graph_id for _, state in started}
+    del started, logits, state
+    gc.collect()
+    _, again = fixed.start(fixed.encode(mels[0]), prompt)
+    assert again.slot.graph_id in graph_ids
+
+
+def test_too_many_live_states_take_over_the_oldest(runtimes, speech_clips):
+    fixed, _ = runtimes
+    enc = fixed.encode(whisper_features(load_audio_16k(speech_clips[CLIPS[0]].wav))[None])
+    prompt = np.array([[fixed.special.sot]])
+    states = [fixed.start(enc, prompt)[1] for _ in range(MAX_SLOTS_PER_BATCH + 1)]
+    with pytest.raises(ValueError, match="taken over"):
+        fixed.step(states[0], np.array([fixed.special.no_timestamps]))
+    assert fixed.step(states[-1], np.array([fixed.special.no_timestamps])).shape == (1, fixed.n_vocab)
