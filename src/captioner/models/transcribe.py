@@ -28,6 +28,9 @@ from captioner.models.tokenizer import WhisperTokenizer
 FRAMES_PER_S = 100  # mel hop of 10 ms
 WINDOW_FRAMES = int(WINDOW_S * FRAMES_PER_S)
 MIN_WINDOW_FRAMES = 10
+VAD_LEAD_FRAMES = 50
+"""A window starts this long (0.5 s) before the first frame the VAD calls speech: onsets are
+soft, and the model hears a little silence before a word anyway."""
 """A tail shorter than this (0.1 s) is not decoded: it holds no word, only room to invent one."""
 
 
@@ -50,6 +53,11 @@ class TranscribeOptions:
     device: str | None = None
     """``cpu``, ``cuda:N`` or ``None`` (the runtime's choice)."""
     condition_on_previous_text: bool = True
+    vad_filter: bool = True
+    """Audio without voice activity (the engine's VAD on the same log-mel frames) is not
+    decoded: Whisper invents text on silence and steady noise ("you", "Thanks for watching")
+    with likely enough tokens to pass its own no-speech check. Windows start just before the
+    next speech."""
     prompt_reset_on_temperature: float = 0.5
     """After a window needed a sampling temperature above this, the prompt starts afresh."""
     decoding: DecodingOptions = field(default_factory=DecodingOptions)
@@ -70,8 +78,8 @@ class Segment:
 
 @dataclass(frozen=True)
 class SkippedWindow:
-    """A window whose text was not kept: ``reason`` is ``no_speech``, ``repetition`` or
-    ``compression``."""
+    """A window whose text was not kept: ``reason`` is ``no_voice_activity`` (not decoded),
+    ``no_speech``, ``repetition`` or ``compression``."""
 
     start_s: float
     end_s: float
@@ -111,6 +119,18 @@ def _window_features(audio: np.ndarray, n_mels: int) -> np.ndarray:
     return whisper_input_features(audio, n_mels)[None].astype(np.float32, copy=False)
 
 
+def voice_activity(audio: np.ndarray, n_mels: int) -> np.ndarray:
+    """Per 10 ms frame: does the engine's VAD hear speech there? ``[len(audio) // 160]`` bool."""
+    from captioner.gpu.features_ref import log_mel_spectrogram
+    from captioner.gpu.vad import VoiceActivity, band_energy_db, speech_band
+
+    log_mel = log_mel_spectrogram(audio, n_mels)
+    energy_db = band_energy_db(np, log_mel, speech_band(n_mels))
+    flags = VoiceActivity().push(energy_db)
+    n_frames = len(audio) // (SAMPLE_RATE_HZ // FRAMES_PER_S)
+    return np.pad(flags, (0, max(0, n_frames - len(flags))))[:n_frames]
+
+
 def transcribe_audio(
     decoder: WindowDecoder,
     audio_16k: np.ndarray,
@@ -143,10 +163,23 @@ def transcribe_audio(
     language_probability: float | None = None
     n_windows = 0
     hop = SAMPLE_RATE_HZ // FRAMES_PER_S
+    speech = voice_activity(audio, decoder.n_mels) if options.vad_filter else None
     while total_frames - seek >= MIN_WINDOW_FRAMES:
         window_frames = min(WINDOW_FRAMES, total_frames - seek)
         offset_s = seek / FRAMES_PER_S
         window_s = window_frames / FRAMES_PER_S
+        if speech is not None:
+            # Start the window shortly before the next speech: Whisper's first timestamp may
+            # be at most 1 s into a window, so speech after a long pause would otherwise be
+            # dated to the start of the window.
+            ahead = np.flatnonzero(speech[seek:])
+            start = total_frames if ahead.size == 0 else max(seek, seek + int(ahead[0]) - VAD_LEAD_FRAMES)
+            if start > seek:
+                skipped.append(SkippedWindow(offset_s, start / FRAMES_PER_S, "no_voice_activity"))
+                seek = start
+                if progress is not None:
+                    progress(min(seek / FRAMES_PER_S, duration_s), duration_s)
+                continue
         chunk = audio[seek * hop:(seek + window_frames) * hop]
         mel = _window_features(chunk, decoder.n_mels)
         previous = all_tokens[prompt_from:] if options.condition_on_previous_text else []
@@ -189,7 +222,7 @@ def transcribe_audio(
         if progress is not None:
             progress(min(seek / FRAMES_PER_S, duration_s), duration_s)
     info = TranscriptionInfo(
-        language=language or "en",
+        language=language or ("" if decoder.is_multilingual else "en"),
         language_probability=language_probability,
         duration_s=duration_s,
         model=decoder.name,

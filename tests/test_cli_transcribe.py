@@ -1,0 +1,122 @@
+"""`captioner transcribe` end to end on a real recording: every output format parses with a
+real parser, bad input is one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import pytest
+import srt
+import webvtt
+
+from captioner.app.cli import main
+from captioner.app.commands.transcribe import TextProgress
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("captioner-cli-cache")
+
+
+@pytest.fixture()
+def cli(cache_dir, monkeypatch, capsys):
+    monkeypatch.setenv("CAPTIONER_CACHE_DIR", str(cache_dir))
+    monkeypatch.setenv("CAPTIONER_DEVICE", "cpu")
+
+    def run(*argv):
+        code = main(["transcribe", *map(str, argv)])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def test_text_to_stdout(cli, speech_clips):
+    code, out, err = cli(speech_clips["en_jfk_inaugural_excerpt"].wav)
+    assert code == 0
+    assert "ask not what your country can do for you" in out.lower()
+    assert out.endswith("\n") and "-->" not in out
+
+
+def test_srt_vtt_jsonl_files_parse(cli, speech_clips, tmp_path):
+    wav = speech_clips["en_sonnet001_librivox"].wav
+    code, out, _ = cli(wav, "--model", "tiny.en", "--language", "en", "-o", tmp_path / "s.srt")
+    assert code == 0 and out == ""
+    subs = list(srt.parse((tmp_path / "s.srt").read_text(encoding="utf-8"), ignore_errors=False))
+    assert len(subs) >= 4
+    assert subs[-1].end.total_seconds() > 45
+    assert all(a.start <= b.start for a, b in zip(subs, subs[1:]))
+    assert "fairest creatures" in " ".join(s.content for s in subs).lower()
+
+    code, _, _ = cli(wav, "--format", "vtt", "-o", tmp_path / "s.txt")
+    assert code == 0
+    cues = list(webvtt.from_buffer(io.StringIO((tmp_path / "s.txt").read_text(encoding="utf-8"))))
+    assert [c.text for c in cues] == [s.content for s in subs]
+
+    code, out, _ = cli(wav, "--format", "jsonl")
+    assert code == 0
+    records = [json.loads(line) for line in out.splitlines()]
+    assert [r["text"] for r in records] == [s.content for s in subs]
+    assert all(r["stream"] == "en_sonnet001_librivox" and r["kind"] == "final" for r in records)
+    assert {"start_s", "end_s", "emitted_audio_s", "emitted_wall_s"} <= set(records[0])
+
+
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["{missing}"], "not found"),
+        (["{notaudio}"], "not an audio file"),
+        (["{wav}", "--language", "de"], "English-only"),
+        (["{wav}", "--task", "translate"], "cannot translate"),
+        (["{wav}", "--model", "base", "--language", "xx"], "unknown language"),
+        (["{wav}", "--model", "{tmp}"], "lacks model.bin"),
+        (["{wav}", "-o", "{tmp}"], "is a folder"),
+    ],
+)
+def test_bad_input_is_one_line(cli, speech_clips, tmp_path, argv, message):
+    (tmp_path / "notaudio.wav").write_text("hello", encoding="utf-8")
+    values = {
+        "missing": tmp_path / "missing.wav",
+        "notaudio": tmp_path / "notaudio.wav",
+        "wav": speech_clips["en_timit_LDC93S1"].wav,
+        "tmp": tmp_path,
+    }
+    code, out, err = cli(*[a.format(**values) for a in argv])
+    assert code == 2 and out == ""
+    lines = [line for line in err.splitlines() if line.startswith("captioner: error:")]
+    assert len(lines) == 1 and message in lines[0], err
+    assert "Traceback" not in err
+
+
+def test_help_needs_no_model():
+    out = subprocess.run([sys.executable, "-m", "captioner", "transcribe", "--help"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0
+    for flag in ("--model", "--language", "--task", "--format", "--output", "--device", "--realtime"):
+        assert flag in out.stdout
+
+
+def test_progress_bar_text():
+    stream = io.StringIO()
+    bar = TextProgress(stream)
+    bar("building encoder", 0.0)
+    bar("building encoder", 0.5)
+    bar("saving", 1.0)
+    bar.close()
+    # Not a terminal: one line per stage, no carriage returns.
+    assert stream.getvalue() == "  0% building encoder\n100% saving\n"
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty = Tty()
+    bar = TextProgress(tty, width=10)
+    bar("building", 0.5)
+    bar.close()
+    assert tty.getvalue().startswith("\r[#####-----]  50% building") and tty.getvalue().endswith("\n")
