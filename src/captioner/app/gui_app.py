@@ -69,6 +69,7 @@ class LiveController(QObject):
         self._busy = False
         self._closing = False
         self._start_thread: threading.Thread | None = None
+        self._stop_thread: threading.Thread | None = None
         self._files_only = False
         self._progress_dialog: QProgressDialog | None = None
         gpu_index = int(device.split(":", 1)[1]) if device and device.startswith("cuda:") and device[5:].isdigit() else 0
@@ -196,7 +197,9 @@ class LiveController(QObject):
         self._busy = True
         self.window.controls.start_button.setEnabled(False)
         self.window.state_label.setText("Finishing: committing the last words…" if finished else "Stopping…")
-        threading.Thread(target=self._run_stop, args=(pipeline,), name="captioner-gui-stop", daemon=True).start()
+        self._stop_thread = threading.Thread(target=self._run_stop, args=(pipeline,), name="captioner-gui-stop",
+                                             daemon=True)
+        self._stop_thread.start()
 
     def _run_stop(self, pipeline) -> None:
         try:
@@ -265,8 +268,11 @@ class LiveController(QObject):
         """Stops everything this controller started and joins the threads (GUI thread, at exit);
         returns the caption updates that arrived while the pipeline stopped."""
         self._closing = True
-        if self._start_thread is not None:
-            self._start_thread.join(timeout_s)
+        # A start or stop in flight owns the pipeline's threads: let it finish first, or the
+        # interpreter would exit under a model step still running in native code.
+        for thread in (self._start_thread, self._stop_thread):
+            if thread is not None:
+                thread.join(timeout_s)
         pipeline, self.pipeline = self.pipeline, None
         leftovers: list[CaptionUpdate] = []
         if pipeline is not None:

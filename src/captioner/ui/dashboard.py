@@ -147,6 +147,11 @@ def telemetry_readout(sample: TelemetrySample | None) -> str:
     return "  ·  ".join(parts)
 
 
+def _centre(label: pg.TextItem, view_box: pg.ViewBox) -> None:
+    box = view_box.boundingRect()
+    label.setPos(box.width() / 2, box.height() / 2)
+
+
 class Dashboard(QWidget):
     """GUI thread only: feed it with :meth:`add_status`, :meth:`add_telemetry`,
     :meth:`add_captions`, and call :meth:`refresh` from a timer."""
@@ -238,6 +243,7 @@ class Dashboard(QWidget):
             na.setParentItem(plot.getViewBox())
             na.setZValue(50)
             self.na_labels[spec.key] = na
+            plot.getViewBox().sigResized.connect(lambda vb, label=na: _centre(label, vb))
             self.plots[spec.key] = plot
         temp = self.plots["temp"]
         self.temp_alarm_line = pg.InfiniteLine(pos=TEMP_ALARM_C, angle=0, movable=False,
@@ -274,6 +280,11 @@ class Dashboard(QWidget):
                     curve.setSymbolBrush(color)
                     curve.setSymbolPen(None)
             self.na_labels[spec.key].setColor(theme.dim_text)
+            legend = self.plots[spec.key].legend
+            if legend is not None:
+                background = pg.mkColor(theme.plot_background)
+                background.setAlpha(200)  # readable over a curve, which still shows through
+                legend.setBrush(background)
         alarm = pg.mkPen(theme.alarm, width=1.5, style=Qt.PenStyle.DashLine)
         self.temp_alarm_line.setPen(alarm)
         self.temp_alarm_line.label.setColor(theme.alarm)
@@ -481,8 +492,7 @@ class Dashboard(QWidget):
                 legend = self.plots[spec.key].legend
                 if legend is not None and spec.gpu:
                     legend.setVisible(not text)  # the "N/A" note replaces an empty legend
-            box = self.plots[spec.key].getViewBox().boundingRect()
-            label.setPos(box.width() / 2, box.height() / 2)
+            _centre(label, self.plots[spec.key].getViewBox())
 
     # -- traces ----------------------------------------------------------------------------
 

@@ -97,9 +97,10 @@ class MainWindow(QMainWindow):
         self.model_label = QLabel("Model: –")
         self.streams_label = QLabel("Streams: 0")
         self.state_label = QLabel("Stopped")
-        for label in (self.provider_label, self.model_label, self.streams_label):
+        # All permanent: a temporary message (showMessage) then has the left part to itself
+        # instead of being drawn over a normal widget.
+        for label in (self.state_label, self.provider_label, self.model_label, self.streams_label):
             self.statusBar().addPermanentWidget(label)
-        self.statusBar().addWidget(self.state_label, 1)
         self.caption_view.following_changed.connect(self._on_following_changed)
 
         self._build_actions()
@@ -294,9 +295,18 @@ class MainWindow(QMainWindow):
         view = self.caption_view
         paragraphs = view._paragraphs[-6:]
         several = len({p.stream for p in view._paragraphs[-20:]} | set(view._partials)) > 1
-        committed = " ".join(f"{p.stream}: {p.text}" if several else p.text for p in paragraphs)
-        partial = " ".join(f"{s}: {u.text}" if several else u.text for s, u in view._partials.items())
-        self.overlay.set_text(committed, partial)
+        committed_parts, previous = [], None
+        for p in paragraphs:
+            # Name the speaker where the stream changes, and only with several streams.
+            label = f"{p.stream}: " if several and p.stream != previous else ""
+            committed_parts.append(label + p.text)
+            previous = p.stream
+        partial_parts = []
+        for stream, update in view._partials.items():
+            label = f"{stream}: " if several and stream != previous else ""
+            partial_parts.append(label + update.text)
+            previous = stream
+        self.overlay.set_text(" ".join(committed_parts), " ".join(partial_parts))
 
     def apply_status(self, status: PipelineStatus) -> None:
         self._last_status = status

@@ -67,14 +67,19 @@ class CaptionOverlay(QWidget):
         row.addStretch(1)
         row.addWidget(grip, 0, Qt.AlignmentFlag.AlignBottom | Qt.AlignmentFlag.AlignRight)
         layout.addLayout(row)
-        self.set_font_pt(font_pt)
         self.resize(900, 130)
+        self.set_font_pt(font_pt)
 
     def set_font_pt(self, pt: int) -> None:
         font = QFont(self.label.font())
         font.setPointSize(int(pt))
         font.setWeight(QFont.Weight.DemiBold)
         self.label.setFont(font)
+        # Room for the lines at this size: margins (10 + 6), the grip row and the text.
+        needed_px = QFontMetrics(font).lineSpacing() * self.n_lines + 16 + 18
+        self.setMinimumHeight(min(needed_px, 600))
+        if self.height() < needed_px:
+            self.resize(self.width(), needed_px)
         self._relayout()
 
     def set_text(self, committed: str, partial: str = "") -> None:
@@ -89,8 +94,11 @@ class CaptionOverlay(QWidget):
 
     def _relayout(self) -> None:
         words = [(w, False) for w in self._committed.split()] + [(w, True) for w in self._partial.split()]
+        metrics = QFontMetrics(self.label.font())
         width = max(50, self.label.width() or (self.width() - 30))
-        lines = last_lines(words, QFontMetrics(self.label.font()), width, self.n_lines)
+        # As many lines as fit (the user may have made the bar shorter), at most n_lines.
+        fit = max(1, self.label.height() // max(1, metrics.lineSpacing())) if self.label.height() > 0 else self.n_lines
+        lines = last_lines(words, metrics, width, min(self.n_lines, fit))
         rendered = []
         for line in lines:
             parts = []
