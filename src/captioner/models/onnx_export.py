@@ -30,12 +30,11 @@ import numpy as np
 from captioner.errors import UserError
 from captioner.models.registry import ModelFiles
 
-CONVERTER_VERSION = 2
+CONVERTER_VERSION = 3
 PRECISIONS = {"fp32": np.float32, "fp16": np.float16}
-GRAPH_NAMES = ("encoder", "cross_kv", "decoder")
-# fp16 graphs run on CUDA, whose decoder step is the fixed-buffer graph captured as a CUDA graph;
-# the concatenating decoder is kept beside it for prompts and for debugging.
-EXTRA_GRAPHS = {"fp16": ("decoder_step",), "fp32": ()}
+# fp32 runs on the CPU with the concatenating decoder; fp16 runs on CUDA with the fixed-cache
+# decoder step that is captured as a CUDA graph (see onnx_graphs).
+GRAPHS = {"fp32": ("encoder", "cross_kv", "decoder"), "fp16": ("encoder", "cross_kv", "decoder_step")}
 _HASH_EDGE_BYTES = 4 << 20
 
 # progress(message, fraction in [0, 1]); called from the thread that loads the model.
@@ -84,7 +83,7 @@ def _complete(folder: Path) -> bool:
     if not manifest.is_file():
         return False
     precision = folder.name.rsplit("-", 1)[-1]
-    return all((folder / f"{g}.onnx").is_file() for g in GRAPH_NAMES + EXTRA_GRAPHS.get(precision, ()))
+    return all((folder / f"{g}.onnx").is_file() for g in GRAPHS.get(precision, ("?",)))
 
 
 def ensure_onnx(files: ModelFiles, precision: str, progress: ProgressFn | None = None) -> OnnxFiles:
@@ -127,7 +126,7 @@ def _build_into(files: ModelFiles, precision: str, out: Path, report: ProgressFn
     weights = files.open_weights()
     started = time.monotonic()
     try:
-        # Fractions: encoder 0-0.4 (per layer), cross K/V 0.45, decoder 0.55-0.85, step graph 0.85-1.
+        # Fractions: encoder 0-0.4 (per layer), cross K/V 0.45, decoder 0.55, saving it 0.85-1.
         report(f"{files.name}: building encoder ({precision})", 0.0)
         enc = onnx_graphs.build_encoder(
             weights, files.dims, dtype,
@@ -137,14 +136,16 @@ def _build_into(files: ModelFiles, precision: str, out: Path, report: ProgressFn
         del enc
         report(f"{files.name}: building cross-attention K/V", 0.45)
         _save(onnx, onnx_graphs.build_cross_kv(weights, files.dims, dtype), out / "cross_kv.onnx")
-        report(f"{files.name}: building decoder", 0.55)
-        dec = onnx_graphs.build_decoder(weights, files.dims, dtype)
-        report(f"{files.name}: saving decoder", 0.75)
-        _save(onnx, dec, out / "decoder.onnx")
+        if "decoder" in GRAPHS[precision]:
+            report(f"{files.name}: building decoder", 0.55)
+            dec = onnx_graphs.build_decoder(weights, files.dims, dtype)
+        else:
+            report(f"{files.name}: building decoder step (fixed cache)", 0.55)
+            dec = onnx_graphs.build_decoder_step(weights, files.dims, dtype)
+        report(f"{files.name}: saving decoder", 0.85)
+        name = "decoder" if "decoder" in GRAPHS[precision] else "decoder_step"
+        _save(onnx, dec, out / f"{name}.onnx")
         del dec
-        if "decoder_step" in EXTRA_GRAPHS[precision]:
-            report(f"{files.name}: building decoder step (fixed cache)", 0.85)
-            _save(onnx, onnx_graphs.build_decoder_step(weights, files.dims, dtype), out / "decoder_step.onnx")
     finally:
         weights.close()
     manifest = {
