@@ -34,6 +34,8 @@ def test_real_pipeline_drives_the_window(window, qtbot, speech_clips, transcript
 
     clip = speech_clips[CLIP]
     controller = LiveController(window, device="cpu", metrics_port=0, interactive=False)
+    progress = []
+    controller.progress.connect(lambda message, fraction: progress.append((message, fraction)))
     try:
         config = RunConfig(sources=(SourceChoice("file", "Meeting", clip.wav.name, path=str(clip.wav)),), model="tiny.en")
         window.start_requested.emit(config)
@@ -46,6 +48,8 @@ def test_real_pipeline_drives_the_window(window, qtbot, speech_clips, transcript
         leftovers = controller.shutdown()
     window.apply_captions(leftovers)
 
+    # the model preparation reported its progress (GRAPH's callback) on the way up
+    assert progress and all(0.0 <= f <= 1.0 for _, f in progress) and "tiny.en" in progress[-1][0]
     updates = [e for e in window.record if isinstance(e, CaptionUpdate)]
     kinds = [u.kind for u in updates if u.text.strip()]
     assert "partial" in kinds and "final" in kinds
@@ -114,3 +118,34 @@ def test_headless_smoke_run_under_xvfb(tmp_path, speech_clips):
     assert any(c.kind == "final" and "wait no longer" in c.text.lower() for c in recorded.captions)
     assert len(recorded.statuses) >= 1 and len(recorded.telemetry) >= 20
     assert recorded.statuses[-1].step_latency_ms is not None
+
+
+def test_stream_labels_are_made_unique():
+    from captioner.app.gui_app import unique_streams
+
+    mic = SourceChoice("device", "Me", "mic", device=1)
+    headset = SourceChoice("device", "Me", "headset", device=2)
+    meeting = SourceChoice("device", "Meeting", "monitor", device="pulse:x.monitor")
+    assert [label for _, label in unique_streams((mic, headset, meeting))] == ["Me", "Me 2", "Meeting"]
+
+
+def test_no_sources_is_a_clear_error():
+    from captioner.app.gui_app import open_sources
+    from captioner.errors import UserError
+
+    with pytest.raises(UserError, match="at least one source"):
+        open_sources(RunConfig(sources=()))
+
+
+def test_ui_layer_imports_no_hardware_library():
+    code = (
+        "import sys\n"
+        "import captioner.ui.main_window, captioner.ui.dashboard, captioner.ui.controls, captioner.ui.overlay\n"
+        "import captioner.ui.history, captioner.ui.settings, captioner.ui.caption_view, captioner.trace\n"
+        "bad = [m for m in ('cupy', 'onnxruntime', 'sounddevice', 'pynvml') if m in sys.modules]\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, QT_QPA_PLATFORM="offscreen"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == ""

@@ -251,3 +251,19 @@ def test_feed_is_drained_by_the_timer(window, qtbot):
     assert window.streams_label.text() == "Streams: 1"
     kinds = [e.kind for e in window.record if isinstance(e, CaptionUpdate)]
     assert kinds == ["partial", "final"]
+
+
+def test_overlay_names_speakers_only_where_the_stream_changes(window):
+    window.set_overlay_visible(True)
+    window.apply_captions([
+        final("Me", "Hello team.", 0, 1, segment=1),
+        final("Meeting", "Hi there.", 0.5, 1.5, segment=1),
+        final("Meeting", "Shall we start?", 1.5, 2.5, segment=1),
+        partial("Meeting", "first item is", 2.5, 3.0, segment=1),
+    ])
+    shown = window.overlay.shown_text()
+    assert shown.count("Meeting:") == 1 and "Me:" in shown
+    window.apply_captions([final("Me", "Only me now.", 5, 6, segment=2)])
+    window.clear_captions()
+    window.apply_captions([final("Me", "Just one stream.", 0, 1, segment=1)])
+    assert "Me:" not in window.overlay.shown_text()  # one stream: no labels needed
