@@ -188,7 +188,7 @@ def main() -> int:
     parser.add_argument("--device", default="cpu", help="cpu or cuda:N (where the model and features run)")
     parser.add_argument("--model", default="tiny.en")
     parser.add_argument("--mode", choices=("simulated", "live"), default="simulated")
-    parser.add_argument("--intervals", default="0.5", help="update intervals to compare, seconds, comma separated")
+    parser.add_argument("--intervals", default="0.25,0.5,1.0", help="base update intervals to compare, seconds, comma separated")
     parser.add_argument("--clips", default="", help="clip ids (comma separated); default: every English clip ≤ 30 s")
     parser.add_argument("--long", action="store_true", help="also replay the English clips over 30 s (WER only)")
     parser.add_argument("--out", default=None, help="write the full results (JSON) here")

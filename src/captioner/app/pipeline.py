@@ -24,7 +24,7 @@ from typing import Callable, Iterable
 
 from captioner.errors import UserError
 from captioner.events import AudioBlock, CaptionUpdate, PipelineStatus
-from captioner.gpu.worker import Command, Engine, EngineConfig, Worker
+from captioner.gpu.worker import Command, EndOfStream, Engine, EngineConfig, Worker
 
 
 def load_recognizer(model: str, device: str | None, task: str = "transcribe", progress=None):
@@ -32,13 +32,14 @@ def load_recognizer(model: str, device: str | None, task: str = "transcribe", pr
     from captioner.gpu.backend import get_backend
     from captioner.models.recognizer import WhisperRecognizer
     from captioner.models.runtime import load_runtime
-    from captioner.models.tokenizer import load_tokenizer
+    from captioner.models.tokenizer import WhisperTokenizer
 
     backend = get_backend(device)
+    backend.use()  # this thread works the GPU from now on (CuPy allocates on the current device)
     runtime = load_runtime(model, device=backend.name, progress=progress)
-    tokenizer = load_tokenizer(runtime.tokenizer_path.parent if runtime.tokenizer_path.is_file() else runtime.tokenizer_path,
-                               n_vocab=runtime.n_vocab)
-    return backend, WhisperRecognizer(runtime, tokenizer, xp=backend.xp, task=task)
+    tokenizer = WhisperTokenizer(runtime.files.tokenizer_path, runtime.files.config_path, n_vocab=runtime.n_vocab)
+    return backend, WhisperRecognizer(runtime, tokenizer, xp=backend.xp, task=task,
+                                      synchronize=backend.synchronize if backend.is_cuda else None)
 
 
 class _CapturePump(threading.Thread):
@@ -52,6 +53,7 @@ class _CapturePump(threading.Thread):
         self.all_exhausted = threading.Event()
         self.dropped_blocks = 0
         self.error: BaseException | None = None
+        self._ended: set[int] = set()  # ids of sources whose end was announced
 
     def add(self, source) -> None:
         with self._lock:
@@ -74,6 +76,10 @@ class _CapturePump(threading.Thread):
                 got = []
                 for source in sources:
                     got += source.read(0.0)
+                    if source.exhausted and id(source) not in self._ended:
+                        # After its last blocks, in order: the worker commits what it still shows.
+                        self._ended.add(id(source))
+                        got.append(EndOfStream(source.stream))
                 if got:
                     self._put(got)
                 elif sources and all(s.exhausted for s in sources):

@@ -147,6 +147,7 @@ class Engine:
         self._frame_latency_ms: deque[float] = deque(maxlen=200)
         self._step_latency_ms: float | None = None
         self._lag_s = 0.0
+        self._caption_latency_s: float | None = None
         self._busy: deque[tuple[int, float]] = deque()  # (end_ns, busy_s) for the RTF
         self._created_ns = clock_ns()
         self.steps = 0
@@ -323,6 +324,10 @@ class Engine:
                 updates += s.policy.update(hyp, end_s, wall_s)
             s.last_update_s = end_s
             s.speech_since_update = False
+            finals = [u for u in updates if u.kind == "final" and u.stream == s.name]
+            if finals:
+                # Audio end of the newest committed text -> when it was committed.
+                self._caption_latency_s = max(0.0, finals[-1].emitted_wall_s - finals[-1].end_s)
             captured = s.capture_ns_at((ready + s.frame_offset) * FRAME_SAMPLES)
             if captured is not None:
                 self._lag_s = max(0.0, (t1 - captured) / 1e9)
@@ -371,6 +376,11 @@ class Engine:
         self.recognizer = recognizer
         return updates
 
+    def end_stream(self, name: str) -> list[CaptionUpdate]:
+        """A finite stream delivered its last audio: commit what it still shows."""
+        s = self._streams.get(name)
+        return self._finish_stream(s) if s is not None else []
+
     def finish(self) -> list[CaptionUpdate]:
         """End of all input: close every stream's open text (the streams stay)."""
         updates: list[CaptionUpdate] = []
@@ -397,6 +407,7 @@ class Engine:
             streams=self.streams,
             frame_latency_ms=frame_ms,
             step_latency_ms=self._step_latency_ms,
+            caption_latency_s=self._caption_latency_s,
             queue_depth=queue_depth,
             dropped_frames=dropped_frames + gaps,
             lag_s=self._lag_s,
@@ -407,6 +418,13 @@ class Engine:
             message=message,
             extra=(("update_interval_s", self.scheduler.interval_s), ("steps", float(self.steps))),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class EndOfStream:
+    """Put in the block queue after a finite source's last block."""
+
+    stream: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -468,10 +486,15 @@ class Worker(threading.Thread):
         draining = False
         while True:
             self._apply_commands()
-            blocks = self._take_blocks(timeout_s=0.02)
+            items = self._take_blocks(timeout_s=0.02)
+            blocks = [b for b in items if not isinstance(b, EndOfStream)]
             if blocks:
                 engine.push(blocks)
-            updates = engine.tick()
+            updates = []
+            for item in items:
+                if isinstance(item, EndOfStream):
+                    updates += engine.end_stream(item.stream)
+            updates += engine.tick()
             if updates:
                 self._captions(updates)
             now = time.monotonic()

@@ -34,7 +34,7 @@ class WhisperRecognizer:
     """Adapts a ``WhisperRuntime`` + tokenizer to the engine's ``Recognizer`` protocol."""
 
     def __init__(self, runtime, tokenizer, xp=np, task: str = "transcribe",
-                 options: DecodingOptions | None = None, prompt_tokens: int = 48) -> None:
+                 options: DecodingOptions | None = None, prompt_tokens: int = 48, synchronize=None) -> None:
         self.runtime = runtime
         self.tokenizer = tokenizer
         self.xp = xp
@@ -42,6 +42,9 @@ class WhisperRecognizer:
         if self.options.task != task:
             self.options = replace(self.options, task=task)
         self.prompt_tokens = prompt_tokens
+        # ONNX Runtime reads the input on its own CUDA stream: the array work that built it
+        # must be finished first.
+        self._synchronize = synchronize
         tokenizer.sot_sequence(None, task)  # an English-only model cannot translate: UserError now
         self.name = runtime.name
         self.provider = runtime.provider
@@ -87,6 +90,8 @@ class WhisperRecognizer:
         if not requests:
             return []
         mel = self._input(requests)
+        if self._synchronize is not None:
+            self._synchronize()
         spans_s = [min(int(r.log_mel.shape[1]), WINDOW_FRAMES) / 100.0 for r in requests]
         languages = [r.language for r in requests]
         if not self.is_multilingual:

@@ -1,0 +1,77 @@
+"""The pipeline's threads and commands, with real-time file sources and tiny.en on the CPU."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from captioner.errors import UserError
+from captioner.models.streaming import normalize_word
+
+pytestmark = pytest.mark.slow
+
+
+def words(updates, stream):
+    return {normalize_word(w) for u in updates if u.kind == "final" and u.stream == stream for w in u.text.split()}
+
+
+def drain_until(pipeline, predicate, timeout_s, into):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        into += pipeline.drain_captions()
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_sources_come_and_go_between_steps(speech_clips, tmp_path):
+    from captioner.app.pipeline import Pipeline
+    from captioner.app.transcript import TranscriptWriter
+    from captioner.audio.file_source import FileSource
+
+    first = speech_clips["en_ls_1089-134691-0001"]   # "for a full hour he had paced up and down ..."
+    second = speech_clips["en_ls_1089-134686-0001"]  # "stuff it into you his belly counselled him"
+    transcript = TranscriptWriter(directory=tmp_path)
+    pipeline = Pipeline([FileSource(first.wav, stream="Me", realtime=True)], model="tiny.en", device="cpu",
+                        transcript=transcript)
+    threads_before = set(threading.enumerate())
+    pipeline.start()
+    names = {t.name for t in threading.enumerate()} - {t.name for t in threads_before}
+    assert {"captioner-capture", "captioner-worker"} <= names
+    updates = []
+    try:
+        pipeline.command("add_source", FileSource(second.wav, stream="Meeting", realtime=True))
+        assert drain_until(pipeline, lambda: "belly" in words(updates, "Meeting") and "hour" in words(updates, "Me"),
+                           90, updates), [(u.stream, u.kind, u.text) for u in updates]
+        # Removing a stream commits what it still shows; the other stream goes on.
+        pipeline.command("remove_source", "Me")
+        assert drain_until(pipeline, lambda: (pipeline.latest_status() or None) is not None
+                           and pipeline.latest_status().streams == ("Meeting",), 30, updates)
+        with pytest.raises(UserError):
+            pipeline.command("language", "de")  # tiny.en is English-only: refused at once
+        pipeline.command("language", "en")
+    finally:
+        pipeline.stop()
+    updates += pipeline.drain_captions()
+    status = pipeline.latest_status()
+    assert status.state == "stopped" and status.provider == "CPUExecutionProvider" and status.model == "tiny.en"
+    assert status.real_time_factor is not None and status.step_latency_ms > 0 and status.frame_latency_ms >= 0
+    assert {"longer"} <= words(updates, "Me") or {"waiting"} <= words(updates, "Me")
+    # Every thread the pipeline started is gone.
+    assert not ({"captioner-capture", "captioner-worker"} & {t.name for t in threading.enumerate()})
+    lines = transcript.path.read_text(encoding="utf-8").splitlines()[1:]
+    assert len(lines) == sum(1 for u in updates if u.kind == "final")
+
+
+def test_language_the_model_cannot_do_fails_at_start(speech_clips):
+    from captioner.app.pipeline import Pipeline
+    from captioner.audio.file_source import FileSource
+
+    clip = speech_clips["en_ls_1089-134691-0000"]
+    pipeline = Pipeline([FileSource(clip.wav, realtime=True)], model="tiny.en", language="de", device="cpu")
+    with pytest.raises(UserError, match="English-only"):
+        pipeline.start()
+    assert not pipeline.running
