@@ -136,13 +136,20 @@ def word_latencies(updates, ref_words: list[dict]) -> list[dict]:
     return out
 
 
-def run_simulated(recognizer, backend, path: Path, interval_s: float):
+def _config(interval_s: float, target_busy: float):
+    from captioner.gpu.scheduler import SchedulerConfig
+    from captioner.gpu.worker import EngineConfig
+
+    return EngineConfig(scheduler=SchedulerConfig(base_interval_s=interval_s, target_busy=target_busy))
+
+
+def run_simulated(recognizer, backend, path: Path, interval_s: float, target_busy: float):
     from captioner.app.simulate import replay
     from captioner.audio.file_source import FileSource
     from captioner.gpu.scheduler import SchedulerConfig
     from captioner.gpu.worker import Engine, EngineConfig
 
-    config = EngineConfig(scheduler=SchedulerConfig(base_interval_s=interval_s))
+    config = _config(interval_s, target_busy)
     result = replay(
         lambda clock, timer: Engine(backend, recognizer, config, clock_ns=clock, timer_ns=timer),
         lambda clock: [FileSource(path, stream="clip", realtime=True, clock_ns=clock, sleep=clock.sleep)],
@@ -151,13 +158,13 @@ def run_simulated(recognizer, backend, path: Path, interval_s: float):
     return result.updates, result.step_s, result.statuses
 
 
-def run_live(recognizer, backend, path: Path, interval_s: float):
+def run_live(recognizer, backend, path: Path, interval_s: float, target_busy: float):
     from captioner.app.pipeline import Pipeline
     from captioner.audio.file_source import FileSource
     from captioner.gpu.scheduler import SchedulerConfig
     from captioner.gpu.worker import EngineConfig
 
-    config = EngineConfig(scheduler=SchedulerConfig(base_interval_s=interval_s))
+    config = _config(interval_s, target_busy)
     steps: list[float] = []
     pipeline = Pipeline([FileSource(path, stream="clip", realtime=True)], config=config,
                         recognizer_factory=lambda: (backend, recognizer))
@@ -191,8 +198,14 @@ def main() -> int:
     parser.add_argument("--intervals", default="0.25,0.5,1.0", help="base update intervals to compare, seconds, comma separated")
     parser.add_argument("--clips", default="", help="clip ids (comma separated); default: every English clip ≤ 30 s")
     parser.add_argument("--long", action="store_true", help="also replay the English clips over 30 s (WER only)")
+    parser.add_argument("--target-busy", default=None,
+                        help="shares of wall time model steps may take before the interval stretches, comma "
+                             "separated (default: the engine's)")
     parser.add_argument("--out", default=None, help="write the full results (JSON) here")
     args = parser.parse_args()
+    from captioner.gpu.scheduler import SchedulerConfig
+
+    busies = [float(x) for x in args.target_busy.split(",")] if args.target_busy else [SchedulerConfig().target_busy]
 
     from captioner.app.pipeline import load_recognizer
     from captioner.models.transcribe import TranscribeOptions, load_decoder, transcribe_file
@@ -225,21 +238,25 @@ def main() -> int:
         "features_backend": backend.name, "model": recognizer.name, "mode": args.mode,
         "command": " ".join(sys.argv), "normalizer": NORMALIZER_NAME, "runs": [],
     }
+    # Every configuration replays each clip right after the others, so that a machine whose
+    # load changes over the run (a shared CPU) weighs on all of them alike.
+    configs = [(i, b) for i in intervals for b in busies]
+    per_config: dict[tuple, list] = {cfg: [] for cfg in configs}
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
-        for interval_s in intervals:
-            per_clip = []
-            for c in clips:
-                path = padded_clip(c["path"], tmp)
+        for c in clips:
+            path = padded_clip(c["path"], tmp)
+            for cfg in configs:
+                interval_s, busy = cfg
                 run = run_simulated if args.mode == "simulated" else run_live
                 wall0 = time.perf_counter()
-                updates, steps, statuses = run(recognizer, backend, path, interval_s)
+                updates, steps, statuses = run(recognizer, backend, path, interval_s, busy)
                 wall_s = time.perf_counter() - wall0
                 streaming_text = " ".join(u.text for u in updates if u.kind == "final")
                 lat = word_latencies(updates, times[c["id"]]) if c["id"] in times else []
                 audio_s = c["duration_s"] + LEAD_S + TAIL_S
                 last = [u for u in updates if u.kind == "final"]
-                per_clip.append({
+                per_config[cfg].append({
                     "id": c["id"], "audio_s": round(audio_s, 3), "replay_wall_s": round(wall_s, 2),
                     "steps": len(steps), "step_ms_mean": round(1e3 * float(np.mean(steps)), 1) if steps else None,
                     "compute_over_audio": round(float(np.sum(steps)) / audio_s, 3),
@@ -250,36 +267,38 @@ def main() -> int:
                     "wer_offline": wer_counts(c["reference"], offline[c["id"]]["text"]),
                     "words": lat,
                 })
-                p = per_clip[-1]
-                print(f"[{interval_s:.2f} s] {c['id']}: {p['steps']} steps, {p['step_ms_mean']} ms/step, "
+                p = per_config[cfg][-1]
+                print(f"[{interval_s:.2f} s, busy {busy}] {c['id']}: {p['steps']} steps, {p['step_ms_mean']} ms/step, "
                       f"WER {p['wer_streaming']} vs offline {p['wer_offline']}", file=sys.stderr)
-            words = [w for p in per_clip for w in p["words"]]
-            shown = [w["shown_s"] for w in words]
-            commit = [w["committed_s"] for w in words]
-            err_s = sum(p["wer_streaming"][0] for p in per_clip)
-            err_o = sum(p["wer_offline"][0] for p in per_clip)
-            n_ref = sum(p["wer_streaming"][1] for p in per_clip)
-            audio_total = sum(p["audio_s"] for p in per_clip)
-            summary = {
-                "interval_s": interval_s, "clips": len(per_clip), "audio_s": round(audio_total, 1),
-                "words": len(words),
-                "words_shown": sum(v is not None for v in shown), "words_committed": sum(v is not None for v in commit),
-                "partial_p50_s": percentile(shown, 50), "partial_p90_s": percentile(shown, 90),
-                "commit_p50_s": percentile(commit, 50), "commit_p90_s": percentile(commit, 90),
-                "wer_streaming_pct": round(100 * err_s / max(1, n_ref), 2),
-                "wer_offline_pct": round(100 * err_o / max(1, n_ref), 2),
-                "compute_over_audio": round(sum(p["compute_over_audio"] * p["audio_s"] for p in per_clip) / audio_total, 3),
-                "step_ms_mean": round(float(np.mean([p["step_ms_mean"] for p in per_clip if p["step_ms_mean"]])), 1),
-                "max_last_commit_after_audio_end_s": max((p["last_commit_after_audio_end_s"] or 0) for p in per_clip),
-            }
-            report["runs"].append({"summary": summary, "clips": per_clip})
-            print(json.dumps(summary), file=sys.stderr)
+    for (interval_s, busy), per_clip in per_config.items():
+        words = [w for p in per_clip for w in p["words"]]
+        shown = [w["shown_s"] for w in words]
+        commit = [w["committed_s"] for w in words]
+        err_s = sum(p["wer_streaming"][0] for p in per_clip)
+        err_o = sum(p["wer_offline"][0] for p in per_clip)
+        n_ref = sum(p["wer_streaming"][1] for p in per_clip)
+        audio_total = sum(p["audio_s"] for p in per_clip)
+        step_means = [p["step_ms_mean"] for p in per_clip if p["step_ms_mean"]]
+        summary = {
+            "interval_s": interval_s, "target_busy": busy, "clips": len(per_clip), "audio_s": round(audio_total, 1),
+            "words": len(words),
+            "words_shown": sum(v is not None for v in shown), "words_committed": sum(v is not None for v in commit),
+            "partial_p50_s": percentile(shown, 50), "partial_p90_s": percentile(shown, 90),
+            "commit_p50_s": percentile(commit, 50), "commit_p90_s": percentile(commit, 90),
+            "wer_streaming_pct": round(100 * err_s / max(1, n_ref), 2),
+            "wer_offline_pct": round(100 * err_o / max(1, n_ref), 2),
+            "compute_over_audio": round(sum(p["compute_over_audio"] * p["audio_s"] for p in per_clip) / audio_total, 3),
+            "step_ms_mean": round(float(np.mean(step_means)), 1) if step_means else None,
+            "max_last_commit_after_audio_end_s": max((p["last_commit_after_audio_end_s"] or 0) for p in per_clip),
+        }
+        report["runs"].append({"summary": summary, "clips": per_clip})
+        print(json.dumps(summary), file=sys.stderr)
 
-    print("\n| update interval | partial p50 / p90 | committed p50 / p90 | WER streaming | WER offline | compute / audio | ms per step |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| update interval | target busy | partial p50 / p90 | committed p50 / p90 | WER streaming | WER offline | compute / audio | ms per step |")
+    print("|---|---|---|---|---|---|---|---|")
     for run in report["runs"]:
         s = run["summary"]
-        print(f"| {s['interval_s']:.2f} s | {s['partial_p50_s']} / {s['partial_p90_s']} s | "
+        print(f"| {s['interval_s']:.2f} s | {s['target_busy']} | {s['partial_p50_s']} / {s['partial_p90_s']} s | "
               f"{s['commit_p50_s']} / {s['commit_p90_s']} s | {s['wer_streaming_pct']} % | {s['wer_offline_pct']} % | "
               f"{s['compute_over_audio']} | {s['step_ms_mean']} |")
     if args.out:
