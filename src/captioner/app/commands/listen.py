@@ -83,19 +83,25 @@ def run(args) -> int:
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     print(f"captioner: loading {args.model} …", file=sys.stderr, flush=True)
-    pipeline.start()
+    try:
+        pipeline.start()
+    except BaseException:
+        if transcript is not None:
+            transcript.close()
+            if transcript.lines_written == 0:
+                transcript.path.unlink(missing_ok=True)  # no session happened: leave no empty file
+        raise
     status = pipeline.latest_status()
     print(f"captioner: listening to {', '.join(labels)} "
           f"({status.provider if status else 'model'} ready); Ctrl-C stops"
           + (f"; transcript: {transcript.path}" if transcript else ""), file=sys.stderr, flush=True)
     deadline = None if args.duration is None else time.monotonic() + args.duration
-    interrupted = False
     try:
         while pipeline.running and (deadline is None or time.monotonic() < deadline):
             view.show(pipeline.drain_captions())
             time.sleep(0.05)
     except KeyboardInterrupt:
-        interrupted = True
+        pass  # Ctrl-C is how a session ends
     finally:
         try:
             pipeline.stop()
