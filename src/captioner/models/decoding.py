@@ -459,6 +459,7 @@ def decode_with_fallback(
     if len(previous) != batch:
         raise ValueError("previous_tokens needs one entry per window")
     langs = list(languages) if languages is not None else [options.language] * batch
+    langs = [None if lang in (None, "", "auto") else lang for lang in langs]
     if not tokenizer.is_multilingual:
         for lang in langs:
             tokenizer.sot_sequence(lang, options.task)  # UserError: English-only model
