@@ -138,7 +138,7 @@ def agree(data_path: Path, specs: list[str]) -> dict:
             tokens_same += prefix
             rows.append({"id": m["id"], "equal": ours == ref, "first_diff": prefix, "n_ref": len(ref), "ours": ours})
         report[name] = {
-            "provider": rt.provider, "precision": rt.precision, "cuda_graph": rt.cuda_graph,
+            "provider": rt.provider, "precision": rt.precision, "cuda_graph": rt.cuda_graph, "graphs": rt.onnx_files.folder.name,
             "clips_identical": f"{same_clips}/{len(rows)}",
             "tokens_before_first_difference": f"{tokens_same}/{tokens_total}",
             "rows": rows,
@@ -306,7 +306,7 @@ def bench(specs: list[str], batches: list[int], cpu_batches: list[int], mel1: np
             print(f"torch model for {name} failed: {e!r}", flush=True)
             tm = None
         for b in batches:
-            row = {"model": name, "batch": b, "cuda_graph": rt_gpu.cuda_graph}
+            row = {"model": name, "batch": b, "cuda_graph": rt_gpu.cuda_graph, "graphs": rt_gpu.onnx_files.folder.name}
             row["ort_cuda_fp16"] = bench_ort(rt_gpu, b, mel1, 20)
             if tm is not None:
                 try:

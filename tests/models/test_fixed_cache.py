@@ -1,6 +1,6 @@
 """The fixed-capacity decoder step (the graph CUDA runs as a captured CUDA graph), checked on the
-CPU: same greedy tokens as the concatenating decoder, in-place cache update, one buffer set per
-live decoder state."""
+CPU with plain and with fused (MultiHeadAttention) attention: same greedy tokens as the
+concatenating decoder, in-place cache update, one buffer set per live decoder state."""
 
 from __future__ import annotations
 
@@ -18,20 +18,29 @@ from captioner.models.runtime import MAX_SLOTS_PER_BATCH, WhisperRuntime
 CLIPS = ("en_ls_1089-134686-0001", "en_ljspeech_LJ001-0001", "en_timit_LDC93S1")
 
 
-@pytest.fixture(scope="module")
-def runtimes(tiny_files, tmp_path_factory):
-    """(fixed-cache runtime, concatenating runtime) over the same fp32 graphs."""
-    folder = tmp_path_factory.mktemp("graphs")
-    onnx_export._build_into(tiny_files, "fp32", folder, lambda message, fraction: None)
+@pytest.fixture(scope="module", params=["matmul", "fused"])
+def runtimes(request, tiny_files, tmp_path_factory):
+    """(fixed-cache runtime, concatenating runtime), fp32, the fixed-cache one with plain MatMul
+    attention or with ONNX Runtime's MultiHeadAttention (the CUDA graphs' variant)."""
+    reference = tmp_path_factory.mktemp("reference")
+    onnx_export._build_into(tiny_files, "fp32", reference, lambda message, fraction: None)
+    fused = request.param == "fused"
+    folder = tmp_path_factory.mktemp(request.param)
     weights = tiny_files.open_weights()
     try:
-        step = onnx_graphs.build_decoder_step(weights, tiny_files.dims, np.float32)
+        d = tiny_files.dims
+        graphs = {
+            "encoder": onnx_graphs.build_encoder(weights, d, np.float32, fused_attention=fused),
+            "cross_kv": onnx_graphs.build_cross_kv(weights, d, np.float32, fused_attention=fused),
+            "decoder_step": onnx_graphs.build_decoder_step(weights, d, np.float32, fused_attention=fused),
+        }
     finally:
         weights.close()
-    onnx.save_model(step, str(folder / "decoder_step.onnx"))
-    files = onnx_export.OnnxFiles(folder, "fp32", built=True)
+    for name, graph in graphs.items():
+        onnx.save_model(graph, str(folder / f"{name}.onnx"))
     cpu = session.ProviderChoice(session.CPU, None, "cpu")
-    return WhisperRuntime(tiny_files, cpu, files, fixed_cache=True), WhisperRuntime(tiny_files, cpu, files)
+    fixed = WhisperRuntime(tiny_files, cpu, onnx_export.OnnxFiles(folder, "fp32", built=True), fixed_cache=True)
+    return fixed, WhisperRuntime(tiny_files, cpu, onnx_export.OnnxFiles(reference, "fp32", built=True))
 
 
 def _greedy(rt, logits, state, limit=80):

@@ -1,6 +1,6 @@
 """Build the ONNX graphs of a Whisper model once and keep them in the user cache.
 
-Cache layout: ``<user cache>/captioner/onnx/<model-hash>-v<CONVERTER_VERSION>-<precision>/`` with
+Cache layout: ``<user cache>/captioner/onnx/<model-hash>-v<CONVERTER_VERSION>-<precision>[-fused]/`` with
 ``encoder.onnx``, ``cross_kv.onnx``, ``decoder.onnx`` (weights in ``*.onnx.data`` beside each, so
 models above protobuf's 2 GB limit work too) and ``manifest.json``. A folder is built under a
 temporary name in the same parent and renamed into place when complete, so a crash or a
@@ -30,7 +30,7 @@ import numpy as np
 from captioner.errors import UserError
 from captioner.models.registry import ModelFiles
 
-CONVERTER_VERSION = 3
+CONVERTER_VERSION = 4
 PRECISIONS = {"fp32": np.float32, "fp16": np.float16}
 # fp32 runs on the CPU with the concatenating decoder; fp16 runs on CUDA with the fixed-cache
 # decoder step that is captured as a CUDA graph (see onnx_graphs).
@@ -74,25 +74,29 @@ def cache_root() -> Path:
     return Path(platformdirs.user_cache_dir("captioner", appauthor=False)) / "onnx"
 
 
-def cache_folder(files: ModelFiles, precision: str) -> Path:
-    return cache_root() / f"{model_hash(files)}-v{CONVERTER_VERSION}-{precision}"
+def cache_folder(files: ModelFiles, precision: str, fused_attention: bool = False) -> Path:
+    return cache_root() / f"{model_hash(files)}-v{CONVERTER_VERSION}-{precision}{'-fused' if fused_attention else ''}"
 
 
-def _complete(folder: Path) -> bool:
-    manifest = folder / "manifest.json"
-    if not manifest.is_file():
+def _complete(folder: Path, precision: str) -> bool:
+    if not (folder / "manifest.json").is_file():
         return False
-    precision = folder.name.rsplit("-", 1)[-1]
-    return all((folder / f"{g}.onnx").is_file() for g in GRAPHS.get(precision, ("?",)))
+    return all((folder / f"{g}.onnx").is_file() for g in GRAPHS[precision])
 
 
-def ensure_onnx(files: ModelFiles, precision: str, progress: ProgressFn | None = None) -> OnnxFiles:
-    """The cached graphs for ``files`` at ``precision`` ("fp32" or "fp16"), built if missing."""
+def ensure_onnx(
+    files: ModelFiles, precision: str, progress: ProgressFn | None = None, fused_attention: bool | None = None,
+) -> OnnxFiles:
+    """The cached graphs for ``files`` at ``precision`` ("fp32" or "fp16"), built if missing.
+    ``fused_attention`` (default: on for fp16, i.e. CUDA) uses ONNX Runtime's MultiHeadAttention
+    contrib op; the fp32 CPU graphs keep plain MatMul attention, which matches CTranslate2 exactly."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {sorted(PRECISIONS)}")
+    if fused_attention is None:
+        fused_attention = precision == "fp16"
     report = progress or (lambda message, fraction: None)
-    folder = cache_folder(files, precision)
-    if _complete(folder):
+    folder = cache_folder(files, precision, fused_attention)
+    if _complete(folder, precision):
         report(f"{files.name}: ONNX graphs cached", 1.0)
         return OnnxFiles(folder, precision, built=False)
     try:
@@ -102,12 +106,12 @@ def ensure_onnx(files: ModelFiles, precision: str, progress: ProgressFn | None =
     except OSError as e:
         raise UserError(f"cannot write the model cache at {folder.parent}: {e.strerror}") from None
     try:
-        _build_into(files, precision, tmp, report)
+        _build_into(files, precision, tmp, report, fused_attention)
         try:
             os.rename(tmp, folder)
         except OSError:
             # Another process finished the same build first: keep theirs.
-            if not _complete(folder):
+            if not _complete(folder, precision):
                 raise
             shutil.rmtree(tmp, ignore_errors=True)
     except BaseException:
@@ -117,7 +121,7 @@ def ensure_onnx(files: ModelFiles, precision: str, progress: ProgressFn | None =
     return OnnxFiles(folder, precision, built=True)
 
 
-def _build_into(files: ModelFiles, precision: str, out: Path, report: ProgressFn) -> None:
+def _build_into(files: ModelFiles, precision: str, out: Path, report: ProgressFn, fused_attention: bool = False) -> None:
     import onnx
 
     from captioner.models import onnx_graphs
@@ -131,17 +135,18 @@ def _build_into(files: ModelFiles, precision: str, out: Path, report: ProgressFn
         enc = onnx_graphs.build_encoder(
             weights, files.dims, dtype,
             progress=lambda f: report(f"{files.name}: building encoder ({precision})", 0.4 * f),
+            fused_attention=fused_attention,
         )
         _save(onnx, enc, out / "encoder.onnx")
         del enc
         report(f"{files.name}: building cross-attention K/V", 0.45)
-        _save(onnx, onnx_graphs.build_cross_kv(weights, files.dims, dtype), out / "cross_kv.onnx")
+        _save(onnx, onnx_graphs.build_cross_kv(weights, files.dims, dtype, fused_attention), out / "cross_kv.onnx")
         if "decoder" in GRAPHS[precision]:
             report(f"{files.name}: building decoder", 0.55)
             dec = onnx_graphs.build_decoder(weights, files.dims, dtype)
         else:
             report(f"{files.name}: building decoder step (fixed cache)", 0.55)
-            dec = onnx_graphs.build_decoder_step(weights, files.dims, dtype)
+            dec = onnx_graphs.build_decoder_step(weights, files.dims, dtype, fused_attention)
         report(f"{files.name}: saving decoder", 0.85)
         name = "decoder" if "decoder" in GRAPHS[precision] else "decoder_step"
         _save(onnx, dec, out / f"{name}.onnx")
@@ -154,6 +159,7 @@ def _build_into(files: ModelFiles, precision: str, out: Path, report: ProgressFn
         "model_hash": model_hash(files),
         "converter_version": CONVERTER_VERSION,
         "precision": precision,
+        "fused_attention": fused_attention,
         "dims": files.dims.__dict__,
         "build_s": round(time.monotonic() - started, 2),
     }

@@ -132,7 +132,10 @@ class _Graph:
 
     def model(self, name: str, inputs, outputs, doc: str) -> onnx.ModelProto:
         graph = helper.make_graph(self.nodes, name, inputs, outputs, initializer=list(self.inits.values()))
-        m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="captioner", doc_string=doc)
+        opsets = [helper.make_opsetid("", OPSET)]
+        if any(n.domain == "com.microsoft" for n in self.nodes):
+            opsets.append(helper.make_opsetid("com.microsoft", 1))
+        m = helper.make_model(graph, opset_imports=opsets, producer_name="captioner", doc_string=doc)
         m.ir_version = IR_VERSION
         return m
 
@@ -143,10 +146,12 @@ def _scale(head_dim: int) -> float:
 
 def build_encoder(
     weights: Ct2Model, dims: WhisperDims, float_dtype, progress: Callable[[float], None] = lambda f: None,
-    n_layers: int | None = None,
+    n_layers: int | None = None, fused_attention: bool = False,
 ) -> onnx.ModelProto:
     """``n_layers`` < all builds a truncated encoder with no final LayerNorm (tests compare it
-    with a float64 NumPy forward)."""
+    with a float64 NumPy forward). ``fused_attention`` uses ONNX Runtime's MultiHeadAttention
+    contrib op (flash / memory-efficient attention on CUDA: the [B, H, 1500, 1500] scores are
+    never written to memory) instead of MatMul-Softmax-MatMul."""
     g = _Graph(weights, float_dtype)
     layers = dims.n_audio_layer if n_layers is None else n_layers
     d, h = dims.n_audio_state, dims.n_audio_head
@@ -156,17 +161,23 @@ def build_encoder(
     x = g.gelu(g.op("Conv", [x, g.weight("encoder/conv1/weight"), g.weight("encoder/conv1/bias")], pads=[1, 1], kernel_shape=[3]))
     x = g.gelu(g.op("Conv", [x, g.weight("encoder/conv2/weight"), g.weight("encoder/conv2/bias")], pads=[1, 1], strides=[2], kernel_shape=[3]))
     x = g.op("Add", [g.op("Transpose", [x], perm=[0, 2, 1]), g.weight("encoder/position_encodings/encodings")])
-    shape_bthd = g.ints([-1, dims.n_audio_ctx, h, dh])
+    shape_bthd = None if fused_attention else g.ints([-1, dims.n_audio_ctx, h, dh])
     shape_n_d = g.ints([-1, d])
     x = g.op("Reshape", [x, shape_n_d])
     for i in range(layers):
         p = f"encoder/layer_{i}"
         y = g.layer_norm(x, f"{p}/self_attention/layer_norm")
         qkv = f"{p}/self_attention/linear_0"
-        q = g.heads(g.linear(y, qkv, _scale(dh), slice(0, d)), shape_bthd, [0, 2, 1, 3])
-        k = g.heads(g.linear(y, qkv, 1.0, slice(d, 2 * d)), shape_bthd, [0, 2, 3, 1])
-        v = g.heads(g.linear(y, qkv, 1.0, slice(2 * d, 3 * d)), shape_bthd, [0, 2, 1, 3])
-        ctx = g.merge_heads(g.attend(q, k, v), shape_n_d)
+        if fused_attention:
+            shape_btd = g.ints([-1, dims.n_audio_ctx, d])
+            q, k, v = (g.op("Reshape", [g.linear(y, qkv, _scale(dh) if j == 0 else 1.0, slice(j * d, (j + 1) * d)), shape_btd]) for j in range(3))
+            ctx = g.op("MultiHeadAttention", [q, k, v], domain="com.microsoft", num_heads=h, scale=1.0, hint="mha")
+            ctx = g.op("Reshape", [ctx, shape_n_d])
+        else:
+            q = g.heads(g.linear(y, qkv, _scale(dh), slice(0, d)), shape_bthd, [0, 2, 1, 3])
+            k = g.heads(g.linear(y, qkv, 1.0, slice(d, 2 * d)), shape_bthd, [0, 2, 3, 1])
+            v = g.heads(g.linear(y, qkv, 1.0, slice(2 * d, 3 * d)), shape_bthd, [0, 2, 1, 3])
+            ctx = g.merge_heads(g.attend(q, k, v), shape_n_d)
         x = g.op("Add", [x, g.linear(ctx, f"{p}/self_attention/linear_1")], hint="res")
         x = g.ffn(x, p)
         progress((i + 1) / layers)
@@ -185,8 +196,12 @@ def self_kv_names(n_layers: int, prefix: str) -> list[str]:
     return [f"{prefix}_{kind}_{i}" for i in range(n_layers) for kind in ("k", "v")]
 
 
-def build_cross_kv(weights: Ct2Model, dims: WhisperDims, float_dtype) -> onnx.ModelProto:
+def build_cross_kv(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_attention: bool = False) -> onnx.ModelProto:
+    """Keys come out [B, H, dh, 1500] for MatMul attention, or [B, H, 1500, dh] (the layout
+    MultiHeadAttention takes) with ``fused_attention``."""
     g = _Graph(weights, float_dtype)
+    h, dh, s = dims.n_text_head, dims.n_text_state // dims.n_text_head, dims.n_audio_ctx
+    k_perm, k_dims = ([0, 2, 1, 3], ["batch", h, s, dh]) if fused_attention else ([0, 2, 3, 1], ["batch", h, dh, s])
     d, dt, h = dims.n_audio_state, dims.n_text_state, dims.n_text_head
     dh = dt // h
     enc = helper.make_tensor_value_info("encoder_out", g.onnx_float, ["batch", dims.n_audio_ctx, d])
@@ -195,12 +210,12 @@ def build_cross_kv(weights: Ct2Model, dims: WhisperDims, float_dtype) -> onnx.Mo
     outputs = []
     for i in range(dims.n_text_layer):
         p = f"decoder/layer_{i}/attention/linear_1"
-        k = g.heads(g.linear(x, p, 1.0, slice(0, dt)), shape_bthd, [0, 2, 3, 1])
+        k = g.heads(g.linear(x, p, 1.0, slice(0, dt)), shape_bthd, k_perm)
         v = g.heads(g.linear(x, p, 1.0, slice(dt, 2 * dt)), shape_bthd, [0, 2, 1, 3])
         g.nodes.append(helper.make_node("Identity", [k], [f"cross_k_{i}"]))
         g.nodes.append(helper.make_node("Identity", [v], [f"cross_v_{i}"]))
         outputs += [
-            helper.make_tensor_value_info(f"cross_k_{i}", g.onnx_float, ["batch", h, dh, dims.n_audio_ctx]),
+            helper.make_tensor_value_info(f"cross_k_{i}", g.onnx_float, k_dims),
             helper.make_tensor_value_info(f"cross_v_{i}", g.onnx_float, ["batch", h, dims.n_audio_ctx, dh]),
         ]
     return g.model("whisper_cross_kv", [enc], outputs, "Whisper cross-attention keys/values of every decoder layer")
@@ -281,7 +296,7 @@ def build_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype) -> onnx.Mod
     return g.model("whisper_decoder", inputs, outputs, "Whisper decoder step/prefill with a concatenated self-attention cache")
 
 
-def build_decoder_step(weights: Ct2Model, dims: WhisperDims, float_dtype) -> onnx.ModelProto:
+def build_decoder_step(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_attention: bool = False) -> onnx.ModelProto:
     """One decoder step over a fixed-capacity cache, for CUDA graph capture.
 
     Every shape is static for a given batch (no Shape/Range nodes, which ONNX Runtime would run on
@@ -292,6 +307,10 @@ def build_decoder_step(weights: Ct2Model, dims: WhisperDims, float_dtype) -> onn
     very buffer of its ``cache_*`` input, so the update happens in place (the Where reads and writes
     each element in the same thread; nothing else reads the input). Columns after ``offset`` are
     masked out of attention, so stale values from an earlier window never count; buffers start zeroed.
+
+    ``fused_attention``: both attentions are ONNX Runtime's MultiHeadAttention contrib op over
+    [B, H, positions, dh] keys and values (cache keys then share the values' layout, and cross keys
+    come from ``build_cross_kv(fused_attention=True)``), a few kernels instead of about ten each.
     """
     g = _Graph(weights, float_dtype)
     dt, h = dims.n_text_state, dims.n_text_head
@@ -301,14 +320,16 @@ def build_decoder_step(weights: Ct2Model, dims: WhisperDims, float_dtype) -> onn
         helper.make_tensor_value_info("tokens", TensorProto.INT64, ["batch", 1]),
         helper.make_tensor_value_info("offset", TensorProto.INT64, [1]),
     ]
+    fused = fused_attention
+    k_cache_dims = ["batch", h, cap, dh] if fused else ["batch", h, dh, cap]
     for i in range(dims.n_text_layer):
         inputs += [
-            helper.make_tensor_value_info(f"cache_k_{i}", g.onnx_float, ["batch", h, dh, cap]),
+            helper.make_tensor_value_info(f"cache_k_{i}", g.onnx_float, k_cache_dims),
             helper.make_tensor_value_info(f"cache_v_{i}", g.onnx_float, ["batch", h, cap, dh]),
         ]
     for i in range(dims.n_text_layer):
         inputs += [
-            helper.make_tensor_value_info(f"cross_k_{i}", g.onnx_float, ["batch", h, dh, s]),
+            helper.make_tensor_value_info(f"cross_k_{i}", g.onnx_float, ["batch", h, s, dh] if fused else ["batch", h, dh, s]),
             helper.make_tensor_value_info(f"cross_v_{i}", g.onnx_float, ["batch", h, s, dh]),
         ]
     x = g.op("Add", [
@@ -319,31 +340,47 @@ def build_decoder_step(weights: Ct2Model, dims: WhisperDims, float_dtype) -> onn
     shape_bthd = g.ints([-1, 1, h, dh])
     x = g.op("Reshape", [x, shape_n_d])
     cols = np.arange(cap, dtype=np.int64)
-    at_k = g.op("Equal", [g.const(cols.reshape(1, 1, 1, cap), "cols_k"), "offset"])  # [1, 1, 1, C]
+    at_k = None if fused_attention else g.op("Equal", [g.const(cols.reshape(1, 1, 1, cap), "cols_k"), "offset"])  # [1, 1, 1, C]
     at_v = g.op("Equal", [g.const(cols.reshape(1, 1, cap, 1), "cols_v"), "offset"])  # [1, 1, C, 1]
-    hidden = g.op("Greater", [g.const(cols, "cols"), "offset"])  # [C]
+    hidden = g.op("Greater", [g.const(cols.reshape(1, 1, 1, cap) if fused else cols, "cols"), "offset"])
     mask = g.op("Where", [hidden, g.const(np.asarray(np.finfo(g.dtype).min, g.dtype), "neg"), g.const(np.asarray(0, g.dtype), "zero_f")], hint="mask")
+    shape_b1d = g.ints([-1, 1, dt])
+
+    def mha(q2d: str, k: str, v: str, bias: str = "") -> str:
+        # Query scale already folded into the weights, hence scale=1.
+        q3 = g.op("Reshape", [q2d, shape_b1d])
+        ctx = g.op("MultiHeadAttention", [q3, k, v, "", "", bias], domain="com.microsoft", num_heads=h, scale=1.0, hint="mha")
+        return g.op("Reshape", [ctx, shape_n_d])
 
     outputs = []
     for i in range(dims.n_text_layer):
         p = f"decoder/layer_{i}"
         y = g.layer_norm(x, f"{p}/self_attention/layer_norm")
         qkv = f"{p}/self_attention/linear_0"
-        q = g.heads(g.linear(y, qkv, _scale(dh), slice(0, dt)), shape_bthd, [0, 2, 1, 3])
-        k_new = g.heads(g.linear(y, qkv, 1.0, slice(dt, 2 * dt)), shape_bthd, [0, 2, 3, 1])  # [B, H, dh, 1]
+        q2d = g.linear(y, qkv, _scale(dh), slice(0, dt))
+        k_perm, k_at = ([0, 2, 1, 3], at_v) if fused else ([0, 2, 3, 1], at_k)
+        k_new = g.heads(g.linear(y, qkv, 1.0, slice(dt, 2 * dt)), shape_bthd, k_perm)  # [B, H, 1, dh] / [B, H, dh, 1]
         v_new = g.heads(g.linear(y, qkv, 1.0, slice(2 * dt, 3 * dt)), shape_bthd, [0, 2, 1, 3])  # [B, H, 1, dh]
-        g.nodes.append(helper.make_node("Where", [at_k, k_new, f"cache_k_{i}"], [f"new_cache_k_{i}"]))
+        g.nodes.append(helper.make_node("Where", [k_at, k_new, f"cache_k_{i}"], [f"new_cache_k_{i}"]))
         g.nodes.append(helper.make_node("Where", [at_v, v_new, f"cache_v_{i}"], [f"new_cache_v_{i}"]))
         outputs += [
-            helper.make_tensor_value_info(f"new_cache_k_{i}", g.onnx_float, ["batch", h, dh, cap]),
+            helper.make_tensor_value_info(f"new_cache_k_{i}", g.onnx_float, k_cache_dims),
             helper.make_tensor_value_info(f"new_cache_v_{i}", g.onnx_float, ["batch", h, cap, dh]),
         ]
-        ctx = g.merge_heads(g.attend(q, f"new_cache_k_{i}", f"new_cache_v_{i}", mask), shape_n_d)
+        if fused:
+            ctx = mha(q2d, f"new_cache_k_{i}", f"new_cache_v_{i}", mask)
+        else:
+            q = g.heads(q2d, shape_bthd, [0, 2, 1, 3])
+            ctx = g.merge_heads(g.attend(q, f"new_cache_k_{i}", f"new_cache_v_{i}", mask), shape_n_d)
         x = g.op("Add", [x, g.linear(ctx, f"{p}/self_attention/linear_1")], hint="res")
 
         y = g.layer_norm(x, f"{p}/attention/layer_norm")
-        q = g.heads(g.linear(y, f"{p}/attention/linear_0", _scale(dh)), shape_bthd, [0, 2, 1, 3])
-        ctx = g.merge_heads(g.attend(q, f"cross_k_{i}", f"cross_v_{i}"), shape_n_d)
+        q2d = g.linear(y, f"{p}/attention/linear_0", _scale(dh))
+        if fused:
+            ctx = mha(q2d, f"cross_k_{i}", f"cross_v_{i}")
+        else:
+            q = g.heads(q2d, shape_bthd, [0, 2, 1, 3])
+            ctx = g.merge_heads(g.attend(q, f"cross_k_{i}", f"cross_v_{i}"), shape_n_d)
         x = g.op("Add", [x, g.linear(ctx, f"{p}/attention/linear_2")], hint="res")
         x = g.ffn(x, p)
 

@@ -60,8 +60,7 @@ class _Slot:
     K/V graph's outputs), so the step can be captured as a CUDA graph and replayed."""
 
     def __init__(self, rt: WhisperRuntime, batch: int, graph_id: int):
-        d, m = rt.dims, rt.step_model
-        h, dh, f = d.n_text_head, rt._head_dim, rt._float
+        d, m, f = rt.dims, rt.step_model, rt._float
         self.graph_id = graph_id
         self.generation = 0
         self.owner: weakref.ref | None = None  # the DecoderState using these buffers now
@@ -74,13 +73,15 @@ class _Slot:
         self.step.bind("tokens", self.tokens)
         self.step.bind("offset", self.offset)
         self.step.bind_output_value("logits", self.logits)
+        # Buffer shapes follow the step graph's declared inputs (the key layout differs between
+        # the MatMul and the fused-attention variants).
+        shapes = {name: tuple(batch if isinstance(n, str) else int(n) for n in dims) for name, dims in m.input_shapes.items()}
         for i in range(d.n_text_layer):
-            for kind, shape in (("k", (batch, h, dh, d.n_text_ctx)), ("v", (batch, h, d.n_text_ctx, dh))):
-                cache = m.zeros(shape, f)
+            for kind in ("k", "v"):
+                cache = m.zeros(shapes[f"cache_{kind}_{i}"], f)
                 self.step.bind(f"cache_{kind}_{i}", cache)
                 self.step.bind_output_value(f"new_cache_{kind}_{i}", cache)  # in place
-            for kind, shape in (("k", (batch, h, dh, d.n_audio_ctx)), ("v", (batch, h, d.n_audio_ctx, dh))):
-                cross = m.zeros(shape, f)
+                cross = m.zeros(shapes[f"cross_{kind}_{i}"], f)
                 self.step.bind(f"cross_{kind}_{i}", cross)
                 self.cross_binding.bind_output_value(f"cross_{kind}_{i}", cross)
 
@@ -268,7 +269,9 @@ def load_runtime(
     files = resolve_model(str(name_or_path))
     choice = ort_session.choose_provider(device)
     precision = "fp16" if choice.is_cuda else "fp32"
-    onnx_files = ensure_onnx(files, precision, progress)
+    # CAPTIONER_FUSED_ATTENTION=0 builds the CUDA graphs with plain MatMul attention instead.
+    fused = precision == "fp16" and os.environ.get("CAPTIONER_FUSED_ATTENTION", "1") != "0"
+    onnx_files = ensure_onnx(files, precision, progress, fused_attention=fused)
     try:
         return WhisperRuntime(files, choice, onnx_files, intra_threads)
     except UserError:

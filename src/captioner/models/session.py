@@ -151,6 +151,8 @@ class OrtModel:
             warnings.warn(f"{path.name}: CUDA provider dropped, running on {self.provider}", RuntimeWarning, stacklevel=2)
         self._device = ("cuda", choice.device_id or 0) if self.provider == CUDA else ("cpu", 0)
         self.input_names = [i.name for i in self.session.get_inputs()]
+        # Declared shapes, symbolic dimensions as strings ("batch").
+        self.input_shapes = {i.name: list(i.shape) for i in self.session.get_inputs()}
         self.output_names = [o.name for o in self.session.get_outputs()]
 
     def run(self, inputs: dict[str, Any], host_outputs: tuple[str, ...] = ()) -> dict[str, Any]:
