@@ -54,9 +54,12 @@ def test_real_pipeline_drives_the_window(window, qtbot, speech_clips, transcript
     kinds = [u.kind for u in updates if u.text.strip()]
     assert "partial" in kinds and "final" in kinds
     assert kinds.index("partial") < kinds.index("final")  # shown provisionally before committed
-    committed = window.caption_view.committed_text().lower()
-    assert committed.startswith("meeting: ")
-    assert "wait no longer" in committed
+    view_text = window.caption_view.committed_text().lower()
+    assert view_text.startswith("meeting: ")
+    # the words may be committed in several pieces (and segments): read them as one text
+    committed = " ".join(" ".join(u.text for u in updates if u.kind == "final").lower().split())
+    assert "wait no longer" in committed, updates
+    assert all(w in view_text for w in committed.replace(".", "").replace(",", "").split())
     assert window.caption_view.partial_text("Meeting") == ""
     assert window.controls.start_button.text() == "Start"
     statuses = [e for e in window.record if isinstance(e, PipelineStatus)]
@@ -115,7 +118,8 @@ def test_headless_smoke_run_under_xvfb(tmp_path, speech_clips):
     pixels = np.frombuffer(ptr, dtype=np.uint32)
     assert len(np.unique(pixels)) > 50
     recorded = load_trace(trace)
-    assert any(c.kind == "final" and "wait no longer" in c.text.lower() for c in recorded.captions)
+    committed = " ".join(c.text for c in recorded.final_captions()).lower()
+    assert "wait no longer" in committed, committed
     assert len(recorded.statuses) >= 1 and len(recorded.telemetry) >= 20
     assert recorded.statuses[-1].step_latency_ms is not None
 
