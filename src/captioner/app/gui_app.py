@@ -97,8 +97,11 @@ class LiveController(QObject):
         if pipeline is None:
             return []
         updates = self._observed(pipeline.drain_captions())
-        if self._files_only and not self._busy and pipeline.wait_exhausted(0):
-            self.stop(finished=True)  # a file has played to its end: commit what is pending
+        if not self._busy:
+            if pipeline.error is not None:
+                self.stop()  # a failed worker or capture: say so instead of showing a frozen session
+            elif self._files_only and pipeline.wait_exhausted(0):
+                self.stop(finished=True)  # every file has played to its end: commit what is pending
         return updates
 
     def _observed(self, updates: list[CaptionUpdate]) -> list[CaptionUpdate]:
