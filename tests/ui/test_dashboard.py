@@ -185,3 +185,22 @@ def test_trace_saved_headless_opens_in_dashboard(qtbot, tmp_path):
     assert y.tolist() == [4.0, 5.0, 6.0, 7.0, 8.0]
     assert "NVIDIA H200" in dash.mode_label.text()
     assert dash.gpu_present
+
+
+def test_two_runs_compared(window, tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    save_trace(a, [gpu_sample(100.0 + i, power_w=100.0 + i) for i in range(6)] + [status(100.0 + i) for i in range(6)])
+    save_trace(b, [gpu_sample(500.0 + i, power_w=200.0 + i) for i in range(10)], meta={"device": "other"})
+    window.open_trace(a)
+    window.compare_trace(b)
+    dash = window.dashboard
+    x, y = dash.compare_curves["power_w"].getData()
+    assert x.tolist() == [float(i) for i in range(10)] and y[0] == 200.0
+    _, own = dash.curves["power_w"].getData()
+    assert own[0] == 100.0  # the first run stays the solid curve
+    assert "compared with b.jsonl" in dash.mode_label.text()
+    window.open_trace(b)  # a new trace replaces the comparison
+    assert dash.compare_curves == {}
+    window.compare_trace(a)
+    dash.show_live()
+    assert dash.compare_curves == {} and dash.trace is None

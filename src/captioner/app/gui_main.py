@@ -59,6 +59,8 @@ def run_app(args: argparse.Namespace) -> int:
         window.controls.select_only([c.key() for c in choices])
     if args.trace:
         window.open_trace(args.trace)
+        if args.compare:
+            window.compare_trace(args.compare)
     if controller.metrics is not None:
         window.statusBar().showMessage(f"Prometheus metrics on http://127.0.0.1:{controller.metrics.port}/metrics", 10000)
     window.show()

@@ -147,6 +147,39 @@ def telemetry_readout(sample: TelemetrySample | None) -> str:
     return "  ·  ".join(parts)
 
 
+def trace_curves(trace: Trace) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]], tuple[str, ...]]:
+    """Every dashboard curve of a recorded run, x in seconds from its start; and its streams."""
+    curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for key in _TELEMETRY_KEYS:
+        curves[key] = trace.telemetry_series(key)
+    for key, attr in (("vram_process_gib", "vram_process_bytes"), ("vram_used_gib", "vram_used_bytes"),
+                      ("vram_total_gib", "vram_total_bytes")):
+        t, v = trace.telemetry_series(attr)
+        curves[key] = (t, v / GIB)
+    t, total = trace.telemetry_series("vram_total_bytes")
+    curves["vram_floor_gib"] = (t, (1 - VRAM_FREE_FLOOR) * total / GIB)
+    for key in _STATUS_KEYS:
+        curves[key] = trace.status_series(key)
+    streams: tuple[str, ...] = ()
+    for status in trace.statuses:
+        if status.streams:
+            streams = tuple(status.streams[:MAX_LEVEL_STREAMS])
+            break
+    t0 = trace.start_s()
+    t_status = np.array([s.time_s - t0 for s in trace.statuses], dtype=np.float64)
+    for i in range(len(streams)):
+        v = np.array([s.input_levels_dbfs[i] if i < len(s.input_levels_dbfs) else np.nan for s in trace.statuses],
+                     dtype=np.float64)
+        v[~np.isfinite(v)] = np.nan
+        curves[f"level_{i}"] = (t_status, v)
+    for kind, key in (("partial", "caption_partial_s"), ("final", "caption_final_s")):
+        # A caption carries wall time since its stream started, which is about the run's start.
+        chosen = [c for c in trace.captions if c.kind == kind and c.text.strip()]
+        curves[key] = (np.array([c.emitted_wall_s for c in chosen], dtype=np.float64),
+                       np.array([caption_latency_s(c) for c in chosen], dtype=np.float64))
+    return curves, streams
+
+
 def _centre(label: pg.TextItem, view_box: pg.ViewBox) -> None:
     box = view_box.boundingRect()
     label.setPos(box.width() / 2, box.height() / 2)
@@ -195,6 +228,8 @@ class Dashboard(QWidget):
         self.plot_values: dict[str, pg.LabelItem] = {}
         self.na_labels: dict[str, pg.TextItem] = {}
         self.value_labels: dict[str, pg.TextItem] = {}
+        self.compare_curves: dict[str, pg.PlotDataItem] = {}
+        self.compare_name = ""
         self._build_plots()
 
         layout = QVBoxLayout(self)
@@ -498,40 +533,15 @@ class Dashboard(QWidget):
 
     def show_trace(self, trace: Trace, name: str = "") -> None:
         """Shows a recorded run over its whole length (live data keeps buffering meanwhile)."""
+        self.clear_comparison()
         self.trace = trace
         self.trace_name = name
-        t0 = trace.start_s()
         telemetry = trace.telemetry
-        for key in _TELEMETRY_KEYS:
-            t, v = trace.telemetry_series(key)
-            self.curves[key].setData(t, v, connect="finite")
-        for key, attr in (("vram_process_gib", "vram_process_bytes"), ("vram_used_gib", "vram_used_bytes"),
-                          ("vram_total_gib", "vram_total_bytes")):
-            t, v = trace.telemetry_series(attr)
-            self.curves[key].setData(t, v / GIB, connect="finite")
-        t, total = trace.telemetry_series("vram_total_bytes")
-        self.curves["vram_floor_gib"].setData(t, (1 - VRAM_FREE_FLOOR) * total / GIB, connect="finite")
-        for key in _STATUS_KEYS:
-            t, v = trace.status_series(key)
-            self.curves[key].setData(t, v, connect="finite")
-        streams: tuple[str, ...] = ()
-        for status in trace.statuses:
-            if status.streams:
-                streams = tuple(status.streams[:MAX_LEVEL_STREAMS])
-                break
-        t_status = np.array([s.time_s - t0 for s in trace.statuses], dtype=np.float64)
-        for i in range(MAX_LEVEL_STREAMS):
-            v = np.array([s.input_levels_dbfs[i] if i < len(s.input_levels_dbfs) else np.nan for s in trace.statuses],
-                         dtype=np.float64)
-            v[~np.isfinite(v)] = np.nan
-            self.curves[f"level_{i}"].setData(t_status if i < len(streams) else [], v if i < len(streams) else [],
-                                              connect="finite")
+        curves, streams = trace_curves(trace)
+        for key, item in self.curves.items():
+            t, v = curves.get(key, (np.empty(0), np.empty(0)))
+            item.setData(t, v, connect="finite")
         self._level_streams = streams
-        for kind, key in (("partial", "caption_partial_s"), ("final", "caption_final_s")):
-            chosen = [c for c in trace.captions if c.kind == kind]
-            self.curves[key].setData(np.array([c.emitted_wall_s for c in chosen], dtype=np.float64),
-                                     np.array([caption_latency_s(c) for c in chosen], dtype=np.float64),
-                                     connect="finite")
         last_sample = telemetry[-1] if telemetry else None
         self._gpu_present = any(s.gpu_name for s in telemetry) if telemetry else None
         duration = max(trace.duration_s(), 1.0)
@@ -561,7 +571,38 @@ class Dashboard(QWidget):
         )
         self.live_button.setVisible(True)
 
+    def compare_trace(self, trace: Trace, name: str = "") -> None:
+        """Overlays a second recorded run, dashed, on the one shown (to compare two runs)."""
+        if self.trace is None:
+            raise ValueError("open a trace first; a comparison is drawn over it")
+        curves, _ = trace_curves(trace)
+        for spec in PLOTS:
+            for curve_spec in spec.curves:
+                t, v = curves.get(curve_spec.key, (np.empty(0), np.empty(0)))
+                item = self.compare_curves.get(curve_spec.key)
+                if item is None:
+                    item = pg.PlotDataItem(connect="finite")
+                    self.plots[spec.key].addItem(item)
+                    self.compare_curves[curve_spec.key] = item
+                color = pg.mkColor(self._theme.alarm if curve_spec.color < 0 else
+                                   self._theme.curve_colors[curve_spec.color % len(self._theme.curve_colors)])
+                color.setAlpha(150)
+                item.setPen(pg.mkPen(color, width=1.5, style=Qt.PenStyle.DashLine))
+                item.setData(t, v, connect="finite")
+        self.compare_name = name
+        duration = max(self.trace.duration_s(), trace.duration_s(), 1.0)
+        self.plots[PLOTS[0].key].setXRange(0, duration, padding=0.01)
+        label = self.mode_label.text().split("  ·  compared with")[0]
+        self.mode_label.setText(f"{label}  ·  compared with {name or 'another run'} (dashed)")
+
+    def clear_comparison(self) -> None:
+        for key, item in self.compare_curves.items():
+            self.plots[next(s.key for s in PLOTS if any(c.key == key for c in s.curves))].removeItem(item)
+        self.compare_curves.clear()
+        self.compare_name = ""
+
     def show_live(self) -> None:
+        self.clear_comparison()
         self.trace = None
         self.trace_name = ""
         self.mode_label.setText(f"Live · last {self.window_s:.0f} s (x axis: seconds from now)")

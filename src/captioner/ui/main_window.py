@@ -129,6 +129,7 @@ class MainWindow(QMainWindow):
         bar = self.menuBar()
         file_menu = bar.addMenu("&File")
         self.load_trace_action = self._action(file_menu, "Load trace…", self.load_trace_dialog, "Ctrl+T")
+        self.compare_trace_action = self._action(file_menu, "Compare with trace…", self.compare_trace_dialog)
         self.save_trace_action = self._action(file_menu, "Save trace…", self.save_trace_dialog, "Ctrl+Shift+S")
         file_menu.addSeparator()
         for fmt in ("txt", "srt", "vtt"):
@@ -345,6 +346,23 @@ class MainWindow(QMainWindow):
         self.statusBar().showMessage(
             f"Trace {Path(path).name}: {len(trace.telemetry)} telemetry samples, {len(trace.statuses)} statuses, "
             f"{len(trace.captions)} caption updates", 10000)
+
+    def compare_trace(self, path: str | Path) -> None:
+        """Overlays a second recorded run on the trace shown (or shows it, if none is)."""
+        if self.dashboard.trace is None:
+            self.open_trace(path)
+            return
+        self.dashboard.compare_trace(load_trace(path), Path(path).name)
+        self.dashboard_dock.show()
+
+    def compare_trace_dialog(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Compare with another recorded run", "", TRACE_FILTER)
+        if not path:
+            return
+        try:
+            self.compare_trace(path)
+        except UserError as exc:
+            QMessageBox.warning(self, "Not a trace", str(exc))
 
     def load_trace_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open a recorded run", "", TRACE_FILTER)

@@ -20,6 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "repeat for several streams at once")
     parser.add_argument("--language", help="spoken language code, or auto (multilingual models)")
     parser.add_argument("--trace", metavar="PATH", help="open a recorded run (captioner trace) in the dashboard")
+    parser.add_argument("--compare", metavar="PATH", help="draw a second recorded run over --trace, dashed")
     parser.add_argument("--no-start", action="store_true", help="open the window without starting to caption")
     parser.add_argument("--metrics-port", type=int, metavar="N",
                         help="serve Prometheus metrics on 127.0.0.1:N (0 picks a free port)")
@@ -38,6 +39,8 @@ def run(args: argparse.Namespace) -> int:
             raise UserError(f"no such audio file: {path}")
     if args.trace is not None and not Path(args.trace).is_file():
         raise UserError(f"no such trace file: {args.trace}")
+    if args.compare is not None and (args.trace is None or not Path(args.compare).is_file()):
+        raise UserError("--compare needs --trace and an existing trace file")
     if args.quit_after is not None and args.quit_after <= 0:
         raise UserError("--quit-after must be a positive number of seconds")
     if args.screenshot is not None and args.quit_after is None:
