@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
 import srt
 import webvtt
 from PySide6.QtCore import Qt

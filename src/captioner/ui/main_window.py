@@ -29,7 +29,7 @@ from captioner.errors import UserError
 from captioner.events import CaptionUpdate, PipelineStatus, TelemetrySample
 from captioner.trace import load_trace, save_trace
 from captioner.ui.caption_view import DEFAULT_FONT_PT, CaptionView
-from captioner.ui.controls import ControlPanel, RunConfig
+from captioner.ui.controls import ControlPanel
 from captioner.ui.dashboard import Dashboard
 from captioner.ui.history import HistoryPanel
 from captioner.ui.overlay import CaptionOverlay
