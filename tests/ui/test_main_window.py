@@ -266,3 +266,19 @@ def test_overlay_names_speakers_only_where_the_stream_changes(window):
     window.clear_captions()
     window.apply_captions([final("Me", "Just one stream.", 0, 1, segment=1)])
     assert "Me:" not in window.overlay.shown_text()  # one stream: no labels needed
+
+
+def test_one_off_sources_are_not_remembered(qtbot, settings_store, tmp_path):
+    first = MainWindow(settings_store)
+    qtbot.addWidget(first)
+    qtbot.addWidget(first.overlay)
+    first.save_settings()
+    assert first.settings.sources == ["device:"]
+    choice = first.controls.add_file(str(tmp_path / "once.wav"))
+    first.controls.select_only([choice.key()])
+    first.remember_sources = False  # what `captioner gui --file` sets
+    first.save_settings()
+    second = MainWindow(settings_store)
+    qtbot.addWidget(second)
+    qtbot.addWidget(second.overlay)
+    assert second.settings.sources == ["device:"]

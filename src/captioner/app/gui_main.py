@@ -57,6 +57,7 @@ def run_app(args: argparse.Namespace) -> int:
     if args.file:
         choices = [window.controls.add_file(str(Path(path).resolve())) for path in args.file]
         window.controls.select_only([c.key() for c in choices])
+        window.remember_sources = False  # next time `captioner` starts on the usual input again
     if args.trace:
         window.open_trace(args.trace)
         if args.compare:

@@ -65,6 +65,7 @@ class MainWindow(QMainWindow):
         self._last_status: PipelineStatus | None = None
         self._last_sample: TelemetrySample | None = None
         self.record: list[Any] = []
+        self.remember_sources = True  # False for one-off command-line sources (`--file`)
         self.record_meta: dict[str, Any] = {}
 
         self.caption_view = CaptionView(self.theme, self.settings.font_pt)
@@ -184,7 +185,8 @@ class MainWindow(QMainWindow):
         s.model = self.controls.model()
         s.language = self.controls.language_combo.currentData()
         s.translate = self.controls.translate_check.isChecked()
-        s.sources = [c.key() for c in self.controls.selected_sources()]
+        if self.remember_sources:
+            s.sources = [c.key() for c in self.controls.selected_sources()]
         s.dashboard_visible = not self.dashboard_dock.isHidden()
         s.window_geometry = bytes(self.saveGeometry().data())
         s.window_state = bytes(self.saveState().data())
