@@ -282,3 +282,26 @@ def test_one_off_sources_are_not_remembered(qtbot, settings_store, tmp_path):
     qtbot.addWidget(second)
     qtbot.addWidget(second.overlay)
     assert second.settings.sources == ["device:"]
+
+
+def test_overlay_moves_when_dragged(window, qtbot):
+    from PySide6.QtCore import QEvent, QPoint, QPointF
+    from PySide6.QtGui import QMouseEvent
+    from PySide6.QtWidgets import QApplication
+
+    overlay = window.overlay
+    window.set_overlay_visible(True)
+    overlay.move(100, 100)
+    start = overlay.pos()
+
+    def send(kind, local, buttons):
+        local_f = QPointF(local)
+        global_f = QPointF(overlay.mapToGlobal(local))
+        event = QMouseEvent(kind, local_f, local_f, global_f, Qt.MouseButton.LeftButton, buttons,
+                            Qt.KeyboardModifier.NoModifier)
+        QApplication.sendEvent(overlay, event)
+
+    send(QEvent.Type.MouseButtonPress, QPoint(50, 30), Qt.MouseButton.LeftButton)
+    send(QEvent.Type.MouseMove, QPoint(90, 50), Qt.MouseButton.LeftButton)
+    send(QEvent.Type.MouseButtonRelease, QPoint(90, 50), Qt.MouseButton.NoButton)
+    assert overlay.pos() == start + QPoint(40, 20)
