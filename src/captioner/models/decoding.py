@@ -155,6 +155,16 @@ def log_softmax(logits: np.ndarray) -> np.ndarray:
         return shifted - np.log(np.sum(np.exp(shifted), axis=-1, keepdims=True))
 
 
+def _token_logprobs(logits: np.ndarray, tokens: np.ndarray) -> np.ndarray:
+    """``log_softmax(logits)[b, tokens[b]]`` per row, with one pass over the vocabulary."""
+    peak = np.max(logits, axis=-1, keepdims=True)
+    peak = np.where(np.isfinite(peak), peak, 0.0)
+    total = np.sum(np.exp(logits - peak), axis=-1)
+    picked = logits[np.arange(len(tokens)), tokens]
+    with np.errstate(divide="ignore"):
+        return picked - peak[:, 0] - np.log(total)
+
+
 def softmax(logits: np.ndarray) -> np.ndarray:
     return np.exp(log_softmax(logits))
 
@@ -209,12 +219,16 @@ class LogitRules:
                 if token >= ts:
                     row[ts:token] = neg
                     break
-        if check:
-            logprobs = log_softmax(logits[check])
-            for i, b in enumerate(check):
-                timestamp_mass = np.logaddexp.reduce(logprobs[i, ts:te + 1])
-                if timestamp_mass > np.max(logprobs[i, :ts]):
-                    logits[b, :ts] = neg
+        for b in check:
+            # Whisper compares log-softmax values; both sides share the row's normaliser, so
+            # the raw (masked) logits compare the same way without a pass over the vocabulary.
+            stamps = logits[b, ts:te + 1]
+            peak = stamps.max()
+            if not np.isfinite(peak):
+                continue
+            timestamp_mass = peak + np.log(np.sum(np.exp(stamps - peak)))
+            if timestamp_mass > logits[b, :ts].max():
+                logits[b, :ts] = neg
 
 
 def split_segments(tokens: Sequence[int], tokenizer: WhisperTokenizer, window_s: float) -> tuple[list[TimedSegment], float | None]:
@@ -353,13 +367,13 @@ def _decode_once(
     hit_limit = np.zeros(batch, dtype=bool)
     for step in range(max_new):
         rules.apply(logits, sampled, active=~done)
-        logprobs = log_softmax(logits)
         chosen = _choose(logits, temperature, rng)
+        chosen_logprobs = _token_logprobs(logits, chosen)
         for b in range(batch):
             if done[b]:
                 continue
             token = int(chosen[b])
-            sums[b] += float(logprobs[b, token])
+            sums[b] += float(chosen_logprobs[b])
             if token == special.eot:
                 done[b] = True
             else:
