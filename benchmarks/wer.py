@@ -136,8 +136,8 @@ def render_markdown(records: list[dict], args) -> str:
         f"Run {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC on {platform.machine()} "
         f"({os.cpu_count()} CPUs), language {args.language}; our runtime on {args.device}.",
         "",
-        "| model | recording | lang | unit | ours % | ctranslate2 % | identical text |",
-        "|---|---|---|---|---:|---:|:---:|",
+        "| model | recording | lang | detected (ours / ref) | unit | ours % | ctranslate2 % | identical text |",
+        "|---|---|---|---|---|---:|---:|:---:|",
     ]
     totals: dict[tuple[str, str], list[int]] = {}
     for r in records:
@@ -145,7 +145,8 @@ def render_markdown(records: list[dict], args) -> str:
             continue
         o, c = r["ours"], r["ctranslate2"]
         same = "yes" if o["text"] == c["text"] else "no"
-        lines.append(f"| {r['model']} | {r['clip']} | {r['language']} | {r['unit']} | {_rate(o['errors'], o['units'])} "
+        detected = f"{o['detected_language']} / {c['detected_language']}"
+        lines.append(f"| {r['model']} | {r['clip']} | {r['language']} | {detected} | {r['unit']} | {_rate(o['errors'], o['units'])} "
                      f"| {_rate(c['errors'], c['units'])} | {same} |")
         group = "en" if r["language"] == "en" else r["language"]
         t = totals.setdefault((r["model"], group), [0, 0, 0, 0])

@@ -216,3 +216,15 @@ def test_unknown_language_is_a_user_error(base):
     with pytest.raises(UserError, match="unknown language"):
         transcribe_audio(base, np.zeros(16000, np.float32), TranscribeOptions(model="base", language="klingon"))
 
+
+
+def test_temperature_sampling_on_the_real_model(tiny, speech_clips):
+    """The fallback path: best of 3 samples at T=0.6, reproducible with its seed."""
+    mel, span_s = _window(speech_clips["en_jfk_inaugural_excerpt"])
+    options = DecodingOptions(temperatures=(0.6,), best_of=3, seed=7)
+    first = tiny.decode(mel, options, window_s=span_s)[0]
+    again = tiny.decode(mel, options, window_s=span_s)[0]
+    assert first.temperature == 0.6
+    assert first.tokens == again.tokens
+    assert "country" in first.text.lower()
+    assert any(tiny.tokenizer.is_timestamp(t) for t in first.tokens)  # the rules hold when sampling too
