@@ -156,6 +156,38 @@ def run_scenario(app, name: str, seconds: float, feed_events: bool, show_dashboa
             "caption_updates": state["n_updates"]}
 
 
+def caption_view_scaling(app, sizes=(100, 2000, 8000), updates: int = 50) -> list[dict]:
+    """CPU per caption update (a committed sentence plus a new partial) as the session grows:
+    committed text is appended and only the partial tail is rewritten, so it should stay flat."""
+    from captioner.events import CaptionUpdate
+    from captioner.ui.caption_view import CaptionView
+
+    view = CaptionView()
+    view.resize(1000, 400)
+    view.show()
+
+    def batch(i: int) -> list:
+        return [CaptionUpdate("Me", "final", f"sentence number {i} with a few more words in it.", i, i + 1, i + 1.5,
+                              i + 1.6, segment=i),
+                CaptionUpdate("Me", "partial", "and then some more provisional words", i + 1, i + 2, i + 2, i + 2,
+                              segment=i + 1)]
+
+    rows = []
+    for size in sizes:
+        while len(view._paragraphs) < size:
+            view.apply_updates(batch(len(view._paragraphs)))
+        app.processEvents()
+        cpu0 = cpu_s()
+        for _ in range(updates):
+            view.apply_updates(batch(len(view._paragraphs)))
+            app.processEvents()
+        rows.append({"paragraphs": size, "cpu_ms_per_update": round(1000 * (cpu_s() - cpu0) / updates, 2)})
+    view.close()
+    view.deleteLater()
+    app.processEvents()
+    return rows
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=20.0)
@@ -171,6 +203,7 @@ def main() -> int:
         run_scenario(app, "live", args.seconds, feed_events=True, show_dashboard=True),
         run_scenario(app, "live-hidden-dashboard", args.seconds, feed_events=True, show_dashboard=False),
     ]
+    scaling = caption_view_scaling(app)
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     info = {"platform": app.platformName(), "python": platform.python_version(), "machine": platform.machine(),
             "cpus": os.cpu_count(), "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime())}
@@ -181,9 +214,11 @@ def main() -> int:
               f"{r['caption_updates']:>9}")
     idle, live = results[0]["cpu_pct_of_one_core"], results[1]["cpu_pct_of_one_core"]
     print(f"live / idle = {live / idle:.2f}x" if idle > 0 else "idle cost too small to compare")
+    print("caption view, CPU per update as the session grows: "
+          + ", ".join(f"{r['paragraphs']} paragraphs {r['cpu_ms_per_update']} ms" for r in scaling))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"info": info, "results": results}, f, indent=2)
+            json.dump({"info": info, "results": results, "caption_view_scaling": scaling}, f, indent=2)
     return 0
 
 
