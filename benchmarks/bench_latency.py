@@ -146,8 +146,7 @@ def _config(interval_s: float, target_busy: float):
 def run_simulated(recognizer, backend, path: Path, interval_s: float, target_busy: float):
     from captioner.app.simulate import replay
     from captioner.audio.file_source import FileSource
-    from captioner.gpu.scheduler import SchedulerConfig
-    from captioner.gpu.worker import Engine, EngineConfig
+    from captioner.gpu.worker import Engine
 
     config = _config(interval_s, target_busy)
     result = replay(
@@ -161,27 +160,24 @@ def run_simulated(recognizer, backend, path: Path, interval_s: float, target_bus
 def run_live(recognizer, backend, path: Path, interval_s: float, target_busy: float):
     from captioner.app.pipeline import Pipeline
     from captioner.audio.file_source import FileSource
-    from captioner.gpu.scheduler import SchedulerConfig
-    from captioner.gpu.worker import EngineConfig
 
     config = _config(interval_s, target_busy)
-    steps: list[float] = []
     pipeline = Pipeline([FileSource(path, stream="clip", realtime=True)], config=config,
                         recognizer_factory=lambda: (backend, recognizer))
     statuses = []
     pipeline.start()
     try:
-        last_steps = 0
         while not pipeline.wait_exhausted(0.05):
             status = pipeline.latest_status()
             if status is not None:
                 statuses.append(status)
-                n = int(dict(status.extra).get("steps", 0))
-                if n != last_steps and status.step_latency_ms is not None:
-                    steps.append(status.step_latency_ms / 1e3)
-                    last_steps = n
     finally:
         pipeline.stop()
+    statuses.append(pipeline.latest_status())
+    extra = dict(statuses[-1].extra)
+    # The engine's own counters: every step, however short (polling would miss GPU steps).
+    n_steps = int(extra["steps"])
+    steps = [extra["step_s_total"] / n_steps] * n_steps if n_steps else []
     return pipeline.drain_captions(), steps, statuses
 
 
@@ -194,7 +190,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="caption latency and streaming WER of the live engine")
     parser.add_argument("--device", default="cpu", help="cpu or cuda:N (where the model and features run)")
     parser.add_argument("--model", default="tiny.en")
-    parser.add_argument("--mode", choices=("simulated", "live"), default="simulated")
+    parser.add_argument("--mode", choices=("simulated", "live", "both"), default="simulated",
+                        help="both: each clip replayed in each mode, one after the other (a check of the simulation)")
     parser.add_argument("--intervals", default="0.25,0.5,1.0", help="base update intervals to compare, seconds, comma separated")
     parser.add_argument("--clips", default="", help="clip ids (comma separated); default: every English clip ≤ 30 s")
     parser.add_argument("--long", action="store_true", help="also replay the English clips over 30 s (WER only)")
@@ -240,15 +237,16 @@ def main() -> int:
     }
     # Every configuration replays each clip right after the others, so that a machine whose
     # load changes over the run (a shared CPU) weighs on all of them alike.
-    configs = [(i, b) for i in intervals for b in busies]
+    modes = ["simulated", "live"] if args.mode == "both" else [args.mode]
+    configs = [(m, i, b) for m in modes for i in intervals for b in busies]
     per_config: dict[tuple, list] = {cfg: [] for cfg in configs}
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
         for c in clips:
             path = padded_clip(c["path"], tmp)
             for cfg in configs:
-                interval_s, busy = cfg
-                run = run_simulated if args.mode == "simulated" else run_live
+                mode, interval_s, busy = cfg
+                run = run_simulated if mode == "simulated" else run_live
                 wall0 = time.perf_counter()
                 updates, steps, statuses = run(recognizer, backend, path, interval_s, busy)
                 wall_s = time.perf_counter() - wall0
@@ -268,9 +266,9 @@ def main() -> int:
                     "words": lat,
                 })
                 p = per_config[cfg][-1]
-                print(f"[{interval_s:.2f} s, busy {busy}] {c['id']}: {p['steps']} steps, {p['step_ms_mean']} ms/step, "
+                print(f"[{mode}, {interval_s:.2f} s, busy {busy}] {c['id']}: {p['steps']} steps, {p['step_ms_mean']} ms/step, "
                       f"WER {p['wer_streaming']} vs offline {p['wer_offline']}", file=sys.stderr)
-    for (interval_s, busy), per_clip in per_config.items():
+    for (mode, interval_s, busy), per_clip in per_config.items():
         words = [w for p in per_clip for w in p["words"]]
         shown = [w["shown_s"] for w in words]
         commit = [w["committed_s"] for w in words]
@@ -280,7 +278,7 @@ def main() -> int:
         audio_total = sum(p["audio_s"] for p in per_clip)
         step_means = [p["step_ms_mean"] for p in per_clip if p["step_ms_mean"]]
         summary = {
-            "interval_s": interval_s, "target_busy": busy, "clips": len(per_clip), "audio_s": round(audio_total, 1),
+            "mode": mode, "interval_s": interval_s, "target_busy": busy, "clips": len(per_clip), "audio_s": round(audio_total, 1),
             "words": len(words),
             "words_shown": sum(v is not None for v in shown), "words_committed": sum(v is not None for v in commit),
             "partial_p50_s": percentile(shown, 50), "partial_p90_s": percentile(shown, 90),
@@ -294,11 +292,11 @@ def main() -> int:
         report["runs"].append({"summary": summary, "clips": per_clip})
         print(json.dumps(summary), file=sys.stderr)
 
-    print("\n| update interval | target busy | partial p50 / p90 | committed p50 / p90 | WER streaming | WER offline | compute / audio | ms per step |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("\n| replay | update interval | target busy | partial p50 / p90 | committed p50 / p90 | WER streaming | WER offline | compute / audio | ms per step |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for run in report["runs"]:
         s = run["summary"]
-        print(f"| {s['interval_s']:.2f} s | {s['target_busy']} | {s['partial_p50_s']} / {s['partial_p90_s']} s | "
+        print(f"| {s['mode']} | {s['interval_s']:.2f} s | {s['target_busy']} | {s['partial_p50_s']} / {s['partial_p90_s']} s | "
               f"{s['commit_p50_s']} / {s['commit_p90_s']} s | {s['wer_streaming_pct']} % | {s['wer_offline_pct']} % | "
               f"{s['compute_over_audio']} | {s['step_ms_mean']} |")
     if args.out:

@@ -151,6 +151,7 @@ class Engine:
         self._busy: deque[tuple[int, float]] = deque()  # (end_ns, busy_s) for the RTF
         self._created_ns = clock_ns()
         self.steps = 0
+        self.step_s_total = 0.0
         self.last_batch_size = 0
 
     # -- streams ---------------------------------------------------------------------------------
@@ -332,6 +333,7 @@ class Engine:
             if captured is not None:
                 self._lag_s = max(0.0, (t1 - captured) / 1e9)
         self.last_step_s = step_s
+        self.step_s_total += step_s
         self._step_latency_ms = step_s * 1e3
         self._busy.append((t1, step_s))
         self.scheduler.record_step(step_s, len(streams))
@@ -416,7 +418,8 @@ class Engine:
             batch_size=self.last_batch_size,
             state=state,
             message=message,
-            extra=(("update_interval_s", self.scheduler.interval_s), ("steps", float(self.steps))),
+            extra=(("update_interval_s", self.scheduler.interval_s), ("steps", float(self.steps)),
+                   ("step_s_total", self.step_s_total)),
         )
 
 
