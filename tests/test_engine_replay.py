@@ -119,3 +119,21 @@ def test_two_streams_are_batched_and_labelled(whisper, speech_clips, tmp_path):
     assert wer(meeting.reference, committed(result.updates, "Meeting")) <= 0.2
     assert max(s.batch_size for s in result.statuses) == 2
     assert {u.stream for u in result.updates} == {"Me", "Meeting"}
+
+
+def test_dropped_blocks_become_counted_silence(whisper):
+    from captioner.events import AudioBlock
+
+    backend, recognizer = whisper
+    engine = Engine(backend, recognizer, EngineConfig())
+    engine.add_stream("Me")
+    quiet = np.zeros(1600, np.float32)
+    engine.push([AudioBlock("Me", 0, 1, quiet)])
+    engine.push([AudioBlock("Me", 4800, 2, quiet)])  # 3200 samples (20 frames) never arrived
+    engine.push([AudioBlock("Other", 0, 3, quiet)])  # not a stream of this engine: ignored
+    (view,) = engine.views()
+    # The stream clock stays sample-exact across the gap (features lag one 10 ms frame).
+    assert view.audio_end_s == pytest.approx((6400 / 160 - 1) / 100)
+    status = engine.status()
+    assert status.dropped_frames == 20 and status.streams == ("Me",)
+    assert engine.tick() == [] and engine.steps == 0

@@ -53,6 +53,12 @@ def test_sources_come_and_go_between_steps(speech_clips, tmp_path):
         with pytest.raises(UserError):
             pipeline.command("language", "de")  # tiny.en is English-only: refused at once
         pipeline.command("language", "en")
+        # A model change between steps: the new model (loaded in the worker) goes on captioning.
+        pipeline.command("model", "tiny.en")
+        before = len([u for u in updates if u.kind == "final"])
+        pipeline.command("add_source", FileSource(first.wav, stream="Again", realtime=True))
+        assert drain_until(pipeline, lambda: "hour" in words(updates, "Again"), 60, updates)
+        assert len([u for u in updates if u.kind == "final"]) > before
     finally:
         pipeline.stop()
     updates += pipeline.drain_captions()
