@@ -99,6 +99,9 @@ class _Stream:
     """(end_sample, capture_ns) of recent blocks, to date any stream position."""
     level_dbfs: float = -120.0
     gap_samples: int = 0
+    segment_language: str | None = None
+    """Language detected for the open segment: kept until it closes, so that updates of one
+    sentence are not decoded as different languages."""
 
     def capture_ns_at(self, sample: int) -> int | None:
         for end_sample, capture_ns in reversed(self.captures):
@@ -124,6 +127,8 @@ class Engine:
         timer_ns: Callable[[], int] | None = None,
     ) -> None:
         self.backend = backend
+        if hasattr(backend, "use"):
+            backend.use()  # the thread that makes the engine is the one that works its GPU
         self.recognizer = recognizer
         self.config = config or EngineConfig()
         self.clock_ns = clock_ns
@@ -308,7 +313,8 @@ class Engine:
             spans.append((first, ready))
             requests.append(WindowRequest(
                 s.name, self.features.log_mel_window(s.slot, first, ready - first),
-                (first + s.frame_offset) / FRAMES_PER_S, s.policy.prompt_text(), self.language,
+                (first + s.frame_offset) / FRAMES_PER_S, s.policy.prompt_text(),
+                self.language or s.segment_language,
             ))
         hypotheses = self.recognizer.decode(requests)
         step_s = (self.timer_ns() - t0) / 1e9
@@ -317,6 +323,9 @@ class Engine:
         for s, (first, ready), hyp in zip(streams, spans, hypotheses):
             end_s = (ready + s.frame_offset) / FRAMES_PER_S
             wall_s = (t1 - s.start_ns) / 1e9 if s.start_ns is not None else end_s
+            if self.language is None and s.segment_language is None and hyp.language and not hyp.rejected \
+                    and getattr(self.recognizer, "is_multilingual", False):
+                s.segment_language = hyp.language
             if closing[s.name]:
                 updates += s.policy.update(hyp, end_s, wall_s, close_segment=True,
                                            close_at_s=max(s.policy.buffer_start_s, end_s - self.config.lead_in_s))
@@ -342,6 +351,7 @@ class Engine:
         return updates
 
     def _reset_segment(self, s: _Stream, at_s: float | None) -> None:
+        s.segment_language = None
         if at_s is not None:
             s.policy.advance_idle(max(0.0, at_s - self.config.lead_in_s))
         s.speech_since_update = False
