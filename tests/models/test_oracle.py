@@ -20,7 +20,8 @@ from mel_helper import load_audio_16k, whisper_features
 from captioner.models.ct2_oracle import load_ct2_whisper
 from captioner.models.runtime import load_runtime
 
-pytestmark = pytest.mark.slow
+# Both runtimes encode and decode ~20 clips per model on the CPU: minutes on a small machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
 ESPEAK_TEXTS = {
     "en": "The quick brown fox jumps over the lazy dog. Captions appear on the screen while people speak.",

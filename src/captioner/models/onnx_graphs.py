@@ -188,14 +188,6 @@ def build_encoder(
     return g.model("whisper_encoder", [mel], [out], "Whisper encoder: log-mel -> encoder states")
 
 
-def cross_kv_names(n_layers: int) -> list[str]:
-    return [f"cross_{kind}_{i}" for i in range(n_layers) for kind in ("k", "v")]
-
-
-def self_kv_names(n_layers: int, prefix: str) -> list[str]:
-    return [f"{prefix}_{kind}_{i}" for i in range(n_layers) for kind in ("k", "v")]
-
-
 def build_cross_kv(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_attention: bool = False) -> onnx.ModelProto:
     """Keys come out [B, H, dh, 1500] for MatMul attention, or [B, H, 1500, dh] (the layout
     MultiHeadAttention takes) with ``fused_attention``."""

@@ -256,11 +256,3 @@ def write(value, array: np.ndarray) -> None:
 
 def to_numpy(value) -> np.ndarray:
     return value.numpy()
-
-
-def ortvalue_shape(value) -> tuple[int, ...]:
-    return tuple(value.shape())
-
-
-def available_providers() -> list[str]:
-    return list(_ort().get_available_providers())
