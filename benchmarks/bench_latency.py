@@ -143,7 +143,7 @@ def _config(interval_s: float, target_busy: float):
     return EngineConfig(scheduler=SchedulerConfig(base_interval_s=interval_s, target_busy=target_busy))
 
 
-def run_simulated(recognizer, backend, path: Path, interval_s: float, target_busy: float):
+def run_simulated(recognizer, backend, paths: list[Path], interval_s: float, target_busy: float):
     from captioner.app.simulate import replay
     from captioner.audio.file_source import FileSource
     from captioner.gpu.worker import Engine
@@ -151,18 +151,19 @@ def run_simulated(recognizer, backend, path: Path, interval_s: float, target_bus
     config = _config(interval_s, target_busy)
     result = replay(
         lambda clock, timer: Engine(backend, recognizer, config, clock_ns=clock, timer_ns=timer),
-        lambda clock: [FileSource(path, stream="clip", realtime=True, clock_ns=clock, sleep=clock.sleep)],
+        lambda clock: [FileSource(path, stream=f"s{i}", realtime=True, clock_ns=clock, sleep=clock.sleep)
+                       for i, path in enumerate(paths)],
         compute="measured",
     )
     return result.updates, result.step_s, result.statuses
 
 
-def run_live(recognizer, backend, path: Path, interval_s: float, target_busy: float):
+def run_live(recognizer, backend, paths: list[Path], interval_s: float, target_busy: float):
     from captioner.app.pipeline import Pipeline
     from captioner.audio.file_source import FileSource
 
     config = _config(interval_s, target_busy)
-    pipeline = Pipeline([FileSource(path, stream="clip", realtime=True)], config=config,
+    pipeline = Pipeline([FileSource(path, stream=f"s{i}", realtime=True) for i, path in enumerate(paths)], config=config,
                         recognizer_factory=lambda: (backend, recognizer))
     statuses = []
     pipeline.start()
@@ -198,10 +199,13 @@ def main() -> int:
     parser.add_argument("--target-busy", default=None,
                         help="shares of wall time model steps may take before the interval stretches, comma "
                              "separated (default: the engine's)")
+    parser.add_argument("--streams", default="1",
+                        help="concurrent streams per engine, comma separated (e.g. 1,2: alone, and as Me + Meeting)")
     parser.add_argument("--out", default=None, help="write the full results (JSON) here")
     args = parser.parse_args()
     from captioner.gpu.scheduler import SchedulerConfig
 
+    n_streams = [int(x) for x in args.streams.split(",")]
     busies = [float(x) for x in args.target_busy.split(",")] if args.target_busy else [SchedulerConfig().target_busy]
 
     from captioner.app.pipeline import load_recognizer
@@ -236,39 +240,54 @@ def main() -> int:
         "command": " ".join(sys.argv), "normalizer": NORMALIZER_NAME, "runs": [],
     }
     # Every configuration replays each clip right after the others, so that a machine whose
-    # load changes over the run (a shared CPU) weighs on all of them alike.
+    # load changes over the run (a shared CPU) weighs on all of them alike. With --streams N,
+    # N clips are replayed at once as N streams of one engine (batched steps); the last group
+    # is filled up with clips from the start, which are not counted twice.
     modes = ["simulated", "live"] if args.mode == "both" else [args.mode]
-    configs = [(m, i, b) for m in modes for i in intervals for b in busies]
+    configs = [(m, i, b, n) for m in modes for i in intervals for b in busies for n in n_streams]
+    groups = {n: [list(range(g, g + n)) for g in range(0, len(clips), n)] for n in n_streams}
     per_config: dict[tuple, list] = {cfg: [] for cfg in configs}
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
-        for c in clips:
-            path = padded_clip(c["path"], tmp)
+        paths = [padded_clip(c["path"], tmp) for c in clips]
+        for g in range(max(len(v) for v in groups.values())):
             for cfg in configs:
-                mode, interval_s, busy = cfg
+                mode, interval_s, busy, n = cfg
+                if g >= len(groups[n]):
+                    continue
+                members = [i % len(clips) for i in groups[n][g]]
+                measured = [i for i in groups[n][g] if i < len(clips)]
                 run = run_simulated if mode == "simulated" else run_live
                 wall0 = time.perf_counter()
-                updates, steps, statuses = run(recognizer, backend, path, interval_s, busy)
+                updates, steps, statuses = run(recognizer, backend, [paths[i] for i in members], interval_s, busy)
                 wall_s = time.perf_counter() - wall0
-                streaming_text = " ".join(u.text for u in updates if u.kind == "final")
-                lat = word_latencies(updates, times[c["id"]]) if c["id"] in times else []
-                audio_s = c["duration_s"] + LEAD_S + TAIL_S
-                last = [u for u in updates if u.kind == "final"]
-                per_config[cfg].append({
-                    "id": c["id"], "audio_s": round(audio_s, 3), "replay_wall_s": round(wall_s, 2),
-                    "steps": len(steps), "step_ms_mean": round(1e3 * float(np.mean(steps)), 1) if steps else None,
-                    "compute_over_audio": round(float(np.sum(steps)) / audio_s, 3),
-                    "final_interval_s": round(dict(statuses[-1].extra)["update_interval_s"], 3) if statuses else None,
-                    "last_commit_after_audio_end_s": round(last[-1].emitted_wall_s - audio_s, 3) if last else None,
-                    "streaming_text": streaming_text, "offline_text": offline[c["id"]]["text"],
-                    "wer_streaming": wer_counts(c["reference"], streaming_text),
-                    "wer_offline": wer_counts(c["reference"], offline[c["id"]]["text"]),
-                    "words": lat,
-                })
-                p = per_config[cfg][-1]
-                print(f"[{mode}, {interval_s:.2f} s, busy {busy}] {c['id']}: {p['steps']} steps, {p['step_ms_mean']} ms/step, "
-                      f"WER {p['wer_streaming']} vs offline {p['wer_offline']}", file=sys.stderr)
-    for (mode, interval_s, busy), per_clip in per_config.items():
+                group_audio_s = max(clips[i]["duration_s"] for i in members) + LEAD_S + TAIL_S
+                for k, i in enumerate(members):
+                    if i not in measured:
+                        continue
+                    c = clips[i]
+                    mine = [u for u in updates if u.stream == f"s{k}"]
+                    streaming_text = " ".join(u.text for u in mine if u.kind == "final")
+                    lat = word_latencies(mine, times[c["id"]]) if c["id"] in times else []
+                    audio_s = c["duration_s"] + LEAD_S + TAIL_S
+                    last = [u for u in mine if u.kind == "final"]
+                    per_config[cfg].append({
+                        "id": c["id"], "streams": len(members), "audio_s": round(audio_s, 3),
+                        "replay_wall_s": round(wall_s, 2),
+                        "steps": len(steps), "step_ms_mean": round(1e3 * float(np.mean(steps)), 1) if steps else None,
+                        "compute_over_audio": round(float(np.sum(steps)) / group_audio_s, 3),
+                        "final_interval_s": round(dict(statuses[-1].extra)["update_interval_s"], 3) if statuses else None,
+                        "last_commit_after_audio_end_s": round(last[-1].emitted_wall_s - audio_s, 3) if last else None,
+                        "streaming_text": streaming_text, "offline_text": offline[c["id"]]["text"],
+                        "wer_streaming": wer_counts(c["reference"], streaming_text),
+                        "wer_offline": wer_counts(c["reference"], offline[c["id"]]["text"]),
+                        "words": lat,
+                    })
+                    p = per_config[cfg][-1]
+                    print(f"[{mode}, {interval_s:.2f} s, busy {busy}, {n} streams] {c['id']}: {p['steps']} steps, "
+                          f"{p['step_ms_mean']} ms/step, WER {p['wer_streaming']} vs offline {p['wer_offline']}",
+                          file=sys.stderr)
+    for (mode, interval_s, busy, n), per_clip in per_config.items():
         words = [w for p in per_clip for w in p["words"]]
         shown = [w["shown_s"] for w in words]
         commit = [w["committed_s"] for w in words]
@@ -278,7 +297,7 @@ def main() -> int:
         audio_total = sum(p["audio_s"] for p in per_clip)
         step_means = [p["step_ms_mean"] for p in per_clip if p["step_ms_mean"]]
         summary = {
-            "mode": mode, "interval_s": interval_s, "target_busy": busy, "clips": len(per_clip), "audio_s": round(audio_total, 1),
+            "mode": mode, "interval_s": interval_s, "target_busy": busy, "streams": n, "clips": len(per_clip), "audio_s": round(audio_total, 1),
             "words": len(words),
             "words_shown": sum(v is not None for v in shown), "words_committed": sum(v is not None for v in commit),
             "partial_p50_s": percentile(shown, 50), "partial_p90_s": percentile(shown, 90),
@@ -292,11 +311,11 @@ def main() -> int:
         report["runs"].append({"summary": summary, "clips": per_clip})
         print(json.dumps(summary), file=sys.stderr)
 
-    print("\n| replay | update interval | target busy | partial p50 / p90 | committed p50 / p90 | WER streaming | WER offline | compute / audio | ms per step |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n| replay | streams | update interval | target busy | partial p50 / p90 | committed p50 / p90 | WER streaming | WER offline | compute / audio | ms per step |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for run in report["runs"]:
         s = run["summary"]
-        print(f"| {s['mode']} | {s['interval_s']:.2f} s | {s['target_busy']} | {s['partial_p50_s']} / {s['partial_p90_s']} s | "
+        print(f"| {s['mode']} | {s['streams']} | {s['interval_s']:.2f} s | {s['target_busy']} | {s['partial_p50_s']} / {s['partial_p90_s']} s | "
               f"{s['commit_p50_s']} / {s['commit_p90_s']} s | {s['wer_streaming_pct']} % | {s['wer_offline_pct']} % | "
               f"{s['compute_over_audio']} | {s['step_ms_mean']} |")
     if args.out:
