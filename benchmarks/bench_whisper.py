@@ -183,7 +183,13 @@ def bench_ort(rt, batch: int, mel1: np.ndarray, enc_reps: int) -> dict:
 
     decode()
     step_ms = min(decode() for _ in range(2))
-    return {"encoder_ms_per_window": enc_ms / batch, "encoder_ms_per_call": enc_ms, "decoder_ms_per_step": step_ms, "decoder_ms_per_token": step_ms / batch}
+    # A streaming update's prompt: <|startofprev|> + 48 tokens of earlier text + the SOT sequence.
+    long_prompt = np.array([[rt.special.sot_prev] + [rt.special.eot - 1000 + i for i in range(48)] + prompt(rt, "en")] * batch)
+    prefill_ms = _time(lambda: rt.start(enc, long_prompt), 5)
+    return {
+        "encoder_ms_per_window": enc_ms / batch, "encoder_ms_per_call": enc_ms, "decoder_ms_per_step": step_ms,
+        "decoder_ms_per_token": step_ms / batch, "prefill_ms_prompt_%d" % long_prompt.shape[1]: prefill_ms,
+    }
 
 
 def torch_whisper(rt):
@@ -294,17 +300,17 @@ def bench_torch(model, rt, batch: int, mel1: np.ndarray, enc_reps: int) -> dict:
     return {"encoder_ms_per_window": enc_ms / batch, "encoder_ms_per_call": enc_ms, "decoder_ms_per_step": step_ms, "decoder_ms_per_token": step_ms / batch}
 
 
-def bench(specs: list[str], batches: list[int], cpu_batches: list[int], mel1: np.ndarray) -> dict:
+def bench(specs: list[str], batches: list[int], cpu_batches: list[int], mel1: np.ndarray, torch: bool = True) -> dict:
     results = {"device": gpu_name(), "date_utc": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "cpu": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores", "steps": STEPS, "rows": []}
     cuda = load_models(specs, "cuda")
-    cpu = load_models(specs, "cpu")
+    cpu = load_models(specs, "cpu") if cpu_batches else {}
     for name in cuda:
-        rt_gpu, rt_cpu = cuda[name], cpu[name]
+        rt_gpu, rt_cpu = cuda[name], cpu.get(name)
+        tm = None
         try:
-            tm = torch_whisper(rt_gpu)
+            tm = torch_whisper(rt_gpu) if torch else None
         except Exception as e:  # report, keep the ORT numbers
             print(f"torch model for {name} failed: {e!r}", flush=True)
-            tm = None
         for b in batches:
             row = {"model": name, "batch": b, "cuda_graph": rt_gpu.cuda_graph, "graphs": rt_gpu.onnx_files.folder.name}
             row["ort_cuda_fp16"] = bench_ort(rt_gpu, b, mel1, 20)
@@ -337,6 +343,7 @@ def main() -> None:
     ap.add_argument("--model", action="append", default=[], help="NAME or NAME=FOLDER")
     ap.add_argument("--batches", default="1,8,64")
     ap.add_argument("--cpu-batches", default="1,8")
+    ap.add_argument("--no-torch", action="store_true", help="skip PyTorch eager")
     ap.add_argument("--json", type=Path, help="write the results here")
     args = ap.parse_args()
     if args.what == "prepare":
@@ -349,7 +356,8 @@ def main() -> None:
     if args.what in ("bench", "all"):
         data = np.load(args.data)
         mel1 = data["mel/en_ls_1089-134686-0000"] if args.data else np.zeros((80, 3000), np.float32)
-        out["bench"] = bench(specs, [int(b) for b in args.batches.split(",")], [int(b) for b in args.cpu_batches.split(",")], mel1)
+        cpu_batches = [int(b) for b in args.cpu_batches.split(",") if b]
+        out["bench"] = bench(specs, [int(b) for b in args.batches.split(",")], cpu_batches, mel1, torch=not args.no_torch)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))
 

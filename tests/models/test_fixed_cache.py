@@ -5,6 +5,7 @@ concatenating decoder, in-place cache update, one buffer set per live decoder st
 from __future__ import annotations
 
 import gc
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -34,13 +35,26 @@ def runtimes(request, tiny_files, tmp_path_factory):
             "cross_kv": onnx_graphs.build_cross_kv(weights, d, np.float32, fused_attention=fused),
             "decoder_step": onnx_graphs.build_decoder_step(weights, d, np.float32, fused_attention=fused),
         }
+        prefill = onnx_graphs.build_decoder_prefill(weights, d, np.float32, fused_attention=fused)
     finally:
         weights.close()
     for name, graph in graphs.items():
         onnx.save_model(graph, str(folder / f"{name}.onnx"))
     cpu = session.ProviderChoice(session.CPU, None, "cpu")
+    # Without decoder_prefill.onnx a prompt is fed one captured step per token.
+    replay = WhisperRuntime(tiny_files, cpu, onnx_export.OnnxFiles(folder, "fp32", built=True), fixed_cache=True)
+    onnx.save_model(prefill, str(folder / "decoder_prefill.onnx"))
     fixed = WhisperRuntime(tiny_files, cpu, onnx_export.OnnxFiles(folder, "fp32", built=True), fixed_cache=True)
-    return fixed, WhisperRuntime(tiny_files, cpu, onnx_export.OnnxFiles(reference, "fp32", built=True))
+    assert replay.prefill_model is None and fixed.prefill_model is not None
+    concat = WhisperRuntime(tiny_files, cpu, onnx_export.OnnxFiles(reference, "fp32", built=True))
+    return Runtimes(fixed, replay, concat)
+
+
+@dataclass
+class Runtimes:
+    fixed: WhisperRuntime  # fixed cache, prompts prefilled in one run
+    replay: WhisperRuntime  # fixed cache, prompts fed one step per token
+    concat: WhisperRuntime  # the concatenating decoder (the CPU's, exact against CTranslate2)
 
 
 def _greedy(rt, logits, state, limit=80):
@@ -59,7 +73,7 @@ def _greedy(rt, logits, state, limit=80):
 
 
 def test_same_tokens_as_the_concatenating_decoder(runtimes, speech_clips):
-    fixed, concat = runtimes
+    fixed, concat = runtimes.fixed, runtimes.concat
     assert fixed.step_model is not None and concat.step_model is None
     prompt = np.array([[fixed.special.sot, fixed.special.no_timestamps]])
     for clip in CLIPS:
@@ -70,7 +84,7 @@ def test_same_tokens_as_the_concatenating_decoder(runtimes, speech_clips):
 
 
 def test_live_states_keep_their_own_cache(runtimes, speech_clips):
-    fixed, concat = runtimes
+    fixed, concat = runtimes.fixed, runtimes.concat
     prompt = np.array([[fixed.special.sot, fixed.special.no_timestamps]])
     mels = [whisper_features(load_audio_16k(speech_clips[c].wav))[None] for c in CLIPS]
     expected = [_greedy(concat, *concat.start(concat.encode(m), prompt)) for m in mels]
@@ -102,10 +116,29 @@ def test_live_states_keep_their_own_cache(runtimes, speech_clips):
 
 
 def test_too_many_live_states_take_over_the_oldest(runtimes, speech_clips):
-    fixed, _ = runtimes
+    fixed = runtimes.fixed
     enc = fixed.encode(whisper_features(load_audio_16k(speech_clips[CLIPS[0]].wav))[None])
     prompt = np.array([[fixed.special.sot]])
     states = [fixed.start(enc, prompt)[1] for _ in range(MAX_SLOTS_PER_BATCH + 1)]
     with pytest.raises(ValueError, match="taken over"):
         fixed.step(states[0], np.array([fixed.special.no_timestamps]))
     assert fixed.step(states[-1], np.array([fixed.special.no_timestamps])).shape == (1, fixed.n_vocab)
+
+
+def test_long_prompt_prefill_matches_replay_and_concatenation(runtimes, speech_clips):
+    """A <|startofprev|> prompt of earlier text, prefilled in one run, fed token by token, and run
+    through the concatenating decoder: the same next-token logits (batch of 2) and the same decode."""
+    s = runtimes.fixed.special
+    mel = whisper_features(load_audio_16k(speech_clips["en_ls_1089-134691-0001"].wav))[None]
+    earlier = [679, 10719, 612, 561, 307, 20798, 329, 8073, 11, 1210, 2419, 290, 34397]  # tiny.en ids of earlier text
+    prompt = [s.sot_prev, *earlier, s.sot, s.no_timestamps]
+    logits, decodes = [], []
+    for rt in (runtimes.fixed, runtimes.replay, runtimes.concat):
+        batch_logits, state = rt.start(rt.encode(np.concatenate([mel, mel])), np.array([prompt, prompt]))
+        assert state.length == len(prompt)
+        logits.append(batch_logits)
+        decodes.append(_greedy(rt, *rt.start(rt.encode(mel), np.array([prompt]))))
+    np.testing.assert_allclose(logits[0], logits[2], atol=1e-3)
+    np.testing.assert_allclose(logits[1], logits[2], atol=1e-3)
+    np.testing.assert_allclose(logits[0][0], logits[0][1], atol=1e-5)
+    assert decodes[0] == decodes[1] == decodes[2] and len(decodes[2]) > 5

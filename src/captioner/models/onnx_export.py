@@ -30,11 +30,12 @@ import numpy as np
 from captioner.errors import UserError
 from captioner.models.registry import ModelFiles
 
-CONVERTER_VERSION = 4
+CONVERTER_VERSION = 5
 PRECISIONS = {"fp32": np.float32, "fp16": np.float16}
 # fp32 runs on the CPU with the concatenating decoder; fp16 runs on CUDA with the fixed-cache
 # decoder step that is captured as a CUDA graph (see onnx_graphs).
-GRAPHS = {"fp32": ("encoder", "cross_kv", "decoder"), "fp16": ("encoder", "cross_kv", "decoder_step")}
+# A prompt is prefilled in one run of ``decoder_prefill``, which writes the same fixed cache.
+GRAPHS = {"fp32": ("encoder", "cross_kv", "decoder"), "fp16": ("encoder", "cross_kv", "decoder_step", "decoder_prefill")}
 _HASH_EDGE_BYTES = 4 << 20
 
 # progress(message, fraction in [0, 1]); called from the thread that loads the model.
@@ -147,10 +148,13 @@ def _build_into(files: ModelFiles, precision: str, out: Path, report: ProgressFn
         else:
             report(f"{files.name}: building decoder step (fixed cache)", 0.55)
             dec = onnx_graphs.build_decoder_step(weights, files.dims, dtype, fused_attention)
-        report(f"{files.name}: saving decoder", 0.85)
+        report(f"{files.name}: saving decoder", 0.7)
         name = "decoder" if "decoder" in GRAPHS[precision] else "decoder_step"
         _save(onnx, dec, out / f"{name}.onnx")
         del dec
+        if "decoder_prefill" in GRAPHS[precision]:
+            report(f"{files.name}: building prompt prefill", 0.85)
+            _save(onnx, onnx_graphs.build_decoder_prefill(weights, files.dims, dtype, fused_attention), out / "decoder_prefill.onnx")
     finally:
         weights.close()
     manifest = {

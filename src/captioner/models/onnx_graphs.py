@@ -304,15 +304,26 @@ def build_decoder_step(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_
     [B, H, positions, dh] keys and values (cache keys then share the values' layout, and cross keys
     come from ``build_cross_kv(fused_attention=True)``), a few kernels instead of about ten each.
     """
+    return _fixed_cache_decoder(weights, dims, float_dtype, fused_attention, prefill=False)
+
+
+def build_decoder_prefill(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_attention: bool = False) -> onnx.ModelProto:
+    """The step graph's twin for a whole prompt: tokens [B, T] at positions offset .. offset+T-1,
+    written into the same fixed cache in place (a one-hot [T, n_text_ctx] matrix places each new
+    key/value in its column, exactly: one product by 1 plus zeros), causal mask, logits of the last
+    position. Its shapes depend on T, so it is run normally, not captured."""
+    return _fixed_cache_decoder(weights, dims, float_dtype, fused_attention, prefill=True)
+
+
+def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fused: bool, prefill: bool) -> onnx.ModelProto:
     g = _Graph(weights, float_dtype)
     dt, h = dims.n_text_state, dims.n_text_head
     dh = dt // h
     s, cap = dims.n_audio_ctx, dims.n_text_ctx
     inputs = [
-        helper.make_tensor_value_info("tokens", TensorProto.INT64, ["batch", 1]),
+        helper.make_tensor_value_info("tokens", TensorProto.INT64, ["batch", "new" if prefill else 1]),
         helper.make_tensor_value_info("offset", TensorProto.INT64, [1]),
     ]
-    fused = fused_attention
     k_cache_dims = ["batch", h, cap, dh] if fused else ["batch", h, dh, cap]
     for i in range(dims.n_text_layer):
         inputs += [
@@ -324,24 +335,59 @@ def build_decoder_step(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_
             helper.make_tensor_value_info(f"cross_k_{i}", g.onnx_float, ["batch", h, s, dh] if fused else ["batch", h, dh, s]),
             helper.make_tensor_value_info(f"cross_v_{i}", g.onnx_float, ["batch", h, s, dh]),
         ]
-    x = g.op("Add", [
-        g.op("Gather", [g.weight("decoder/embeddings/weight"), "tokens"], axis=0),  # [B, 1, d]
-        g.op("Gather", [g.weight("decoder/position_encodings/encodings"), "offset"], axis=0),  # [1, d]
-    ])
-    shape_n_d = g.ints([-1, dt])
-    shape_bthd = g.ints([-1, 1, h, dh])
-    x = g.op("Reshape", [x, shape_n_d])
     cols = np.arange(cap, dtype=np.int64)
-    at_k = None if fused_attention else g.op("Equal", [g.const(cols.reshape(1, 1, 1, cap), "cols_k"), "offset"])  # [1, 1, 1, C]
-    at_v = g.op("Equal", [g.const(cols.reshape(1, 1, cap, 1), "cols_v"), "offset"])  # [1, 1, C, 1]
-    hidden = g.op("Greater", [g.const(cols.reshape(1, 1, 1, cap) if fused else cols, "cols"), "offset"])
-    mask = g.op("Where", [hidden, g.const(np.asarray(np.finfo(g.dtype).min, g.dtype), "neg"), g.const(np.asarray(0, g.dtype), "zero_f")], hint="mask")
-    shape_b1d = g.ints([-1, 1, dt])
+    neg = g.const(np.asarray(np.finfo(g.dtype).min, g.dtype), "neg")
+    zero_f = g.const(np.asarray(0, g.dtype), "zero_f")
+    shape_n_d = g.ints([-1, dt])
+    cols_k = cols.reshape(1, 1, cap, 1) if fused else cols.reshape(1, 1, 1, cap)  # where a key column lies
+    cols_v = cols.reshape(1, 1, cap, 1)
+    if prefill:
+        bt = g.op("Shape", ["tokens"], hint="bt")
+        t_scalar = g.op("Squeeze", [g.op("Gather", [bt, g.ints([1], "i1")], axis=0), g.ints([0], "i0")])
+        positions = g.op("Add", [g.op("Range", [g.const(np.asarray(0, np.int64), "z"), t_scalar, g.const(np.asarray(1, np.int64), "o")]), "offset"])  # [T]
+        end = g.op("Add", ["offset", g.op("Unsqueeze", [t_scalar, g.ints([0], "i0b")])])  # [1]
+        token_pos = positions
+        shape_bthd = g.op("Concat", [bt, g.ints([h, dh])], axis=0)
+        shape_btd = g.op("Concat", [bt, g.ints([dt])], axis=0)
 
-    def mha(q2d: str, k: str, v: str, bias: str = "") -> str:
+        def written(c: np.ndarray) -> str:  # offset <= column < offset + T
+            cc = g.const(c, "cols")
+            return g.op("And", [g.op("Not", [g.op("Less", [cc, "offset"])]), g.op("Less", [cc, end])])
+
+        rows = g.op("Unsqueeze", [positions, g.ints([1], "i1b")])  # [T, 1]
+        one_hot = g.op("Cast", [g.op("Equal", [rows, g.const(cols, "cols")])], to=g.onnx_float)  # [T, C]
+        one_hot_t = g.op("Transpose", [one_hot], perm=[1, 0])  # [C, T]
+        bias = g.op("Where", [g.op("Greater", [g.const(cols.reshape(1, cap), "cols_row"), rows]), neg, zero_f], hint="mask")  # [T, C]
+        if fused:
+            bias = g.op("Unsqueeze", [bias, g.ints([0, 1], "i01")])  # [1, 1, T, C]
+    else:
+        token_pos = "offset"
+        shape_bthd = g.ints([-1, 1, h, dh])
+        shape_btd = g.ints([-1, 1, dt])
+
+        def written(c: np.ndarray) -> str:  # column == offset
+            return g.op("Equal", [g.const(c, "cols"), "offset"])
+
+        bias = g.op("Where", [g.op("Greater", [g.const(cols.reshape(1, 1, 1, cap) if fused else cols, "cols"), "offset"]), neg, zero_f], hint="mask")
+    at_k, at_v = written(cols_k), written(cols_v)
+    x = g.op("Add", [
+        g.op("Gather", [g.weight("decoder/embeddings/weight"), "tokens"], axis=0),  # [B, T, d]
+        g.op("Gather", [g.weight("decoder/position_encodings/encodings"), token_pos], axis=0),  # [T, d]
+    ])
+    x = g.op("Reshape", [x, shape_n_d])
+
+    def place(new: str, key_layout_t: bool) -> str:
+        """New keys/values for T positions -> full-capacity tensor with them in their columns."""
+        if not prefill:
+            return new  # broadcast by Where along the capacity axis
+        if key_layout_t:  # [B, H, dh, T] @ [T, C]
+            return g.op("MatMul", [new, one_hot])
+        return g.op("MatMul", [one_hot_t, new])  # [C, T] @ [B, H, T, dh]
+
+    def mha(q2d: str, k: str, v: str, attn_bias: str = "") -> str:
         # Query scale already folded into the weights, hence scale=1.
-        q3 = g.op("Reshape", [q2d, shape_b1d])
-        ctx = g.op("MultiHeadAttention", [q3, k, v, "", "", bias], domain="com.microsoft", num_heads=h, scale=1.0, hint="mha")
+        q3 = g.op("Reshape", [q2d, shape_btd])
+        ctx = g.op("MultiHeadAttention", [q3, k, v, "", "", attn_bias], domain="com.microsoft", num_heads=h, scale=1.0, hint="mha")
         return g.op("Reshape", [ctx, shape_n_d])
 
     outputs = []
@@ -350,20 +396,19 @@ def build_decoder_step(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_
         y = g.layer_norm(x, f"{p}/self_attention/layer_norm")
         qkv = f"{p}/self_attention/linear_0"
         q2d = g.linear(y, qkv, _scale(dh), slice(0, dt))
-        k_perm, k_at = ([0, 2, 1, 3], at_v) if fused else ([0, 2, 3, 1], at_k)
-        k_new = g.heads(g.linear(y, qkv, 1.0, slice(dt, 2 * dt)), shape_bthd, k_perm)  # [B, H, 1, dh] / [B, H, dh, 1]
-        v_new = g.heads(g.linear(y, qkv, 1.0, slice(2 * dt, 3 * dt)), shape_bthd, [0, 2, 1, 3])  # [B, H, 1, dh]
-        g.nodes.append(helper.make_node("Where", [k_at, k_new, f"cache_k_{i}"], [f"new_cache_k_{i}"]))
-        g.nodes.append(helper.make_node("Where", [at_v, v_new, f"cache_v_{i}"], [f"new_cache_v_{i}"]))
+        k_new = g.heads(g.linear(y, qkv, 1.0, slice(dt, 2 * dt)), shape_bthd, [0, 2, 1, 3] if fused else [0, 2, 3, 1])
+        v_new = g.heads(g.linear(y, qkv, 1.0, slice(2 * dt, 3 * dt)), shape_bthd, [0, 2, 1, 3])
+        g.nodes.append(helper.make_node("Where", [at_k, place(k_new, not fused), f"cache_k_{i}"], [f"new_cache_k_{i}"]))
+        g.nodes.append(helper.make_node("Where", [at_v, place(v_new, False), f"cache_v_{i}"], [f"new_cache_v_{i}"]))
         outputs += [
             helper.make_tensor_value_info(f"new_cache_k_{i}", g.onnx_float, k_cache_dims),
             helper.make_tensor_value_info(f"new_cache_v_{i}", g.onnx_float, ["batch", h, cap, dh]),
         ]
         if fused:
-            ctx = mha(q2d, f"new_cache_k_{i}", f"new_cache_v_{i}", mask)
+            ctx = mha(q2d, f"new_cache_k_{i}", f"new_cache_v_{i}", bias)
         else:
             q = g.heads(q2d, shape_bthd, [0, 2, 1, 3])
-            ctx = g.merge_heads(g.attend(q, f"new_cache_k_{i}", f"new_cache_v_{i}", mask), shape_n_d)
+            ctx = g.merge_heads(g.attend(q, f"new_cache_k_{i}", f"new_cache_v_{i}", bias), shape_n_d)
         x = g.op("Add", [x, g.linear(ctx, f"{p}/self_attention/linear_1")], hint="res")
 
         y = g.layer_norm(x, f"{p}/attention/layer_norm")
@@ -376,10 +421,13 @@ def build_decoder_step(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_
         x = g.op("Add", [x, g.linear(ctx, f"{p}/attention/linear_2")], hint="res")
         x = g.ffn(x, p)
 
-    x = g.layer_norm(x, "decoder/layer_norm")  # [B, d]: one position per item
+    x = g.layer_norm(x, "decoder/layer_norm")
+    if prefill:  # logits of the last position only
+        x = g.op("Gather", [g.op("Reshape", [x, shape_btd]), g.const(np.asarray(-1, np.int64), "last")], axis=1)
     logits = g.op("Gemm", [x, g.weight("decoder/projection/weight")], transB=1, hint="logits")
     if g.dtype != np.float32:
         logits = g.op("Cast", [logits], to=TensorProto.FLOAT)
     g.nodes.append(helper.make_node("Identity", [logits], ["logits"]))
     outputs.insert(0, helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", dims.n_vocab]))
-    return g.model("whisper_decoder_step", inputs, outputs, "Whisper decoder step over a fixed-capacity, in-place cache")
+    name, what = ("whisper_decoder_prefill", "prompt prefill") if prefill else ("whisper_decoder_step", "step")
+    return g.model(name, inputs, outputs, f"Whisper decoder {what} over a fixed-capacity, in-place cache")

@@ -12,6 +12,7 @@ A runtime is driven by one thread at a time (the GPU worker or the CLI's main th
 from __future__ import annotations
 
 import os
+import warnings
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -73,6 +74,7 @@ class _Slot:
         self.step.bind("tokens", self.tokens)
         self.step.bind("offset", self.offset)
         self.step.bind_output_value("logits", self.logits)
+        self.buffers: dict[str, Any] = {}
         # Buffer shapes follow the step graph's declared inputs (the key layout differs between
         # the MatMul and the fused-attention variants).
         shapes = {name: tuple(batch if isinstance(n, str) else int(n) for n in dims) for name, dims in m.input_shapes.items()}
@@ -84,6 +86,17 @@ class _Slot:
                 cross = m.zeros(shapes[f"cross_{kind}_{i}"], f)
                 self.step.bind(f"cross_{kind}_{i}", cross)
                 self.cross_binding.bind_output_value(f"cross_{kind}_{i}", cross)
+                self.buffers[f"cache_{kind}_{i}"] = cache
+                self.buffers[f"cross_{kind}_{i}"] = cross
+        self.prefill = None
+        if rt.prefill_model is not None:
+            # The prompt graph works on the very same buffers (not captured: its shapes vary).
+            self.prefill = rt.prefill_model.binding()
+            for name, value in self.buffers.items():
+                self.prefill.bind(name, value)
+                if name.startswith("cache_"):
+                    self.prefill.bind_output_value("new_" + name, value)
+            self.prefill.bind_output_value("logits", self.logits)
 
 
 class WhisperRuntime:
@@ -101,12 +114,15 @@ class WhisperRuntime:
         self.cross_kv = ort_session.OrtModel(onnx_files.path("cross_kv"), choice, intra_threads)
         self.decoder = None
         self.step_model = None
+        self.prefill_model = None
         self.cuda_graph = False
         if fixed_cache is None:
             fixed_cache = choice.is_cuda and onnx_files.path("decoder_step").is_file()
         if fixed_cache:
             self.step_model = _open_step_model(onnx_files.path("decoder_step"), choice)
             self.cuda_graph = self.step_model.cuda_graph
+            if onnx_files.path("decoder_prefill").is_file():
+                self.prefill_model = ort_session.OrtModel(onnx_files.path("decoder_prefill"), choice, intra_threads)
             decoder_provider = self.step_model.provider
         else:
             self.decoder = ort_session.OrtModel(onnx_files.path("decoder"), choice, intra_threads)
@@ -209,8 +225,22 @@ class WhisperRuntime:
         slot.cross_binding.run_bound()
         state = DecoderState(cross=None, past=None, binding=slot.step, batch=batch, length=0, slot=slot, generation=slot.generation)
         n = tokens.shape[1]
-        for t in range(n):
-            logits = self._step_fixed(slot, tokens[:, t : t + 1], t, fetch=t == n - 1)
+        logits = None
+        if n > 1 and slot.prefill is not None:
+            try:
+                slot.prefill.bind("tokens", tokens)
+                slot.prefill.bind("offset", np.zeros(1, np.int64))
+                slot.prefill.run_bound()
+                logits = ort_session.to_numpy(slot.logits)
+            except Exception as e:  # an ORT build whose fused attention rejects this shape, say
+                warnings.warn(f"prompt prefill failed ({str(e).splitlines()[0]}); feeding prompts token by token", RuntimeWarning, stacklevel=2)
+                for other in self._slots.values():
+                    for each in other:
+                        each.prefill = None
+                self.prefill_model = None
+        if logits is None:  # one captured step per prompt token
+            for t in range(n):
+                logits = self._step_fixed(slot, tokens[:, t : t + 1], t, fetch=t == n - 1)
         state.length = n
         slot.owner = weakref.ref(state)
         return logits, state
