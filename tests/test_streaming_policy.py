@@ -153,3 +153,11 @@ def test_hyphenated_rewording_neither_repeats_nor_drops():
     out += p.update(hyp([(0, 3.5, " and fat-mutton pieces to be ladled")]), 3.5, 3.5, close_segment=True)
     words = [normalize_word(w) for u in out if u.kind == "final" for w in u.text.replace("-", " ").split()]
     assert words == ["pieces", "to", "be", "ladled"]
+
+
+def test_rejected_closing_hypothesis_keeps_the_shown_partial():
+    p = LocalAgreementPolicy("Me")
+    run(p, [hyp([(0, 1.0, " by the grave")])])
+    out = p.update(hyp([(0, 2.0, " by the grave and thee thee thee")], rejected=True), 2.5, 2.5, close_segment=True)
+    assert finals(out) == "by the grave"
+    assert out[-1].kind == "partial" and out[-1].text == ""

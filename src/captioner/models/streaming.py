@@ -196,11 +196,18 @@ class LocalAgreementPolicy:
         emit = _Emitter(self, emitted_audio_s, emitted_wall_s, out)
 
         if hypothesis.rejected:
-            # The guards say the text is invented: nothing of it is shown, and agreement restarts.
-            s.previous_tail = []
-            emit.partial([])
+            # The guards say this text is invented: none of it is shown. At a close, the partial
+            # already on screen came from a hypothesis that passed them, so it is committed
+            # rather than lost; otherwise agreement restarts.
             if close_segment:
+                if s.previous_tail:
+                    emit.final(s.previous_tail)
+                    s.committed.extend(s.previous_tail)
+                emit.partial([])
                 self._close(close_at_s if close_at_s is not None else hypothesis.end_s)
+            else:
+                s.previous_tail = []
+                emit.partial([])
             return out
 
         words = list(hypothesis.words)
