@@ -230,6 +230,12 @@ class Pipeline:
             self.transcript.close()
 
     @property
+    def provider(self) -> str:
+        """Where the model runs (e.g. "CUDAExecutionProvider"), once started."""
+        engine = self._worker.engine if self._worker is not None else None
+        return getattr(engine.recognizer, "provider", "") if engine is not None else ""
+
+    @property
     def running(self) -> bool:
         return self._started and self._worker is not None and self._worker.is_alive()
 

@@ -91,9 +91,7 @@ def run(args) -> int:
             if transcript.lines_written == 0:
                 transcript.path.unlink(missing_ok=True)  # no session happened: leave no empty file
         raise
-    status = pipeline.latest_status()
-    print(f"captioner: listening to {', '.join(labels)} "
-          f"({status.provider if status else 'model'} ready); Ctrl-C stops"
+    print(f"captioner: listening to {', '.join(labels)} ({args.model} on {pipeline.provider}); Ctrl-C stops"
           + (f"; transcript: {transcript.path}" if transcript else ""), file=sys.stderr, flush=True)
     deadline = None if args.duration is None else time.monotonic() + args.duration
     try:
