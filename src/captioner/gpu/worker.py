@@ -401,8 +401,11 @@ class Engine:
         return updates
 
     # -- status ----------------------------------------------------------------------------------
-    def status(self, queue_depth: int = 0, dropped_frames: int = 0, state: str = "running",
+    def status(self, queue_depth: int = 0, dropped_blocks: int = 0, state: str = "running",
                message: str = "") -> PipelineStatus:
+        """``dropped_frames`` counts the 10 ms frames missing from the streams' sample clocks
+        (every drop upstream shows as such a gap, so nothing is counted twice); the sources'
+        and the pump's own count of dropped blocks goes into ``extra``."""
         now_ns = self.clock_ns()
         window_ns = 10 * 1_000_000_000
         while self._busy and self._busy[0][0] < now_ns - window_ns:
@@ -421,7 +424,7 @@ class Engine:
             step_latency_ms=self._step_latency_ms,
             caption_latency_s=self._caption_latency_s,
             queue_depth=queue_depth,
-            dropped_frames=dropped_frames + gaps,
+            dropped_frames=gaps,
             lag_s=self._lag_s,
             real_time_factor=rtf,
             input_levels_dbfs=tuple(round(s.level_dbfs, 1) for s in self._streams.values()),
@@ -429,7 +432,7 @@ class Engine:
             state=state,
             message=message,
             extra=(("update_interval_s", self.scheduler.interval_s), ("steps", float(self.steps)),
-                   ("step_s_total", self.step_s_total)),
+                   ("step_s_total", self.step_s_total), ("dropped_blocks", float(dropped_blocks))),
         )
 
 
@@ -513,7 +516,7 @@ class Worker(threading.Thread):
             now = time.monotonic()
             if now >= next_status:
                 depth, drops = self._source_stats()
-                self._publish_status(engine.status(queue_depth=depth + self._blocks.qsize(), dropped_frames=drops))
+                self._publish_status(engine.status(queue_depth=depth + self._blocks.qsize(), dropped_blocks=drops))
                 next_status = now + self._status_period_s
             if self.stop_event.is_set():
                 if not draining:
