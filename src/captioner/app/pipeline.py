@@ -237,7 +237,9 @@ class Pipeline:
 
     @property
     def running(self) -> bool:
-        return self._started and self._worker is not None and self._worker.is_alive()
+        """False once stopped, or once the worker or the capture pump has failed."""
+        return (self._started and self._worker is not None and self._worker.is_alive()
+                and (self._pump is None or self._pump.error is None))
 
     @property
     def error(self) -> BaseException | None:
