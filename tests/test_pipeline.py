@@ -81,3 +81,26 @@ def test_language_the_model_cannot_do_fails_at_start(speech_clips):
     with pytest.raises(UserError, match="English-only"):
         pipeline.start()
     assert not pipeline.running
+
+
+def test_a_source_failing_midway_stops_the_pipeline_with_its_error(tmp_path):
+    import numpy as np
+    import soundfile as sf
+
+    from captioner.app.pipeline import Pipeline
+    from captioner.audio.file_source import FileSource
+
+    audio = np.zeros(16_000 * 4, np.float32)
+    audio[16_000 * 3] = np.nan  # damaged 3 s in: found only while replaying
+    path = tmp_path / "damaged.wav"
+    sf.write(path, audio, 16_000, subtype="FLOAT")
+    pipeline = Pipeline([FileSource(path, realtime=False, check_samples=False)], model="tiny.en", device="cpu")
+    pipeline.start()
+    try:
+        deadline = time.monotonic() + 30
+        while pipeline.running and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not pipeline.running
+        assert isinstance(pipeline.error, UserError) and "NaN" in str(pipeline.error)
+    finally:
+        pipeline.stop()
