@@ -136,19 +136,22 @@ def word_latencies(updates, ref_words: list[dict]) -> list[dict]:
     return out
 
 
-def _config(interval_s: float, target_busy: float):
+def _config(interval_s: float, target_busy: float, pause_s: float | None):
     from captioner.gpu.scheduler import SchedulerConfig
     from captioner.gpu.worker import EngineConfig
 
-    return EngineConfig(scheduler=SchedulerConfig(base_interval_s=interval_s, target_busy=target_busy))
+    config = EngineConfig(scheduler=SchedulerConfig(base_interval_s=interval_s, target_busy=target_busy))
+    if pause_s is not None:
+        config.pause_s = pause_s
+    return config
 
 
-def run_simulated(recognizer, backend, paths: list[Path], interval_s: float, target_busy: float):
+def run_simulated(recognizer, backend, paths: list[Path], interval_s: float, target_busy: float, pause_s=None):
     from captioner.app.simulate import replay
     from captioner.audio.file_source import FileSource
     from captioner.gpu.worker import Engine
 
-    config = _config(interval_s, target_busy)
+    config = _config(interval_s, target_busy, pause_s)
     result = replay(
         lambda clock, timer: Engine(backend, recognizer, config, clock_ns=clock, timer_ns=timer),
         lambda clock: [FileSource(path, stream=f"s{i}", realtime=True, clock_ns=clock, sleep=clock.sleep)
@@ -158,11 +161,11 @@ def run_simulated(recognizer, backend, paths: list[Path], interval_s: float, tar
     return result.updates, result.step_s, result.statuses
 
 
-def run_live(recognizer, backend, paths: list[Path], interval_s: float, target_busy: float):
+def run_live(recognizer, backend, paths: list[Path], interval_s: float, target_busy: float, pause_s=None):
     from captioner.app.pipeline import Pipeline
     from captioner.audio.file_source import FileSource
 
-    config = _config(interval_s, target_busy)
+    config = _config(interval_s, target_busy, pause_s)
     pipeline = Pipeline([FileSource(path, stream=f"s{i}", realtime=True) for i, path in enumerate(paths)], config=config,
                         recognizer_factory=lambda: (backend, recognizer))
     statuses = []
@@ -201,11 +204,14 @@ def main() -> int:
                              "separated (default: the engine's)")
     parser.add_argument("--streams", default="1",
                         help="concurrent streams per engine, comma separated (e.g. 1,2: alone, and as Me + Meeting)")
+    parser.add_argument("--pause-s", default=None,
+                        help="silences that close a segment, seconds, comma separated (default: the engine's, 0.5 s)")
     parser.add_argument("--out", default=None, help="write the full results (JSON) here")
     args = parser.parse_args()
     from captioner.gpu.scheduler import SchedulerConfig
 
     n_streams = [int(x) for x in args.streams.split(",")]
+    pauses = [float(x) for x in args.pause_s.split(",")] if args.pause_s else [None]
     busies = [float(x) for x in args.target_busy.split(",")] if args.target_busy else [SchedulerConfig().target_busy]
 
     from captioner.app.pipeline import load_recognizer
@@ -237,14 +243,14 @@ def main() -> int:
         "host": platform.node(), "python": platform.python_version(),
         "device": args.device, "provider": recognizer.provider, "device_name": recognizer.device_name,
         "features_backend": backend.name, "model": recognizer.name, "mode": args.mode,
-        "command": " ".join(sys.argv), "normalizer": NORMALIZER_NAME, "runs": [],
+        "command": " ".join(sys.argv), "pause_s": args.pause_s, "normalizer": NORMALIZER_NAME, "runs": [],
     }
     # Every configuration replays each clip right after the others, so that a machine whose
     # load changes over the run (a shared CPU) weighs on all of them alike. With --streams N,
     # N clips are replayed at once as N streams of one engine (batched steps); the last group
     # is filled up with clips from the start, which are not counted twice.
     modes = ["simulated", "live"] if args.mode == "both" else [args.mode]
-    configs = [(m, i, b, n) for m in modes for i in intervals for b in busies for n in n_streams]
+    configs = [(m, i, b, n, p) for m in modes for i in intervals for b in busies for n in n_streams for p in pauses]
     groups = {n: [list(range(g, g + n)) for g in range(0, len(clips), n)] for n in n_streams}
     per_config: dict[tuple, list] = {cfg: [] for cfg in configs}
     with tempfile.TemporaryDirectory() as tmp_dir:
@@ -252,14 +258,14 @@ def main() -> int:
         paths = [padded_clip(c["path"], tmp) for c in clips]
         for g in range(max(len(v) for v in groups.values())):
             for cfg in configs:
-                mode, interval_s, busy, n = cfg
+                mode, interval_s, busy, n, pause_s = cfg
                 if g >= len(groups[n]):
                     continue
                 members = [i % len(clips) for i in groups[n][g]]
                 measured = [i for i in groups[n][g] if i < len(clips)]
                 run = run_simulated if mode == "simulated" else run_live
                 wall0 = time.perf_counter()
-                updates, steps, statuses = run(recognizer, backend, [paths[i] for i in members], interval_s, busy)
+                updates, steps, statuses = run(recognizer, backend, [paths[i] for i in members], interval_s, busy, pause_s)
                 wall_s = time.perf_counter() - wall0
                 group_audio_s = max(clips[i]["duration_s"] for i in members) + LEAD_S + TAIL_S
                 for k, i in enumerate(members):
@@ -284,10 +290,10 @@ def main() -> int:
                         "words": lat,
                     })
                     p = per_config[cfg][-1]
-                    print(f"[{mode}, {interval_s:.2f} s, busy {busy}, {n} streams] {c['id']}: {p['steps']} steps, "
+                    print(f"[{mode}, {interval_s:.2f} s, busy {busy}, {n} streams, pause {pause_s}] {c['id']}: {p['steps']} steps, "
                           f"{p['step_ms_mean']} ms/step, WER {p['wer_streaming']} vs offline {p['wer_offline']}",
                           file=sys.stderr)
-    for (mode, interval_s, busy, n), per_clip in per_config.items():
+    for (mode, interval_s, busy, n, pause_s), per_clip in per_config.items():
         words = [w for p in per_clip for w in p["words"]]
         shown = [w["shown_s"] for w in words]
         commit = [w["committed_s"] for w in words]
@@ -297,7 +303,7 @@ def main() -> int:
         audio_total = sum(p["audio_s"] for p in per_clip)
         step_means = [p["step_ms_mean"] for p in per_clip if p["step_ms_mean"]]
         summary = {
-            "mode": mode, "interval_s": interval_s, "target_busy": busy, "streams": n, "clips": len(per_clip), "audio_s": round(audio_total, 1),
+            "mode": mode, "interval_s": interval_s, "target_busy": busy, "streams": n, "pause_s": pause_s, "clips": len(per_clip), "audio_s": round(audio_total, 1),
             "words": len(words),
             "words_shown": sum(v is not None for v in shown), "words_committed": sum(v is not None for v in commit),
             "partial_p50_s": percentile(shown, 50), "partial_p90_s": percentile(shown, 90),
@@ -311,11 +317,11 @@ def main() -> int:
         report["runs"].append({"summary": summary, "clips": per_clip})
         print(json.dumps(summary), file=sys.stderr)
 
-    print("\n| replay | streams | update interval | target busy | partial p50 / p90 | committed p50 / p90 | WER streaming | WER offline | compute / audio | ms per step |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| replay | streams | pause | update interval | target busy | partial p50 / p90 | committed p50 / p90 | WER streaming | WER offline | compute / audio | ms per step |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for run in report["runs"]:
         s = run["summary"]
-        print(f"| {s['mode']} | {s['streams']} | {s['interval_s']:.2f} s | {s['target_busy']} | {s['partial_p50_s']} / {s['partial_p90_s']} s | "
+        print(f"| {s['mode']} | {s['streams']} | {s['pause_s'] or 'default'} | {s['interval_s']:.2f} s | {s['target_busy']} | {s['partial_p50_s']} / {s['partial_p90_s']} s | "
               f"{s['commit_p50_s']} / {s['commit_p90_s']} s | {s['wer_streaming_pct']} % | {s['wer_offline_pct']} % | "
               f"{s['compute_over_audio']} | {s['step_ms_mean']} |")
     if args.out:
