@@ -104,3 +104,34 @@ def test_a_source_failing_midway_stops_the_pipeline_with_its_error(tmp_path):
         assert isinstance(pipeline.error, UserError) and "NaN" in str(pipeline.error)
     finally:
         pipeline.stop()
+
+
+def _status_with_free_vram(fraction):
+    from captioner.events import PipelineStatus
+
+    extra = (("vram_free_fraction", fraction),) if fraction is not None else ()
+    return PipelineStatus(time_s=0.0, provider="CUDAExecutionProvider", model="tiny.en", device_name="cuda:0", extra=extra)
+
+
+def test_new_streams_are_refused_under_the_free_vram_floor():
+    from captioner.app.pipeline import check_room_for_stream
+
+    with pytest.raises(UserError, match="GPU memory is 10% free, under the 15%"):
+        check_room_for_stream(_status_with_free_vram(0.10))
+    check_room_for_stream(_status_with_free_vram(0.40))
+    check_room_for_stream(_status_with_free_vram(None))  # the CPU: no GPU memory to guard
+    check_room_for_stream(None)  # nothing measured yet
+
+
+def test_cpu_backend_reports_no_vram_fraction():
+    from captioner.gpu.backend import cpu_backend
+
+    assert cpu_backend().vram_free_fraction() is None
+
+
+@pytest.mark.gpu
+def test_cuda_backend_measures_free_vram():
+    from captioner.gpu.backend import get_backend
+
+    fraction = get_backend("cuda:0").vram_free_fraction()
+    assert fraction is not None and 0.0 < fraction <= 1.0

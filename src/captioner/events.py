@@ -19,6 +19,10 @@ FRAME_SAMPLES = 160
 
 FRAME_MS = 1000 * FRAME_SAMPLES // SAMPLE_RATE_HZ
 
+MIN_FREE_VRAM_FRACTION = 0.15
+"""Below this share of free GPU memory the engine refuses new streams: the streams already
+captioned keep their headroom for longer windows and batch growth (the dashboard draws this line)."""
+
 
 def _frozen_array(samples: np.ndarray) -> np.ndarray:
     array = np.ascontiguousarray(samples, dtype=np.float32)

@@ -23,8 +23,19 @@ from collections import deque
 from typing import Callable, Iterable
 
 from captioner.errors import UserError
-from captioner.events import AudioBlock, CaptionUpdate, PipelineStatus
+from captioner.events import MIN_FREE_VRAM_FRACTION, AudioBlock, CaptionUpdate, PipelineStatus
 from captioner.gpu.worker import Command, EndOfStream, Engine, EngineConfig, Worker
+
+
+def check_room_for_stream(status: PipelineStatus | None) -> None:
+    """Refuse a new stream while the GPU has under ``MIN_FREE_VRAM_FRACTION`` of its memory free
+    (as the worker last measured it); the CPU, or no measurement yet, never refuses."""
+    free = dict(status.extra).get("vram_free_fraction") if status is not None else None
+    if free is not None and free < MIN_FREE_VRAM_FRACTION:
+        raise UserError(
+            f"GPU memory is {100 * free:.0f}% free, under the {100 * MIN_FREE_VRAM_FRACTION:.0f}% kept "
+            "for the streams already captioned: close another program on the GPU or stop a stream first"
+        )
 
 
 def load_recognizer(model: str, device: str | None, task: str = "transcribe", progress=None):
@@ -260,6 +271,7 @@ class Pipeline:
             raise RuntimeError("pipeline not started")
         if kind == "add_source":
             source = value
+            check_room_for_stream(self.latest_status())
             source.start()
             self.sources.append(source)
             self._worker.commands.put(Command("add_stream", source.stream))

@@ -103,6 +103,15 @@ class Backend:
 
         return cufft
 
+    def vram_free_fraction(self) -> float | None:
+        """Free over total memory of this back-end's GPU (CuPy's pooled blocks count as used);
+        ``None`` on the CPU. Called by the thread that works this GPU."""
+        if self._cupy is None:
+            return None
+        with self.activate():
+            free_bytes, total_bytes = self._cupy.cuda.runtime.memGetInfo()
+        return free_bytes / total_bytes if total_bytes else None
+
     def synchronize(self) -> None:
         """Wait for all work queued on the device (no-op on the CPU); used around timings."""
         if self._cupy is not None:

@@ -432,7 +432,8 @@ class Engine:
             state=state,
             message=message,
             extra=(("update_interval_s", self.scheduler.interval_s), ("steps", float(self.steps)),
-                   ("step_s_total", self.step_s_total), ("dropped_blocks", float(dropped_blocks))),
+                   ("step_s_total", self.step_s_total), ("dropped_blocks", float(dropped_blocks)))
+            + ((("vram_free_fraction", vram_free),) if (vram_free := self.backend.vram_free_fraction()) is not None else ()),
         )
 
 

@@ -24,7 +24,7 @@ from captioner.ui.theme import DARK, Theme
 
 WINDOW_S = 60.0
 TEMP_ALARM_C = 83.0
-VRAM_FREE_FLOOR = 0.15  # below 15% free the engine refuses new streams
+from captioner.events import MIN_FREE_VRAM_FRACTION as VRAM_FREE_FLOOR  # the engine refuses new streams below it
 GIB = float(1 << 30)
 MAX_LEVEL_STREAMS = 4
 PLOT_MIN_INTERVAL_S = 0.5
