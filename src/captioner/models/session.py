@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,6 +105,8 @@ def choose_provider(device: str | None = None) -> ProviderChoice:
     if CUDA not in ort.get_available_providers():
         note = "this onnxruntime build has no CUDA provider (install onnxruntime-gpu, not onnxruntime)"
         return _fallback(kind, note)
+    if not _nvidia_driver_present():
+        return _fallback(kind, "no NVIDIA driver found (libcuda could not be loaded)")
     from onnx import TensorProto, helper
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
@@ -112,22 +115,41 @@ def choose_provider(device: str | None = None) -> ProviderChoice:
         opset_imports=[helper.make_opsetid("", 17)],
     )
     probe.ir_version = 8
+    # A failing probe is an answer, not an error: ORT's own red log line for it is silenced here
+    # and the reason is reported once, through _fallback.
+    ort.set_default_logger_severity(4)
     try:
         sess = ort.InferenceSession(probe.SerializeToString(), _session_options(), providers=[(CUDA, _provider_options(wanted)), CPU])
         used = sess.get_providers()
     except Exception as e:  # ORT raises plain RuntimeError/Fail for a bad device id or driver
         return _fallback(kind, f"CUDA provider failed to start on cuda:{wanted}: {str(e).splitlines()[0]}")
+    finally:
+        ort.set_default_logger_severity(2)
     if not used or used[0] != CUDA:
         return _fallback(kind, "CUDA provider unusable (CUDA/cuDNN libraries or driver missing); ONNX Runtime fell back to the CPU")
     return ProviderChoice(CUDA, wanted, _cuda_device_name(wanted))
 
 
+def _nvidia_driver_present() -> bool:
+    """Whether the NVIDIA driver's user-space library loads: without it the CUDA provider cannot
+    work, and probing it only makes ONNX Runtime log a failure."""
+    import ctypes  # noqa: PLC0415
+
+    names = ("nvcuda.dll",) if sys.platform == "win32" else ("libcuda.so.1", "libcuda.so")
+    for name in names:
+        try:
+            ctypes.CDLL(name)
+            return True
+        except OSError:
+            continue
+    return False
+
+
 def _fallback(kind: str, note: str) -> ProviderChoice:
     if kind == "cuda":
+        # One warning (the CLI prints it as one line; the GUI shows provider_note); no second log line.
         warnings.warn(f"requested CUDA but running on the CPU: {note}", RuntimeWarning, stacklevel=3)
-        log.warning("requested CUDA but running on the CPU: %s", note)
-    else:
-        log.info("running on the CPU: %s", note)
+    log.info("running on the CPU: %s", note)
     return ProviderChoice(CPU, None, "cpu", note)
 
 
