@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 import pytest
-from graph_fixtures import tiny_files  # noqa: F401 - fixture
+from graph_fixtures import greedy_continue, tiny_files  # noqa: F401 - fixture
 from mel_helper import load_audio_16k, whisper_features
 
 from captioner.models import onnx_export, onnx_graphs, session
@@ -58,18 +58,7 @@ class Runtimes:
 
 
 def _greedy(rt, logits, state, limit=80):
-    tokens = []
-    for i in range(limit):
-        row = logits[0].copy()
-        row[list(rt.suppress_ids)] = -np.inf
-        if i == 0:
-            row[list(rt.suppress_ids_begin)] = -np.inf
-        token = int(row.argmax())
-        if token == rt.special.eot:
-            break
-        tokens.append(token)
-        logits = rt.step(state, np.array([token]))
-    return tokens
+    return greedy_continue(rt, logits, state, limit)
 
 
 def test_same_tokens_as_the_concatenating_decoder(runtimes, speech_clips):

@@ -14,7 +14,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from graph_fixtures import onnx_cache_dir, private_cache  # noqa: F401 - fixtures
+from graph_fixtures import greedy_continue, onnx_cache_dir, private_cache  # noqa: F401 - fixtures
 from mel_helper import load_audio_16k, whisper_features
 
 from captioner.models.ct2_oracle import load_ct2_whisper
@@ -30,21 +30,8 @@ ESPEAK_TEXTS = {
 
 
 def greedy_ours(rt, mel: np.ndarray, prompt: list[int]) -> list[int]:
-    suppress = np.array(rt.suppress_ids)
-    suppress_begin = np.array(rt.suppress_ids_begin)
     logits, state = rt.start(rt.encode(mel[None]), np.array([prompt], dtype=np.int64))
-    tokens: list[int] = []
-    while len(prompt) + len(tokens) < rt.n_text_ctx:
-        row = logits[0].copy()
-        row[suppress] = -np.inf
-        if not tokens:
-            row[suppress_begin] = -np.inf
-        token = int(row.argmax())
-        if token == rt.special.eot:
-            break
-        tokens.append(token)
-        logits = rt.step(state, np.array([token]))
-    return tokens
+    return greedy_continue(rt, logits, state, limit=rt.n_text_ctx - len(prompt))
 
 
 def greedy_ct2(model, mel: np.ndarray, prompt: list[int]) -> list[int]:
