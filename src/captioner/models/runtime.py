@@ -68,6 +68,7 @@ class _Slot:
         self.last_used = 0
         self.tokens = m.zeros((batch, 1), np.int64)
         self.offset = m.zeros((1,), np.int64)
+        self.position = np.zeros(1, np.int64)  # host side of `offset`, reused every step
         self.logits = m.zeros((batch, d.n_vocab), np.float32)
         self.step = m.binding()
         self.cross_binding = rt.cross_kv.binding()
@@ -261,7 +262,8 @@ class WhisperRuntime:
 
     def _step_fixed(self, slot: _Slot, tokens: np.ndarray, position: int, fetch: bool) -> np.ndarray | None:
         ort_session.write(slot.tokens, np.ascontiguousarray(tokens, dtype=np.int64))
-        ort_session.write(slot.offset, np.array([position], dtype=np.int64))
+        slot.position[0] = position
+        ort_session.write(slot.offset, slot.position)
         slot.step.run_bound(slot.graph_id)
         return ort_session.to_numpy(slot.logits) if fetch else None
 

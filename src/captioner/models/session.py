@@ -200,6 +200,7 @@ class Binding:
     def __init__(self, model: OrtModel):
         self.model = model
         self.io = model.session.io_binding()
+        self._graph_options: dict[int, Any] = {}
         self._ort = _ort()
 
     def bind_all(self, inputs: dict[str, Any]) -> None:
@@ -224,8 +225,12 @@ class Binding:
         CUDA graph to capture/replay when the session was made with ``cuda_graph=True``."""
         options = None
         if self.model.cuda_graph and graph_id is not None:
-            options = self._ort.RunOptions()
-            options.add_run_config_entry("gpu_graph_id", str(graph_id))
+            # One RunOptions per graph, made once: the decoder step is about 0.5 ms on an H200,
+            # so building it on every step was a measurable share of the step.
+            options = self._graph_options.get(graph_id)
+            if options is None:
+                options = self._graph_options[graph_id] = self._ort.RunOptions()
+                options.add_run_config_entry("gpu_graph_id", str(graph_id))
         self.model.session.run_with_iobinding(self.io, options)
 
     def run(self, host_outputs: tuple[str, ...] = ()) -> dict[str, Any]:
