@@ -107,6 +107,7 @@ def choose_provider(device: str | None = None) -> ProviderChoice:
         return _fallback(kind, note)
     if not _nvidia_driver_present():
         return _fallback(kind, "no NVIDIA driver found (libcuda could not be loaded)")
+    _preload_cuda_wheels(ort)
     from onnx import TensorProto, helper
 
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
@@ -128,6 +129,28 @@ def choose_provider(device: str | None = None) -> ProviderChoice:
     if not used or used[0] != CUDA:
         return _fallback(kind, "CUDA provider unusable (CUDA/cuDNN libraries or driver missing); ONNX Runtime fell back to the CPU")
     return ProviderChoice(CUDA, wanted, _cuda_device_name(wanted))
+
+
+_preloaded = False
+
+
+def _preload_cuda_wheels(ort) -> None:
+    """Load the CUDA runtime, cuBLAS, cuFFT and cuDNN from the ``nvidia-*`` wheels of the
+    ``[cuda]`` extra, so that a machine with only an NVIDIA driver (no CUDA toolkit) gets the CUDA
+    provider; where the libraries come from the system instead, nothing is lost."""
+    global _preloaded
+    if _preloaded or not hasattr(ort, "preload_dlls"):
+        return
+    _preloaded = True
+    import contextlib  # noqa: PLC0415
+    import io  # noqa: PLC0415
+
+    # preload_dlls prints its own notes on stdout (which may be a caption stream); keep them out.
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            ort.preload_dlls(cuda=True, cudnn=True, msvc=False, directory="")
+        except Exception as error:  # a missing wheel is fine: system libraries may serve
+            log.info("CUDA wheel preload skipped: %s", error)
 
 
 def _nvidia_driver_present() -> bool:
