@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 
 import numpy as np
@@ -16,7 +17,7 @@ from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ, AudioBlock
 NS_PER_S = 1_000_000_000
 
 
-class ReplaySource:
+class ReplaySource(ABC):
     """Base of sources that make their audio on demand, so they never drop any.
 
     Subclasses implement :meth:`_open` (called by ``start``), :meth:`_produce` (the next
@@ -51,8 +52,9 @@ class ReplaySource:
     def _open(self) -> None:
         pass
 
+    @abstractmethod
     def _produce(self, wanted_samples: int) -> np.ndarray | None:
-        raise NotImplementedError
+        """The next samples (about ``wanted_samples``), or ``None`` once the audio has ended."""
 
     def _close(self) -> None:
         pass
