@@ -47,9 +47,11 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 def main(argv: list[str] | None = None) -> int:
     warnings.showwarning = _one_line_warning
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
+        # `captioner` alone, or with the app's own options (`captioner --overlay`), opens the app.
+        argv = ["gui", *argv]
     args = parser.parse_args(argv)
-    if args.command is None:
-        args = parser.parse_args(["gui", *(argv if argv is not None else sys.argv[1:])])
     try:
         return int(args._run(args) or 0)
     except UserError as error:
