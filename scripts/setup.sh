@@ -12,6 +12,11 @@ apt_app=(libportaudio2 libsndfile1 libasound2-plugins libegl1 libgl1 libfontconf
 apt_test=(pulseaudio pulseaudio-utils xvfb xauth espeak-ng sox)
 wanted=("${apt_app[@]}")
 [ "$mode" = test ] && wanted+=("${apt_test[@]}")
+python="${PYTHON:-python3}"
+# Debian's python3 makes virtual environments only with python3-venv (it carries ensurepip).
+if [ ! -x .venv/bin/python ] && ! "$python" -c "import ensurepip" >/dev/null 2>&1; then
+  wanted+=(python3-venv)
+fi
 
 if command -v dpkg-query >/dev/null 2>&1; then
   missing=()
@@ -35,7 +40,6 @@ else
   echo "captioner setup: not a Debian-family system; install PortAudio and libsndfile yourself." >&2
 fi
 
-python="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv || {
     echo "captioner setup: '$python -m venv' failed; on Debian/Ubuntu run: sudo apt-get install -y python3-venv" >&2
