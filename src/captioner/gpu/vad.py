@@ -22,36 +22,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-SAMPLE_RATE_HZ = 16_000
-N_FFT = 400
+from captioner.events import SAMPLE_RATE_HZ
+from captioner.gpu.features_ref import hz_to_mel, mel_to_hz
+
 
 # Band energy of a full-scale 1 kHz sine in the units below (10*log10 of the mean mel power over
 # the speech band), measured with captioner.gpu.features_ref; subtracting it makes levels dBFS-like.
 FULL_SCALE_SINE_DB = 8.37
 
 
-def _hz_to_mel_slaney(f_hz: np.ndarray) -> np.ndarray:
-    f_hz = np.asarray(f_hz, dtype=np.float64)
-    f_sp = 200.0 / 3
-    min_log_hz = 1000.0
-    min_log_mel = min_log_hz / f_sp
-    logstep = np.log(6.4) / 27.0
-    return np.where(f_hz >= min_log_hz, min_log_mel + np.log(np.maximum(f_hz, 1e-9) / min_log_hz) / logstep, f_hz / f_sp)
-
-
-def _mel_to_hz_slaney(m: np.ndarray) -> np.ndarray:
-    m = np.asarray(m, dtype=np.float64)
-    f_sp = 200.0 / 3
-    min_log_hz = 1000.0
-    min_log_mel = min_log_hz / f_sp
-    logstep = np.log(6.4) / 27.0
-    return np.where(m >= min_log_mel, min_log_hz * np.exp(logstep * (m - min_log_mel)), f_sp * m)
-
-
 def mel_center_frequencies_hz(n_mels: int) -> np.ndarray:
     """Centre frequency of each Slaney mel band between 0 Hz and Nyquist (as Whisper's filters)."""
-    mels = np.linspace(_hz_to_mel_slaney(0.0), _hz_to_mel_slaney(SAMPLE_RATE_HZ / 2), n_mels + 2)
-    return _mel_to_hz_slaney(mels)[1:-1]
+    mels = np.linspace(hz_to_mel(0.0), hz_to_mel(SAMPLE_RATE_HZ / 2), n_mels + 2)
+    return mel_to_hz(mels)[1:-1]
 
 
 def speech_band(n_mels: int, low_hz: float = 200.0, high_hz: float = 4000.0) -> tuple[int, int]:
