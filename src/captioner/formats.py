@@ -187,15 +187,18 @@ def render_jsonl(items: Iterable[Any], *, label_streams: bool | None = None) -> 
     return "".join(json.dumps(item.to_json_dict(), ensure_ascii=False) + "\n" for item in items)
 
 
+def _write_text(text: str, out: str | os.PathLike | TextIO) -> None:
+    if isinstance(out, (str, os.PathLike)):
+        # newline="" so the file holds "\n" on every platform, as SRT/WebVTT readers expect.
+        with open(out, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+    else:
+        out.write(text)
+
+
 def _writer(render_fn: Callable[..., str]) -> Callable[..., None]:
     def write(captions: Iterable[Any], out: str | os.PathLike | TextIO, **options: Any) -> None:
-        text = render_fn(captions, **options)
-        if isinstance(out, (str, os.PathLike)):
-            # newline="" so the file holds "\n" on every platform, as SRT/WebVTT readers expect.
-            with open(out, "w", encoding="utf-8", newline="") as f:
-                f.write(text)
-        else:
-            out.write(text)
+        _write_text(render_fn(captions, **options), out)
 
     write.__name__ = render_fn.__name__.replace("render_", "write_")
     write.__doc__ = f"Write ``{render_fn.__name__}(captions)`` to a path or an open text file."
@@ -229,12 +232,7 @@ def render(captions: Iterable[Any], fmt: str, **options: Any) -> str:
 
 def write_captions(captions: Iterable[Any], out: str | os.PathLike | TextIO, fmt: str, **options: Any) -> None:
     """Write captions in ``fmt`` to a path or an open text file."""
-    text = render(captions, fmt, **options)
-    if isinstance(out, (str, os.PathLike)):
-        with open(out, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-    else:
-        out.write(text)
+    _write_text(render(captions, fmt, **options), out)
 
 
 # Callers that need a string first (e.g. a clipboard copy in the GUI) use the renderers.
