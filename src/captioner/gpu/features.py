@@ -266,9 +266,6 @@ class StreamingFeatures:
         """Absolute count of log-mel frames this slot has produced since its last reset."""
         return max(0, int(self._blocks[stream_slot]) - 1)
 
-    def samples_pushed(self, stream_slot: int) -> int:
-        return int(self._blocks[stream_slot]) * HOP
-
     def oldest_frame(self, stream_slot: int) -> int:
         """The oldest frame still in the slot's ring."""
         return max(0, self.frames_ready(stream_slot) - self.ring_frames)
@@ -410,8 +407,6 @@ class _CudaPath:
         cp = backend.xp
         self.owner = owner
         self.cp = cp
-        if fft_dtype not in ("float32", "float64"):
-            raise ValueError(f"fft_dtype must be 'float32' or 'float64', got {fft_dtype!r}")
         self.fft_dtype = fft_dtype
         double = fft_dtype == "float64"
         suffix = "f64" if double else "f32"
