@@ -99,14 +99,11 @@ def _portaudio_choice(device: dict, channels: int | None, rate_hz: int | None) -
     return DeviceChoice(int(device["index"]), device["name"], rate, wanted_channels)
 
 
-def _pulse_choice(sd, source: pulse.PulseSource | str, channels, rate_hz) -> DeviceChoice | None:
+def _pulse_choice(sd, source: pulse.PulseSource, channels, rate_hz) -> DeviceChoice | None:
     by_name = {d["name"]: d for d in _input_devices(sd)}
     gateway = next((by_name[g] for g in _PULSE_GATEWAYS if g in by_name), None)
     if gateway is None:
         return None
-    if isinstance(source, str):
-        known = {s.name: s for s in pulse.list_sources()}
-        source = known.get(source) or pulse.PulseSource(source, 2, int(gateway["default_samplerate"]), source.endswith(".monitor"))
     rate = int(rate_hz or source.rate_hz)
     check_rate(rate, f"PulseAudio source {source.name!r}")
     wanted_channels = min(int(gateway["max_input_channels"]), channels or min(source.channels, 2))
