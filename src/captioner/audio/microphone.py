@@ -112,14 +112,9 @@ def _pulse_choice(sd, source: pulse.PulseSource, channels, rate_hz) -> DeviceCho
 
 def _resolve_once(sd, device, channels, rate_hz) -> DeviceChoice | None:
     inputs = _input_devices(sd)
-    if device is None:
-        index = sd.default.device[0]
-        if index is None or index < 0:
-            return None
-        matches = [d for d in inputs if d["index"] == index]
-        return _portaudio_choice(matches[0], channels, rate_hz) if matches else None
-    if isinstance(device, int) or (isinstance(device, str) and device.strip().isdigit()):
-        index = int(device)
+    if device is None or isinstance(device, int) or (isinstance(device, str) and device.strip().isdigit()):
+        # PortAudio's default input is None or -1 when there is none: no device has that index.
+        index = sd.default.device[0] if device is None else int(device)
         matches = [d for d in inputs if d["index"] == index]
         return _portaudio_choice(matches[0], channels, rate_hz) if matches else None
     text = str(device).strip()
