@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 
 from captioner.errors import UserError
+from captioner.formats import FORMATS, write_captions
 
-FORMAT_NAMES = ("txt", "srt", "vtt", "jsonl")
+FORMAT_NAMES = tuple(FORMATS)
 
 
 def add_arguments(parser) -> None:
@@ -92,7 +93,6 @@ def run(args) -> int:
 
 def _run_offline(args, fmt: str) -> int:
     from captioner.audio.file_source import open_audio_file
-    from captioner.formats import render
     from captioner.models.transcribe import TranscribeOptions, load_decoder, transcribe_file
 
     if args.output and Path(args.output).is_dir():
@@ -115,14 +115,13 @@ def _run_offline(args, fmt: str) -> int:
         if audio_bar:
             audio_bar.close()
     stream = Path(args.file).stem
-    text = render(result.captions(stream), fmt, label_streams=False)
+    captions = result.captions(stream)
     if args.output:
         try:
-            with open(args.output, "w", encoding="utf-8", newline="") as f:
-                f.write(text)
+            write_captions(captions, args.output, fmt, label_streams=False)
         except OSError as error:
             raise UserError(f"cannot write {args.output}: {error.strerror or error}") from None
     else:
-        sys.stdout.write(text)
+        write_captions(captions, sys.stdout, fmt, label_streams=False)
         sys.stdout.flush()
     return 0
