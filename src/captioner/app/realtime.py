@@ -9,38 +9,22 @@ segment, language). Other formats get the committed captions when the replay end
 from __future__ import annotations
 
 import sys
-import time
 
 from captioner.errors import UserError
 
 
-def _arg(args, *names, default=None):
-    for name in names:
-        value = getattr(args, name, None)
-        if value is not None:
-            return value
-    return default
-
-
 def run_realtime(args) -> int:
+    from captioner.app.commands.transcribe import TextProgress
     from captioner.app.pipeline import Pipeline
     from captioner.audio.file_source import FileSource
     from captioner.formats import captions_from_updates, render
 
-    path = _arg(args, "file", "path", "input", "audio")
-    if path is None:
-        raise UserError("--realtime needs an audio file")
-    fmt = _arg(args, "format", default="txt")
-    output = _arg(args, "output", "out", "o")
-    language = _arg(args, "language")
-    source = FileSource(path, realtime=True)  # a bad file fails here, before a model loads
-    from captioner.app.commands.transcribe import TextProgress
-
+    fmt = args.format
+    source = FileSource(args.file, realtime=True)  # a bad file fails here, before a model loads
     progress = TextProgress()
-    pipeline = Pipeline([source], model=_arg(args, "model", default="tiny.en"), language=language,
-                        task=_arg(args, "task", default="transcribe"),
-                        device=_arg(args, "compute", "device_compute", "backend"), progress=progress)
-    out = open(output, "w", encoding="utf-8", newline="") if output else sys.stdout
+    pipeline = Pipeline([source], model=args.model, language=args.language, task=args.task,
+                        device=args.compute, progress=progress)
+    out = open(args.output, "w", encoding="utf-8", newline="") if args.output else sys.stdout
     updates = []
     try:
         try:
