@@ -99,8 +99,8 @@ def _portaudio_choice(device: dict, channels: int | None, rate_hz: int | None) -
     return DeviceChoice(int(device["index"]), device["name"], rate, wanted_channels)
 
 
-def _pulse_choice(sd, source: pulse.PulseSource, channels, rate_hz) -> DeviceChoice | None:
-    by_name = {d["name"]: d for d in _input_devices(sd)}
+def _pulse_choice(inputs: list[dict], source: pulse.PulseSource, channels, rate_hz) -> DeviceChoice | None:
+    by_name = {d["name"]: d for d in inputs}
     gateway = next((by_name[g] for g in _PULSE_GATEWAYS if g in by_name), None)
     if gateway is None:
         return None
@@ -125,7 +125,7 @@ def _resolve_once(sd, device, channels, rate_hz) -> DeviceChoice | None:
         known = [s for s in pulse.list_sources() if s.name == name]
         if not known:
             raise UserError(f"PulseAudio has no source named {name!r} (run 'captioner devices' to list them)")
-        return _pulse_choice(sd, known[0], channels, rate_hz)
+        return _pulse_choice(inputs, known[0], channels, rate_hz)
     wanted = text.lower()
     exact = [d for d in inputs if d["name"].lower() == wanted]
     partial = exact or [d for d in inputs if wanted in d["name"].lower()]
@@ -145,7 +145,7 @@ def _resolve_once(sd, device, channels, rate_hz) -> DeviceChoice | None:
         names = ", ".join(s.name for s in found)
         raise UserError(f"input device {text!r} is ambiguous: it matches PulseAudio sources {names}")
     if found:
-        return _pulse_choice(sd, found[0], channels, rate_hz)
+        return _pulse_choice(inputs, found[0], channels, rate_hz)
     return None
 
 
