@@ -29,7 +29,7 @@ class InputDevice:
 
     @property
     def open_as(self) -> str:
-        return str(self.index) if self.index is not None else f"pulse:{self.name}"
+        return str(self.index) if self.index is not None else f"{pulse.PULSE_PREFIX}{self.name}"
 
 
 def is_loopback_name(name: str) -> bool:

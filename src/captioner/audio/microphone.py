@@ -31,12 +31,12 @@ from dataclasses import dataclass
 
 from captioner.audio import pulse
 from captioner.audio.framing import Framer
+from captioner.audio.pulse import PULSE_PREFIX
 from captioner.audio.resample import Resampler, check_rate
 from captioner.audio.source import SourceStats
 from captioner.errors import UserError
 from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ, AudioBlock
 
-PULSE_PREFIX = "pulse:"
 # PortAudio devices that lead to the PulseAudio/PipeWire server, best first.
 _PULSE_GATEWAYS = ("pulse", "pipewire", "default")
 

@@ -14,6 +14,8 @@ import subprocess
 from dataclasses import dataclass
 
 PACTL_TIMEOUT_S = 3.0
+PULSE_PREFIX = "pulse:"
+"""``--device pulse:NAME`` opens the server's source ``NAME``."""
 
 _SPEC_RE = re.compile(r"(\d+)ch\s+(\d+)Hz")
 
