@@ -22,11 +22,11 @@ def test_closing_segment_is_due_at_once():
 def test_interval_stretches_when_steps_are_slow_and_relaxes_after():
     s = Scheduler(SchedulerConfig(base_interval_s=0.5, max_interval_s=4.0, target_busy=0.5))
     for _ in range(20):
-        s.record_step(1.0, 2)
+        s.record_step(1.0)
     assert s.stretched and abs(s.interval_s - 2.0) < 0.05
     for _ in range(10):
-        s.record_step(10.0, 2)
+        s.record_step(10.0)
     assert s.interval_s == 4.0
     for _ in range(40):
-        s.record_step(0.01, 1)
+        s.record_step(0.01)
     assert s.interval_s == 0.5 and not s.stretched

@@ -14,7 +14,6 @@ here, so a replay with a simulated clock is deterministic. Pure Python; the work
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 
 
@@ -52,7 +51,6 @@ class Scheduler:
         self.config = config or SchedulerConfig()
         self.interval_s = self.config.base_interval_s
         self._step_s_ema: float | None = None
-        self._recent: deque[tuple[float, float]] = deque(maxlen=50)  # (step_s, interval_s)
 
     def due(self, views: list[StreamView]) -> list[str]:
         cfg = self.config
@@ -71,18 +69,13 @@ class Scheduler:
         order = {v.name: i for i, v in enumerate(views)}
         return sorted(due, key=order.__getitem__)
 
-    def record_step(self, step_s: float, batch_size: int) -> None:
+    def record_step(self, step_s: float) -> None:
         """Fold in the duration of one batched step; stretch or relax the interval."""
         cfg = self.config
         alpha = 0.3
         self._step_s_ema = step_s if self._step_s_ema is None else (1 - alpha) * self._step_s_ema + alpha * step_s
         needed_s = self._step_s_ema / cfg.target_busy
         self.interval_s = min(cfg.max_interval_s, max(cfg.base_interval_s, needed_s))
-        self._recent.append((step_s, self.interval_s))
-
-    @property
-    def step_s_ema(self) -> float | None:
-        return self._step_s_ema
 
     @property
     def stretched(self) -> bool:

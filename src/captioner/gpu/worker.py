@@ -345,7 +345,7 @@ class Engine:
         self.step_s_total += step_s
         self._step_latency_ms = step_s * 1e3
         self._busy.append((t1, step_s))
-        self.scheduler.record_step(step_s, len(streams))
+        self.scheduler.record_step(step_s)
         self.steps += 1
         self.last_batch_size = len(streams)
         return updates
