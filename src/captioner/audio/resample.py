@@ -55,12 +55,12 @@ class Resampler:
     def passthrough(self) -> bool:
         return self._stream is None
 
-    def process(self, block: np.ndarray, last: bool = False) -> np.ndarray:
-        """Resamples one chunk (``[n]`` or ``[n, channels]``); ``last=True`` drains the tail."""
+    def process(self, block: np.ndarray) -> np.ndarray:
+        """Resamples one chunk (``[n]`` or ``[n, channels]``); :meth:`flush` drains the tail."""
         mono = mixdown(block)
         if self._stream is None:
             return mono
-        return self._stream.resample_chunk(np.ascontiguousarray(mono), last=last)
+        return self._stream.resample_chunk(np.ascontiguousarray(mono))
 
     def flush(self) -> np.ndarray:
         """The samples still held inside the resampler (end of the input)."""
