@@ -54,7 +54,7 @@ class Framer:
         if captured_to_sample is None:
             captured_to_sample = self._next_sample + joined.shape[0]
         if n_whole == 0:
-            self._pending = joined.copy()
+            self._pending = joined  # already a fresh array (concatenated or copied above)
             return None
         self._pending = joined[n_whole:].copy()
         block_end = self._next_sample + n_whole
