@@ -66,11 +66,17 @@ def _check_n_mels(n_mels: int) -> int:
     return int(n_mels)
 
 
+def mel_band_edges_hz(n_mels: int) -> np.ndarray:
+    """The ``n_mels + 2`` edges of the mel filters, equally spaced in (Slaney) mel from 0 Hz to
+    Nyquist: band ``m`` spans edges ``m .. m + 2`` and peaks at edge ``m + 1``."""
+    return mel_to_hz(np.linspace(hz_to_mel(0.0), hz_to_mel(SAMPLE_RATE_HZ / 2), n_mels + 2))
+
+
 @functools.lru_cache(maxsize=4)
 def _mel_filters64(n_mels: int) -> np.ndarray:
-    # n_mels + 2 edges equally spaced in mel from 0 Hz to Nyquist; filter m rises from edge m
-    # to edge m+1 and falls to edge m+2, scaled by 2 / (width in Hz) so each has unit area.
-    edges_hz = mel_to_hz(np.linspace(hz_to_mel(0.0), hz_to_mel(SAMPLE_RATE_HZ / 2), n_mels + 2))
+    # Filter m rises from edge m to edge m+1 and falls to edge m+2, scaled by
+    # 2 / (width in Hz) so each has unit area.
+    edges_hz = mel_band_edges_hz(n_mels)
     bins_hz = np.arange(N_BINS, dtype=np.float64) * (SAMPLE_RATE_HZ / N_FFT)
     lower, centre, upper = edges_hz[:-2, None], edges_hz[1:-1, None], edges_hz[2:, None]
     rising = (bins_hz[None, :] - lower) / (centre - lower)

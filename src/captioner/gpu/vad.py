@@ -22,8 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from captioner.events import SAMPLE_RATE_HZ
-from captioner.gpu.features_ref import hz_to_mel, mel_to_hz
+from captioner.gpu.features_ref import mel_band_edges_hz
 
 
 # Band energy of a full-scale 1 kHz sine in the units below (10*log10 of the mean mel power over
@@ -33,8 +32,7 @@ FULL_SCALE_SINE_DB = 8.37
 
 def mel_center_frequencies_hz(n_mels: int) -> np.ndarray:
     """Centre frequency of each Slaney mel band between 0 Hz and Nyquist (as Whisper's filters)."""
-    mels = np.linspace(hz_to_mel(0.0), hz_to_mel(SAMPLE_RATE_HZ / 2), n_mels + 2)
-    return mel_to_hz(mels)[1:-1]
+    return mel_band_edges_hz(n_mels)[1:-1]
 
 
 def speech_band(n_mels: int, low_hz: float = 200.0, high_hz: float = 4000.0) -> tuple[int, int]:
