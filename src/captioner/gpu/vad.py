@@ -81,16 +81,10 @@ class VoiceActivity:
         self._recent: deque[float] = deque(maxlen=self.config.smooth_frames)
         self._minima: deque[tuple[int, float]] = deque()  # monotonic queue of (frame, smoothed level)
         self.speaking = False
-        self.last_speech_frame = -1
-        """Absolute index of the last frame judged speech (hangover included), -1 if none."""
         self.last_voiced_frame = -1
         """Absolute index of the last speech-like frame (no hangover)."""
-        self.speech_frames = 0
         self._run = 0
         self._hang = 0
-
-    def reset(self) -> None:
-        self.__init__(self.config)
 
     def push(self, energy_db: np.ndarray) -> np.ndarray:
         """Take the energies of the next frames; return their speech flags (bool array)."""
@@ -124,9 +118,6 @@ class VoiceActivity:
                 else:
                     self.speaking = False
             flags[i] = self.speaking
-            if self.speaking:
-                self.last_speech_frame = index
-                self.speech_frames += 1
         self.frames_seen += energy_db.shape[0]
         return flags
 
