@@ -21,13 +21,9 @@ from captioner.ui.controls import RunConfig, SourceChoice
 
 def unique_streams(choices: tuple[SourceChoice, ...]) -> list[tuple[SourceChoice, str]]:
     """Each source with a distinct stream label ("Me", "Me 2", ...): the pipeline needs them."""
-    seen: dict[str, int] = {}
-    out = []
-    for choice in choices:
-        n = seen.get(choice.stream, 0) + 1
-        seen[choice.stream] = n
-        out.append((choice, choice.stream if n == 1 else f"{choice.stream} {n}"))
-    return out
+    from captioner.app.pipeline import unique_labels
+
+    return list(zip(choices, unique_labels(c.stream for c in choices)))
 
 
 def open_sources(config: RunConfig, realtime_files: bool = True) -> list[Any]:
@@ -58,6 +54,7 @@ class LiveController(QObject):
     def __init__(self, window, device: str | None = None, metrics_port: int | None = None,
                  realtime_files: bool = True, interactive: bool = True) -> None:
         super().__init__()
+        from captioner.app.pipeline import telemetry_gpu_index
         from captioner.gpu.telemetry import TelemetrySampler
 
         self.window = window
@@ -72,8 +69,7 @@ class LiveController(QObject):
         self._stop_thread: threading.Thread | None = None
         self._files_only = False
         self._progress_dialog: QProgressDialog | None = None
-        gpu_index = int(device.split(":", 1)[1]) if device and device.startswith("cuda:") and device[5:].isdigit() else 0
-        self.sampler = TelemetrySampler(gpu_index=gpu_index)
+        self.sampler = TelemetrySampler(gpu_index=telemetry_gpu_index(device))
         self.sampler.start()
         self.metrics = None
         if metrics_port is not None:

@@ -38,6 +38,28 @@ def check_room_for_stream(status: PipelineStatus | None) -> None:
         )
 
 
+def unique_labels(labels: Iterable[str]) -> list[str]:
+    """The labels made distinct, as the pipeline needs them: a repeat is numbered ("Me", "Me 2")."""
+    seen: dict[str, int] = {}
+    out = []
+    for label in labels:
+        seen[label] = seen.get(label, 0) + 1
+        out.append(label if seen[label] == 1 else f"{label} {seen[label]}")
+    return out
+
+
+def telemetry_gpu_index(device: str | None) -> int:
+    """The GPU whose telemetry goes with ``device``: N for "cuda:N", else 0 (where "auto" runs);
+    a bad name is left for the pipeline to refuse with its own message."""
+    from captioner.gpu.backend import parse_device
+
+    try:
+        _, index = parse_device(device) if device else ("auto", None)
+    except UserError:
+        return 0
+    return index or 0
+
+
 def load_recognizer(model: str, device: str | None, task: str = "transcribe", progress=None):
     """The backend and a Whisper recognizer for ``model`` on ``device`` (worker thread)."""
     from captioner.gpu.backend import get_backend

@@ -35,7 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def record(args: argparse.Namespace) -> int:
-    from captioner.app.pipeline import Pipeline
+    from captioner.app.pipeline import Pipeline, telemetry_gpu_index, unique_labels
     from captioner.audio.file_source import FileSource
     from captioner.gpu.telemetry import TelemetrySampler
     from captioner.trace import TraceRecorder, record_run
@@ -43,15 +43,9 @@ def record(args: argparse.Namespace) -> int:
     for path in args.file:
         if not Path(path).is_file():
             raise UserError(f"no such audio file: {path}")
-    gpu_index = int(args.device.split(":")[1]) if args.device and args.device.startswith("cuda:") else 0
-    stems: dict[str, int] = {}
-    sources = []
-    for path in args.file:
-        stem = Path(path).stem
-        stems[stem] = stems.get(stem, 0) + 1
-        sources.append(FileSource(path, stream=stem if stems[stem] == 1 else f"{stem} {stems[stem]}",
-                                  realtime=args.realtime))
-    sampler = TelemetrySampler(gpu_index=gpu_index)
+    streams = unique_labels(Path(path).stem for path in args.file)
+    sources = [FileSource(path, stream=stream, realtime=args.realtime) for path, stream in zip(args.file, streams)]
+    sampler = TelemetrySampler(gpu_index=telemetry_gpu_index(args.device))
     sampler.start()
     meta = {
         "files": [Path(p).name for p in args.file],
