@@ -67,14 +67,6 @@ class PulseServer:
         return self.sinks[0]
 
     @property
-    def sink_name(self) -> str:
-        return self.sink.name
-
-    @property
-    def device_name(self) -> str:
-        return self.sink.device
-
-    @property
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(PULSE_SERVER=self.server, PULSE_RUNTIME_PATH=str(self.root / "runtime"))
