@@ -96,28 +96,18 @@ def pulse_helper():
 
 
 @pytest.fixture(scope="module")
-def pulse_server():
+def pulse_server(pulse_helper):
     """A private PulseAudio server (tests/pulse.py) with null sinks ``captioner_test`` (48 kHz,
     its monitor the default source) and ``captioner_test_44k`` (44.1 kHz). ``PULSE_SERVER``
     points at it while the fixture lives, so PortAudio's ALSA ``pulse``/``default`` devices
     reach it. Skips only when the PulseAudio binaries are absent; the daemon is killed on
     teardown whatever happened."""
-    pulse = load_pulse_helper()
-
-    reason = pulse.pulseaudio_missing()
-    if reason:
-        pytest.skip(reason)
-    server = pulse.start_pulse_server()
-    saved = {name: os.environ.get(name) for name in ("PULSE_SERVER", "PULSE_SOURCE", "PULSE_SINK")}
-    os.environ["PULSE_SERVER"] = server.server
-    os.environ.pop("PULSE_SOURCE", None)
-    os.environ.pop("PULSE_SINK", None)
+    server = pulse_helper.start_pulse_server()
     try:
-        yield server
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("PULSE_SERVER", server.server)
+            env.delenv("PULSE_SOURCE", raising=False)
+            env.delenv("PULSE_SINK", raising=False)
+            yield server
     finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
         server.stop()
