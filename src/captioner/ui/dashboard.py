@@ -19,12 +19,12 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
 from captioner.events import CaptionUpdate, PipelineStatus, TelemetrySample
+from captioner.events import MIN_FREE_VRAM_FRACTION as VRAM_FREE_FLOOR  # the engine refuses new streams below it
 from captioner.trace import Trace, caption_latency_s
 from captioner.ui.theme import DARK, Theme
 
 WINDOW_S = 60.0
 TEMP_ALARM_C = 83.0
-from captioner.events import MIN_FREE_VRAM_FRACTION as VRAM_FREE_FLOOR  # the engine refuses new streams below it
 GIB = float(1 << 30)
 MAX_LEVEL_STREAMS = 4
 PLOT_MIN_INTERVAL_S = 0.5
@@ -115,6 +115,18 @@ PLOTS: tuple[PlotSpec, ...] = (
 _STATUS_KEYS = ("frame_latency_ms", "step_latency_ms", "dropped_frames", "real_time_factor")
 _TELEMETRY_KEYS = ("temperature_c", "power_w", "power_limit_w", "sm_clock_mhz", "utilization_pct",
                    "cpu_pct", "process_cpu_pct")
+# (curve in GiB, TelemetrySample field in bytes)
+_VRAM_KEYS = (("vram_process_gib", "vram_process_bytes"), ("vram_used_gib", "vram_used_bytes"),
+              ("vram_total_gib", "vram_total_bytes"))
+
+
+def _vram_floor_gib(total_bytes):
+    """Used VRAM at which the engine refuses new streams (a number, or an array of them)."""
+    return (1 - VRAM_FREE_FLOOR) * total_bytes / GIB
+
+
+def _curve_color(theme: Theme, spec: CurveSpec) -> str:
+    return theme.alarm if spec.color < 0 else theme.curve_colors[spec.color % len(theme.curve_colors)]
 
 
 def _fmt(value: float | None, unit: str, digits: int = 0) -> str:
@@ -152,12 +164,11 @@ def trace_curves(trace: Trace) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]]
     curves: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for key in _TELEMETRY_KEYS:
         curves[key] = trace.telemetry_series(key)
-    for key, attr in (("vram_process_gib", "vram_process_bytes"), ("vram_used_gib", "vram_used_bytes"),
-                      ("vram_total_gib", "vram_total_bytes")):
+    for key, attr in _VRAM_KEYS:
         t, v = trace.telemetry_series(attr)
         curves[key] = (t, v / GIB)
     t, total = trace.telemetry_series("vram_total_bytes")
-    curves["vram_floor_gib"] = (t, (1 - VRAM_FREE_FLOOR) * total / GIB)
+    curves["vram_floor_gib"] = (t, _vram_floor_gib(total))
     for key in _STATUS_KEYS:
         curves[key] = trace.status_series(key)
     streams: tuple[str, ...] = ()
@@ -200,6 +211,7 @@ class Dashboard(QWidget):
         self._latest_sample: TelemetrySample | None = None
         self._latest_status: PipelineStatus | None = None
         self._level_streams: tuple[str, ...] = ()
+        self._legend_level_names: tuple[str, ...] = ()
         self._gpu_present: bool | None = None
         self.trace: Trace | None = None
         self.trace_name = ""
@@ -307,7 +319,7 @@ class Dashboard(QWidget):
                 plot.getAxis(axis).setPen(fg)
                 plot.getAxis(axis).setTextPen(fg)
             for curve_spec in spec.curves:
-                color = theme.alarm if curve_spec.color < 0 else theme.curve_colors[curve_spec.color % len(theme.curve_colors)]
+                color = _curve_color(theme, curve_spec)
                 style = Qt.PenStyle.DashLine if curve_spec.dashed else Qt.PenStyle.SolidLine
                 curve = self.curves[curve_spec.key]
                 curve.setPen(pg.mkPen(color, width=curve_spec.width, style=style))
@@ -372,12 +384,11 @@ class Dashboard(QWidget):
         t = sample.time_s
         for key in _TELEMETRY_KEYS:
             self._series_for(key).append(t, getattr(sample, key))
-        gib = (lambda b: None if b is None else b / GIB)
-        self._series_for("vram_process_gib").append(t, gib(sample.vram_process_bytes))
-        self._series_for("vram_used_gib").append(t, gib(sample.vram_used_bytes))
-        self._series_for("vram_total_gib").append(t, gib(sample.vram_total_bytes))
-        floor = None if sample.vram_total_bytes is None else (1 - VRAM_FREE_FLOOR) * sample.vram_total_bytes / GIB
-        self._series_for("vram_floor_gib").append(t, floor)
+        for key, attr in _VRAM_KEYS:
+            value = getattr(sample, attr)
+            self._series_for(key).append(t, None if value is None else value / GIB)
+        total = sample.vram_total_bytes
+        self._series_for("vram_floor_gib").append(t, None if total is None else _vram_floor_gib(total))
         self._advance(t)
         self._dirty = True
 
@@ -483,8 +494,7 @@ class Dashboard(QWidget):
         legend = plot.legend
         if legend is None:
             return
-        names = getattr(self, "_legend_level_names", ())
-        if names == self._level_streams:
+        if self._legend_level_names == self._level_streams:
             return
         for i in range(MAX_LEVEL_STREAMS):
             legend.removeItem(self.curves[f"level_{i}"])
@@ -559,8 +569,7 @@ class Dashboard(QWidget):
                 series.append(0.0, None if math.isnan(y[-1]) else float(y[-1]))
             self._series[key] = series
         self._latest_sample = last_sample
-        self._update_titles()
-        self._set_title(next(s for s in PLOTS if s.key == "caption"), self.caption_percentiles_text())
+        self._update_titles()  # with self.trace set, the caption title covers the whole run
         self._update_na_labels()
         self._series, self._latest_sample = saved
         meta = trace.meta
@@ -584,8 +593,7 @@ class Dashboard(QWidget):
                     item = pg.PlotDataItem(connect="finite")
                     self.plots[spec.key].addItem(item)
                     self.compare_curves[curve_spec.key] = item
-                color = pg.mkColor(self._theme.alarm if curve_spec.color < 0 else
-                                   self._theme.curve_colors[curve_spec.color % len(self._theme.curve_colors)])
+                color = pg.mkColor(_curve_color(self._theme, curve_spec))
                 color.setAlpha(150)
                 item.setPen(pg.mkPen(color, width=1.5, style=Qt.PenStyle.DashLine))
                 item.setData(t, v, connect="finite")
