@@ -243,9 +243,6 @@ class MainWindow(QMainWindow):
         else:
             self.overlay.hide()
 
-    def toggle_overlay(self) -> None:
-        self.set_overlay_visible(not self.overlay.isVisible())
-
     def _focus_search(self) -> None:
         self.side_tabs.setCurrentWidget(self.history)
         self.history.search_edit.setFocus()
