@@ -160,22 +160,19 @@ class ControlPanel(QWidget):
                     files.append(_file_choice(path))
         choices.extend(files)
         for choice in choices:
-            item = QListWidgetItem(f"[{choice.stream}] {choice.label}")
-            item.setData(Qt.ItemDataRole.UserRole, choice)
-            item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
-            item.setCheckState(Qt.CheckState.Checked if choice.key() in previous else Qt.CheckState.Unchecked)
-            item.setToolTip(choice.path or str(choice.device if choice.device is not None else "system default"))
-            self.source_list.addItem(item)
+            self._add_choice(choice, choice.key() in previous)
         if not self.selected_sources():
             self.source_list.item(0).setCheckState(Qt.CheckState.Checked)
 
     def add_file(self, path: str, checked: bool = True) -> SourceChoice:
-        choice = _file_choice(path)
+        return self._add_choice(_file_choice(path), checked)
+
+    def _add_choice(self, choice: SourceChoice, checked: bool) -> SourceChoice:
         item = QListWidgetItem(f"[{choice.stream}] {choice.label}")
         item.setData(Qt.ItemDataRole.UserRole, choice)
         item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
         item.setCheckState(Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked)
-        item.setToolTip(path)
+        item.setToolTip(choice.path or str(choice.device if choice.device is not None else "system default"))
         self.source_list.addItem(item)
         return choice
 
