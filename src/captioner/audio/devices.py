@@ -37,18 +37,17 @@ def is_loopback_name(name: str) -> bool:
     return any(mark in lowered for mark in _LOOPBACK_MARKS)
 
 
-def list_input_devices(include_pulse: bool = True, refresh: bool = True) -> list[InputDevice]:
+def list_input_devices(include_pulse: bool = True) -> list[InputDevice]:
     """Every input device PortAudio sees, then every PulseAudio/PipeWire source.
 
-    Raises ``UserError`` only when PortAudio itself is missing. ``refresh`` rescans PortAudio
-    first (when no stream is open), so devices that appeared since start-up are listed.
+    Raises ``UserError`` only when PortAudio itself is missing. PortAudio is rescanned first
+    (when no stream is open), so devices that appeared since start-up are listed.
     """
     from captioner.audio.microphone import import_sounddevice, portaudio_lock, refresh_portaudio  # noqa: PLC0415
 
     sd = import_sounddevice()
     with portaudio_lock:
-        if refresh:
-            refresh_portaudio()
+        refresh_portaudio()
         host_apis = [api["name"] for api in sd.query_hostapis()]
         default_index = sd.default.device[0]
         devices = [
