@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 from captioner.events import CaptionUpdate
+from captioner.formats import format_timestamp
 
 
 def default_transcript_dir() -> Path:
@@ -26,17 +27,9 @@ def default_transcript_dir() -> Path:
     return Path(platformdirs.user_data_dir("captioner", appauthor=False)) / "transcripts"
 
 
-def _clock(seconds: float) -> str:
-    ms = int(round(max(0.0, seconds) * 1000))
-    h, rem = divmod(ms, 3_600_000)
-    m, rem = divmod(rem, 60_000)
-    s, ms = divmod(rem, 1000)
-    return f"{h:02d}:{m:02d}:{s:02d}.{ms:03d}"
-
-
 def format_line(update: CaptionUpdate) -> str:
     text = " ".join(update.text.split())
-    return f"[{_clock(update.start_s)} --> {_clock(update.end_s)}] {update.stream}: {text}\n"
+    return f"[{format_timestamp(update.start_s)} --> {format_timestamp(update.end_s)}] {update.stream}: {text}\n"
 
 
 class TranscriptWriter:
