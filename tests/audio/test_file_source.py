@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
+from captioner.app.simulate import SimClock
 from captioner.audio.file_source import FileSource, open_audio_file, read_audio_16k
 from captioner.audio.resample import resample_whole
 from captioner.audio.source import AudioSource
@@ -10,19 +11,16 @@ from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ
 CLIP_ID = "en_ls_1089-134686-0001"
 
 
-class FakeClock:
-    """Simulated time: ``sleep`` advances ``now`` instead of waiting."""
+class FakeClock(SimClock):
+    """The app's simulated clock (``sleep`` advances ``now_ns``), recording every sleep."""
 
     def __init__(self, start_ns: int = 5_000_000_000):
-        self.now_ns = start_ns
+        super().__init__(start_ns)
         self.sleeps_s: list[float] = []
-
-    def __call__(self) -> int:
-        return self.now_ns
 
     def sleep(self, seconds: float) -> None:
         self.sleeps_s.append(seconds)
-        self.now_ns += int(round(seconds * 1e9))
+        super().sleep(seconds)
 
 
 def drain(source, timeout_s=0.0, limit=100_000):
