@@ -13,6 +13,7 @@ from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizeGrip, QVBoxLayout, QWidget
 
 DEFAULT_LINES = 3
+DEFAULT_FONT_PT = 22
 _BACKGROUND = QColor(12, 14, 18, 185)
 
 
@@ -34,7 +35,7 @@ def last_lines(words: list[tuple[str, bool]], metrics: QFontMetrics, width_px: i
 class CaptionOverlay(QWidget):
     """GUI thread only."""
 
-    def __init__(self, font_pt: int = 22, n_lines: int = DEFAULT_LINES, parent=None) -> None:
+    def __init__(self, font_pt: int = DEFAULT_FONT_PT, n_lines: int = DEFAULT_LINES, parent=None) -> None:
         super().__init__(
             parent,
             Qt.WindowType.Window

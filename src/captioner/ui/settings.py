@@ -6,6 +6,9 @@ from dataclasses import dataclass, field, fields
 
 from PySide6.QtCore import QByteArray, QSettings
 
+from captioner.ui import overlay
+from captioner.ui.caption_view import DEFAULT_FONT_PT
+
 ORGANIZATION = "captioner"
 APPLICATION = "captioner"
 
@@ -13,10 +16,10 @@ APPLICATION = "captioner"
 @dataclass
 class AppSettings:
     theme: str = "dark"
-    font_pt: int = 20
+    font_pt: int = DEFAULT_FONT_PT
     overlay_visible: bool = False
-    overlay_font_pt: int = 22
-    overlay_lines: int = 3
+    overlay_font_pt: int = overlay.DEFAULT_FONT_PT
+    overlay_lines: int = overlay.DEFAULT_LINES
     model: str = "tiny.en"
     language: str = "auto"
     translate: bool = False
