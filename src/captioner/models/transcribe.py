@@ -20,18 +20,18 @@ from typing import Protocol
 import numpy as np
 
 from captioner.errors import UserError
-from captioner.events import SAMPLE_RATE_HZ
+from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ
 from captioner.formats import Caption
 from captioner.models.decoding import WINDOW_S, DecodedWindow, DecodingOptions
 from captioner.models.tokenizer import WhisperTokenizer
 
-FRAMES_PER_S = 100  # mel hop of 10 ms
+FRAMES_PER_S = SAMPLE_RATE_HZ // FRAME_SAMPLES  # 100: mel hop of 10 ms
 WINDOW_FRAMES = int(WINDOW_S * FRAMES_PER_S)
 MIN_WINDOW_FRAMES = 10
+"""A tail shorter than this (0.1 s) is not decoded: it holds no word, only room to invent one."""
 VAD_LEAD_FRAMES = 50
 """A window starts this long (0.5 s) before the first frame the VAD calls speech: onsets are
 soft, and the model hears a little silence before a word anyway."""
-"""A tail shorter than this (0.1 s) is not decoded: it holds no word, only room to invent one."""
 
 
 class WindowDecoder(Protocol):
@@ -127,7 +127,7 @@ def voice_activity(audio: np.ndarray, n_mels: int) -> np.ndarray:
     log_mel = log_mel_spectrogram(audio, n_mels)
     energy_db = band_energy_db(np, log_mel, speech_band(n_mels))
     flags = VoiceActivity().push(energy_db)
-    n_frames = len(audio) // (SAMPLE_RATE_HZ // FRAMES_PER_S)
+    n_frames = len(audio) // FRAME_SAMPLES
     return np.pad(flags, (0, max(0, n_frames - len(flags))))[:n_frames]
 
 
@@ -153,7 +153,7 @@ def transcribe_audio(
         tok.sot_sequence(None, "translate")
     dec_options = replace(options.decoding, task=options.task)
 
-    total_frames = len(audio) // (SAMPLE_RATE_HZ // FRAMES_PER_S)
+    total_frames = len(audio) // FRAME_SAMPLES
     duration_s = len(audio) / SAMPLE_RATE_HZ
     seek = 0
     all_tokens: list[int] = []
@@ -162,7 +162,6 @@ def transcribe_audio(
     skipped: list[SkippedWindow] = []
     language_probability: float | None = None
     n_windows = 0
-    hop = SAMPLE_RATE_HZ // FRAMES_PER_S
     speech = voice_activity(audio, decoder.n_mels) if options.vad_filter else None
     while total_frames - seek >= MIN_WINDOW_FRAMES:
         window_frames = min(WINDOW_FRAMES, total_frames - seek)
@@ -180,7 +179,7 @@ def transcribe_audio(
                 if progress is not None:
                     progress(min(seek / FRAMES_PER_S, duration_s), duration_s)
                 continue
-        chunk = audio[seek * hop:(seek + window_frames) * hop]
+        chunk = audio[seek * FRAME_SAMPLES:(seek + window_frames) * FRAME_SAMPLES]
         mel = _window_features(chunk, decoder.n_mels)
         previous = all_tokens[prompt_from:] if options.condition_on_previous_text else []
         result = decoder.decode(mel, dec_options, previous_tokens=[previous], languages=[language], window_s=window_s)[0]
