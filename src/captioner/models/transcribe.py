@@ -143,14 +143,10 @@ def transcribe_audio(
     if audio.ndim != 1:
         raise UserError(f"transcription needs mono audio, got shape {audio.shape}")
     tok = decoder.tokenizer
+    check_request(tok, options.language, options.task)  # UserError now rather than mid-file
     language: str | None = None if options.language in ("auto", "", None) else options.language
-    if language is not None:
-        tok.sot_sequence(language, options.task)  # UserError now rather than mid-file
-    elif not decoder.is_multilingual:
+    if language is None and not decoder.is_multilingual:
         language = "en"
-        tok.sot_sequence(None, options.task)
-    if options.task == "translate" and not decoder.is_multilingual:
-        tok.sot_sequence(None, "translate")
     dec_options = replace(options.decoding, task=options.task)
 
     total_frames = len(audio) // FRAME_SAMPLES
