@@ -25,12 +25,13 @@ from typing import Callable, Protocol
 import numpy as np
 
 from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ, AudioBlock, CaptionUpdate, PipelineStatus
+from captioner.gpu.features_ref import CHUNK_FRAMES
 from captioner.gpu.scheduler import Scheduler, SchedulerConfig, StreamView
 from captioner.gpu.vad import VadConfig, VoiceActivity, band_energy_db, speech_band
 from captioner.models.streaming import Hypothesis, LocalAgreementPolicy, PolicyConfig
 
 FRAMES_PER_S = SAMPLE_RATE_HZ // FRAME_SAMPLES  # 100
-WINDOW_FRAMES = 3000  # a Whisper window: 30 s of 10 ms frames
+WINDOW_FRAMES = CHUNK_FRAMES  # a Whisper window: 30 s of 10 ms frames
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +124,6 @@ class Engine:
         recognizer: Recognizer,
         config: EngineConfig | None = None,
         clock_ns: Callable[[], int] = time.monotonic_ns,
-        features=None,
         timer_ns: Callable[[], int] | None = None,
     ) -> None:
         self.backend = backend
@@ -136,19 +136,11 @@ class Engine:
         # so that scheduling decisions do not depend on the machine.
         self.timer_ns = timer_ns or (time.perf_counter_ns if clock_ns is time.monotonic_ns else clock_ns)
         self.last_step_s = 0.0
-        if features is None:
-            from captioner.gpu.features import StreamingFeatures
-
-            features = StreamingFeatures(
-                backend, n_mels=recognizer.n_mels, max_streams=self.config.max_streams,
-                ring_frames=self.config.ring_frames,
-            )
-        self.features = features
+        self._build_features(recognizer.n_mels)
         self.scheduler = Scheduler(self.config.scheduler)
         self.language = self.config.language
         self._streams: dict[str, _Stream] = {}
         self._free_slots = list(range(self.config.max_streams))
-        self._band = speech_band(recognizer.n_mels)
         self._frame_latency_ms: deque[float] = deque(maxlen=200)
         self._step_latency_ms: float | None = None
         self._lag_s = 0.0
@@ -158,6 +150,15 @@ class Engine:
         self.steps = 0
         self.step_s_total = 0.0
         self.last_batch_size = 0
+
+    def _build_features(self, n_mels: int) -> None:
+        """Fresh feature rings for every stream slot, and the VAD's speech band, for a model
+        with ``n_mels`` mel bands."""
+        from captioner.gpu.features import StreamingFeatures
+
+        self.features = StreamingFeatures(self.backend, n_mels=n_mels, max_streams=self.config.max_streams,
+                                          ring_frames=self.config.ring_frames)
+        self._band = speech_band(n_mels)
 
     # -- streams ---------------------------------------------------------------------------------
     @property
@@ -236,7 +237,7 @@ class Engine:
     def _run_vad(self, s: _Stream) -> None:
         ready = self.features.frames_ready(s.slot)
         # Frames that fell out of the ring were never looked at; skip them.
-        first = max(s.vad_frames, ready - self.config.ring_frames)
+        first = max(s.vad_frames, self.features.oldest_frame(s.slot))
         if ready <= first:
             return
         log_mel = self.features.log_mel_window(s.slot, first, ready - first)
@@ -374,12 +375,8 @@ class Engine:
         with another number of mel bands gets fresh feature rings (stream clocks go on)."""
         updates = self.finish()
         if recognizer.n_mels != self.recognizer.n_mels:
-            from captioner.gpu.features import StreamingFeatures
-
             old = self.features
-            self.features = StreamingFeatures(self.backend, n_mels=recognizer.n_mels,
-                                              max_streams=self.config.max_streams, ring_frames=self.config.ring_frames)
-            self._band = speech_band(recognizer.n_mels)
+            self._build_features(recognizer.n_mels)
             for s in self._streams.values():
                 s.frame_offset += old.frames_ready(s.slot)
                 s.vad_frames = 0
