@@ -95,7 +95,6 @@ def test_monitor_capture_matches_played_speech(pulse_server, speech_clips, sink_
     played_span_s = active_span_s(played)
     captured_span_s = active_span_s(captured[lag : lag + len(played)])
     assert abs(captured_span_s - played_span_s) <= 0.05 * played_span_s
-    # The other sink's monitor stayed silent: the capture came from the chosen source.
     print(f"{sink.name}: NCC {ncc:.4f}, lag {lag / SAMPLE_RATE_HZ:.3f} s, span {captured_span_s:.3f}/{played_span_s:.3f} s")
 
 
