@@ -255,12 +255,3 @@ class WhisperTokenizer:
         if token_id >= self.special.timestamp_begin:
             return f"<|{self.timestamp_s(token_id):.2f}|>"
         return self._tok.id_to_token(int(token_id)) or ""
-
-
-def load_tokenizer(model_dir: str | Path, n_vocab: int | None = None) -> WhisperTokenizer:
-    """The tokenizer of a model folder holding ``tokenizer.json`` (and ``config.json``)."""
-    model_dir = Path(model_dir)
-    tokenizer_path = model_dir / "tokenizer.json"
-    if not tokenizer_path.exists():
-        raise UserError(f"{model_dir} has no tokenizer.json")
-    return WhisperTokenizer(tokenizer_path, model_dir / "config.json", n_vocab=n_vocab)
