@@ -27,10 +27,10 @@ import functools
 import numpy as np
 
 from captioner.errors import UserError
+from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ
 
-SAMPLE_RATE_HZ = 16_000
 N_FFT = 400
-HOP = 160
+HOP = FRAME_SAMPLES  # 160: the features' hop is the pipeline's 10 ms frame
 N_BINS = N_FFT // 2 + 1  # 201 rfft bins, 0 .. 8 kHz in 40 Hz steps
 CHUNK_S = 30
 CHUNK_SAMPLES = CHUNK_S * SAMPLE_RATE_HZ  # 480_000: one Whisper window
