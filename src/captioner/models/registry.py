@@ -15,6 +15,7 @@ from pathlib import Path
 
 from captioner.errors import UserError
 from captioner.models.ct2_reader import Ct2Model, read_model
+from captioner.models.tokenizer import MULTILINGUAL_MIN_VOCAB, N_TIMESTAMP_TOKENS
 
 PACKAGED_MODELS = ("tiny.en", "base")
 
@@ -25,7 +26,6 @@ SPEC_REVISION = 3
 
 N_AUDIO_FRAMES = 3000  # mel frames in a 30 s window
 N_AUDIO_CTX = 1500  # encoder positions (frames after the stride-2 convolution)
-N_TIMESTAMPS = 1501  # <|0.00|> .. <|30.00|> in 20 ms steps
 
 
 @dataclass(frozen=True)
@@ -295,9 +295,9 @@ def resolve_model(name_or_path: str | Path) -> ModelFiles:
         size_bytes = weights.size_bytes
     finally:
         weights.close()
-    is_multilingual = dims.n_vocab >= 51865
+    is_multilingual = dims.n_vocab >= MULTILINGUAL_MIN_VOCAB
     # Whisper's vocabulary ends with the 1501 timestamp tokens <|0.00|> .. <|30.00|>.
-    if dims.n_vocab - special.timestamp_begin != N_TIMESTAMPS:
+    if dims.n_vocab - special.timestamp_begin != N_TIMESTAMP_TOKENS:
         raise UserError(
             f"{label}: tokenizer does not match the weights (its timestamps start at {special.timestamp_begin}, "
             f"the weights have {dims.n_vocab} tokens)"

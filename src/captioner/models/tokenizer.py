@@ -25,7 +25,7 @@ TIME_PRECISION_S = 0.02
 N_TIMESTAMP_TOKENS = 1501
 """``<|0.00|>`` .. ``<|30.00|>``."""
 
-_MULTILINGUAL_MIN_VOCAB = 51865  # Whisper's own test: English-only vocabularies are smaller
+MULTILINGUAL_MIN_VOCAB = 51865  # Whisper's own test: English-only vocabularies are smaller
 
 # Whisper's list of symbols that are not speech; tokens that spell one of them alone are
 # suppressed so that the model does not "caption" music notes or stage directions.
@@ -98,7 +98,7 @@ class WhisperTokenizer:
             raise UserError(
                 f"{path}: the model has {self.n_vocab} outputs, too few for Whisper's timestamp tokens"
             )
-        self.is_multilingual = self.n_vocab >= _MULTILINGUAL_MIN_VOCAB
+        self.is_multilingual = self.n_vocab >= MULTILINGUAL_MIN_VOCAB
 
         self.config: dict = {}
         if config_path is not None and Path(config_path).exists():
