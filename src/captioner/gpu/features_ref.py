@@ -161,8 +161,7 @@ def whisper_normalize(log_mel) -> np.ndarray:
         peak = log_mel.max(axis=(1, 2), keepdims=True)
     else:
         peak = log_mel.max()
-    clamped = log_mel.clip(min=peak - 8.0) if hasattr(log_mel, "clip") else np.maximum(log_mel, peak - 8.0)
-    return (clamped + 4.0) / 4.0
+    return (log_mel.clip(min=peak - 8.0) + 4.0) / 4.0
 
 
 def pad_or_trim(audio_16k, length: int = CHUNK_SAMPLES) -> np.ndarray:
