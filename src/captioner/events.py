@@ -17,8 +17,6 @@ SAMPLE_RATE_HZ = 16_000
 FRAME_SAMPLES = 160
 """One 10 ms frame at ``SAMPLE_RATE_HZ``; also the hop of the features."""
 
-FRAME_MS = 1000 * FRAME_SAMPLES // SAMPLE_RATE_HZ
-
 MIN_FREE_VRAM_FRACTION = 0.15
 """Below this share of free GPU memory the engine refuses new streams: the streams already
 captioned keep their headroom for longer windows and batch growth (the dashboard draws this line)."""
