@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from captioner.audio import pulse
+from captioner.audio.microphone import import_sounddevice, portaudio_lock, refresh_portaudio
 
 # Names that mark a device capturing what the machine plays rather than a microphone.
 _LOOPBACK_MARKS = ("monitor", "loopback", "stereo mix", "what u hear", "wave out")
@@ -43,8 +44,6 @@ def list_input_devices(include_pulse: bool = True) -> list[InputDevice]:
     Raises ``UserError`` only when PortAudio itself is missing. PortAudio is rescanned first
     (when no stream is open), so devices that appeared since start-up are listed.
     """
-    from captioner.audio.microphone import import_sounddevice, portaudio_lock, refresh_portaudio  # noqa: PLC0415
-
     sd = import_sounddevice()
     with portaudio_lock:
         refresh_portaudio()
