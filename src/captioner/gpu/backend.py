@@ -162,6 +162,12 @@ def parse_device(device: str) -> tuple[str, int | None]:
     return "cuda", int(index) if index is not None else 0
 
 
+def _device_name(props: dict) -> str:
+    """The name in CUDA device properties (CuPy gives bytes or str depending on its version)."""
+    name = props["name"]
+    return name.decode() if isinstance(name, bytes) else str(name)
+
+
 def cpu_backend() -> Backend:
     return Backend(xp=np, name="cpu", device_name="CPU (NumPy)")
 
@@ -176,9 +182,7 @@ def _cuda_backend(index: int) -> Backend:
     if index >= count:
         raise UserError(f"cuda:{index} does not exist: this machine has {count} usable CUDA device(s)")
     cupy = _import_cupy()
-    props = cupy.cuda.runtime.getDeviceProperties(index)
-    name = props["name"]
-    name = name.decode() if isinstance(name, bytes) else str(name)
+    name = _device_name(cupy.cuda.runtime.getDeviceProperties(index))
     return Backend(xp=cupy, name=f"cuda:{index}", device_name=name, device_index=index, _cupy=cupy)
 
 
@@ -217,12 +221,10 @@ def describe_gpus() -> list[GpuInfo]:
         gpus = []
         for index in range(int(runtime.getDeviceCount())):
             props = runtime.getDeviceProperties(index)
-            name = props["name"]
-            name = name.decode() if isinstance(name, bytes) else str(name)
             gpus.append(
                 GpuInfo(
                     index=index,
-                    name=name,
+                    name=_device_name(props),
                     total_vram_bytes=int(props["totalGlobalMem"]),
                     driver_version=driver_text,
                     compute_capability=f"{props['major']}.{props['minor']}",
