@@ -52,7 +52,7 @@ def run_scenario(app, name: str, seconds: float, feed_events: bool, show_dashboa
     sampler = TelemetrySampler()
     sampler.start()
     start = time.monotonic()
-    state = {"word": itertools.cycle(WORDS), "segment": [0, 0], "text": ["", ""], "n_updates": 0, "frames": 0}
+    state = {"word": itertools.cycle(WORDS), "segment": [0, 0], "text": ["", ""], "n_updates": 0}
     streams = ("Me", "Meeting")
 
     class Feed:
@@ -124,15 +124,11 @@ def run_scenario(app, name: str, seconds: float, feed_events: bool, show_dashboa
             utilization_pct=30.0 + k % 20, vram_used_bytes=(5 + k % 3) * gib, vram_total_bytes=140 * gib,
             vram_process_bytes=2 * gib, cpu_pct=real.cpu_pct, process_cpu_pct=real.process_cpu_pct)
 
-    def count_frames():
-        state["frames"] = window.dashboard.redraws
-
     if feed_events:
         every(250, partial)
         every(2000, commit)
         every(100, status)
         every(500, telemetry)
-    every(1000, count_frames)
 
     # The real event loop, as in the app (a polling loop would measure itself).
     loop = QEventLoop()
