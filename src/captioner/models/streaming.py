@@ -200,9 +200,7 @@ class LocalAgreementPolicy:
             # already on screen came from a hypothesis that passed them, so it is committed
             # rather than lost; otherwise agreement restarts.
             if close_segment:
-                if s.previous_tail:
-                    emit.final(s.previous_tail)
-                    s.committed.extend(s.previous_tail)
+                self._commit(emit, s.previous_tail)
                 emit.partial([])
                 self._close(close_at_s if close_at_s is not None else hypothesis.end_s)
             else:
@@ -217,8 +215,7 @@ class LocalAgreementPolicy:
         tail = words[start_index:]
 
         if close_segment:
-            emit.final(tail)
-            s.committed.extend(tail)
+            self._commit(emit, tail)
             emit.partial([])
             self._close(close_at_s if close_at_s is not None else hypothesis.end_s)
             return out
@@ -226,9 +223,7 @@ class LocalAgreementPolicy:
         agreed = _common_prefix(s.previous_tail, tail)
         new_commit = tail[:agreed]
         rest = tail[agreed:]
-        if new_commit:
-            emit.final(new_commit)
-            s.committed.extend(new_commit)
+        self._commit(emit, new_commit)
         s.previous_tail = rest
         emit.partial(rest)
 
@@ -236,8 +231,7 @@ class LocalAgreementPolicy:
         if buffer_s >= self.config.max_buffer_s and not self._trim(words, start_index + agreed, offset, hypothesis):
             # No safe boundary inside a full buffer: commit what is there and restart after it.
             if rest:
-                emit.final(rest)
-                s.committed.extend(rest)
+                self._commit(emit, rest)
                 emit.partial([])
             self._close(hypothesis.end_s, keep_segment=True)
         elif buffer_s >= self.config.trim_after_s:
@@ -249,13 +243,17 @@ class LocalAgreementPolicy:
         out: list[CaptionUpdate] = []
         emit = _Emitter(self, emitted_audio_s, emitted_wall_s, out)
         if self._s.previous_tail:
-            emit.final(self._s.previous_tail)
-            self._s.committed.extend(self._s.previous_tail)
+            self._commit(emit, self._s.previous_tail)
             emit.partial([])
         self._close(emitted_audio_s)
         return out
 
     # -- internals ----------------------------------------------------------------------------------
+    def _commit(self, emit: _Emitter, words: list[Word]) -> None:
+        """Show ``words`` as final and keep them as committed (nothing happens for none)."""
+        emit.final(words)
+        self._s.committed.extend(words)
+
     def _match_committed(self, words: list[Word]) -> int:
         """Index in ``words`` where the text beyond the committed words starts.
 
