@@ -307,10 +307,10 @@ class LocalAgreementPolicy:
         cut_s = None
         for seg_index, end_s in enumerate(hypothesis.segment_ends_s):
             seg_word_idx = [i for i, w in enumerate(words) if w.segment == seg_index]
-            last = (seg_word_idx[-1] + 1) if seg_word_idx else None
-            if last is None or last > committed_upto:
-                if last is None:
-                    continue
+            if not seg_word_idx:
+                continue
+            last = seg_word_idx[-1] + 1
+            if last > committed_upto:
                 break
             if end_s <= s.buffer_start_s or end_s > hypothesis.end_s:
                 continue
