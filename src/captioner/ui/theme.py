@@ -18,7 +18,6 @@ class Theme:
     accent: str
     plot_background: str
     plot_foreground: str
-    grid_alpha: float
     stream_colors: tuple[str, ...]  # labels of Me / Meeting / more streams, in order of appearance
     curve_colors: tuple[str, ...]
     alarm: str  # limits: 83 °C, power limit, the 15%-free VRAM line
@@ -26,7 +25,7 @@ class Theme:
 
 LIGHT = Theme(
     name="light", window="#f3f3f5", base="#ffffff", text="#15171a", dim_text="#7a7f87",
-    accent="#2d6cdf", plot_background="#ffffff", plot_foreground="#3a3d42", grid_alpha=0.25,
+    accent="#2d6cdf", plot_background="#ffffff", plot_foreground="#3a3d42",
     stream_colors=("#1f62d6", "#b3471d", "#1d8a4a", "#8a3fb8"),
     curve_colors=("#1f62d6", "#d9480f", "#2b8a3e", "#8a3fb8", "#0b7285"),
     alarm="#d62828",
@@ -34,7 +33,7 @@ LIGHT = Theme(
 
 DARK = Theme(
     name="dark", window="#1e2024", base="#15171a", text="#eceff3", dim_text="#8b929c",
-    accent="#5b9bff", plot_background="#15171a", plot_foreground="#c9ced6", grid_alpha=0.2,
+    accent="#5b9bff", plot_background="#15171a", plot_foreground="#c9ced6",
     stream_colors=("#6aa6ff", "#ff9a62", "#63d68d", "#c792ff"),
     curve_colors=("#6aa6ff", "#ff8c42", "#63d68d", "#c792ff", "#4dd0e1"),
     alarm="#ff5252",
