@@ -280,23 +280,20 @@ class Engine:
 
     def tick(self) -> list[CaptionUpdate]:
         """Run one batched model step for the streams that are due (none may be)."""
-        due = self.scheduler.due(self.views())
+        views = self.views()
+        due = self.scheduler.due(views)
         if not due:
             return []
-        streams = [self._streams[name] for name in due]
-        closing = {s.name: self._close_pending(s) for s in streams}
-        updates: list[CaptionUpdate] = []
+        closing = {v.name: v.close_pending for v in views if v.name in due}
         # A segment with (almost) no speech closes without asking the model.
         work = []
-        for s in streams:
+        for s in (self._streams[name] for name in due):
             if closing[s.name] and not s.policy.has_pending_text and \
                     s.segment_speech_frames < self.config.min_speech_s * FRAMES_PER_S:
                 self._reset_segment(s, self._audio_end_s(s))
             else:
                 work.append(s)
-        if not work:
-            return updates
-        return updates + self._step(work, closing)
+        return self._step(work, closing) if work else []
 
     def _window(self, s: _Stream) -> tuple[int, int]:
         """Feature frames ``[first, ready)`` of the stream's buffer (at most one window)."""
