@@ -209,12 +209,10 @@ class Dashboard(QWidget):
         self._dirty = False
         self._now_s: float | None = None
         self._latest_sample: TelemetrySample | None = None
-        self._latest_status: PipelineStatus | None = None
         self._level_streams: tuple[str, ...] = ()
         self._legend_level_names: tuple[str, ...] = ()
         self._gpu_present: bool | None = None
         self.trace: Trace | None = None
-        self.trace_name = ""
         self.redraws = 0
         self.min_interval_s = PLOT_MIN_INTERVAL_S
         self._last_redraw_s = -math.inf
@@ -237,11 +235,9 @@ class Dashboard(QWidget):
         self.graphics.setObjectName("dashboardPlots")
         self.plots: dict[str, pg.PlotItem] = {}
         self.curves: dict[str, pg.PlotDataItem] = {}
-        self.plot_values: dict[str, pg.LabelItem] = {}
         self.na_labels: dict[str, pg.TextItem] = {}
         self.value_labels: dict[str, pg.TextItem] = {}
         self.compare_curves: dict[str, pg.PlotDataItem] = {}
-        self.compare_name = ""
         self._build_plots()
 
         layout = QVBoxLayout(self)
@@ -393,7 +389,6 @@ class Dashboard(QWidget):
         self._dirty = True
 
     def add_status(self, status: PipelineStatus) -> None:
-        self._latest_status = status
         t = status.time_s
         for key in _STATUS_KEYS:
             self._series_for(key).append(t, getattr(status, key))
@@ -545,7 +540,6 @@ class Dashboard(QWidget):
         """Shows a recorded run over its whole length (live data keeps buffering meanwhile)."""
         self.clear_comparison()
         self.trace = trace
-        self.trace_name = name
         telemetry = trace.telemetry
         curves, streams = trace_curves(trace)
         for key, item in self.curves.items():
@@ -597,7 +591,6 @@ class Dashboard(QWidget):
                 color.setAlpha(150)
                 item.setPen(pg.mkPen(color, width=1.5, style=Qt.PenStyle.DashLine))
                 item.setData(t, v, connect="finite")
-        self.compare_name = name
         duration = max(self.trace.duration_s(), trace.duration_s(), 1.0)
         self.plots[PLOTS[0].key].setXRange(0, duration, padding=0.01)
         label = self.mode_label.text().split("  ·  compared with")[0]
@@ -607,12 +600,10 @@ class Dashboard(QWidget):
         for key, item in self.compare_curves.items():
             self.plots[next(s.key for s in PLOTS if any(c.key == key for c in s.curves))].removeItem(item)
         self.compare_curves.clear()
-        self.compare_name = ""
 
     def show_live(self) -> None:
         self.clear_comparison()
         self.trace = None
-        self.trace_name = ""
         self.mode_label.setText(f"Live · last {self.window_s:.0f} s (x axis: seconds from now)")
         self.live_button.setVisible(False)
         self.plots[PLOTS[0].key].setXRange(-self.window_s, 0, padding=0)
