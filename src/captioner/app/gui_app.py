@@ -26,7 +26,7 @@ def unique_streams(choices: tuple[SourceChoice, ...]) -> list[tuple[SourceChoice
     return list(zip(choices, unique_labels(c.stream for c in choices)))
 
 
-def open_sources(config: RunConfig, realtime_files: bool = True) -> list[Any]:
+def open_sources(config: RunConfig) -> list[Any]:
     """The audio sources of a run (opened, not started); raises UserError for a bad one."""
     from captioner.audio.file_source import FileSource
     from captioner.audio.microphone import MicrophoneSource
@@ -37,7 +37,7 @@ def open_sources(config: RunConfig, realtime_files: bool = True) -> list[Any]:
     for choice, stream in unique_streams(config.sources):
         if choice.kind == "file":
             # Real-time pace, so captions appear as the speech is heard (and latency means something).
-            sources.append(FileSource(choice.path, stream=stream, realtime=realtime_files))
+            sources.append(FileSource(choice.path, stream=stream, realtime=True))
         else:
             sources.append(MicrophoneSource(choice.device, stream=stream))
     return sources
@@ -52,14 +52,13 @@ class LiveController(QObject):
     progress = Signal(str, float)
 
     def __init__(self, window, device: str | None = None, metrics_port: int | None = None,
-                 realtime_files: bool = True, interactive: bool = True) -> None:
+                 interactive: bool = True) -> None:
         super().__init__()
         from captioner.app.pipeline import telemetry_gpu_index
         from captioner.gpu.telemetry import TelemetrySampler
 
         self.window = window
         self.device = device
-        self.realtime_files = realtime_files
         self.interactive = interactive
         self.pipeline: Any = None
         self._transcript: Any = None
@@ -160,7 +159,7 @@ class LiveController(QObject):
 
         transcript = None
         try:
-            sources = open_sources(config, self.realtime_files)
+            sources = open_sources(config)
             transcript = TranscriptWriter(title=", ".join(s.stream for s in sources))
             pipeline = Pipeline(
                 sources,

@@ -9,7 +9,7 @@ into a running pipeline.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -64,7 +64,6 @@ class RunConfig:
     model: str = "tiny.en"
     language: str = "auto"
     translate: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 DEFAULT_INPUT = SourceChoice("device", "Me", "Default microphone", device=None)
