@@ -17,13 +17,14 @@ from pathlib import Path
 import numpy as np
 
 from captioner.models.decoding import (
+    N_TEXT_CTX,
     WINDOW_S,
     DecodedWindow,
     DecodingOptions,
     RawDecode,
     decode_with_fallback,
 )
-from captioner.models.tokenizer import WhisperTokenizer
+from captioner.models.tokenizer import TIME_PRECISION_S, WhisperTokenizer
 
 
 def _ctranslate2():
@@ -85,10 +86,10 @@ class Ct2Decoder:
             beam_size=1,
             return_scores=True,
             return_no_speech_prob=True,
-            max_initial_timestamp_index=int(round(options.max_initial_timestamp_s / 0.02)),
+            max_initial_timestamp_index=int(round(options.max_initial_timestamp_s / TIME_PRECISION_S)),
             suppress_blank=options.suppress_blank,
             suppress_tokens=[-1] if options.suppress_tokens else [],
-            max_length=448 if options.sample_len is None else min(448, 2 * options.sample_len),
+            max_length=N_TEXT_CTX if options.sample_len is None else min(N_TEXT_CTX, 2 * options.sample_len),
         )
         if temperature > 0:
             kwargs.update(sampling_topk=0, sampling_temperature=temperature, num_hypotheses=num_hypotheses)
@@ -136,7 +137,7 @@ class Ct2Decoder:
                     n = len(seq)
                     # An empty hypothesis has no length to undo: its sum is unknown, call it 0.
                     total = float(score) * n if n else 0.0
-                    limit = 448 // 2 if options.sample_len is None else options.sample_len
+                    limit = N_TEXT_CTX // 2 if options.sample_len is None else options.sample_len
                     probs = detected.get(b) if langs[i * repeats] is None and self.is_multilingual else None
                     raws.append(RawDecode(list(seq), total, float(result.no_speech_prob), chosen[i], probs, n >= limit))
             return raws
