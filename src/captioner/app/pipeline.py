@@ -151,9 +151,8 @@ class Pipeline:
 
     ``sources``: audio sources (``AudioSource``), each with a distinct ``stream`` label.
     ``recognizer_factory``: optional ``() -> (backend, recognizer)`` to use instead of loading
-    ``model`` (tests, benchmarks). ``on_caption`` is called on the worker thread with each list of
-    updates (in addition to the outbox). ``transcript``: a TranscriptWriter that gets every
-    committed line.
+    ``model`` (tests, benchmarks). ``transcript``: a TranscriptWriter that gets every committed
+    line.
     """
 
     def __init__(
@@ -165,9 +164,7 @@ class Pipeline:
         device: str | None = None,
         config: EngineConfig | None = None,
         transcript=None,
-        clock_ns: Callable[[], int] = time.monotonic_ns,
         recognizer_factory: Callable[[], tuple] | None = None,
-        on_caption: Callable[[list[CaptionUpdate]], None] | None = None,
         queue_blocks: int = 6000,
         progress=None,
     ) -> None:
@@ -182,9 +179,7 @@ class Pipeline:
         self.config = config or EngineConfig()
         self.config.language = self.language
         self.transcript = transcript
-        self.clock_ns = clock_ns
         self._factory = recognizer_factory or (lambda: load_recognizer(model, device, task, progress))
-        self._on_caption = on_caption
         self._blocks: "queue.Queue[list[AudioBlock]]" = queue.Queue(maxsize=queue_blocks)
         self._captions: deque[CaptionUpdate] = deque()
         self._captions_lock = threading.Lock()
@@ -207,7 +202,7 @@ class Pipeline:
             self.backend = backend
             if hasattr(recognizer, "check_language"):
                 self.config.language = recognizer.check_language(self.language)
-            engine = Engine(backend, recognizer, self.config, clock_ns=self.clock_ns)
+            engine = Engine(backend, recognizer, self.config)
             for source in self.sources:
                 engine.add_stream(source.stream)
             return engine
@@ -336,8 +331,6 @@ class Pipeline:
                     self.transcript.write(u)
         with self._captions_lock:
             self._captions.extend(updates)
-        if self._on_caption is not None:
-            self._on_caption(updates)
 
     def _publish(self, status: PipelineStatus) -> None:
         with self._status_lock:
