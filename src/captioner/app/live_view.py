@@ -30,10 +30,9 @@ class _Line:
 class TerminalView:
     """Renders caption updates. Called from one thread (the CLI's main loop)."""
 
-    def __init__(self, out, tty: bool | None = None, label_streams: bool = True) -> None:
+    def __init__(self, out, tty: bool | None = None) -> None:
         self.out = out
         self.tty = out.isatty() if tty is None else tty
-        self.label_streams = label_streams
         self._lines: dict[str, _Line] = {}
         self._drawn = 0  # lines of the live area on screen
 
@@ -41,7 +40,7 @@ class TerminalView:
         return max(20, shutil.get_terminal_size((100, 24)).columns - 1)
 
     def _label(self, stream: str) -> str:
-        return f"[{stream}] " if self.label_streams else ""
+        return f"[{stream}] "
 
     def show(self, updates: list[CaptionUpdate]) -> None:
         if not updates:
