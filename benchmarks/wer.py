@@ -148,8 +148,7 @@ def render_markdown(records: list[dict], args) -> str:
         detected = f"{o['detected_language']} / {c['detected_language']}"
         lines.append(f"| {r['model']} | {r['clip']} | {r['language']} | {detected} | {r['unit']} | {_rate(o['errors'], o['units'])} "
                      f"| {_rate(c['errors'], c['units'])} | {same} |")
-        group = "en" if r["language"] == "en" else r["language"]
-        t = totals.setdefault((r["model"], group), [0, 0, 0, 0])
+        t = totals.setdefault((r["model"], r["language"]), [0, 0, 0, 0])
         t[0] += o["errors"]
         t[1] += c["errors"]
         t[2] += o["units"]
