@@ -24,7 +24,10 @@ def run_realtime(args) -> int:
     progress = TextProgress()
     pipeline = Pipeline([source], model=args.model, language=args.language, task=args.task,
                         device=args.compute, progress=progress)
-    out = open(args.output, "w", encoding="utf-8", newline="") if args.output else sys.stdout
+    try:
+        out = open(args.output, "w", encoding="utf-8", newline="") if args.output else sys.stdout
+    except OSError as error:  # a folder, no permission: one line, as the offline path says it
+        raise UserError(f"cannot write {args.output}: {error.strerror or error}") from None
     updates = []
     try:
         try:
