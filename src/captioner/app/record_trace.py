@@ -91,13 +91,16 @@ class _Sampling:
     def __init__(self, recorder, sampler) -> None:
         self._recorder = recorder
         self._sampler = sampler
-        self._seen = len(sampler.history())
+        history = sampler.history()
+        # By sample time, not by position: the sampler's history is capped (10 minutes at 2 Hz),
+        # so past the cap its length stops growing while new samples keep arriving.
+        self._last_time_s = history[-1].time_s if history else float("-inf")
 
     def flush(self) -> None:
-        history = self._sampler.history()
-        for sample in history[self._seen:]:
-            self._recorder.record_if_new(sample)
-        self._seen = len(history)
+        for sample in self._sampler.history():
+            if sample.time_s > self._last_time_s:
+                self._recorder.record_if_new(sample)  # marks it recorded for record_run too
+                self._last_time_s = sample.time_s
 
 
 def main(argv: list[str] | None = None) -> int:
