@@ -54,20 +54,16 @@ class ProviderChoice:
 
 
 def parse_device(device: str | None) -> tuple[str, int | None]:
-    """``None``/"auto" -> ("auto", None); "cpu"; "cuda" / "cuda:N". ``CAPTIONER_DEVICE`` overrides None."""
+    """``None``/"auto" -> ("auto", None) (``CAPTIONER_DEVICE`` fills in ``None``); otherwise the
+    back-end's own reading of "cpu" / "cuda" / "cuda:N", so features and model accept the same names."""
+    from captioner.gpu.backend import DEVICE_ENV
+    from captioner.gpu.backend import parse_device as parse_backend_device
+
     if device is None:
-        device = os.environ.get("CAPTIONER_DEVICE") or "auto"
-    d = device.strip().lower()
-    if d in ("auto", "cpu"):
-        return d, None
-    if d == "cuda" or d == "gpu":
-        return "cuda", 0
-    if d.startswith("cuda:"):
-        try:
-            return "cuda", int(d[5:])
-        except ValueError:
-            pass
-    raise UserError(f"unknown device {device!r}; use auto, cpu, cuda or cuda:N")
+        device = os.environ.get(DEVICE_ENV) or "auto"
+    if device.strip().lower() in ("", "auto"):
+        return "auto", None
+    return parse_backend_device(device)
 
 
 def _provider_options(device_id: int, cuda_graph: bool = False) -> dict[str, Any]:
