@@ -6,3 +6,10 @@ class UserError(Exception):
     possible, what to do; the CLI prints it and exits non-zero, never with a traceback."""
 
     exit_code = 2
+
+
+def one_line(error: object) -> str:
+    """An exception (or any text) folded onto one line, for messages that must stay one line;
+    the exception's type name when it has no text."""
+    text = " ".join(str(error).split())
+    return text or (type(error).__name__ if isinstance(error, BaseException) else "")

@@ -14,7 +14,7 @@ from typing import Any
 from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QMessageBox, QProgressDialog
 
-from captioner.errors import UserError
+from captioner.errors import UserError, one_line
 from captioner.events import CaptionUpdate, PipelineStatus, TelemetrySample
 from captioner.ui.controls import RunConfig, SourceChoice
 
@@ -179,7 +179,7 @@ class LiveController(QObject):
         except Exception as exc:  # show it; the app stays usable to pick something else
             if transcript is not None:
                 transcript.close()
-            self.failed.emit(f"could not start: {type(exc).__name__}: {' '.join(str(exc).split())}")
+            self.failed.emit(f"could not start: {type(exc).__name__}: {one_line(exc)}")
             return
         if self._closing:  # the window closed while the model was loading
             pipeline.stop()

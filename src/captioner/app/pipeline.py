@@ -22,7 +22,7 @@ import time
 from collections import deque
 from typing import Callable, Iterable
 
-from captioner.errors import UserError
+from captioner.errors import UserError, one_line
 from captioner.events import MIN_FREE_VRAM_FRACTION, AudioBlock, CaptionUpdate, PipelineStatus
 from captioner.gpu.worker import Command, EndOfStream, Engine, EngineConfig, Worker
 
@@ -220,7 +220,7 @@ class Pipeline:
             error = self._worker.error
             if isinstance(error, UserError):
                 raise error
-            raise UserError(f"the captioning engine could not start: {' '.join(str(error).split())}") from error
+            raise UserError(f"the captioning engine could not start: {one_line(error)}") from error
         started = []
         try:
             for source in self.sources:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from captioner.errors import UserError
+from captioner.errors import UserError, one_line
 
 
 def run_realtime(args) -> int:
@@ -48,7 +48,7 @@ def run_realtime(args) -> int:
         batch = pipeline.drain_captions()
         updates += batch
         if pipeline.error is not None:
-            raise UserError(" ".join(str(pipeline.error).split()))
+            raise UserError(one_line(pipeline.error))
         if fmt == "jsonl":
             if batch:
                 out.write(render(batch, "jsonl"))

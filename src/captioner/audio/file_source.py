@@ -22,7 +22,7 @@ import numpy as np
 
 from captioner.audio.resample import Resampler, check_rate
 from captioner.audio.replay import ReplaySource
-from captioner.errors import UserError
+from captioner.errors import UserError, one_line
 
 _DECODE_FRAMES = 8192  # native frames decoded per step: small enough to start fast, big enough to be cheap
 
@@ -49,13 +49,9 @@ def _soundfile():
     return soundfile
 
 
-def _one_line(text: object) -> str:
-    return " ".join(str(text).split())
-
-
 def _libsndfile_reason(error: Exception, path: Path) -> str:
     """libsndfile's message without the "Error opening '<path>':" prefix it repeats."""
-    text = _one_line(error)
+    text = one_line(error)
     prefix = f"Error opening {str(path)!r}:"
     if text.startswith(prefix):
         text = text[len(prefix):].strip()
@@ -134,7 +130,7 @@ def open_audio_file(path: str | os.PathLike) -> AudioFileInfo:
         with path.open("rb"):
             pass
     except OSError as error:
-        raise UserError(f"cannot read {path}: {_one_line(error.strerror or error)}") from None
+        raise UserError(f"cannot read {path}: {one_line(error.strerror or error)}") from None
     if size_bytes == 0:
         raise UserError(f"{path} is empty (0 bytes)")
     sf = _soundfile()
@@ -177,7 +173,7 @@ def _native_blocks(sound_file, info: AudioFileInfo) -> Iterator[np.ndarray]:
             block = sound_file.read(min(_DECODE_FRAMES, info.frames - position), dtype="float32", always_2d=True)
         except Exception as error:
             raise UserError(f"{info.path} is damaged: decoding failed at {position / info.rate_hz:.3f} s "
-                            f"({_one_line(error)})") from None
+                            f"({one_line(error)})") from None
         if block.shape[0] == 0:
             raise UserError(
                 f"{info.path} is truncated: it ends at {position / info.rate_hz:.3f} s but its header "

@@ -34,7 +34,7 @@ from captioner.audio.framing import Framer
 from captioner.audio.pulse import PULSE_PREFIX
 from captioner.audio.resample import Resampler, check_rate
 from captioner.audio.source import SourceStats
-from captioner.errors import UserError
+from captioner.errors import UserError, one_line
 from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ, AudioBlock
 
 # PortAudio devices that lead to the PulseAudio/PipeWire server, best first.
@@ -52,7 +52,7 @@ def import_sounddevice():
         import sounddevice  # noqa: PLC0415 - the one place sounddevice is imported, lazily
     except OSError as error:  # raised when the PortAudio shared library is missing
         raise UserError(
-            f"PortAudio is not available ({' '.join(str(error).split())}); "
+            f"PortAudio is not available ({one_line(error)}); "
             "on Debian/Ubuntu: sudo apt-get install libportaudio2"
         ) from None
     return sounddevice
@@ -258,7 +258,7 @@ class MicrophoneSource:
                         else:
                             os.environ["PULSE_SOURCE"] = previous
         except sd.PortAudioError as error:
-            raise UserError(f"cannot open input device {self.device.label}: {' '.join(str(error).split())}") from None
+            raise UserError(f"cannot open input device {self.device.label}: {one_line(error)}") from None
         return stream
 
     def stop(self) -> None:

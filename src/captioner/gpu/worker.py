@@ -24,6 +24,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from captioner.errors import one_line
 from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ, AudioBlock, CaptionUpdate, PipelineStatus
 from captioner.gpu.features_ref import CHUNK_FRAMES
 from captioner.gpu.scheduler import Scheduler, SchedulerConfig, StreamView
@@ -486,7 +487,7 @@ class Worker(threading.Thread):
         except BaseException as error:  # reported to the owner, who decides what to show
             self.error = error
             self._publish_status(PipelineStatus(time.monotonic(), "", "", "", state="error",
-                                                message=" ".join(str(error).split()) or type(error).__name__))
+                                                message=one_line(error)))
         finally:
             self.ready.set()
 

@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 
-from captioner.errors import UserError
+from captioner.errors import UserError, one_line
 
 
 def add_arguments(parser) -> None:
@@ -109,7 +109,7 @@ def run(args) -> int:
         view.close()
     error = pipeline.error
     if error is not None:
-        raise UserError(" ".join(str(error).split()) or type(error).__name__)
+        raise UserError(one_line(error))
     status = pipeline.latest_status()
     if args.status and status is not None:
         print(_status_line(status), file=sys.stderr)
