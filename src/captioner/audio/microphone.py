@@ -172,7 +172,7 @@ class MicrophoneSource:
 
     def __init__(
         self,
-        device: str | int | None = None,
+        device: str | int | DeviceChoice | None = None,
         stream: str = "Me",
         channels: int | None = None,
         rate_hz: int | None = None,
@@ -180,7 +180,8 @@ class MicrophoneSource:
         queue_s: float = 2.0,
     ):
         self.stream = stream
-        self.device = resolve_device(device, channels=channels, rate_hz=rate_hz)
+        # A DeviceChoice is a device already resolved (by a caller that needed it first).
+        self.device = device if isinstance(device, DeviceChoice) else resolve_device(device, channels=channels, rate_hz=rate_hz)
         self.rate_hz = self.device.rate_hz
         self.channels = self.device.channels
         self.block_frames = max(1, int(round(self.rate_hz * block_ms / 1000)))

@@ -36,19 +36,17 @@ def add_arguments(parser) -> None:
                         help="print the pipeline status (latency, lag, real-time factor) to stderr on exit")
 
 
-def _labels(devices: list, labels: list[str] | None) -> list[str]:
+def _labels(choices: list, labels: list[str] | None) -> list[str]:
+    """Stream labels for the resolved devices (``DeviceChoice``): the user's ``--label``s, else
+    "Meeting" for a monitor of an output and "Me" for a microphone, numbered when repeated."""
     from captioner.audio.devices import is_loopback_name
-    from captioner.audio.microphone import resolve_device
 
     if labels:
-        if len(labels) != len(devices):
-            raise UserError(f"--label given {len(labels)} times for {len(devices)} device(s): give one per --device")
+        if len(labels) != len(choices):
+            raise UserError(f"--label given {len(labels)} times for {len(choices)} device(s): give one per --device")
         out = list(labels)
     else:
-        kinds = []
-        for device in devices:
-            choice = resolve_device(device)
-            kinds.append("Meeting" if is_loopback_name(choice.pulse_source or choice.name) else "Me")
+        kinds = ["Meeting" if is_loopback_name(choice.pulse_source or choice.name) else "Me" for choice in choices]
         out = []
         for kind in kinds:
             n = kinds.count(kind)
@@ -66,11 +64,14 @@ def run(args) -> int:
     from captioner.app.live_view import TerminalView
     from captioner.app.pipeline import Pipeline
     from captioner.app.transcript import TranscriptWriter
-    from captioner.audio.microphone import MicrophoneSource
+    from captioner.audio.microphone import MicrophoneSource, resolve_device
 
     devices = args.device or [None]
-    labels = _labels(devices, args.label)
-    sources = [MicrophoneSource(device, stream=label) for device, label in zip(devices, labels)]
+    # Each device is resolved once (a PortAudio scan, pactl for PulseAudio names): the labels
+    # are read from the resolution and the source opens what it found.
+    choices = [resolve_device(device) for device in devices]
+    labels = _labels(choices, args.label)
+    sources = [MicrophoneSource(choice, stream=label) for choice, label in zip(choices, labels)]
     transcript = None
     if not args.no_transcript:
         from pathlib import Path
