@@ -17,6 +17,12 @@ SAMPLE_RATE_HZ = 16_000
 FRAME_SAMPLES = 160
 """One 10 ms frame at ``SAMPLE_RATE_HZ``; also the hop of the features."""
 
+FRAMES_PER_S = SAMPLE_RATE_HZ // FRAME_SAMPLES
+"""100: frames (and feature frames) per second of a stream's clock."""
+
+NS_PER_S = 1_000_000_000
+"""Capture times are ``time.monotonic_ns()`` values."""
+
 MIN_FREE_VRAM_FRACTION = 0.15
 """Below this share of free GPU memory the engine refuses new streams: the streams already
 captioned keep their headroom for longer windows and batch growth (the dashboard draws this line)."""

@@ -18,9 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from captioner.events import CaptionUpdate
+from captioner.events import NS_PER_S, CaptionUpdate
 
-NS_PER_S = 1_000_000_000
 
 
 class SimClock:

@@ -12,9 +12,8 @@ from collections.abc import Callable
 import numpy as np
 
 from captioner.audio.source import SourceStats
-from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ, AudioBlock
+from captioner.events import FRAME_SAMPLES, NS_PER_S, SAMPLE_RATE_HZ, AudioBlock
 
-NS_PER_S = 1_000_000_000
 
 
 class ReplaySource(ABC):

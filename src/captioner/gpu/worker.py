@@ -25,13 +25,12 @@ from typing import Callable, Protocol
 import numpy as np
 
 from captioner.errors import one_line
-from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ, AudioBlock, CaptionUpdate, PipelineStatus
+from captioner.events import FRAMES_PER_S, FRAME_SAMPLES, SAMPLE_RATE_HZ, AudioBlock, CaptionUpdate, PipelineStatus
 from captioner.gpu.features_ref import CHUNK_FRAMES
 from captioner.gpu.scheduler import Scheduler, SchedulerConfig, StreamView
 from captioner.gpu.vad import VadConfig, VoiceActivity, band_energy_db, speech_band
 from captioner.models.streaming import Hypothesis, LocalAgreementPolicy, PolicyConfig
 
-FRAMES_PER_S = SAMPLE_RATE_HZ // FRAME_SAMPLES  # 100
 WINDOW_FRAMES = CHUNK_FRAMES  # a Whisper window: 30 s of 10 ms frames
 
 

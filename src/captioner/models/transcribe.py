@@ -20,12 +20,11 @@ from typing import Protocol
 import numpy as np
 
 from captioner.errors import UserError
-from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ
+from captioner.events import FRAMES_PER_S, FRAME_SAMPLES, SAMPLE_RATE_HZ
 from captioner.formats import Caption
 from captioner.models.decoding import WINDOW_S, DecodedWindow, DecodingOptions
 from captioner.models.tokenizer import WhisperTokenizer
 
-FRAMES_PER_S = SAMPLE_RATE_HZ // FRAME_SAMPLES  # 100: mel hop of 10 ms
 WINDOW_FRAMES = int(WINDOW_S * FRAMES_PER_S)
 MIN_WINDOW_FRAMES = 10
 """A tail shorter than this (0.1 s) is not decoded: it holds no word, only room to invent one."""
