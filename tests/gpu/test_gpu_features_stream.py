@@ -198,8 +198,8 @@ def test_cuda_single_precision_fft_keeps_whisper_windows_within_tolerance(speech
 
     xb = get_backend("cuda")
     audio = frames_of(speech_audio[CLIPS[0]])
-    sf = StreamingFeatures(xb, max_streams=1, ring_frames=400, fft_dtype="float32")
-    assert sf.path.startswith("cuda-kernels-fft32"), sf.kernel_error
+    sf = StreamingFeatures(xb, max_streams=1, ring_frames=400, fft_precision="float32")
+    assert sf.path.startswith("cuda-fused-float32"), sf.kernel_error
     for blk in audio.reshape(-1, 160):
         sf.push(0, blk)
     n = sf.frames_ready(0)

@@ -36,6 +36,7 @@ from __future__ import annotations
 import numpy as np
 
 from captioner.gpu import features_ref as ref
+from captioner.gpu import logmel_kernel
 from captioner.gpu.backend import Backend
 
 HOP = ref.HOP
@@ -46,130 +47,9 @@ HISTORY = 360  # raw samples kept per stream: the oldest the next frame can need
 LOOKAHEAD_SAMPLES = HALF  # samples past a frame's centre that it needs (12.5 ms)
 LOOKAHEAD_MS = 1000.0 * LOOKAHEAD_SAMPLES / ref.SAMPLE_RATE_HZ
 
-_KERNELS_COMMON = r"""
-#define HISTORY 360
-#define HALF 200
-#define HOP 160
-#define N_FFT 400
-#define N_BINS 201
-#define WARPS 4
-#define MAX_MEL_PER_LANE 4
-
-// Roll each row's history on to the last 360 samples of (history + new samples). One block
-// per row: everything is read into registers before anything is written.
-extern "C" __global__ void captioner_roll(
-    const float* __restrict__ samples, const long long* __restrict__ slots,
-    float* __restrict__ history, int n_new)
-{
-    const int r = blockIdx.x;
-    float* h = history + slots[r] * HISTORY;
-    const float* x_new = samples + (long long)r * n_new;
-    float keep0 = 0.0f, keep1 = 0.0f;
-    const int k0 = threadIdx.x, k1 = threadIdx.x + blockDim.x;
-    if (k0 < HISTORY) { const int e = n_new + k0; keep0 = e < HISTORY ? h[e] : x_new[e - HISTORY]; }
-    if (k1 < HISTORY) { const int e = n_new + k1; keep1 = e < HISTORY ? h[e] : x_new[e - HISTORY]; }
-    __syncthreads();
-    if (k0 < HISTORY) h[k0] = keep0;
-    if (k1 < HISTORY) h[k1] = keep1;
-}
-"""
-
-# Written once per FFT precision: REAL is the FFT's real type, COMPLEX its complex type.
-_KERNELS_TYPED = r"""
-// One block per (row, new frame) f = r * n_frames + j: frame t = b0 - 1 + j of a stream covers
-// the reflect-padded signal p[160 t .. 160 t + 399], p[q] = x[|q - 200|], times the Hann
-// window (float32 products, as Whisper); x comes from the stream's history
-// (x[160 b0 - 360 ..)) or the new samples.
-extern "C" __global__ void captioner_frames_SUFFIX(
-    const float* __restrict__ samples, const long long* __restrict__ slots,
-    const long long* __restrict__ b0s, const float* __restrict__ history,
-    const float* __restrict__ window, REAL* __restrict__ frames, int n_frames)
-{
-    const int f = blockIdx.x;
-    const int r = f / n_frames;
-    const int j = f - r * n_frames;
-    const int n_new = n_frames * HOP;
-    const long long b0 = b0s[r];
-    const float* h = history + slots[r] * HISTORY;
-    const float* x_new = samples + (long long)r * n_new;
-    const long long base = HOP * (b0 - 1 + j);
-    const long long origin = HOP * b0 - HISTORY;  // stream index of h[0]
-    REAL* out = frames + (long long)f * N_FFT;
-    for (int i = threadIdx.x; i < N_FFT; i += blockDim.x) {
-        const long long q = base + i;
-        const long long e = (q >= HALF ? q - HALF : HALF - q) - origin;
-        float v = 0.0f;  // samples not yet known only reach frames that are not emitted
-        if (e >= 0 && e < HISTORY) v = h[e];
-        else if (e >= HISTORY && e < HISTORY + n_new) v = x_new[e - HISTORY];
-        out[i] = (REAL)(v * window[i]);
-    }
-}
-
-// One warp per frame: power, sparse mel (each filter touches a few bins), log10, DCT-II
-// (each lane holds up to 4 mels; coefficients are warp sums); writes both rings, frame-major.
-extern "C" __global__ void captioner_logmel_SUFFIX(
-    const COMPLEX* __restrict__ spectrum, const long long* __restrict__ slots,
-    const long long* __restrict__ b0s, const float* __restrict__ filters,
-    const int* __restrict__ bin_lo, const int* __restrict__ bin_hi, const float* __restrict__ dct,
-    float* __restrict__ mel_ring, float* __restrict__ mfcc_ring,
-    int n_total, int n_frames, int ring_frames, int n_mels, int n_mfcc)
-{
-    __shared__ float P[WARPS][N_BINS + 3];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int f = blockIdx.x * WARPS + warp;
-    if (f >= n_total) return;  // whole warps leave together
-    const int r = f / n_frames;
-    const int j = f - r * n_frames;
-    const long long t = b0s[r] - 1 + j;
-    if (t < 0) return;  // the first block of a stream completes no frame
-    const COMPLEX* row = spectrum + (long long)f * N_BINS;
-    for (int k = lane; k < N_BINS; k += 32) {
-        const COMPLEX c = row[k];
-        P[warp][k] = (float)(c.x * c.x + c.y * c.y);
-    }
-    __syncwarp();
-    const long long col = t % ring_frames;
-    const long long slot = slots[r];
-    float* mel_out = mel_ring + (slot * ring_frames + col) * n_mels;
-    float v[MAX_MEL_PER_LANE];
-#pragma unroll
-    for (int i = 0; i < MAX_MEL_PER_LANE; ++i) {
-        const int m = lane + 32 * i;
-        float value = 0.0f;
-        if (m < n_mels) {
-            const float* w = filters + m * N_BINS;
-            float acc = 0.0f;
-            for (int k = bin_lo[m]; k < bin_hi[m]; ++k) acc += w[k] * P[warp][k];
-            value = log10f(fmaxf(acc, 1e-10f));
-            mel_out[m] = value;
-        }
-        v[i] = value;
-    }
-    float* mfcc_out = mfcc_ring + (slot * ring_frames + col) * n_mfcc;
-    for (int c = 0; c < n_mfcc; ++c) {
-        const float* d = dct + c * n_mels;
-        float part = 0.0f;
-#pragma unroll
-        for (int i = 0; i < MAX_MEL_PER_LANE; ++i) {
-            const int m = lane + 32 * i;
-            if (m < n_mels) part += d[m] * v[i];
-        }
-#pragma unroll
-        for (int offset = 16; offset > 0; offset >>= 1) part += __shfl_xor_sync(0xffffffffu, part, offset);
-        if (lane == 0) mfcc_out[c] = part;
-    }
-}
-"""
-
-_KERNELS_SRC = (
-    _KERNELS_COMMON
-    + _KERNELS_TYPED.replace("SUFFIX", "f32").replace("COMPLEX", "float2").replace("REAL", "float")
-    + _KERNELS_TYPED.replace("SUFFIX", "f64").replace("COMPLEX", "double2").replace("REAL", "double")
-)
-
-_FRAMES_THREADS = 128  # one block per frame of 400 samples
 _ROLL_THREADS = 256  # >= HISTORY / 2: each thread rolls at most two history samples
-_LOGMEL_WARPS = 4
+FFT_PRECISIONS = ("float32", "mixed")
+
 
 class StreamingFeatures:
     """Per-stream streaming log-mel (and MFCC) for up to ``max_streams`` streams at once.
@@ -177,9 +57,9 @@ class StreamingFeatures:
     ``ring_frames``: frames kept per stream (3200 = 32 s, a Whisper window and some).
     ``max_push_frames``: frames per stream in one batched step (longer pushes are split).
     ``use_kernels`` / ``use_graphs``: CUDA only; ``None`` = use them if they pass a self-check.
-    ``fft_dtype``: CUDA only; the FFT's precision. ``"float64"`` (default) keeps every kept
-    log-mel cell within 1e-4 of the NumPy specification; cuFFT in ``"float32"`` is faster but
-    measured up to 1.9e-4 off on real speech (normalised windows stay within 5e-5).
+    ``fft_precision``: CUDA only; the fused kernel's FFT arithmetic. ``"mixed"`` (default) runs
+    its second stage (the DFT-25s, where float32 rounding was largest) in float64;
+    ``"float32"`` runs all of it in float32. See docs/gpu-validation.md for what each measured.
 
     All methods are called from one thread: the worker that owns the back-end's GPU.
     """
@@ -194,14 +74,14 @@ class StreamingFeatures:
         max_push_frames: int | None = None,
         use_kernels: bool | None = None,
         use_graphs: bool | None = None,
-        fft_dtype: str = "float64",
+        fft_precision: str = "mixed",
     ) -> None:
         if max_push_frames is None:  # up to 1 s per push by default
             max_push_frames = min(100, ring_frames)
         if max_streams < 1 or ring_frames < 1 or max_push_frames < 1:
             raise ValueError("max_streams, ring_frames and max_push_frames must be >= 1")
-        if fft_dtype not in ("float32", "float64"):
-            raise ValueError(f"fft_dtype must be 'float32' or 'float64', got {fft_dtype!r}")
+        if fft_precision not in FFT_PRECISIONS:
+            raise ValueError(f"fft_precision must be one of {FFT_PRECISIONS}, got {fft_precision!r}")
         if max_push_frames > ring_frames:
             raise ValueError("max_push_frames must not exceed ring_frames")
         self.backend = backend
@@ -225,7 +105,7 @@ class StreamingFeatures:
         self._cuda: _CudaPath | None = None
         if backend.is_cuda and use_kernels is not False:
             try:
-                self._cuda = _CudaPath(self, filters, use_graphs=use_graphs is not False, fft_dtype=fft_dtype)
+                self._cuda = _CudaPath(self, filters, use_graphs=use_graphs is not False, fft_precision=fft_precision)
                 self._verify_cuda()
             except Exception as exc:  # self-check failed: the generic path stays correct
                 self._cuda = None
@@ -238,7 +118,7 @@ class StreamingFeatures:
         """Which implementation runs: ``generic`` (array ops) or ``cuda-kernels[+graphs]``."""
         if self._cuda is None:
             return "generic"
-        return f"cuda-kernels-fft{self._cuda.fft_dtype[5:]}" + ("+graphs" if self._cuda.use_graphs else "")
+        return f"cuda-fused-{self._cuda.fft_precision}" + ("+graphs" if self._cuda.use_graphs else "")
 
     def _verify_cuda(self) -> None:
         """Push a little noise through the kernels and compare with the NumPy specification."""
@@ -400,37 +280,27 @@ class StreamingFeatures:
 
 
 class _CudaPath:
-    """Buffers, cuFFT plans, kernels and CUDA graphs of the CuPy fast path."""
+    """Buffers, the fused kernel and CUDA graphs of the CuPy fast path."""
 
-    def __init__(self, owner: StreamingFeatures, filters: np.ndarray, use_graphs: bool, fft_dtype: str) -> None:
+    def __init__(self, owner: StreamingFeatures, filters: np.ndarray, use_graphs: bool, fft_precision: str) -> None:
         backend = owner.backend
         cp = backend.xp
         self.owner = owner
         self.cp = cp
-        self.fft_dtype = fft_dtype
-        double = fft_dtype == "float64"
-        suffix = "f64" if double else "f32"
+        self.fft_precision = fft_precision
         with backend.activate():
-            cufft = self.cufft = backend.cufft()
             self.runtime = cp.cuda.runtime
             self.stream = cp.cuda.Stream(non_blocking=True)
-            module = cp.RawModule(code=_KERNELS_SRC)
-            self.k_frames = module.get_function(f"captioner_frames_{suffix}")
+            source = logmel_kernel.kernel_source(filters, fft_precision)
+            module = cp.RawModule(code=source, options=("-std=c++17",))
+            self.k_fused = module.get_function("captioner_logmel_fused")
+            self.k_fused.max_dynamic_shared_size_bytes = logmel_kernel.SHARED_BYTES
             self.k_roll = module.get_function("captioner_roll")
-            self.k_logmel = module.get_function(f"captioner_logmel_{suffix}")
-            self.fft_type = cufft.CUFFT_D2Z if double else cufft.CUFFT_R2C
-            nz = filters > 0
-            self.bin_lo = cp.asarray(nz.argmax(axis=1).astype(np.int32))
-            self.bin_hi = cp.asarray((N_BINS - nz[:, ::-1].argmax(axis=1)).astype(np.int32))
-            self.filters = cp.asarray(filters)
-            self.window = cp.asarray(ref.hann_window())
             dct = ref.dct_matrix(owner.n_mfcc, owner.n_mels) if owner.n_mfcc else np.zeros((1, owner.n_mels), np.float32)
             self.dct = cp.asarray(dct)
             s, f = owner.max_streams, owner.max_push_frames
             self.samples_dev = cp.zeros(s * f * HOP, dtype=cp.float32)
             self.params_dev = cp.zeros(2 * s, dtype=cp.int64)
-            self.frames = cp.zeros(s * f * N_FFT, dtype=cp.float64 if double else cp.float32)
-            self.spectrum = cp.zeros(s * f * N_BINS, dtype=cp.complex128 if double else cp.complex64)
             # Two sets of pinned staging buffers, used in turn, so that the host fills one while
             # the previous push's copies may still be reading the other.
             self.samples_host = [backend.empty_pinned((s * f * HOP,), np.float32) for _ in range(2)]
@@ -439,21 +309,11 @@ class _CudaPath:
             for event in self.copies_done:
                 event.record(self.stream)
             self.turn = 0
-        self.plans: dict[int, object] = {}
         self.graphs: dict[tuple[int, int, int], object] = {}
         self.use_graphs = use_graphs
 
-    def _plan(self, n_frames_total: int):
-        """A batched 400-point real FFT plan (made once per batch size; it allocates)."""
-        plan = self.plans.get(n_frames_total)
-        if plan is None:
-            with self.owner.backend.activate():
-                plan = self.cufft.Plan1d(N_FFT, self.fft_type, n_frames_total)
-            self.plans[n_frames_total] = plan
-        return plan
-
     def _launch(self, samples, n_rows: int, frames: int) -> None:
-        """Queue frames -> history roll -> FFT -> log-mel on the current stream (also while
+        """Queue the fused kernel, then the history roll, on the current stream (also while
         capturing a graph). ``params_dev`` holds the rows' slots, then their block counts."""
         for step in self._steps(samples, n_rows, frames):
             step()
@@ -463,25 +323,17 @@ class _CudaPath:
         i32 = np.int32
         slots = self.params_dev[:n_rows]
         b0s = self.params_dev[n_rows : 2 * n_rows]
-        n_total = n_rows * frames
-        plan = self._plan(n_total)
-        frames_view = self.frames[: n_total * N_FFT]
-        spectrum_view = self.spectrum[: n_total * N_BINS]
+        tiles = -(-frames // logmel_kernel.TILE_FRAMES)
         return (
-            lambda: self.k_frames(
-                (n_total,), (_FRAMES_THREADS,),
-                (samples, slots, b0s, owner._history, self.window, self.frames, i32(frames)),
+            lambda: self.k_fused(
+                (n_rows * tiles,), (logmel_kernel.THREADS,),
+                (
+                    samples, slots, b0s, owner._history, self.dct, owner._mel_ring, owner._mfcc_ring,
+                    i32(frames), i32(tiles), i32(owner.ring_frames), i32(owner.n_mfcc),
+                ),
+                shared_mem=logmel_kernel.SHARED_BYTES,
             ),
             lambda: self.k_roll((n_rows,), (_ROLL_THREADS,), (samples, slots, owner._history, i32(frames * HOP))),
-            lambda: plan.fft(frames_view, spectrum_view, self.cufft.CUFFT_FORWARD),
-            lambda: self.k_logmel(
-                ((n_total + _LOGMEL_WARPS - 1) // _LOGMEL_WARPS,), (32 * _LOGMEL_WARPS,),
-                (
-                    self.spectrum, slots, b0s, self.filters, self.bin_lo, self.bin_hi, self.dct,
-                    owner._mel_ring, owner._mfcc_ring, i32(n_total), i32(frames),
-                    i32(owner.ring_frames), i32(owner.n_mels), i32(owner.n_mfcc),
-                ),
-            ),
         )
 
     def _copy_params(self, n_rows: int, turn: int) -> None:
@@ -512,6 +364,8 @@ class _CudaPath:
         with self.owner.backend.activate(), self.stream:
             if isinstance(samples, cp.ndarray):
                 source = cp.ascontiguousarray(samples, dtype=cp.float32).reshape(-1)
+                if source.data.ptr % 16:  # the kernel reads new samples as float4
+                    source = source.copy()
                 self._copy_params(n_rows, turn)
                 self.copies_done[turn].record(self.stream)
                 self._launch(source, n_rows, frames)
@@ -533,7 +387,6 @@ class _CudaPath:
         key = (n_rows, frames, turn)
         if key in self.graphs:
             return self.graphs[key]
-        self._plan(n_rows * frames)  # plan creation allocates: never inside a capture
         self.stream.synchronize()
         graph = None
         try:
@@ -564,8 +417,8 @@ class _CudaPath:
         """Milliseconds of GPU time per push in each step (CUDA events), for the benchmark.
         Runs on whatever the slots hold; reset them afterwards."""
         cp = self.cp
-        events = [cp.cuda.Event() for _ in range(5)]
-        totals = np.zeros(4)
+        events = [cp.cuda.Event() for _ in range(3)]
+        totals = np.zeros(2)
         with self.owner.backend.activate(), self.stream:
             self.params_dev[:n_rows] = cp.arange(n_rows)
             self.params_dev[n_rows : 2 * n_rows] = 10
@@ -574,9 +427,9 @@ class _CudaPath:
                 for i, step in enumerate(steps):
                     events[i].record(self.stream)
                     step()
-                events[4].record(self.stream)
-                events[4].synchronize()
+                events[2].record(self.stream)
+                events[2].synchronize()
                 if _ == 0:
                     continue  # warm-up
-                totals += [cp.cuda.get_elapsed_time(events[i], events[i + 1]) for i in range(4)]
-        return dict(zip(("frames", "roll", "fft", "logmel"), (totals / repeats).tolist()))
+                totals += [cp.cuda.get_elapsed_time(events[i], events[i + 1]) for i in range(2)]
+        return dict(zip(("fused", "roll"), (totals / repeats).tolist()))
