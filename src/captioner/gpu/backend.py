@@ -95,14 +95,6 @@ class Backend:
 
         return cupyx.empty_pinned(shape, dtype=dtype)
 
-    def cufft(self):
-        """CuPy's cuFFT plan module (``cupy.cuda.cufft``), for plans with preallocated outputs."""
-        if self._cupy is None:
-            raise RuntimeError("cuFFT needs a CUDA back-end")
-        from cupy.cuda import cufft  # noqa: PLC0415
-
-        return cufft
-
     def vram_free_fraction(self) -> float | None:
         """Free over total memory of this back-end's GPU (CuPy's pooled blocks count as used);
         ``None`` on the CPU. Called by the thread that works this GPU."""

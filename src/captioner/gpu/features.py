@@ -18,17 +18,17 @@ over the whole utterance):
   produced: a live stream has no right edge.
 
 CuPy path (used when the kernels pass a self-check against the NumPy specification at
-construction): one push of ``F`` frames for ``B`` streams is four launches — a grid-stride raw
-kernel cuts the Hann-windowed, reflect-padded frames straight out of each stream's history and
-new samples, a small kernel rolls the histories on, one batched 400-point real FFT (cuFFT), and
-a warp-per-frame raw kernel that takes the power, the mel filters (sparse: each touches a few
-bins), ``log10(max(., 1e-10))`` and the DCT-II, and writes both rings. The window is applied in
-the time domain, like Whisper: applying it to the spectrum instead (three taps, exact in
-theory) measured up to 1.9e-4 off in float32 on real speech, over the 1e-4 budget. Host input
-goes through pinned buffers; with ``use_graphs`` (default on CUDA) a whole push of host frames
-is one CUDA graph replay, so per-frame latency costs one launch. NumPy path: the same
-arithmetic with NumPy (or CuPy) array operations; it is also the fall-back when the CUDA
-self-check fails (``path`` says which one runs, ``kernel_error`` why).
+construction): one push of ``F`` frames for ``B`` streams is two launches. The fused kernel of
+:mod:`captioner.gpu.logmel_kernel` reads each stream's history and new samples once into
+shared memory and writes finished log-mel (and MFCC) frames into the rings: windowing, a
+400-point real FFT, power, mel filters, ``log10(max(., 1e-10))`` and the DCT-II never touch
+global memory in between. A small kernel then rolls the histories on. ``fft_precision``
+``"mixed"`` (default) runs the FFT's DFT-25 stage in float64 and keeps every kept cell within
+1e-4 of the specification; ``"float32"`` is faster and measured up to 1.1e-4 off (see
+docs/gpu-validation.md). Host input goes through pinned buffers; with ``use_graphs`` (default
+on CUDA) a whole push of host frames is one CUDA graph replay, so per-frame latency costs one
+launch. NumPy path: the same arithmetic with NumPy (or CuPy) array operations; it is also the
+fall-back when the CUDA self-check fails (``path`` says which one runs, ``kernel_error`` why).
 """
 
 from __future__ import annotations

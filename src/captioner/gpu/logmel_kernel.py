@@ -1,9 +1,10 @@
 """One fused CUDA kernel for streaming log-mel (and MFCC): samples in, ring frames out.
 
-Why one kernel: the batched target (thousands of hours of audio per second) is bound by HBM
-traffic. Cutting windowed frames out to memory, a library FFT and a separate mel pass read
-and write every frame three times; here a block reads its streams' samples once into shared
-memory and writes only the finished log-mel (and MFCC) frames.
+Why one kernel: the earlier design (windowed frames cut out to memory, cuFFT, then a mel
+pass) moved every frame through HBM three times and could not pass about 1,750 hours of audio
+per second. Here a block reads its stream's samples once into shared memory and writes only
+the finished log-mel (and MFCC) frames; what limits it now is instruction issue, not memory
+(docs/gpu-validation.md).
 
 The 400-point real FFT (float32 arithmetic) is done the textbook way for real input:
 
@@ -14,11 +15,18 @@ The 400-point real FFT (float32 arithmetic) is done the textbook way for real in
 * untangle the even and odd halves: with ``E = (Z[k] + conj Z[200-k]) / 2`` and
   ``O = (Z[k] - conj Z[200-k]) / 2i``, ``X[k] = E + W400^k O`` and ``X[200-k] = conj(E - W400^k O)``.
 
-Accuracy is the point of writing it by hand instead of taking any float32 FFT: every twiddle
-and DFT constant is computed in float64 and rounded once to float32, which keeps kept log-mel
-cells within about 3e-5 of a float64 reference (cuFFT's float32 transform was measured
-1.9e-4 off on the same speech, over the 1e-4 budget). The two scale factors of 1/2 become
-one exact 1/4 folded into the (float32) mel weights.
+Accuracy: every twiddle and DFT constant is computed in float64 and rounded once, and the
+DFT-5 uses Winograd's form, whose cosine part cancels exactly on smooth input. Even so, a
+float32 transform leaves the quietest kept cells of loud frames (7 to 8 decades under the peak)
+about 1e-4 off a float64 reference: measured 1.1e-4 on the 20 recordings, against 1.9e-4 for
+cuFFT's float32 transform. Most of that rounding happens in the DFT-25 stage, so ``"mixed"``
+precision runs that stage in float64 (6.7e-5). The two scale factors of 1/2 become one exact
+1/4 folded into the float32 mel weights, which are written into the code as constants.
+
+Layout: a block takes 32 consecutive frames of one stream; lane ``f`` of every warp works on
+frame ``f``, and the 8 warps split each stage's roles (25 DFT-8s, 8 DFT-25s, 100 untangling
+pairs, mel-band groups), so a role's constants are the same across the warp. Per-frame rows in
+shared memory have odd strides, so the 32 lanes hit 32 different banks.
 
 :func:`emulate_power` runs the same factorisation, tables and DFT formulas in NumPy, so the
 CPU tests check the algorithm the kernel encodes; the GPU tests check the kernel itself.
