@@ -38,7 +38,9 @@ def add_arguments(parser) -> None:
 
 def _labels(choices: list, labels: list[str] | None) -> list[str]:
     """Stream labels for the resolved devices (``DeviceChoice``): the user's ``--label``s, else
-    "Meeting" for a monitor of an output and "Me" for a microphone, numbered when repeated."""
+    "Meeting" for a monitor of an output and "Me" for a microphone, a repeat numbered as in the
+    desktop app ("Me", "Me 2")."""
+    from captioner.app.pipeline import unique_labels
     from captioner.audio.devices import is_loopback_name
 
     if labels:
@@ -46,11 +48,9 @@ def _labels(choices: list, labels: list[str] | None) -> list[str]:
             raise UserError(f"--label given {len(labels)} times for {len(choices)} device(s): give one per --device")
         out = list(labels)
     else:
-        kinds = ["Meeting" if is_loopback_name(choice.pulse_source or choice.name) else "Me" for choice in choices]
-        out = []
-        for kind in kinds:
-            n = kinds.count(kind)
-            out.append(kind if n == 1 else f"{kind} {sum(1 for k in out if k.startswith(kind)) + 1}")
+        out = unique_labels(
+            "Meeting" if is_loopback_name(choice.pulse_source or choice.name) else "Me" for choice in choices
+        )
     if len(set(out)) != len(out):
         raise UserError(f"stream labels must differ: {out}")
     return out
