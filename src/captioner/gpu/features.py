@@ -43,7 +43,7 @@ HOP = ref.HOP
 N_FFT = ref.N_FFT
 N_BINS = ref.N_BINS
 HALF = N_FFT // 2  # reflect padding: 200 samples
-HISTORY = 360  # raw samples kept per stream: the oldest the next frame can need
+HISTORY = logmel_kernel.HISTORY  # raw samples kept per stream: the oldest the next frame can need
 LOOKAHEAD_SAMPLES = HALF  # samples past a frame's centre that it needs (12.5 ms)
 LOOKAHEAD_MS = 1000.0 * LOOKAHEAD_SAMPLES / ref.SAMPLE_RATE_HZ
 

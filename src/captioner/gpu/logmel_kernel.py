@@ -36,10 +36,9 @@ from __future__ import annotations
 
 import numpy as np
 
-N_FFT = 400
-N_BINS = N_FFT // 2 + 1
-HOP = 160
-HISTORY = 360  # raw samples a stream keeps between pushes (see features.py)
+from captioner.gpu.features_ref import HOP, N_BINS, N_FFT
+
+HISTORY = 360  # raw samples a stream keeps between pushes: the oldest its next frame can need
 
 TILE_FRAMES = 32  # frames per block: one per lane, so every warp works on 32 frames at once
 WARPS = 8
@@ -246,6 +245,7 @@ def kernel_source(filters: np.ndarray, precision: str = "float32") -> str:
         "@S2C@": s2c, "@MIN_BLOCKS@": "2" if precision == "mixed" else "3",
         "@DFT25@": _dft25_cuda(), "@STAGE2_STORES@": _stage2_stores(),
         "@MEL_CASES@": _mel_code(filters), "@N_MELS@": str(n_mels),
+        "@HISTORY@": str(HISTORY), "@HOP@": str(HOP), "@N_FFT@": str(N_FFT),
         "@TILE@": str(TILE_FRAMES), "@THREADS@": str(THREADS), "@FRAME_STRIDE@": str(FRAME_STRIDE),
         "@XS_FLOATS@": str(_XS_FLOATS), "@POST_ROLES@": str(_POST_ROLES),
     }
@@ -256,10 +256,10 @@ def kernel_source(filters: np.ndarray, precision: str = "float32") -> str:
 
 
 _SOURCE = r"""
-#define HISTORY 360
-#define HALF 200
-#define HOP 160
-#define N_FFT 400
+#define HISTORY @HISTORY@
+#define HALF (N_FFT / 2)
+#define HOP @HOP@
+#define N_FFT @N_FFT@
 #define TILE @TILE@
 #define THREADS @THREADS@
 #define FS @FRAME_STRIDE@
