@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from captioner.events import FRAMES_PER_S
 from captioner.gpu import backend as backend_mod
 from captioner.gpu import features_ref as ref
 from captioner.gpu.features import StreamingFeatures
@@ -244,7 +245,7 @@ def render_markdown(results: dict) -> str:
         lines.append(f"| latency, 1 stream, one 10 ms frame, {stat[:-3]} (ms) | "
                      + " | ".join(f"{v:.3f}" for v in vals) + " |" + ratio)
     for precision, st in results.get("cuda_stage_ms_per_push", {}).items():
-        hours = st["frames_per_push"] * st["streams"] / 100 / 3600
+        hours = st["frames_per_push"] * st["streams"] / FRAMES_PER_S / 3600
         lines.append("")
         lines.append(f"GPU time per push of {st['frames_per_push']} frames x {st['streams']} streams, {precision} FFT (ms): "
                      + ", ".join(f"{k} {st[k]:.3f}" for k in ("fused", "roll"))

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from captioner.gpu.features_ref import HOP, N_BINS, N_FFT
+from captioner.gpu.features_ref import HOP, N_BINS, N_FFT, hann_window
 
 HISTORY = 360  # raw samples a stream keeps between pushes: the oldest its next frame can need
 
@@ -216,7 +216,7 @@ def _mel_code(filters: np.ndarray) -> str:
 
 
 def _constants() -> str:
-    window = ", ".join(_f32(v) for v in _hann())
+    window = ", ".join(_f32(v) for v in hann_window())
     rows = ", ".join("{" + ", ".join(f"{{{_f32(w.real)}, {_f32(w.imag)}}}" for w in row) + "}" for row in stage1_twiddles())
     tw2 = ", ".join(f"{{{_f32(w.real)}, {_f32(w.imag)}}}" for w in post_twiddles())
     return (
@@ -224,11 +224,6 @@ def _constants() -> str:
         f"__constant__ float2 c_tw1[25][8] = {{{rows}}};\n"
         f"__constant__ float2 c_tw2[{_POST_ROLES + 1}] = {{{tw2}}};\n"
     )
-
-
-def _hann() -> np.ndarray:
-    n = np.arange(N_FFT, dtype=np.float64)
-    return (0.5 - 0.5 * np.cos(2.0 * np.pi * n / N_FFT)).astype(np.float32)
 
 
 def kernel_source(filters: np.ndarray, precision: str = "float32") -> str:
