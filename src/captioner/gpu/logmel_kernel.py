@@ -3,30 +3,36 @@
 Why one kernel: the earlier design (windowed frames cut out to memory, cuFFT, then a mel
 pass) moved every frame through HBM three times and could not pass about 1,750 hours of audio
 per second. Here a block reads its stream's samples once into shared memory and writes only
-the finished log-mel (and MFCC) frames; what limits it now is instruction issue, not memory
-(docs/gpu-validation.md).
+the finished log-mel (and MFCC) frames. What limits it is how many instructions it issues
+(docs/gpu-validation.md), so the layout below is chosen to keep every shared-memory address a
+per-thread base plus a constant, and every barrier that can go, gone.
 
-The 400-point real FFT (float32 arithmetic) is done the textbook way for real input:
+The 400-point real FFT is done the textbook way for real input:
 
 * pack the windowed frame ``x`` as 200 complex points ``z[n] = x[2n] + i x[2n+1]``;
-* a 200-point complex FFT in two register stages, ``200 = 8 x 25`` (Cooley-Tukey):
-  stage 1 does ``25`` DFT-8 over ``z[n2 + 25 m]`` and multiplies by ``W200^(n2 k1)``;
-  stage 2 does ``8`` DFT-25 (``5 x 5``, twiddles inside) giving ``Z[k1 + 8 k2]``;
+* a 200-point complex FFT in two register stages, ``200 = 25 x 8`` (Cooley-Tukey): stage 1
+  does 8 DFT-25 (``5 x 5``) over ``z[n1 + 8 n2]`` and multiplies by ``W200^(n1 k2)``, giving
+  ``A[n1][k2]``; stage 2 does 25 DFT-8 over ``n1``, giving ``Z[k2 + 25 k1]``;
 * untangle the even and odd halves: with ``E = (Z[k] + conj Z[200-k]) / 2`` and
   ``O = (Z[k] - conj Z[200-k]) / 2i``, ``X[k] = E + W400^k O`` and ``X[200-k] = conj(E - W400^k O)``.
 
+``Z[200 - k]`` for ``k = k2 + 25 j`` is ``Z[(25 - k2) + 25 (7 - j)]``: it comes out of the DFT-8
+of column ``25 - k2``. So one thread does the DFT-8s of columns ``k2`` and ``25 - k2`` and untangles
+their 16 bins in registers; column 0 pairs with itself. It writes the powers into the shared
+memory slots it has just read (no other thread reads them), so the bins end up permuted; the mel
+code, generated with the bins' slots written in, reads them where they are.
+
 Accuracy: every twiddle and DFT constant is computed in float64 and rounded once, and the
-DFT-5 uses Winograd's form, whose cosine part cancels exactly on smooth input. Even so, a
-float32 transform leaves the quietest kept cells of loud frames (7 to 8 decades under the peak)
-about 1e-4 off a float64 reference: measured 1.1e-4 on the 20 recordings, against 1.9e-4 for
-cuFFT's float32 transform. Most of that rounding happens in the DFT-25 stage, so ``"mixed"``
-precision runs that stage in float64 (6.7e-5). The two scale factors of 1/2 become one exact
-1/4 folded into the float32 mel weights, which are written into the code as constants.
+DFT-5 uses Winograd's form, whose cosine part cancels exactly on smooth input. A float32
+transform leaves the quietest kept cells of loud frames (7 to 8 decades under the peak) about
+1e-4 off a float64 reference; ``"mixed"`` precision runs stage 1 in float64. The two scale
+factors of 1/2 become one exact 1/4 folded into the float32 mel weights, which are written into
+the code as constants. Bins 0 and 200 have no mel weight and are not computed.
 
 Layout: a block takes 32 consecutive frames of one stream; lane ``f`` of every warp works on
-frame ``f``, and the 8 warps split each stage's roles (25 DFT-8s, 8 DFT-25s, 100 untangling
-pairs, mel-band groups), so a role's constants are the same across the warp. Per-frame rows in
-shared memory have odd strides, so the 32 lanes hit 32 different banks.
+frame ``f`` and the 8 warps split each stage's roles, so a role's constants are the same across
+the warp. Per-frame rows in shared memory have odd strides (in the units they are read in), so
+the 32 lanes hit different banks.
 
 :func:`emulate_power` runs the same factorisation, tables and DFT formulas in NumPy, so the
 CPU tests check the algorithm the kernel encodes; the GPU tests check the kernel itself.
@@ -43,10 +49,12 @@ HISTORY = 360  # raw samples a stream keeps between pushes: the oldest its next 
 TILE_FRAMES = 32  # frames per block: one per lane, so every warp works on 32 frames at once
 WARPS = 8
 THREADS = 32 * WARPS
-FRAME_STRIDE = 201  # float2 (or float) per frame in shared memory: odd, so lanes hit distinct banks
-_POST_ROLES = N_FFT // 4  # k = 0..99 (role 0 also does bin 100): bins k and 200 - k
+N_HALF = N_FFT // 2  # 200 complex points
+N1, N2 = 8, 25  # z[n1 + 8 n2]: stage 1 is over n2 (DFT-25), stage 2 over n1 (DFT-8)
+FRAME_STRIDE = N_HALF + 1  # float2 per frame row of the FFT work area: odd, so lanes hit distinct banks
+_PAD = 2  # pad floats per 160 samples: frame rows 162 floats (81 float2, odd) apart
 _TILE_SAMPLES = HOP * (TILE_FRAMES - 1) + N_FFT
-_XS_FLOATS = -(-(_TILE_SAMPLES + _TILE_SAMPLES // HOP) // 4) * 4  # one pad float per 160 samples
+_XS_FLOATS = -(-(_TILE_SAMPLES + _PAD * (_TILE_SAMPLES // HOP)) // 4) * 4
 SHARED_BYTES = 4 * _XS_FLOATS + 8 * TILE_FRAMES * FRAME_STRIDE
 
 
@@ -61,14 +69,32 @@ def _w(n: int, k: int) -> complex:
 
 
 def stage1_twiddles() -> np.ndarray:
-    """``W200^(n2 k1)`` for ``n2 = 0..24``, ``k1 = 0..7``: complex128 ``[25, 8]``."""
-    return np.exp(-2j * np.pi * np.outer(np.arange(25), np.arange(8)) / 200.0)
+    """``W200^(n1 k2)`` for ``n1 = 0..7``, ``k2 = 0..24``: complex128 ``[8, 25]``."""
+    return np.exp(-2j * np.pi * np.outer(np.arange(N1), np.arange(N2)) / N_HALF)
 
 
 def post_twiddles() -> np.ndarray:
-    """``-i W400^k`` for ``k = 0..100`` (``(-sin, -cos)`` of ``2 pi k / 400``): complex128."""
-    theta = 2.0 * np.pi * np.arange(_POST_ROLES + 1) / N_FFT
+    """``-i W400^k`` for ``k = 0..199`` (``(-sin, -cos)`` of ``2 pi k / 400``): complex128."""
+    theta = 2.0 * np.pi * np.arange(N_HALF) / N_FFT
     return -np.sin(theta) - 1j * np.cos(theta)
+
+
+def power_slot(k: int) -> int:
+    """Where the kernel leaves ``4 |X[k]|^2`` (``k = 1..199``): a float offset in a frame's row.
+
+    The thread that untangles bins ``k2 + 25 j`` and ``200 - k2 - 25 j`` (``k2 = 0..12``) writes
+    them as the two floats of complex slot ``25 j + k2``, one of the slots it read.
+    """
+    if not 0 < k < N_HALF:
+        raise ValueError(f"bin {k} is not computed")
+    j, k2 = divmod(k, N2)
+    if k2 == 0:  # column 0: bins 25 j (j <= 4) and 200 - 25 j
+        return 2 * N2 * j if j <= 4 else 2 * N2 * (8 - j) + 1
+    if k2 <= 12:
+        return 2 * (N2 * j + k2)
+    k2p = N2 - k2  # bin k = 200 - k2p - 25 j'
+    jp = (N_HALF - k - k2p) // N2
+    return 2 * (N2 * jp + k2p) + 1
 
 
 def compact_filters(filters: np.ndarray) -> list[tuple[int, np.ndarray]]:
@@ -81,6 +107,8 @@ def compact_filters(filters: np.ndarray) -> list[tuple[int, np.ndarray]]:
     for row in np.asarray(filters, dtype=np.float32):
         nz = np.flatnonzero(row > 0)
         lo, hi = int(nz[0]), int(nz[-1]) + 1
+        if lo == 0 or hi > N_HALF:
+            raise ValueError("a mel filter weights bin 0 or 200, which the kernel does not compute")
         runs.append((lo, (row[lo:hi] * np.float32(0.25)).astype(np.float32)))
     return runs
 
@@ -136,35 +164,35 @@ def _np_dft25(y, dtype=np.complex64):
     return x
 
 
-def emulate_power(windowed: np.ndarray, stage2=np.complex64) -> np.ndarray:
+def emulate_power(windowed: np.ndarray, stage1=np.complex64) -> np.ndarray:
     """The kernel's FFT and untangling in NumPy: ``4 |rfft(windowed)|^2``, float32 ``[..., 201]``.
 
     (The kernel's mel weights carry the 1/4.) Vectorised over leading axes, complex64
-    arithmetic as the kernel's float32; ``stage2=np.complex128`` mirrors the ``mixed`` kernel.
+    arithmetic as the kernel's float32; ``stage1=np.complex128`` mirrors the ``mixed`` kernel.
     """
     x = np.asarray(windowed, dtype=np.float32)
     z = (x[..., 0::2] + np.complex64(1j) * x[..., 1::2]).astype(np.complex64)  # [..., 200]
-    tw1 = stage1_twiddles().astype(np.complex64)
-    y = np.empty(z.shape[:-1] + (25, 8), np.complex64)  # y[n2, k1]
-    for n2 in range(25):
-        out = _np_dft8([z[..., n2 + 25 * m] for m in range(8)])
-        for k1 in range(8):
-            y[..., n2, k1] = out[k1] * tw1[n2, k1] if k1 else out[k1]
+    tw1 = stage1_twiddles().astype(stage1)
+    a = np.empty(z.shape[:-1] + (N1, N2), np.complex64)  # a[n1, k2]
+    for n1 in range(N1):
+        out = _np_dft25([z[..., n1 + N1 * n2].astype(stage1) for n2 in range(N2)], stage1)
+        for k2 in range(N2):
+            a[..., n1, k2] = out[k2] * tw1[n1, k2] if n1 and k2 else out[k2]
     big_z = np.empty(z.shape, np.complex64)
-    for k1 in range(8):
-        out = _np_dft25([y[..., n2, k1].astype(stage2) for n2 in range(25)], stage2)
-        for k2 in range(25):
-            big_z[..., k1 + 8 * k2] = out[k2]
+    for k2 in range(N2):
+        out = _np_dft8([a[..., n1, k2] for n1 in range(N1)])
+        for k1 in range(N1):
+            big_z[..., k2 + N2 * k1] = out[k1]
     tw2 = post_twiddles().astype(np.complex64)
-    k = np.arange(_POST_ROLES + 1)
+    k = np.arange(N_HALF // 2 + 1)
     zk = big_z[..., k]
-    zn = np.conj(big_z[..., (200 - k) % 200])
+    zn = np.conj(big_z[..., (N_HALF - k) % N_HALF])
     e2 = zk + zn  # 2 E
-    d2 = (zk - zn) * tw2  # 2 W400^k O
+    d2 = (zk - zn) * tw2[k]  # 2 W400^k O
     power = np.empty(x.shape[:-1] + (N_BINS,), np.float32)
     u, v = e2 + d2, e2 - d2
     power[..., k] = (u.real * u.real + u.imag * u.imag).astype(np.float32)
-    power[..., 200 - k] = (v.real * v.real + v.imag * v.imag).astype(np.float32)
+    power[..., N_HALF - k] = (v.real * v.real + v.imag * v.imag).astype(np.float32)
     return power
 
 
@@ -182,12 +210,15 @@ def _dft25_cuda() -> str:
     return "\n    ".join(lines)
 
 
-def _stage2_stores() -> str:
-    """``X[k2]`` of the DFT-25 lives at ``y[5 r + s]`` with ``k2 = r + 5 s``: ``Z[k1 + 8 k2]``."""
-    return "\n            ".join(
-        f"dst[{8 * (r + 5 * s)}] = make_float2((float)y[{5 * r + s}].x, (float)y[{5 * r + s}].y);"
-        for r in range(5) for s in range(5)
-    )
+def _stage1_stores() -> str:
+    """``X[k2]`` of the DFT-25 lives at ``y[5 r + s]`` with ``k2 = r + 5 s``; times ``W200^(n1 k2)``."""
+    lines = []
+    for s in range(5):
+        for r in range(5):
+            k2, src = r + 5 * s, f"y[{5 * r + s}]"
+            value = src if k2 == 0 else f"cmul({src}, tw[{k2}])"
+            lines.append(f"{{ const S1C v = {value}; dst[{k2}] = make_float2((float)v.x, (float)v.y); }}")
+    return "\n        ".join(lines)
 
 
 def _mel_groups(runs) -> list[list[int]]:
@@ -209,45 +240,49 @@ def _mel_code(filters: np.ndarray) -> str:
         body = []
         for m in bands:
             lo, w = runs[m]
-            terms = "".join(f"a = fmaf({_f32(wk)}, p[{lo + i}], a); " for i, wk in enumerate(w))
+            terms = "".join(f"a = fmaf({_f32(wk)}, p[{power_slot(lo + i)}], a); " for i, wk in enumerate(w))
             body.append(f"{{ float a = 0.0f; {terms}lm[{m}] = __log10f(fmaxf(a, 1e-10f)); }}")
         cases.append(f"case {g}: {{\n            " + "\n            ".join(body) + "\n            break; }")
     return "\n        ".join(cases)
 
 
-def _constants() -> str:
-    window = ", ".join(_f32(v) for v in hann_window())
-    rows = ", ".join("{" + ", ".join(f"{{{_f32(w.real)}, {_f32(w.imag)}}}" for w in row) + "}" for row in stage1_twiddles())
+def _constants(precision: str) -> str:
+    tw_type = "double2" if precision == "mixed" else "float2"
+    lit = (lambda v: repr(float(v))) if precision == "mixed" else _f32
+    window = ", ".join(f"{{{_f32(a)}, {_f32(b)}}}" for a, b in hann_window().reshape(-1, 2))
+    rows = ", ".join(
+        "{" + ", ".join(f"{{{lit(w.real)}, {lit(w.imag)}}}" for w in row) + "}" for row in stage1_twiddles()
+    )
     tw2 = ", ".join(f"{{{_f32(w.real)}, {_f32(w.imag)}}}" for w in post_twiddles())
     return (
-        f"__constant__ float c_window[{N_FFT}] = {{{window}}};\n"
-        f"__constant__ float2 c_tw1[25][8] = {{{rows}}};\n"
-        f"__constant__ float2 c_tw2[{_POST_ROLES + 1}] = {{{tw2}}};\n"
+        f"__constant__ float2 c_window2[{N_HALF}] = {{{window}}};  // (w[2n], w[2n + 1])\n"
+        f"__constant__ {tw_type} c_tw1[{N1}][{N2}] = {{{rows}}};\n"
+        f"__constant__ float2 c_tw2[{N_HALF}] = {{{tw2}}};\n"
     )
 
 
 def kernel_source(filters: np.ndarray, precision: str = "float32") -> str:
     """CUDA C++ of ``captioner_logmel_fused`` (for these mel filters) and ``captioner_roll``.
 
-    ``precision``: ``"float32"``, or ``"mixed"`` (the DFT-25 stage in float64).
+    ``precision``: ``"float32"``, or ``"mixed"`` (stage 1, the DFT-25s and their twiddles, in float64).
     """
     if precision not in ("float32", "mixed"):
         raise ValueError(f"precision must be 'float32' or 'mixed', got {precision!r}")
     n_mels = filters.shape[0]
-    s2c = "double2" if precision == "mixed" else "float2"
     replacements = {
         "@K5@": repr(float(_K5)), "@S1@": repr(float(_S1)), "@S2@": repr(float(_S2)), "@R2@": _f32(_R2),
-        "@S2C@": s2c, "@MIN_BLOCKS@": "2" if precision == "mixed" else "3",
-        "@DFT25@": _dft25_cuda(), "@STAGE2_STORES@": _stage2_stores(),
+        "@S1C@": "double2" if precision == "mixed" else "float2",
+        "@MIN_BLOCKS@": "2" if precision == "mixed" else "3",
+        "@DFT25@": _dft25_cuda(), "@STAGE1_STORES@": _stage1_stores(),
         "@MEL_CASES@": _mel_code(filters), "@N_MELS@": str(n_mels),
-        "@HISTORY@": str(HISTORY), "@HOP@": str(HOP), "@N_FFT@": str(N_FFT),
-        "@TILE@": str(TILE_FRAMES), "@THREADS@": str(THREADS), "@FRAME_STRIDE@": str(FRAME_STRIDE),
-        "@XS_FLOATS@": str(_XS_FLOATS), "@POST_ROLES@": str(_POST_ROLES),
+        "@HISTORY@": str(HISTORY), "@HOP@": str(HOP), "@N_FFT@": str(N_FFT), "@PAD@": str(_PAD),
+        "@TILE@": str(TILE_FRAMES), "@THREADS@": str(THREADS), "@WARPS@": str(WARPS),
+        "@FRAME_STRIDE@": str(FRAME_STRIDE), "@XS_FLOATS@": str(_XS_FLOATS),
     }
     source = _SOURCE
     for key, value in replacements.items():
         source = source.replace(key, value)
-    return source.replace("@CONSTANTS@", _constants())
+    return source.replace("@CONSTANTS@", _constants(precision))
 
 
 _SOURCE = r"""
@@ -255,18 +290,20 @@ _SOURCE = r"""
 #define HALF (N_FFT / 2)
 #define HOP @HOP@
 #define N_FFT @N_FFT@
+#define PAD @PAD@
+#define ROW (HOP + PAD)  // floats from one frame's samples to the next's in shared memory
 #define TILE @TILE@
 #define THREADS @THREADS@
+#define WARPS @WARPS@
 #define FS @FRAME_STRIDE@
 #define XS_FLOATS @XS_FLOATS@
-#define POST_ROLES @POST_ROLES@
 #define N_MELS @N_MELS@
 #define LM_STRIDE (N_MELS + 1)  // odd: lanes (frames) hit distinct banks
-#define S2C @S2C@
+#define S1C @S1C@
 
 @CONSTANTS@
 
-// Complex helpers for float2 and double2 (the DFT-25 stage is double2 in "mixed" precision).
+// Complex helpers for float2 and double2 (stage 1 is double2 in "mixed" precision).
 template <typename C> __device__ __forceinline__ C cpx(decltype(C::x) x, decltype(C::x) y) { C r; r.x = x; r.y = y; return r; }
 template <typename C> __device__ __forceinline__ C cadd(C a, C b) { return cpx<C>(a.x + b.x, a.y + b.y); }
 template <typename C> __device__ __forceinline__ C csub(C a, C b) { return cpx<C>(a.x - b.x, a.y - b.y); }
@@ -320,13 +357,46 @@ __device__ __forceinline__ void dft8(float2* a) {
     a[3] = cadd(e3, w3); a[7] = csub(e3, w3);
 }
 
-__device__ __forceinline__ int padded(int s) { return s + s / HOP; }  // one pad float per 160
+// Z[k] + conj Z[200 - k] and the twiddled difference, for bin k: 4 |X[k]|^2, 4 |X[200 - k]|^2.
+__device__ __forceinline__ float2 untangle(float2 zk, float2 zn, float2 tw) {
+    const float2 e2 = make_float2(zk.x + zn.x, zk.y - zn.y);
+    const float2 d2 = cmul(make_float2(zk.x - zn.x, zk.y + zn.y), tw);
+    const float2 u = cadd(e2, d2), v = csub(e2, d2);
+    return make_float2(fmaf(u.x, u.x, u.y * u.y), fmaf(v.x, v.x, v.y * v.y));
+}
+
+// Stage 2 for columns k2 and 25 - k2 of A[n1][k2] (row zf, slot 25 n1 + k2): two DFT-8 give
+// Z[k2 + 25 j] and Z[25 - k2 + 25 j]; bins k = k2 + 25 j and 200 - k are untangled from
+// Z[k2 + 25 j] and Z[25 - k2 + 25 (7 - j)] and written over the slot 25 j + k2 just read.
+__device__ __forceinline__ void column_pair(float2* zf, int k2) {
+    float2 a[8], b[8];
+#pragma unroll
+    for (int n1 = 0; n1 < 8; ++n1) { a[n1] = zf[25 * n1 + k2]; b[n1] = zf[25 * n1 + 25 - k2]; }
+    dft8(a);
+    dft8(b);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) zf[25 * j + k2] = untangle(a[j], b[7 - j], c_tw2[k2 + 25 * j]);
+}
+
+// Column 0 pairs with itself: Z[25 j] with Z[200 - 25 j] = Z[25 (8 - j)]; bins 25 j and
+// 200 - 25 j for j = 1..4 (bins 0 and 200 have no mel weight).
+__device__ __forceinline__ void column_zero(float2* zf) {
+    float2 a[8];
+#pragma unroll
+    for (int n1 = 0; n1 < 8; ++n1) a[n1] = zf[25 * n1];
+    dft8(a);
+#pragma unroll
+    for (int j = 1; j <= 4; ++j) zf[25 * j] = untangle(a[j], a[8 - j], c_tw2[25 * j]);
+}
+
+__device__ __forceinline__ int padded(int s) { return s + PAD * (s / HOP); }
 
 // One block = up to TILE consecutive new frames of one row (stream); lane f of every warp
 // works on frame f, and warps split each stage's roles. Frame t = b0 - 1 + j covers the
 // reflect-padded signal p[160 t .. 160 t + 399], p[q] = x[|q - 200|]; x comes from the
 // stream's history (x[160 b0 - 360 ..)) or the new samples. Frames with t < 0 (the first
-// block of a stream completes none) are computed but not written.
+// block of a stream completes none) and lanes past the tile's last frame compute on whatever
+// shared memory holds; only real frames are written out.
 extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_logmel_fused(
     const float* __restrict__ samples, const long long* __restrict__ slots,
     const long long* __restrict__ b0s, const float* __restrict__ history,
@@ -335,13 +405,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
 {
     extern __shared__ float4 shared_raw[];
     float* xs = reinterpret_cast<float*>(shared_raw);        // padded samples; later log-mel
-    float2* zs = reinterpret_cast<float2*>(xs + XS_FLOATS);  // FFT work; later power, MFCC
-    float* ps = reinterpret_cast<float*>(zs);
+    float2* zs = reinterpret_cast<float2*>(xs + XS_FLOATS);  // FFT work and powers; later MFCC
     const int tid = threadIdx.x, warp = tid >> 5, f = tid & 31;
     const int r = blockIdx.x / tiles_per_row;
     const int j0 = (blockIdx.x - r * tiles_per_row) * TILE;
     const int nf = min(TILE, n_frames - j0);
-    const bool live = f < nf;
     const long long b0 = b0s[r];
     const long long slot = slots[r];
     const float* h = history + slot * HISTORY;
@@ -355,8 +423,9 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
         const float4* src = reinterpret_cast<const float4*>(x_new + HOP * j0 - HISTORY);
         for (int i = tid; i < n_load / 4; i += THREADS) {
             const float4 v = src[i];
-            float* d = xs + padded(4 * i);  // 160 is a multiple of 4: no pad inside a float4
-            d[0] = v.x; d[1] = v.y; d[2] = v.z; d[3] = v.w;
+            float2* d = reinterpret_cast<float2*>(xs + padded(4 * i));  // no pad inside a float4
+            d[0] = make_float2(v.x, v.y);
+            d[1] = make_float2(v.z, v.w);
         }
     } else if (b0 - 1 + j0 >= 2) {
         for (int i = tid; i < n_load; i += THREADS) {
@@ -377,82 +446,44 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
     }
     __syncthreads();
 
-    // 2. Stage 1, roles n2 = warp, + 8, ...: z[n] = x[2n] + i x[2n+1] (windowed: float32
-    // products, as Whisper); DFT-8 of z[n2 + 25 m] over m, times W200^(n2 k1) -> y[f][k1][n2].
-    if (live) {
-        const float* xf = xs + (HOP + 1) * f;
-        for (int n2 = warp; n2 < 25; n2 += THREADS / 32) {
-            float2 a[8];
-#pragma unroll
-            for (int m = 0; m < 8; ++m) {
-                const int j = 2 * n2 + 50 * m;  // even, so j and j + 1 share a pad block
-                const float* x = xf + padded(j);
-                a[m] = make_float2(x[0] * c_window[j], x[1] * c_window[j + 1]);
-            }
-            dft8(a);
-            float2* dst = zs + f * FS + n2;
-            dst[0] = a[0];
-#pragma unroll
-            for (int k1 = 1; k1 < 8; ++k1) dst[25 * k1] = cmul(a[k1], c_tw1[n2][k1]);
-        }
-    }
-    __syncthreads();
-
-    // 3. Stage 2, role k1 = warp: DFT-25 over n2 of y[f][k1][n2] -> Z[k1 + 8 k2].
+    // 2. Stage 1, role n1 = warp: z[n1 + 8 n2] = x[2 n1 + 16 n2] + i x[2 n1 + 16 n2 + 1]
+    // (windowed: float32 products, as Whisper); DFT-25 over n2, times W200^(n1 k2), into slot
+    // 25 n1 + k2 of the frame's row. Sample 2 n1 + 16 n2 sits n2 / 10 float2 of padding on
+    // (2 n1 < 16 and 160 = 10 * 16), so every address is a base plus a constant.
     {
-        const int k1 = warp;
-        S2C y[25];
-        if (live) {
-            const float2* src = zs + f * FS + 25 * k1;
+        const int n1 = warp;
+        const float2* xf = reinterpret_cast<const float2*>(xs + ROW * f) + n1;
+        const float2* wn = c_window2 + n1;
+        S1C y[25];
 #pragma unroll
-            for (int n2 = 0; n2 < 25; ++n2) y[n2] = cpx<S2C>(src[n2].x, src[n2].y);
-            dft25(y);
+        for (int n2 = 0; n2 < 25; ++n2) {
+            const float2 v = xf[8 * n2 + n2 / 10];
+            const float2 w = wn[8 * n2];
+            y[n2] = cpx<S1C>(v.x * w.x, v.y * w.y);
         }
-        __syncthreads();  // every read of stage 1's output is done: overwrite in place
-        if (live) {
-            float2* dst = zs + f * FS + k1;
-            @STAGE2_STORES@
-        }
+        dft25(y);
+        const auto* tw = c_tw1[n1];
+        float2* dst = zs + f * FS + 25 * n1;
+        @STAGE1_STORES@
     }
     __syncthreads();
 
-    // 4. Untangle the packed halves: 4 |X[k]|^2 and 4 |X[200 - k]|^2 for roles k = warp + 8 i
-    // (role 0 also 4 |X[100]|^2 = 4 |Z[100]|^2). Held in registers until every read is done.
+    // 3. Stage 2 and untangling, by column pairs (see column_pair); powers left in the slots.
+    // Warps 0..3 take pairs k2 = warp + 1 and warp + 9, warps 4..7 one pair, and warp 4 column
+    // 0 as well. k2 stays a run-time value so that the code exists once (the instruction cache
+    // is the limit when every role gets its own copy).
     {
-        float pk[13], pn[13], p100 = 0.0f;
-        const float2* zf = zs + f * FS;
-#pragma unroll
-        for (int i = 0; i < 13; ++i) {
-            const int k = warp + 8 * i;
-            if (live && k < POST_ROLES) {
-                const float2 zk = zf[k];
-                const float2 zn = zf[k == 0 ? 0 : 200 - k];
-                const float2 e2 = make_float2(zk.x + zn.x, zk.y - zn.y);  // Z[k] + conj Z[-k]
-                const float2 d2 = cmul(make_float2(zk.x - zn.x, zk.y + zn.y), c_tw2[k]);
-                const float2 u = cadd(e2, d2), v = csub(e2, d2);
-                pk[i] = fmaf(u.x, u.x, u.y * u.y);
-                pn[i] = fmaf(v.x, v.x, v.y * v.y);
-            }
-        }
-        if (live && warp == 0) {
-            const float2 z = zf[100];
-            p100 = 4.0f * fmaf(z.x, z.x, z.y * z.y);
-        }
-        __syncthreads();
-        float* pf = ps + f * FS;
-#pragma unroll
-        for (int i = 0; i < 13; ++i) {
-            const int k = warp + 8 * i;
-            if (live && k < POST_ROLES) { pf[k] = pk[i]; pf[200 - k] = pn[i]; }
-        }
-        if (live && warp == 0) pf[100] = p100;
+        float2* zf = zs + f * FS;
+#pragma unroll 1
+        for (int k2 = warp + 1; k2 <= 12; k2 += WARPS) column_pair(zf, k2);
+        if (warp == 4) column_zero(zf);
     }
     __syncthreads();
 
-    // 5. Mel filters (weights written into the code, a band group per warp), log10, into
-    // shared memory as [frame][mel].
-    if (live) {
-        const float* p = ps + f * FS;
+    // 4. Mel filters (weights and each bin's slot written into the code, a band group per
+    // warp), log10, into shared memory as [frame][mel].
+    {
+        const float* p = reinterpret_cast<const float*>(zs + f * FS);
         float* lm = xs + f * LM_STRIDE;
         switch (warp) {
         @MEL_CASES@
@@ -460,39 +491,40 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
     }
     __syncthreads();
 
-    // 6. Coalesced copy of the tile's log-mel frames into the ring (frame t at column t % ring).
+    // 5. Copy the tile's log-mel frames into the ring (frame t at column t % ring): warp w
+    // takes frames w, w + 8, ...; its lanes write consecutive mel bins.
     const long long t0 = b0 - 1 + j0;
     const int col0 = (int)(((t0 % ring_frames) + ring_frames) % ring_frames);  // t0 may be -1
-    for (int e = tid; e < nf * N_MELS; e += THREADS) {
-        const int g = e / N_MELS, m = e - g * N_MELS;
+    for (int g = warp; g < nf; g += WARPS) {
         if (t0 + g < 0) continue;
         int col = col0 + g;
         if (col >= ring_frames) col -= ring_frames;
-        mel_ring[(slot * ring_frames + col) * N_MELS + m] = xs[g * LM_STRIDE + m];
+        float* dst = mel_ring + (slot * ring_frames + col) * N_MELS;
+        const float* src = xs + g * LM_STRIDE;
+#pragma unroll
+        for (int m = f; m < N_MELS; m += 32) dst[m] = src[m];
     }
     if (n_mfcc == 0) return;
 
-    // 7. MFCC: orthonormal DCT-II of each frame's log-mel (coefficient c = warp + 8 i), staged
+    // 6. MFCC: orthonormal DCT-II of each frame's log-mel (coefficient c = warp + 8 i), staged
     // in shared memory, then copied out like the log-mel.
     const int mf_stride = n_mfcc | 1;
-    float* mf = ps;
-    if (live) {
-        for (int c = warp; c < n_mfcc; c += THREADS / 32) {
-            const float* d = dct + c * N_MELS;
-            const float* v = xs + f * LM_STRIDE;
-            float acc = 0.0f;
+    float* mf = reinterpret_cast<float*>(zs);
+    for (int c = warp; c < n_mfcc; c += WARPS) {
+        const float* d = dct + c * N_MELS;
+        const float* v = xs + f * LM_STRIDE;
+        float acc = 0.0f;
 #pragma unroll 8
-            for (int m = 0; m < N_MELS; ++m) acc = fmaf(__ldg(d + m), v[m], acc);
-            mf[f * mf_stride + c] = acc;
-        }
+        for (int m = 0; m < N_MELS; ++m) acc = fmaf(__ldg(d + m), v[m], acc);
+        mf[f * mf_stride + c] = acc;
     }
     __syncthreads();
-    for (int e = tid; e < nf * n_mfcc; e += THREADS) {
-        const int g = e / n_mfcc, c = e - g * n_mfcc;
+    for (int g = warp; g < nf; g += WARPS) {
         if (t0 + g < 0) continue;
         int col = col0 + g;
         if (col >= ring_frames) col -= ring_frames;
-        mfcc_ring[(slot * ring_frames + col) * n_mfcc + c] = mf[g * mf_stride + c];
+        float* dst = mfcc_ring + (slot * ring_frames + col) * n_mfcc;
+        for (int c = f; c < n_mfcc; c += 32) dst[c] = mf[g * mf_stride + c];
     }
 }
 
