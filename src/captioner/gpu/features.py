@@ -300,11 +300,11 @@ class _CudaPath:
             self.dct = cp.asarray(dct)
             s, f = owner.max_streams, owner.max_push_frames
             self.samples_dev = cp.zeros(s * f * HOP, dtype=cp.float32)
-            self.params_dev = cp.zeros(2 * s, dtype=cp.int64)
+            self.params_dev = cp.zeros(3 * s, dtype=cp.int64)
             # Two sets of pinned staging buffers, used in turn, so that the host fills one while
             # the previous push's copies may still be reading the other.
             self.samples_host = [backend.empty_pinned((s * f * HOP,), np.float32) for _ in range(2)]
-            self.params_host = [backend.empty_pinned((2 * s,), np.int64) for _ in range(2)]
+            self.params_host = [backend.empty_pinned((3 * s,), np.int64) for _ in range(2)]
             self.copies_done = [cp.cuda.Event(disable_timing=True) for _ in range(2)]
             for event in self.copies_done:
                 event.record(self.stream)
@@ -314,7 +314,9 @@ class _CudaPath:
 
     def _launch(self, samples, n_rows: int, frames: int) -> None:
         """Queue the fused kernel, then the history roll, on the current stream (also while
-        capturing a graph). ``params_dev`` holds the rows' slots, then their block counts."""
+        capturing a graph). ``params_dev`` holds the rows' slots, their block counts, then the ring
+        column of each row's frame ``b0 - 1`` (worked out on the host: a 64-bit modulo per
+        thread was a tenth of the kernel's instructions)."""
         for step in self._steps(samples, n_rows, frames):
             step()
 
@@ -323,12 +325,13 @@ class _CudaPath:
         i32 = np.int32
         slots = self.params_dev[:n_rows]
         b0s = self.params_dev[n_rows : 2 * n_rows]
+        cols = self.params_dev[2 * n_rows : 3 * n_rows]
         tiles = -(-frames // logmel_kernel.TILE_FRAMES)
         return (
             lambda: self.k_fused(
                 (n_rows * tiles,), (logmel_kernel.THREADS,),
                 (
-                    samples, slots, b0s, owner._history, self.dct, owner._mel_ring, owner._mfcc_ring,
+                    samples, slots, b0s, cols, owner._history, self.dct, owner._mel_ring, owner._mfcc_ring,
                     i32(frames), i32(tiles), i32(owner.ring_frames), i32(owner.n_mfcc),
                 ),
                 shared_mem=logmel_kernel.SHARED_BYTES,
@@ -338,7 +341,7 @@ class _CudaPath:
 
     def _copy_params(self, n_rows: int, turn: int) -> None:
         self.runtime.memcpyAsync(
-            self.params_dev.data.ptr, self.params_host[turn].ctypes.data, 2 * n_rows * 8,
+            self.params_dev.data.ptr, self.params_host[turn].ctypes.data, 3 * n_rows * 8,
             self.runtime.memcpyHostToDevice, self.stream.ptr,
         )
 
@@ -358,6 +361,7 @@ class _CudaPath:
         params_host = self.params_host[turn]
         params_host[:n_rows] = slots
         params_host[n_rows : 2 * n_rows] = b0
+        params_host[2 * n_rows : 3 * n_rows] = (b0 - 1) % self.owner.ring_frames
         with self.owner.backend.activate():
             if isinstance(samples, cp.ndarray):  # made on the caller's stream: wait for it
                 self.stream.wait_event(cp.cuda.get_current_stream().record())
@@ -422,6 +426,7 @@ class _CudaPath:
         with self.owner.backend.activate(), self.stream:
             self.params_dev[:n_rows] = cp.arange(n_rows)
             self.params_dev[n_rows : 2 * n_rows] = 10
+            self.params_dev[2 * n_rows : 3 * n_rows] = 9 % self.owner.ring_frames
             steps = self._steps(self.samples_dev, n_rows, frames)
             for _ in range(repeats + 1):
                 for i, step in enumerate(steps):

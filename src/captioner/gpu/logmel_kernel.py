@@ -54,8 +54,11 @@ N1, N2 = 8, 25  # z[n1 + 8 n2]: stage 1 is over n2 (DFT-25), stage 2 over n1 (DF
 FRAME_STRIDE = N_HALF + 1  # float2 per frame row of the FFT work area: odd, so lanes hit distinct banks
 _PAD = 2  # pad floats per 160 samples: frame rows 162 floats (81 float2, odd) apart
 _TILE_SAMPLES = HOP * (TILE_FRAMES - 1) + N_FFT
-_XS_FLOATS = -(-(_TILE_SAMPLES + _PAD * (_TILE_SAMPLES // HOP)) // 4) * 4
-SHARED_BYTES = 4 * _XS_FLOATS + 8 * TILE_FRAMES * FRAME_STRIDE
+_XS_FLOATS = _TILE_SAMPLES + _PAD * (_TILE_SAMPLES // HOP)
+# One area serves every stage: the padded samples, then the FFT rows (stage 1 holds its
+# results in registers until every warp has read its samples). 50 KB lets four blocks share
+# an SM's 228 KB.
+SHARED_BYTES = 8 * TILE_FRAMES * FRAME_STRIDE
 
 
 def _f32(value: float) -> str:
@@ -221,16 +224,59 @@ def _stage1_stores() -> str:
     return "\n        ".join(lines)
 
 
+def lm_offset(m: int) -> int:
+    """Float offset of log-mel band ``m`` in a frame's row: the free floats of columns 13..24.
+
+    Stage 2 never writes columns ``25 - k2`` (13..24) and the mel stage never reads them, so
+    each warp writes its bands there while others still read powers. Band pairs ``(2p, 2p + 1)``
+    share one complex slot, ``25 (p // 12) + 13 + p % 12``.
+    """
+    return 50 * (m // 24) + 26 + m % 24
+
+
+def mfcc_offset(c: int) -> int:
+    """Float offset of MFCC coefficient ``c`` in a frame's row: columns 1..12, free after the mel stage."""
+    return 50 * (c // 24) + 2 + c % 24
+
+
+def _band_key(first: int, weights: np.ndarray) -> float:
+    """Where a band sits once bins ``k`` and ``200 - k`` (one complex slot) are folded together."""
+    centre = first + (len(weights) - 1) / 2
+    return min(centre, N_HALF - centre)
+
+
+def _group_cost(runs, bands) -> int:
+    slots = {power_slot(first + i) // 2 for m in bands for first, w in [runs[m]] for i in range(len(w))}
+    return len(slots) + sum(len(runs[m][1]) + 3 for m in bands)
+
+
 def _mel_groups(runs) -> list[list[int]]:
-    """Split the bands into one contiguous group per warp with about equal numbers of weights."""
-    total = sum(len(w) for _, w in runs)
-    groups: list[list[int]] = [[] for _ in range(WARPS)]
-    done = 0
-    for m, (_, w) in enumerate(runs):
-        g = min(WARPS - 1, int(WARPS * (done + len(w) / 2) / total))
-        groups[g].append(m)
-        done += len(w)
-    return groups
+    """One group of bands per warp: contiguous in folded position (so a loaded slot usually
+    feeds bands of both its bins), split to even out slot loads plus weights."""
+    order = sorted(range(len(runs)), key=lambda m: (_band_key(*runs[m]), m))
+    n = len(order)
+    # best[g][i]: the least possible largest cost splitting order[:i] into g groups
+    inf = float("inf")
+    best = [[inf] * (n + 1) for _ in range(WARPS + 1)]
+    cut = [[0] * (n + 1) for _ in range(WARPS + 1)]
+    best[0][0] = 0
+    cost = {}
+    for g in range(1, WARPS + 1):
+        for i in range(1, n + 1):
+            for j in range(g - 1, i):
+                if best[g - 1][j] == inf:
+                    continue
+                if (j, i) not in cost:
+                    cost[j, i] = _group_cost(runs, order[j:i])
+                value = max(best[g - 1][j], cost[j, i])
+                if value < best[g][i]:
+                    best[g][i], cut[g][i] = value, j
+    groups, i = [], n
+    for g in range(WARPS, 0, -1):
+        j = cut[g][i]
+        groups.append(sorted(order[j:i]))
+        i = j
+    return groups[::-1]
 
 
 def _mel_code(filters: np.ndarray) -> str:
@@ -238,10 +284,20 @@ def _mel_code(filters: np.ndarray) -> str:
     cases = []
     for g, bands in enumerate(_mel_groups(runs)):
         body = []
+        slots = sorted({power_slot(lo + i) // 2 for m in bands for lo, w in [runs[m]] for i in range(len(w))})
+        body.append(" ".join(f"const float2 s{q} = zf[{q}];" for q in slots))
         for m in bands:
             lo, w = runs[m]
-            terms = "".join(f"a = fmaf({_f32(wk)}, p[{power_slot(lo + i)}], a); " for i, wk in enumerate(w))
-            body.append(f"{{ float a = 0.0f; {terms}lm[{m}] = __log10f(fmaxf(a, 1e-10f)); }}")
+            terms = "".join(
+                f"a = fmaf({_f32(wk)}, s{power_slot(lo + i) // 2}.{'xy'[power_slot(lo + i) % 2]}, a); "
+                for i, wk in enumerate(w)
+            )
+            body.append(f"float v{m}; {{ float a = 0.0f; {terms}v{m} = __log10f(fmaxf(a, 1e-10f)); }}")
+        for m in bands:
+            if m % 2 == 0 and m + 1 in bands:
+                body.append(f"*reinterpret_cast<float2*>(row + {lm_offset(m)}) = make_float2(v{m}, v{m + 1});")
+            elif not (m % 2 == 1 and m - 1 in bands):
+                body.append(f"row[{lm_offset(m)}] = v{m};")
         cases.append(f"case {g}: {{\n            " + "\n            ".join(body) + "\n            break; }")
     return "\n        ".join(cases)
 
@@ -269,15 +325,17 @@ def kernel_source(filters: np.ndarray, precision: str = "float32") -> str:
     if precision not in ("float32", "mixed"):
         raise ValueError(f"precision must be 'float32' or 'mixed', got {precision!r}")
     n_mels = filters.shape[0]
+    if n_mels % 2 or n_mels > 128:  # the copy-out moves band pairs, at most two per lane
+        raise ValueError(f"the fused kernel takes an even number of mel bands up to 128, got {n_mels}")
     replacements = {
         "@K5@": repr(float(_K5)), "@S1@": repr(float(_S1)), "@S2@": repr(float(_S2)), "@R2@": _f32(_R2),
         "@S1C@": "double2" if precision == "mixed" else "float2",
-        "@MIN_BLOCKS@": "2" if precision == "mixed" else "3",
+        "@MIN_BLOCKS@": "2" if precision == "mixed" else "4",
         "@DFT25@": _dft25_cuda(), "@STAGE1_STORES@": _stage1_stores(),
         "@MEL_CASES@": _mel_code(filters), "@N_MELS@": str(n_mels),
         "@HISTORY@": str(HISTORY), "@HOP@": str(HOP), "@N_FFT@": str(N_FFT), "@PAD@": str(_PAD),
         "@TILE@": str(TILE_FRAMES), "@THREADS@": str(THREADS), "@WARPS@": str(WARPS),
-        "@FRAME_STRIDE@": str(FRAME_STRIDE), "@XS_FLOATS@": str(_XS_FLOATS),
+        "@FRAME_STRIDE@": str(FRAME_STRIDE),
     }
     source = _SOURCE
     for key, value in replacements.items():
@@ -296,9 +354,7 @@ _SOURCE = r"""
 #define THREADS @THREADS@
 #define WARPS @WARPS@
 #define FS @FRAME_STRIDE@
-#define XS_FLOATS @XS_FLOATS@
 #define N_MELS @N_MELS@
-#define LM_STRIDE (N_MELS + 1)  // odd: lanes (frames) hit distinct banks
 #define S1C @S1C@
 
 @CONSTANTS@
@@ -399,13 +455,14 @@ __device__ __forceinline__ int padded(int s) { return s + PAD * (s / HOP); }
 // shared memory holds; only real frames are written out.
 extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_logmel_fused(
     const float* __restrict__ samples, const long long* __restrict__ slots,
-    const long long* __restrict__ b0s, const float* __restrict__ history,
+    const long long* __restrict__ b0s, const long long* __restrict__ cols,
+    const float* __restrict__ history,
     const float* __restrict__ dct, float* __restrict__ mel_ring, float* __restrict__ mfcc_ring,
     int n_frames, int tiles_per_row, int ring_frames, int n_mfcc)
 {
     extern __shared__ float4 shared_raw[];
-    float* xs = reinterpret_cast<float*>(shared_raw);        // padded samples; later log-mel
-    float2* zs = reinterpret_cast<float2*>(xs + XS_FLOATS);  // FFT work and powers; later MFCC
+    float* xs = reinterpret_cast<float*>(shared_raw);    // padded samples, then:
+    float2* zs = reinterpret_cast<float2*>(shared_raw);  // FFT rows (FS float2 per frame)
     const int tid = threadIdx.x, warp = tid >> 5, f = tid & 31;
     const int r = blockIdx.x / tiles_per_row;
     const int j0 = (blockIdx.x - r * tiles_per_row) * TILE;
@@ -420,12 +477,20 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
     // 1. The tile's samples into shared memory, padded. Past the stream's start (no reflection)
     // the tile is ext[160 j0 ..] of ext = history ++ new samples; past the history, new only.
     if (b0 - 1 + j0 >= 2 && HOP * j0 >= HISTORY) {
-        const float4* src = reinterpret_cast<const float4*>(x_new + HOP * j0 - HISTORY);
-        for (int i = tid; i < n_load / 4; i += THREADS) {
-            const float4 v = src[i];
-            float2* d = reinterpret_cast<float2*>(xs + padded(4 * i));  // no pad inside a float4
-            d[0] = make_float2(v.x, v.y);
-            d[1] = make_float2(v.z, v.w);
+        // 240 threads: float4 c of 160-sample block b + 6 u goes to float2 pair 81 (b + 6 u)
+        // + 2 c, so every address is a per-thread base plus a constant.
+        if (tid < 240) {
+            const int c = tid % 40, b = tid / 40;
+            const float4* src = reinterpret_cast<const float4*>(x_new + HOP * j0 - HISTORY) + 40 * b + c;
+            float2* dst = reinterpret_cast<float2*>(xs) + (ROW / 2) * b + 2 * c;
+#pragma unroll
+            for (int u = 0; u < (TILE + 2 + 5) / 6; ++u) {
+                if (40 * (b + 6 * u) + c < n_load / 4) {
+                    const float4 v = src[240 * u];
+                    dst[6 * (ROW / 2) * u] = make_float2(v.x, v.y);
+                    dst[6 * (ROW / 2) * u + 1] = make_float2(v.z, v.w);
+                }
+            }
         }
     } else if (b0 - 1 + j0 >= 2) {
         for (int i = tid; i < n_load; i += THREADS) {
@@ -462,6 +527,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
             y[n2] = cpx<S1C>(v.x * w.x, v.y * w.y);
         }
         dft25(y);
+        __syncthreads();  // every warp has read its samples: the FFT rows may overwrite them
         const auto* tw = c_tw1[n1];
         float2* dst = zs + f * FS + 25 * n1;
         @STAGE1_STORES@
@@ -480,11 +546,12 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
     }
     __syncthreads();
 
-    // 4. Mel filters (weights and each bin's slot written into the code, a band group per
-    // warp), log10, into shared memory as [frame][mel].
+    // 4. Mel filters: a band group per warp, with the weights, and each bin's slot, written
+    // into the code; slots are read as float2, whose two bins (k and 200 - k) the group mostly
+    // both uses. log10 results go to the frame's free floats (lm_offset).
     {
-        const float* p = reinterpret_cast<const float*>(zs + f * FS);
-        float* lm = xs + f * LM_STRIDE;
+        const float2* zf = zs + f * FS;
+        float* row = reinterpret_cast<float*>(zs + f * FS);
         switch (warp) {
         @MEL_CASES@
         }
@@ -492,39 +559,44 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
     __syncthreads();
 
     // 5. Copy the tile's log-mel frames into the ring (frame t at column t % ring): warp w
-    // takes frames w, w + 8, ...; its lanes write consecutive mel bins.
+    // takes frames w, w + 8, ...; lane l copies band pairs l, l + 32, ...
     const long long t0 = b0 - 1 + j0;
-    const int col0 = (int)(((t0 % ring_frames) + ring_frames) % ring_frames);  // t0 may be -1
+    const int col0 = ((int)cols[r] + j0) % ring_frames;  // cols[r]: the column of frame b0 - 1
+    float* mel_row0 = mel_ring + slot * ring_frames * N_MELS;
+    const int q0 = f, q1 = f + 32;  // band pairs of this lane: band 2q at float 50 (q / 12) + 26 + 2 (q % 12)
+    const int off0 = 50 * (q0 / 12) + 26 + 2 * (q0 % 12), off1 = 50 * (q1 / 12) + 26 + 2 * (q1 % 12);
     for (int g = warp; g < nf; g += WARPS) {
         if (t0 + g < 0) continue;
         int col = col0 + g;
         if (col >= ring_frames) col -= ring_frames;
-        float* dst = mel_ring + (slot * ring_frames + col) * N_MELS;
-        const float* src = xs + g * LM_STRIDE;
-#pragma unroll
-        for (int m = f; m < N_MELS; m += 32) dst[m] = src[m];
+        float2* dst = reinterpret_cast<float2*>(mel_row0 + col * N_MELS);
+        const float* src = reinterpret_cast<const float*>(zs + g * FS);
+        if (q0 < N_MELS / 2) dst[q0] = *reinterpret_cast<const float2*>(src + off0);
+        if (q1 < N_MELS / 2) dst[q1] = *reinterpret_cast<const float2*>(src + off1);
     }
     if (n_mfcc == 0) return;
 
     // 6. MFCC: orthonormal DCT-II of each frame's log-mel (coefficient c = warp + 8 i), staged
-    // in shared memory, then copied out like the log-mel.
-    const int mf_stride = n_mfcc | 1;
-    float* mf = reinterpret_cast<float*>(zs);
-    for (int c = warp; c < n_mfcc; c += WARPS) {
-        const float* d = dct + c * N_MELS;
-        const float* v = xs + f * LM_STRIDE;
-        float acc = 0.0f;
+    // in the frame's row (columns 1..12, free now), then copied out like the log-mel.
+    {
+        const float* v = reinterpret_cast<const float*>(zs + f * FS);
+        float* row = reinterpret_cast<float*>(zs + f * FS);
+        for (int c = warp; c < n_mfcc; c += WARPS) {
+            const float* d = dct + c * N_MELS;
+            float acc = 0.0f;
 #pragma unroll 8
-        for (int m = 0; m < N_MELS; ++m) acc = fmaf(__ldg(d + m), v[m], acc);
-        mf[f * mf_stride + c] = acc;
+            for (int m = 0; m < N_MELS; ++m) acc = fmaf(__ldg(d + m), v[50 * (m / 24) + 26 + m % 24], acc);
+            row[50 * (c / 24) + 2 + c % 24] = acc;
+        }
     }
     __syncthreads();
+    float* mfcc_row0 = mfcc_ring + slot * ring_frames * n_mfcc;
     for (int g = warp; g < nf; g += WARPS) {
         if (t0 + g < 0) continue;
         int col = col0 + g;
         if (col >= ring_frames) col -= ring_frames;
-        float* dst = mfcc_ring + (slot * ring_frames + col) * n_mfcc;
-        for (int c = f; c < n_mfcc; c += 32) dst[c] = mf[g * mf_stride + c];
+        const float* src = reinterpret_cast<const float*>(zs + g * FS);
+        for (int c = f; c < n_mfcc; c += 32) mfcc_row0[col * n_mfcc + c] = src[50 * (c / 24) + 2 + c % 24];
     }
 }
 
