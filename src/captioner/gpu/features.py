@@ -84,6 +84,8 @@ class StreamingFeatures:
             raise ValueError(f"fft_precision must be one of {FFT_PRECISIONS}, got {fft_precision!r}")
         if max_push_frames > ring_frames:
             raise ValueError("max_push_frames must not exceed ring_frames")
+        if max_push_frames > logmel_kernel.MAX_PUSH_FRAMES:
+            raise ValueError(f"max_push_frames must not exceed {logmel_kernel.MAX_PUSH_FRAMES}")
         self.backend = backend
         self.xp = xp = backend.xp
         self.n_mels = n_mels
@@ -294,7 +296,8 @@ class _CudaPath:
             source = logmel_kernel.kernel_source(filters, fft_precision)
             module = cp.RawModule(code=source, options=("-std=c++17",))
             self.k_fused = module.get_function("captioner_logmel_fused")
-            self.k_fused.max_dynamic_shared_size_bytes = logmel_kernel.SHARED_BYTES
+            self.shared_bytes = logmel_kernel.shared_bytes(fft_precision)
+            self.k_fused.max_dynamic_shared_size_bytes = self.shared_bytes
             self.k_roll = module.get_function("captioner_roll")
             dct = ref.dct_matrix(owner.n_mfcc, owner.n_mels) if owner.n_mfcc else np.zeros((1, owner.n_mels), np.float32)
             self.dct = cp.asarray(dct)
@@ -329,12 +332,12 @@ class _CudaPath:
         tiles = -(-frames // logmel_kernel.TILE_FRAMES)
         return (
             lambda: self.k_fused(
-                (n_rows * tiles,), (logmel_kernel.THREADS,),
+                (n_rows, tiles), (logmel_kernel.THREADS,),
                 (
                     samples, slots, b0s, cols, owner._history, self.dct, owner._mel_ring, owner._mfcc_ring,
-                    i32(frames), i32(tiles), i32(owner.ring_frames), i32(owner.n_mfcc),
+                    i32(frames), i32(owner.ring_frames), i32(owner.n_mfcc),
                 ),
-                shared_mem=logmel_kernel.SHARED_BYTES,
+                shared_mem=self.shared_bytes,
             ),
             lambda: self.k_roll((n_rows,), (_ROLL_THREADS,), (samples, slots, owner._history, i32(frames * HOP))),
         )

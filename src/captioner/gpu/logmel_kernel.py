@@ -49,6 +49,7 @@ HISTORY = 360  # raw samples a stream keeps between pushes: the oldest its next 
 TILE_FRAMES = 32  # frames per block: one per lane, so every warp works on 32 frames at once
 WARPS = 8
 THREADS = 32 * WARPS
+MAX_PUSH_FRAMES = 65535 * TILE_FRAMES  # a push's tiles are the grid's y extent
 N_HALF = N_FFT // 2  # 200 complex points
 N1, N2 = 8, 25  # z[n1 + 8 n2]: stage 1 is over n2 (DFT-25), stage 2 over n1 (DFT-8)
 FRAME_STRIDE = N_HALF + 1  # float2 per frame row of the FFT work area: odd, so lanes hit distinct banks
@@ -58,7 +59,22 @@ _XS_FLOATS = _TILE_SAMPLES + _PAD * (_TILE_SAMPLES // HOP)
 # One area serves every stage: the padded samples, then the FFT rows (stage 1 holds its
 # results in registers until every warp has read its samples). 50 KB lets four blocks share
 # an SM's 228 KB.
-SHARED_BYTES = 8 * TILE_FRAMES * FRAME_STRIDE
+WORK_BYTES = 8 * TILE_FRAMES * FRAME_STRIDE
+
+
+def _tables_in_shared(precision: str) -> bool:
+    """Where the kernel reads its window and twiddles. Measured on the H200: from constant
+    memory float32 is fastest (in shared memory they cost registers, and spill); with float64
+    twiddles constant loads queue up (0.85 ms against 1.39 ms per 1000 x 1024 push)."""
+    return precision != "float32"
+
+
+def shared_bytes(precision: str) -> int:
+    """Dynamic shared memory of one block: the work area, then (if there) the tables."""
+    if not _tables_in_shared(precision):
+        return WORK_BYTES
+    tw1 = 16 if _STAGE1_TYPES[precision][2] == "double2" else 8
+    return WORK_BYTES + 8 * N_HALF + tw1 * N1 * N2 + 8 * N_HALF
 
 
 def _f32(value: float) -> str:
@@ -122,6 +138,13 @@ _S1, _S2 = np.sin(2 * np.pi / 5), np.sin(4 * np.pi / 5)
 _R2 = np.sqrt(0.5)
 
 
+def _fma(k, a, b):
+    """``k a + b`` rounded once, as the kernel's fused multiply-add (exact products in float64)."""
+    if a.dtype == np.complex128:
+        return k * a + b
+    return (np.float64(k) * a.astype(np.complex128) + b).astype(np.complex64)
+
+
 def _np_dft5(a0, a1, a2, a3, a4, dtype=np.complex64):
     # Winograd's form of the cosine part: (c1 + c2) / 2 = -1/4 exactly, so a near-constant
     # input cancels exactly (a0 - t1 / 4) instead of through two rounded cosines.
@@ -130,8 +153,7 @@ def _np_dft5(a0, a1, a2, a3, a4, dtype=np.complex64):
     s14, d14, s23, d23 = a1 + a4, a1 - a4, a2 + a3, a2 - a3
     t1, t2 = s14 + s23, s14 - s23
     base = a0 - real(0.25) * t1
-    m2 = k * t2
-    r1, r2 = base + m2, base - m2
+    r1, r2 = _fma(k, t2, base), _fma(-k, t2, base)
     u1 = s1 * d14 + s2 * d23
     u2 = s2 * d14 - s1 * d23
     j = dtype(1j)
@@ -200,27 +222,42 @@ def emulate_power(windowed: np.ndarray, stage1=np.complex64) -> np.ndarray:
 
 
 # --- CUDA --------------------------------------------------------------------------------
-def _dft25_cuda() -> str:
-    lines = []
-    for q in range(5):  # inner DFT-5 over p, in place on y[q + 5 p] -> c[q][r] at y[q + 5 r]
-        lines.append(f"dft5(y[{q}], y[{q + 5}], y[{q + 10}], y[{q + 15}], y[{q + 20}]);")
-    for q in range(1, 5):
-        for r in range(1, 5):
-            w = _w(25, q * r)
-            lines.append(f"y[{q + 5 * r}] = cmul(y[{q + 5 * r}], cpx<C>((R){w.real!r}, (R){w.imag!r}));")
-    for r in range(5):  # outer DFT-5 over q of c[q][r] = y[q + 5 r] -> X[r + 5 s] at y[5 r + s]
-        lines.append(f"dft5(y[{5 * r}], y[{5 * r + 1}], y[{5 * r + 2}], y[{5 * r + 3}], y[{5 * r + 4}]);")
-    return "\n    ".join(lines)
+# Where stage 1 runs in float64: (inner DFT-5 layer and its twiddles, values between the
+# layers, outer DFT-5 layer and the W200 twiddles).
+_STAGE1_TYPES = {
+    "float32": ("float2", "float2", "float2"),
+    "mixed": ("double2", "double2", "double2"),
+}
+_MIN_BLOCKS = {"float32": 4, "mixed": 2}  # blocks per SM the register budget is cut for
 
 
-def _stage1_stores() -> str:
-    """``X[k2]`` of the DFT-25 lives at ``y[5 r + s]`` with ``k2 = r + 5 s``; times ``W200^(n1 k2)``."""
-    lines = []
-    for s in range(5):
+def _stage1_cuda(precision: str) -> str:
+    """The DFT-25 (``5 x 5``) of ``y[n2]`` and the W200 twiddles, stored to ``dst[k2]``.
+
+    Inner DFT-5 over ``p`` of ``y[q + 5 p]`` -> ``c[q][r]`` (times ``W25^(q r)``) in ``m[q + 5 r]``;
+    outer DFT-5 over ``q`` of ``c[q][r]`` -> ``X[r + 5 s]``, times ``W200^(n1 k2)``, rounded once.
+    """
+    inner, mid, outer = _STAGE1_TYPES[precision]
+    lines = [f"{mid} m[25];"]
+    for q in range(5):
+        names = [f"a{p}" for p in range(5)]
+        lines.append("{ " + " ".join(f"{inner} a{p} = to<{inner}>(y[{q + 5 * p}]);" for p in range(5)))
+        lines.append(f"  dft5({', '.join(names)});")
         for r in range(5):
-            k2, src = r + 5 * s, f"y[{5 * r + s}]"
-            value = src if k2 == 0 else f"cmul({src}, tw[{k2}])"
-            lines.append(f"{{ const S1C v = {value}; dst[{k2}] = make_float2((float)v.x, (float)v.y); }}")
+            value = f"a{r}"
+            if q and r:
+                w = _w(25, q * r)
+                value = f"cmul(a{r}, cpx<{inner}>({w.real!r}, {w.imag!r}))"
+            lines.append(f"  m[{q + 5 * r}] = to<{mid}>({value});")
+        lines.append("}")
+    for r in range(5):
+        lines.append("{ " + " ".join(f"{outer} b{q} = to<{outer}>(m[{q + 5 * r}]);" for q in range(5)))
+        lines.append(f"  dft5({', '.join(f'b{q}' for q in range(5))});")
+        for s_ in range(5):
+            k2 = r + 5 * s_
+            value = f"b{s_}" if k2 == 0 else f"cmul(b{s_}, to<{outer}>(tw[{k2}]))"
+            lines.append(f"  out[{k2}] = to<float2>({value});")
+        lines.append("}")
     return "\n        ".join(lines)
 
 
@@ -303,17 +340,18 @@ def _mel_code(filters: np.ndarray) -> str:
 
 
 def _constants(precision: str) -> str:
-    tw_type = "double2" if precision == "mixed" else "float2"
-    lit = (lambda v: repr(float(v))) if precision == "mixed" else _f32
+    space = "__device__" if _tables_in_shared(precision) else "__constant__"
+    tw_type = _STAGE1_TYPES[precision][2]
+    lit = (lambda v: repr(float(v))) if tw_type == "double2" else _f32
     window = ", ".join(f"{{{_f32(a)}, {_f32(b)}}}" for a, b in hann_window().reshape(-1, 2))
     rows = ", ".join(
         "{" + ", ".join(f"{{{lit(w.real)}, {lit(w.imag)}}}" for w in row) + "}" for row in stage1_twiddles()
     )
     tw2 = ", ".join(f"{{{_f32(w.real)}, {_f32(w.imag)}}}" for w in post_twiddles())
     return (
-        f"__constant__ float2 c_window2[{N_HALF}] = {{{window}}};  // (w[2n], w[2n + 1])\n"
-        f"__constant__ {tw_type} c_tw1[{N1}][{N2}] = {{{rows}}};\n"
-        f"__constant__ float2 c_tw2[{N_HALF}] = {{{tw2}}};\n"
+        f"{space} float2 g_window2[{N_HALF}] = {{{window}}};  // (w[2n], w[2n + 1])\n"
+        f"{space} {tw_type} g_tw1[{N1}][{N2}] = {{{rows}}};\n"
+        f"{space} float2 g_tw2[{N_HALF}] = {{{tw2}}};\n"
     )
 
 
@@ -322,16 +360,18 @@ def kernel_source(filters: np.ndarray, precision: str = "float32") -> str:
 
     ``precision``: ``"float32"``, or ``"mixed"`` (stage 1, the DFT-25s and their twiddles, in float64).
     """
-    if precision not in ("float32", "mixed"):
+    if precision not in _STAGE1_TYPES:
         raise ValueError(f"precision must be 'float32' or 'mixed', got {precision!r}")
     n_mels = filters.shape[0]
     if n_mels % 2 or n_mels > 128:  # the copy-out moves band pairs, at most two per lane
         raise ValueError(f"the fused kernel takes an even number of mel bands up to 128, got {n_mels}")
     replacements = {
         "@K5@": repr(float(_K5)), "@S1@": repr(float(_S1)), "@S2@": repr(float(_S2)), "@R2@": _f32(_R2),
-        "@S1C@": "double2" if precision == "mixed" else "float2",
-        "@MIN_BLOCKS@": "2" if precision == "mixed" else "4",
-        "@DFT25@": _dft25_cuda(), "@STAGE1_STORES@": _stage1_stores(),
+        "@TW1_TYPE@": _STAGE1_TYPES[precision][2],
+        "@LATE_BARRIER@": "false" if precision == "float32" else "true",
+        "@TABLES_IN_SHARED@": "1" if _tables_in_shared(precision) else "0",
+        "@MIN_BLOCKS@": str(_MIN_BLOCKS[precision]),
+        "@STAGE1@": _stage1_cuda(precision),
         "@MEL_CASES@": _mel_code(filters), "@N_MELS@": str(n_mels),
         "@HISTORY@": str(HISTORY), "@HOP@": str(HOP), "@N_FFT@": str(N_FFT), "@PAD@": str(_PAD),
         "@TILE@": str(TILE_FRAMES), "@THREADS@": str(THREADS), "@WARPS@": str(WARPS),
@@ -340,7 +380,8 @@ def kernel_source(filters: np.ndarray, precision: str = "float32") -> str:
     source = _SOURCE
     for key, value in replacements.items():
         source = source.replace(key, value)
-    return source.replace("@CONSTANTS@", _constants(precision))
+    source = source.replace("@CONSTANTS@", _constants(precision))
+    return source
 
 
 _SOURCE = r"""
@@ -355,7 +396,7 @@ _SOURCE = r"""
 #define WARPS @WARPS@
 #define FS @FRAME_STRIDE@
 #define N_MELS @N_MELS@
-#define S1C @S1C@
+#define TABLES_IN_SHARED @TABLES_IN_SHARED@
 
 @CONSTANTS@
 
@@ -366,6 +407,7 @@ template <typename C> __device__ __forceinline__ C csub(C a, C b) { return cpx<C
 template <typename C> __device__ __forceinline__ C mul_neg_i(C a) { return cpx<C>(a.y, -a.x); }  // -i a
 __device__ __forceinline__ float fma_(float a, float b, float c) { return fmaf(a, b, c); }
 __device__ __forceinline__ double fma_(double a, double b, double c) { return fma(a, b, c); }
+template <typename C, typename D> __device__ __forceinline__ C to(D a) { return cpx<C>(a.x, a.y); }
 template <typename C> __device__ __forceinline__ C cmul(C a, C w) {
     return cpx<C>(fma_(a.x, w.x, -a.y * w.y), fma_(a.x, w.y, a.y * w.x));
 }
@@ -379,8 +421,8 @@ template <typename C> __device__ __forceinline__ void dft5(C& a0, C& a1, C& a2, 
     const C s14 = cadd(a1, a4), d14 = csub(a1, a4), s23 = cadd(a2, a3), d23 = csub(a2, a3);
     const C t1 = cadd(s14, s23), t2 = csub(s14, s23);
     const C base = cpx<C>(fma_(-quarter, t1.x, a0.x), fma_(-quarter, t1.y, a0.y));
-    const C m2 = cpx<C>(k * t2.x, k * t2.y);
-    const C r1 = cadd(base, m2), r2 = csub(base, m2);
+    const C r1 = cpx<C>(fma_(k, t2.x, base.x), fma_(k, t2.y, base.y));
+    const C r2 = cpx<C>(fma_(-k, t2.x, base.x), fma_(-k, t2.y, base.y));
     const C u1 = cpx<C>(fma_(s1, d14.x, s2 * d23.x), fma_(s1, d14.y, s2 * d23.y));
     const C u2 = cpx<C>(fma_(s2, d14.x, -s1 * d23.x), fma_(s2, d14.y, -s1 * d23.y));
     a0 = cadd(a0, t1);
@@ -390,10 +432,6 @@ template <typename C> __device__ __forceinline__ void dft5(C& a0, C& a1, C& a2, 
     a3 = csub(r2, mul_neg_i(u2));
 }
 
-template <typename C> __device__ __forceinline__ void dft25(C* y) {
-    typedef decltype(C::x) R;
-    @DFT25@
-}
 
 // Forward DFT-8 in place, natural order out (radix-2 over two DFT-4).
 __device__ __forceinline__ void dft8(float2* a) {
@@ -424,7 +462,7 @@ __device__ __forceinline__ float2 untangle(float2 zk, float2 zn, float2 tw) {
 // Stage 2 for columns k2 and 25 - k2 of A[n1][k2] (row zf, slot 25 n1 + k2): two DFT-8 give
 // Z[k2 + 25 j] and Z[25 - k2 + 25 j]; bins k = k2 + 25 j and 200 - k are untangled from
 // Z[k2 + 25 j] and Z[25 - k2 + 25 (7 - j)] and written over the slot 25 j + k2 just read.
-__device__ __forceinline__ void column_pair(float2* zf, int k2) {
+__device__ __forceinline__ void column_pair(float2* zf, const float2* c_tw2, int k2) {
     float2 a[8], b[8];
 #pragma unroll
     for (int n1 = 0; n1 < 8; ++n1) { a[n1] = zf[25 * n1 + k2]; b[n1] = zf[25 * n1 + 25 - k2]; }
@@ -436,7 +474,7 @@ __device__ __forceinline__ void column_pair(float2* zf, int k2) {
 
 // Column 0 pairs with itself: Z[25 j] with Z[200 - 25 j] = Z[25 (8 - j)]; bins 25 j and
 // 200 - 25 j for j = 1..4 (bins 0 and 200 have no mel weight).
-__device__ __forceinline__ void column_zero(float2* zf) {
+__device__ __forceinline__ void column_zero(float2* zf, const float2* c_tw2) {
     float2 a[8];
 #pragma unroll
     for (int n1 = 0; n1 < 8; ++n1) a[n1] = zf[25 * n1];
@@ -458,14 +496,25 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
     const long long* __restrict__ b0s, const long long* __restrict__ cols,
     const float* __restrict__ history,
     const float* __restrict__ dct, float* __restrict__ mel_ring, float* __restrict__ mfcc_ring,
-    int n_frames, int tiles_per_row, int ring_frames, int n_mfcc)
+    int n_frames, int ring_frames, int n_mfcc)
 {
     extern __shared__ float4 shared_raw[];
     float* xs = reinterpret_cast<float*>(shared_raw);    // padded samples, then:
     float2* zs = reinterpret_cast<float2*>(shared_raw);  // FFT rows (FS float2 per frame)
+#if TABLES_IN_SHARED  // the window and twiddles, copied from global memory (see _tables_in_shared)
+    @TW1_TYPE@* c_tw1_flat = reinterpret_cast<@TW1_TYPE@*>(zs + TILE * FS);
+    float2* c_window2 = reinterpret_cast<float2*>(c_tw1_flat + 8 * 25);
+    float2* c_tw2 = c_window2 + HALF;
+    for (int i = threadIdx.x; i < 8 * 25; i += THREADS) c_tw1_flat[i] = (&g_tw1[0][0])[i];
+    for (int i = threadIdx.x; i < HALF; i += THREADS) { c_window2[i] = g_window2[i]; c_tw2[i] = g_tw2[i]; }
+#else
+    const @TW1_TYPE@* c_tw1_flat = &g_tw1[0][0];
+    const float2* c_window2 = g_window2;
+    const float2* c_tw2 = g_tw2;
+#endif
     const int tid = threadIdx.x, warp = tid >> 5, f = tid & 31;
-    const int r = blockIdx.x / tiles_per_row;
-    const int j0 = (blockIdx.x - r * tiles_per_row) * TILE;
+    const int r = blockIdx.x;  // grid: (rows, tiles per row)
+    const int j0 = blockIdx.y * TILE;
     const int nf = min(TILE, n_frames - j0);
     const long long b0 = b0s[r];
     const long long slot = slots[r];
@@ -519,18 +568,24 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
         const int n1 = warp;
         const float2* xf = reinterpret_cast<const float2*>(xs + ROW * f) + n1;
         const float2* wn = c_window2 + n1;
-        S1C y[25];
+        float2 y[25];
 #pragma unroll
         for (int n2 = 0; n2 < 25; ++n2) {
             const float2 v = xf[8 * n2 + n2 / 10];
             const float2 w = wn[8 * n2];
-            y[n2] = cpx<S1C>(v.x * w.x, v.y * w.y);
+            y[n2] = make_float2(v.x * w.x, v.y * w.y);
         }
-        dft25(y);
-        __syncthreads();  // every warp has read its samples: the FFT rows may overwrite them
-        const auto* tw = c_tw1[n1];
+        const @TW1_TYPE@* tw = c_tw1_flat + 25 * n1;
+        float2 out[25];
+        // Every warp must have read its samples before the FFT rows overwrite them. float32
+        // waits before the DFT (fewer live registers); float64 after it, so that one block's
+        // float64 work overlaps another's waiting.
+        if (!@LATE_BARRIER@) __syncthreads();
+        @STAGE1@
+        if (@LATE_BARRIER@) __syncthreads();
         float2* dst = zs + f * FS + 25 * n1;
-        @STAGE1_STORES@
+#pragma unroll
+        for (int k2 = 0; k2 < 25; ++k2) dst[k2] = out[k2];
     }
     __syncthreads();
 
@@ -541,8 +596,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
     {
         float2* zf = zs + f * FS;
 #pragma unroll 1
-        for (int k2 = warp + 1; k2 <= 12; k2 += WARPS) column_pair(zf, k2);
-        if (warp == 4) column_zero(zf);
+        for (int k2 = warp + 1; k2 <= 12; k2 += WARPS) column_pair(zf, c_tw2, k2);
+        if (warp == 4) column_zero(zf, c_tw2);
     }
     __syncthreads();
 
@@ -560,13 +615,13 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
 
     // 5. Copy the tile's log-mel frames into the ring (frame t at column t % ring): warp w
     // takes frames w, w + 8, ...; lane l copies band pairs l, l + 32, ...
-    const long long t0 = b0 - 1 + j0;
+    const int g0 = (b0 - 1 + j0 < 0) ? 1 : 0;  // frame b0 - 1 = -1 (a stream's first block) is not written
     const int col0 = ((int)cols[r] + j0) % ring_frames;  // cols[r]: the column of frame b0 - 1
     float* mel_row0 = mel_ring + slot * ring_frames * N_MELS;
     const int q0 = f, q1 = f + 32;  // band pairs of this lane: band 2q at float 50 (q / 12) + 26 + 2 (q % 12)
     const int off0 = 50 * (q0 / 12) + 26 + 2 * (q0 % 12), off1 = 50 * (q1 / 12) + 26 + 2 * (q1 % 12);
     for (int g = warp; g < nf; g += WARPS) {
-        if (t0 + g < 0) continue;
+        if (g < g0) continue;
         int col = col0 + g;
         if (col >= ring_frames) col -= ring_frames;
         float2* dst = reinterpret_cast<float2*>(mel_row0 + col * N_MELS);
@@ -592,7 +647,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
     __syncthreads();
     float* mfcc_row0 = mfcc_ring + slot * ring_frames * n_mfcc;
     for (int g = warp; g < nf; g += WARPS) {
-        if (t0 + g < 0) continue;
+        if (g < g0) continue;
         int col = col0 + g;
         if (col >= ring_frames) col -= ring_frames;
         const float* src = reinterpret_cast<const float*>(zs + g * FS);
