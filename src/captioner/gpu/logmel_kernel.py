@@ -432,7 +432,6 @@ template <typename C> __device__ __forceinline__ void dft5(C& a0, C& a1, C& a2, 
     a3 = csub(r2, mul_neg_i(u2));
 }
 
-
 // Forward DFT-8 in place, natural order out (radix-2 over two DFT-4).
 __device__ __forceinline__ void dft8(float2* a) {
     const float r2 = @R2@;
@@ -615,19 +614,24 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
 
     // 5. Copy the tile's log-mel frames into the ring (frame t at column t % ring): warp w
     // takes frames w, w + 8, ...; lane l copies band pairs l, l + 32, ...
-    const int g0 = (b0 - 1 + j0 < 0) ? 1 : 0;  // frame b0 - 1 = -1 (a stream's first block) is not written
-    const int col0 = ((int)cols[r] + j0) % ring_frames;  // cols[r]: the column of frame b0 - 1
-    float* mel_row0 = mel_ring + slot * ring_frames * N_MELS;
+    // cols[r] (the column of frame b0 - 1) + j0 + g stays under twice the ring: a push is no
+    // longer than the ring, so one conditional subtraction wraps it.
+    const int g0 = (b0 - 1 + j0 < 0) ? 1 : 0;  // frame -1 (in a stream's first block) is not written
+    int col = (int)cols[r] + j0 + warp;  // of frame g = warp, then + 8 a step
+    if (col >= ring_frames) col -= ring_frames;
     const int q0 = f, q1 = f + 32;  // band pairs of this lane: band 2q at float 50 (q / 12) + 26 + 2 (q % 12)
     const int off0 = 50 * (q0 / 12) + 26 + 2 * (q0 % 12), off1 = 50 * (q1 / 12) + 26 + 2 * (q1 % 12);
-    for (int g = warp; g < nf; g += WARPS) {
-        if (g < g0) continue;
-        int col = col0 + g;
-        if (col >= ring_frames) col -= ring_frames;
-        float2* dst = reinterpret_cast<float2*>(mel_row0 + col * N_MELS);
-        const float* src = reinterpret_cast<const float*>(zs + g * FS);
-        if (q0 < N_MELS / 2) dst[q0] = *reinterpret_cast<const float2*>(src + off0);
-        if (q1 < N_MELS / 2) dst[q1] = *reinterpret_cast<const float2*>(src + off1);
+    {
+        float2* ring_row = reinterpret_cast<float2*>(mel_ring + slot * ring_frames * N_MELS);
+        int c = col;
+        for (int g = warp; g < nf; g += WARPS) {
+            float2* dst = ring_row + c * (N_MELS / 2);
+            const float* src = reinterpret_cast<const float*>(zs + g * FS);
+            if (g >= g0 && q0 < N_MELS / 2) dst[q0] = *reinterpret_cast<const float2*>(src + off0);
+            if (g >= g0 && q1 < N_MELS / 2) dst[q1] = *reinterpret_cast<const float2*>(src + off1);
+            c += WARPS;
+            if (c >= ring_frames) c -= ring_frames;
+        }
     }
     if (n_mfcc == 0) return;
 
@@ -647,11 +651,11 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
     __syncthreads();
     float* mfcc_row0 = mfcc_ring + slot * ring_frames * n_mfcc;
     for (int g = warp; g < nf; g += WARPS) {
-        if (g < g0) continue;
-        int col = col0 + g;
-        if (col >= ring_frames) col -= ring_frames;
         const float* src = reinterpret_cast<const float*>(zs + g * FS);
-        for (int c = f; c < n_mfcc; c += 32) mfcc_row0[col * n_mfcc + c] = src[50 * (c / 24) + 2 + c % 24];
+        if (g >= g0)
+            for (int c = f; c < n_mfcc; c += 32) mfcc_row0[col * n_mfcc + c] = src[50 * (c / 24) + 2 + c % 24];
+        col += WARPS;
+        if (col >= ring_frames) col -= ring_frames;
     }
 }
 
