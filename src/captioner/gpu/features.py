@@ -18,13 +18,14 @@ over the whole utterance):
   produced: a live stream has no right edge.
 
 CuPy path (used when the kernels pass a self-check against the NumPy specification at
-construction): one push of ``F`` frames for ``B`` streams is two launches. The fused kernel of
-:mod:`captioner.gpu.logmel_kernel` reads each stream's history and new samples once into
+construction): one push of ``F`` frames for ``B`` streams is one launch of the fused kernel of
+:mod:`captioner.gpu.logmel_kernel`. It reads each stream's history and new samples once into
 shared memory and writes finished log-mel (and MFCC) frames into the rings: windowing, a
 400-point real FFT, power, mel filters, ``log10(max(., 1e-10))`` and the DCT-II never touch
-global memory in between. A small kernel then rolls the histories on. ``fft_precision``
-``"mixed"`` (default) runs the FFT's DFT-25 stage in float64 and keeps every kept cell within
-1e-4 of the specification; ``"float32"`` is faster and measured up to 1.1e-4 off (see
+global memory in between; each stream's first block also rolls its history on.
+``fft_precision`` ``"mixed"`` runs the FFT's DFT-25 stage in float64 and keeps every kept cell
+within 1e-4 of the specification; ``"float32"`` is faster, within 1e-4 at 80 mels but measured
+up to 1.1e-4 off at 128; ``"auto"`` (default) picks between them by mel count (see
 docs/gpu-validation.md). Host input goes through pinned buffers; with ``use_graphs`` (default
 on CUDA) a whole push of host frames is one CUDA graph replay, so per-frame latency costs one
 launch. NumPy path: the same arithmetic with NumPy (or CuPy) array operations; it is also the
@@ -47,8 +48,7 @@ HISTORY = logmel_kernel.HISTORY  # raw samples kept per stream: the oldest the n
 LOOKAHEAD_SAMPLES = HALF  # samples past a frame's centre that it needs (12.5 ms)
 LOOKAHEAD_MS = 1000.0 * LOOKAHEAD_SAMPLES / ref.SAMPLE_RATE_HZ
 
-_ROLL_THREADS = 256  # >= HISTORY / 2: each thread rolls at most two history samples
-FFT_PRECISIONS = ("float32", "mixed")
+FFT_PRECISIONS = ("auto", "float32", "mixed")
 
 
 class StreamingFeatures:
@@ -57,9 +57,10 @@ class StreamingFeatures:
     ``ring_frames``: frames kept per stream (3200 = 32 s, a Whisper window and some).
     ``max_push_frames``: frames per stream in one batched step (longer pushes are split).
     ``use_kernels`` / ``use_graphs``: CUDA only; ``None`` = use them if they pass a self-check.
-    ``fft_precision``: CUDA only; the fused kernel's FFT arithmetic. ``"mixed"`` (default) runs
-    its second stage (the DFT-25s, where float32 rounding was largest) in float64;
-    ``"float32"`` runs all of it in float32. See docs/gpu-validation.md for what each measured.
+    ``fft_precision``: CUDA only; the fused kernel's FFT arithmetic. ``"mixed"`` runs its first
+    stage (the DFT-25s, where float32 rounding was largest) in float64; ``"float32"`` runs all
+    of it in float32; ``"auto"`` (default) takes float32 at 80 mels and mixed at 128, the
+    fastest that kept every kept cell within 1e-4 (docs/gpu-validation.md).
 
     All methods are called from one thread: the worker that owns the back-end's GPU.
     """
@@ -74,7 +75,7 @@ class StreamingFeatures:
         max_push_frames: int | None = None,
         use_kernels: bool | None = None,
         use_graphs: bool | None = None,
-        fft_precision: str = "mixed",
+        fft_precision: str = "auto",
     ) -> None:
         if max_push_frames is None:  # up to 1 s per push by default
             max_push_frames = min(100, ring_frames)
@@ -82,6 +83,8 @@ class StreamingFeatures:
             raise ValueError("max_streams, ring_frames and max_push_frames must be >= 1")
         if fft_precision not in FFT_PRECISIONS:
             raise ValueError(f"fft_precision must be one of {FFT_PRECISIONS}, got {fft_precision!r}")
+        if fft_precision == "auto":
+            fft_precision = logmel_kernel.auto_precision(n_mels)
         if max_push_frames > ring_frames:
             raise ValueError("max_push_frames must not exceed ring_frames")
         if max_push_frames > logmel_kernel.MAX_PUSH_FRAMES:
@@ -298,7 +301,6 @@ class _CudaPath:
             self.k_fused = module.get_function("captioner_logmel_fused")
             self.shared_bytes = logmel_kernel.shared_bytes(fft_precision)
             self.k_fused.max_dynamic_shared_size_bytes = self.shared_bytes
-            self.k_roll = module.get_function("captioner_roll")
             dct = ref.dct_matrix(owner.n_mfcc, owner.n_mels) if owner.n_mfcc else np.zeros((1, owner.n_mels), np.float32)
             self.dct = cp.asarray(dct)
             s, f = owner.max_streams, owner.max_push_frames
@@ -316,8 +318,7 @@ class _CudaPath:
         self.use_graphs = use_graphs
 
     def _launch(self, samples, n_rows: int, frames: int) -> None:
-        """Queue the fused kernel, then the history roll, on the current stream (also while
-        capturing a graph). ``params_dev`` holds the rows' slots, their block counts, then the ring
+        """Queue the fused kernel on the current stream (also while capturing a graph). ``params_dev`` holds the rows' slots, their block counts, then the ring
         column of each row's frame ``b0 - 1`` (worked out on the host: a 64-bit modulo per
         thread was a tenth of the kernel's instructions)."""
         for step in self._steps(samples, n_rows, frames):
@@ -339,7 +340,6 @@ class _CudaPath:
                 ),
                 shared_mem=self.shared_bytes,
             ),
-            lambda: self.k_roll((n_rows,), (_ROLL_THREADS,), (samples, slots, owner._history, i32(frames * HOP))),
         )
 
     def _copy_params(self, n_rows: int, turn: int) -> None:
@@ -424,8 +424,9 @@ class _CudaPath:
         """Milliseconds of GPU time per push in each step (CUDA events), for the benchmark.
         Runs on whatever the slots hold; reset them afterwards."""
         cp = self.cp
-        events = [cp.cuda.Event() for _ in range(3)]
-        totals = np.zeros(2)
+        steps_named = ("fused",)
+        events = [cp.cuda.Event() for _ in range(len(steps_named) + 1)]
+        totals = np.zeros(len(steps_named))
         with self.owner.backend.activate(), self.stream:
             self.params_dev[:n_rows] = cp.arange(n_rows)
             self.params_dev[n_rows : 2 * n_rows] = 10
@@ -435,9 +436,9 @@ class _CudaPath:
                 for i, step in enumerate(steps):
                     events[i].record(self.stream)
                     step()
-                events[2].record(self.stream)
-                events[2].synchronize()
+                events[-1].record(self.stream)
+                events[-1].synchronize()
                 if _ == 0:
                     continue  # warm-up
-                totals += [cp.cuda.get_elapsed_time(events[i], events[i + 1]) for i in range(2)]
-        return dict(zip(("fused", "roll"), (totals / repeats).tolist()))
+                totals += [cp.cuda.get_elapsed_time(events[i], events[i + 1]) for i in range(len(steps_named))]
+        return dict(zip(steps_named, (totals / repeats).tolist()))
