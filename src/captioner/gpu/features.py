@@ -318,28 +318,25 @@ class _CudaPath:
         self.use_graphs = use_graphs
 
     def _launch(self, samples, n_rows: int, frames: int) -> None:
-        """Queue the fused kernel on the current stream (also while capturing a graph). ``params_dev`` holds the rows' slots, their block counts, then the ring
-        column of each row's frame ``b0 - 1`` (worked out on the host: a 64-bit modulo per
-        thread was a tenth of the kernel's instructions)."""
-        for step in self._steps(samples, n_rows, frames):
-            step()
+        """Queue the fused kernel on the current stream (also while capturing a graph).
 
-    def _steps(self, samples, n_rows: int, frames: int):
+        ``params_dev`` holds the rows' slots, their block counts, then the ring column of each
+        row's frame ``b0 - 1`` (worked out on the host: a 64-bit modulo per thread was a tenth of
+        the kernel's instructions).
+        """
         owner = self.owner
         i32 = np.int32
         slots = self.params_dev[:n_rows]
         b0s = self.params_dev[n_rows : 2 * n_rows]
         cols = self.params_dev[2 * n_rows : 3 * n_rows]
         tiles = -(-frames // logmel_kernel.TILE_FRAMES)
-        return (
-            lambda: self.k_fused(
-                (n_rows, tiles), (logmel_kernel.THREADS,),
-                (
-                    samples, slots, b0s, cols, owner._history, self.dct, owner._mel_ring, owner._mfcc_ring,
-                    i32(frames), i32(owner.ring_frames), i32(owner.n_mfcc),
-                ),
-                shared_mem=self.shared_bytes,
+        self.k_fused(
+            (n_rows, tiles), (logmel_kernel.THREADS,),
+            (
+                samples, slots, b0s, cols, owner._history, self.dct, owner._mel_ring, owner._mfcc_ring,
+                i32(frames), i32(owner.ring_frames), i32(owner.n_mfcc),
             ),
+            shared_mem=self.shared_bytes,
         )
 
     def _copy_params(self, n_rows: int, turn: int) -> None:
@@ -421,24 +418,20 @@ class _CudaPath:
         self.cp.cuda.get_current_stream().wait_event(self.stream.record())
 
     def time_stages(self, n_rows: int, frames: int, repeats: int = 20) -> dict[str, float]:
-        """Milliseconds of GPU time per push in each step (CUDA events), for the benchmark.
-        Runs on whatever the slots hold; reset them afterwards."""
+        """Milliseconds of GPU time per push of the fused kernel (CUDA events), for the
+        benchmark, as ``{"fused": ms}``. Runs on whatever the slots hold; reset them afterwards."""
         cp = self.cp
-        steps_named = ("fused",)
-        events = [cp.cuda.Event() for _ in range(len(steps_named) + 1)]
-        totals = np.zeros(len(steps_named))
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        total_ms = 0.0
         with self.owner.backend.activate(), self.stream:
             self.params_dev[:n_rows] = cp.arange(n_rows)
             self.params_dev[n_rows : 2 * n_rows] = 10
             self.params_dev[2 * n_rows : 3 * n_rows] = 9 % self.owner.ring_frames
-            steps = self._steps(self.samples_dev, n_rows, frames)
-            for _ in range(repeats + 1):
-                for i, step in enumerate(steps):
-                    events[i].record(self.stream)
-                    step()
-                events[-1].record(self.stream)
-                events[-1].synchronize()
-                if _ == 0:
-                    continue  # warm-up
-                totals += [cp.cuda.get_elapsed_time(events[i], events[i + 1]) for i in range(len(steps_named))]
-        return dict(zip(steps_named, (totals / repeats).tolist()))
+            for i in range(repeats + 1):
+                start.record(self.stream)
+                self._launch(self.samples_dev, n_rows, frames)
+                end.record(self.stream)
+                end.synchronize()
+                if i:  # the first is a warm-up
+                    total_ms += cp.cuda.get_elapsed_time(start, end)
+        return {"fused": total_ms / repeats}

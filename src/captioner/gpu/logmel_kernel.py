@@ -87,7 +87,7 @@ def shared_bytes(precision: str) -> int:
     """Dynamic shared memory of one block: the work area, then (if there) the tables."""
     if not _tables_in_shared(precision):
         return WORK_BYTES
-    tw1 = 16 if _STAGE1_TYPES[precision][2] == "double2" else 8
+    tw1 = 16 if _STAGE1_TYPES[precision] == "double2" else 8
     return WORK_BYTES + 8 * N_HALF + tw1 * N1 * N2 + 8 * N_HALF
 
 
@@ -236,13 +236,8 @@ def emulate_power(windowed: np.ndarray, stage1=np.complex64) -> np.ndarray:
 
 
 # --- CUDA --------------------------------------------------------------------------------
-# Where stage 1 runs in float64: (inner DFT-5 layer and its twiddles, values between the
-# layers, outer DFT-5 layer and the W200 twiddles).
-_STAGE1_TYPES = {
-    "float32": ("float2", "float2", "float2"),
-    "mixed": ("double2", "double2", "double2"),
-}
-_MIN_BLOCKS = {"float32": 4, "mixed": 2}  # blocks per SM the register budget is cut for
+_STAGE1_TYPES = {"float32": "float2", "mixed": "double2"}  # stage 1's complex type
+MIN_BLOCKS = {"float32": 4, "mixed": 2}  # blocks per SM the register budget is cut for
 
 
 def _stage1_cuda(precision: str) -> str:
@@ -251,28 +246,39 @@ def _stage1_cuda(precision: str) -> str:
     Inner DFT-5 over ``p`` of ``y[q + 5 p]`` -> ``c[q][r]`` (times ``W25^(q r)``) in ``m[q + 5 r]``;
     outer DFT-5 over ``q`` of ``c[q][r]`` -> ``X[r + 5 s]``, times ``W200^(n1 k2)``, rounded once.
     """
-    inner, mid, outer = _STAGE1_TYPES[precision]
-    lines = [f"{mid} m[25];"]
+    c = _STAGE1_TYPES[precision]
+    lines = [f"{c} m[25];"]
     for q in range(5):
         names = [f"a{p}" for p in range(5)]
-        lines.append("{ " + " ".join(f"{inner} a{p} = to<{inner}>(y[{q + 5 * p}]);" for p in range(5)))
+        lines.append("{ " + " ".join(f"{c} a{p} = to<{c}>(y[{q + 5 * p}]);" for p in range(5)))
         lines.append(f"  dft5({', '.join(names)});")
         for r in range(5):
             value = f"a{r}"
             if q and r:
                 w = _w(25, q * r)
-                value = f"cmul(a{r}, cpx<{inner}>({w.real!r}, {w.imag!r}))"
-            lines.append(f"  m[{q + 5 * r}] = to<{mid}>({value});")
+                value = f"cmul(a{r}, cpx<{c}>({w.real!r}, {w.imag!r}))"
+            lines.append(f"  m[{q + 5 * r}] = to<{c}>({value});")
         lines.append("}")
     for r in range(5):
-        lines.append("{ " + " ".join(f"{outer} b{q} = to<{outer}>(m[{q + 5 * r}]);" for q in range(5)))
+        lines.append("{ " + " ".join(f"{c} b{q} = to<{c}>(m[{q + 5 * r}]);" for q in range(5)))
         lines.append(f"  dft5({', '.join(f'b{q}' for q in range(5))});")
         for s_ in range(5):
             k2 = r + 5 * s_
-            value = f"b{s_}" if k2 == 0 else f"cmul(b{s_}, to<{outer}>(tw[{k2}]))"
+            value = f"b{s_}" if k2 == 0 else f"cmul(b{s_}, to<{c}>(tw[{k2}]))"
             lines.append(f"  out[{k2}] = to<float2>({value});")
         lines.append("}")
     return "\n        ".join(lines)
+
+
+# Parking places in a frame's row: 12 consecutive columns of each of the 8 rows n1 hold 24
+# floats; value i goes to float (2 N2) (i // 24) + first + i % 24. The kernel has the same rule
+# as park() with these first floats.
+_LM_FIRST = 2 * 13  # columns 13..24
+_MFCC_FIRST = 2 * 1  # columns 1..12
+
+
+def _park(i: int, first: int) -> int:
+    return 2 * N2 * (i // 24) + first + i % 24
 
 
 def lm_offset(m: int) -> int:
@@ -280,14 +286,14 @@ def lm_offset(m: int) -> int:
 
     Stage 2 never writes columns ``25 - k2`` (13..24) and the mel stage never reads them, so
     each warp writes its bands there while others still read powers. Band pairs ``(2p, 2p + 1)``
-    share one complex slot, ``25 (p // 12) + 13 + p % 12``.
+    share one complex slot.
     """
-    return 50 * (m // 24) + 26 + m % 24
+    return _park(m, _LM_FIRST)
 
 
 def mfcc_offset(c: int) -> int:
     """Float offset of MFCC coefficient ``c`` in a frame's row: columns 1..12, free after the mel stage."""
-    return 50 * (c // 24) + 2 + c % 24
+    return _park(c, _MFCC_FIRST)
 
 
 def _band_key(first: int, weights: np.ndarray) -> float:
@@ -355,7 +361,7 @@ def _mel_code(filters: np.ndarray) -> str:
 
 def _constants(precision: str) -> str:
     space = "__device__" if _tables_in_shared(precision) else "__constant__"
-    tw_type = _STAGE1_TYPES[precision][2]
+    tw_type = _STAGE1_TYPES[precision]
     lit = (lambda v: repr(float(v))) if tw_type == "double2" else _f32
     window = ", ".join(f"{{{_f32(a)}, {_f32(b)}}}" for a, b in hann_window().reshape(-1, 2))
     rows = ", ".join(
@@ -381,15 +387,15 @@ def kernel_source(filters: np.ndarray, precision: str = "float32") -> str:
         raise ValueError(f"the fused kernel takes an even number of mel bands up to 128, got {n_mels}")
     replacements = {
         "@K5@": repr(float(_K5)), "@S1@": repr(float(_S1)), "@S2@": repr(float(_S2)), "@R2@": _f32(_R2),
-        "@TW1_TYPE@": _STAGE1_TYPES[precision][2],
+        "@TW1_TYPE@": _STAGE1_TYPES[precision],
         "@LATE_BARRIER@": "false" if precision == "float32" else "true",
         "@TABLES_IN_SHARED@": "1" if _tables_in_shared(precision) else "0",
-        "@MIN_BLOCKS@": str(_MIN_BLOCKS[precision]),
+        "@MIN_BLOCKS@": str(MIN_BLOCKS[precision]),
         "@STAGE1@": _stage1_cuda(precision),
         "@MEL_CASES@": _mel_code(filters), "@N_MELS@": str(n_mels),
         "@HISTORY@": str(HISTORY), "@HOP@": str(HOP), "@N_FFT@": str(N_FFT), "@PAD@": str(_PAD),
         "@TILE@": str(TILE_FRAMES), "@THREADS@": str(THREADS), "@WARPS@": str(WARPS),
-        "@FRAME_STRIDE@": str(FRAME_STRIDE),
+        "@FRAME_STRIDE@": str(FRAME_STRIDE), "@LM_FIRST@": str(_LM_FIRST), "@PARK_STRIDE@": str(2 * N2), "@MFCC_FIRST@": str(_MFCC_FIRST),
     }
     source = _SOURCE
     for key, value in replacements.items():
@@ -411,6 +417,9 @@ _SOURCE = r"""
 #define FS @FRAME_STRIDE@
 #define N_MELS @N_MELS@
 #define TABLES_IN_SHARED @TABLES_IN_SHARED@
+#define LM_FIRST @LM_FIRST@
+#define PARK_STRIDE @PARK_STRIDE@  // floats from one row n1 of a frame to the next
+#define MFCC_FIRST @MFCC_FIRST@
 
 @CONSTANTS@
 
@@ -498,6 +507,10 @@ __device__ __forceinline__ void column_zero(float2* zf, const float2* c_tw2) {
 
 __device__ __forceinline__ int padded(int s) { return s + PAD * (s / HOP); }
 
+// Float offset of parked value i (log-mel band or MFCC coefficient) in a frame's row: see
+// _park in logmel_kernel.py.
+__device__ __forceinline__ int park(int i, int first) { return PARK_STRIDE * (i / 24) + first + i % 24; }
+
 // A tile's n_load samples, ext[160 j0 ..] of ext = history (360 = 90 float4) ++ new samples,
 // into shared memory with the padding. 240 threads: float4 c of 160-sample block b + 6 u goes
 // to float2 pair 81 (b + 6 u) + 2 c, so every address is a per-thread base plus a constant and
@@ -556,7 +569,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
     const int nf = min(TILE, n_frames - j0);
     const long long b0 = b0s[r];
     const long long slot = slots[r];
-    const float* h = history + slot * HISTORY;
+    float* h = history + slot * HISTORY;  // read by this row's first block, then rolled on by it
     const int n_new = n_frames * HOP;
     const float* x_new = samples + (long long)r * n_new;
     const int n_load = HOP * (nf - 1) + N_FFT;
@@ -566,7 +579,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
     // A row's first block also rolls the row's history on to the last 360 samples of ext: it
     // is the only block that reads the history, so it reads the new history now and writes it
     // once every thread of the block is past its reads (the barrier below).
-    float* h_out = history + slot * HISTORY;
     float keep0 = 0.0f, keep1 = 0.0f;
     const int k0 = tid, k1 = tid + THREADS;
     if (j0 == 0) {
@@ -592,8 +604,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
     }
     __syncthreads();
     if (j0 == 0) {
-        if (k0 < HISTORY) h_out[k0] = keep0;
-        if (k1 < HISTORY) h_out[k1] = keep1;
+        if (k0 < HISTORY) h[k0] = keep0;
+        if (k1 < HISTORY) h[k1] = keep1;
     }
 
     // 2. Stage 1, role n1 = warp: z[n1 + 8 n2] = x[2 n1 + 16 n2] + i x[2 n1 + 16 n2 + 1]
@@ -656,8 +668,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
     const int g0 = (b0 - 1 + j0 < 0) ? 1 : 0;  // frame -1 (in a stream's first block) is not written
     int col = (int)cols[r] + j0 + warp;  // of frame g = warp, then + 8 a step
     if (col >= ring_frames) col -= ring_frames;
-    const int q0 = f, q1 = f + 32;  // band pairs of this lane: band 2q at float 50 (q / 12) + 26 + 2 (q % 12)
-    const int off0 = 50 * (q0 / 12) + 26 + 2 * (q0 % 12), off1 = 50 * (q1 / 12) + 26 + 2 * (q1 % 12);
+    const int q0 = f, q1 = f + 32;  // band pairs 2q, 2q + 1 of this lane
+    const int off0 = park(2 * q0, LM_FIRST), off1 = park(2 * q1, LM_FIRST);
     {
         float2* ring_row = reinterpret_cast<float2*>(mel_ring + slot * ring_frames * N_MELS);
         int c = col;
@@ -681,8 +693,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
             const float* d = dct + c * N_MELS;
             float acc = 0.0f;
 #pragma unroll 8
-            for (int m = 0; m < N_MELS; ++m) acc = fmaf(__ldg(d + m), v[50 * (m / 24) + 26 + m % 24], acc);
-            row[50 * (c / 24) + 2 + c % 24] = acc;
+            for (int m = 0; m < N_MELS; ++m) acc = fmaf(__ldg(d + m), v[park(m, LM_FIRST)], acc);
+            row[park(c, MFCC_FIRST)] = acc;
         }
     }
     __syncthreads();
@@ -690,7 +702,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
     for (int g = warp; g < nf; g += WARPS) {
         const float* src = reinterpret_cast<const float*>(zs + g * FS);
         if (g >= g0)
-            for (int c = f; c < n_mfcc; c += 32) mfcc_row0[col * n_mfcc + c] = src[50 * (c / 24) + 2 + c % 24];
+            for (int c = f; c < n_mfcc; c += 32) mfcc_row0[col * n_mfcc + c] = src[park(c, MFCC_FIRST)];
         col += WARPS;
         if (col >= ring_frames) col -= ring_frames;
     }
