@@ -93,6 +93,45 @@ def test_many_streams_batched_equal_each_alone(xb, speech_audio):
         assert_matches_spec(got, audio, 80)
 
 
+@pytest.mark.parametrize("packing", ["default", "dense"])
+def test_many_rows_with_uneven_pushes_equal_the_specification(xb, speech_audio, packing):
+    # 37 streams (different audio in every row) join over the first pushes and are pushed
+    # batched in sizes that leave every remainder of 32 frames, under and over 32, while some
+    # rows are new (their first frames reflect) and others are not: on CUDA this is every way
+    # the fused kernels split a push (full blocks of 32 frames, packed blocks of one or several
+    # rows). "dense" tells the packing policy the GPU has one multiprocessor, so that rows
+    # share packed blocks as densely as they can; on a big GPU 37 rows would not share.
+    if packing == "dense" and not xb.is_cuda:
+        pytest.skip("packing is a CUDA kernel matter")
+    sizes = [1, 2, 45, 7, 33, 64, 100, 31, 3]
+    n_streams = 37
+    joins = [i % 5 for i in range(n_streams)]
+    total = [sum(sizes[j:]) for j in joins]
+    speech = np.concatenate([speech_audio[c] for c in CLIPS]).astype(np.float32)  # 15 s
+    starts = [(i * 27_113) % (speech.shape[0] - total[i] * 160) for i in range(n_streams)]
+    audios = [speech[a : a + n * 160] for a, n in zip(starts, total)]
+    sf = StreamingFeatures(xb, n_mfcc=13, max_streams=40, ring_frames=512, max_push_frames=100)
+    if xb.is_cuda:
+        assert sf.path.startswith("cuda-"), sf.kernel_error
+        if packing == "dense":
+            sf._cuda.n_sms = 1
+    pos = [0] * n_streams
+    for p, size in enumerate(sizes):
+        rows = [i for i in range(n_streams) if joins[i] <= p]
+        block = np.stack([audios[i][pos[i] : pos[i] + size * 160] for i in rows])
+        sf.push_batch([(7 * i) % 40 for i in rows], xb.asarray(block) if p % 2 else block)
+        for i in rows:
+            pos[i] += size * 160
+    for i, audio in enumerate(audios):
+        slot = (7 * i) % 40  # rows in another order than slots
+        n = sf.frames_ready(slot)
+        assert n == total[i] - 1
+        got = xb.asnumpy(sf.log_mel_window(slot, 0, n))
+        assert_matches_spec(got, audio, 80)
+        spec_mfcc = ref.mfcc(ref.log_mel_spectrogram(audio, 80)[:, :n], 13)
+        assert np.abs(xb.asnumpy(sf.mfcc_window(slot, 0, n)) - spec_mfcc).max() < 5e-3
+
+
 def test_batched_multi_frame_push_from_device_arrays(xb, speech_audio):
     audios = np.stack([frames_of(speech_audio[c], 1.5) for c in CLIPS])  # [4, 24000]
     sf = StreamingFeatures(xb, max_streams=4, ring_frames=256, max_push_frames=50)

@@ -134,3 +134,52 @@ def test_log_mel_and_mfcc_parking_never_touches_a_power_the_mel_stage_reads():
     assert max(lm + mf) < 2 * lk.FRAME_STRIDE
     # the copy-out reads band pairs as float2: bands 2q and 2q + 1 are adjacent, 2q even
     assert all(lk.lm_offset(2 * q) % 2 == 0 and lk.lm_offset(2 * q + 1) == lk.lm_offset(2 * q) + 1 for q in range(64))
+
+
+def test_packed_segments_fit_and_keep_lanes_in_distinct_banks():
+    # A packed block holds TILE // rem segments of rem frames; each segment's padded samples
+    # (162 (rem - 1) + 404 floats) must fit before the next, the segment stride must be an odd
+    # number of float2 (lanes of different segments in different banks), and all segments, as
+    # well as a packed block's staged histories, must fit in the work area.
+    assert lk.TILE_FRAMES * lk.HISTORY * 4 <= lk.WORK_BYTES
+    for rem in range(1, lk.TILE_FRAMES):
+        seg = lk.segment_floats(rem)
+        assert seg >= 162 * (rem - 1) + 404
+        assert (seg // 2) % 2 == 1 and seg % 2 == 0
+        assert (lk.TILE_FRAMES // rem) * seg * 4 <= lk.WORK_BYTES
+    for bad in (0, lk.TILE_FRAMES):
+        with pytest.raises(ValueError):
+            lk.segment_floats(bad)
+
+
+def test_grids_have_a_full_block_per_tile_and_pack_the_remainders():
+    sms = 132  # an H200
+    assert lk.grids(1024, 1000, sms) == ((1024, 31), (256, 4))  # 8 frames left: 4 rows a block
+    assert lk.grids(1024, 992, sms) == ((1024, 31), None)
+    assert lk.grids(1024, 100, sms) == ((1024, 3), (147, 7))  # 4 left: 8 rows would leave 128 blocks
+    assert lk.grids(1024, 1, sms) == (None, (147, 7))  # no fewer blocks than multiprocessors
+    assert lk.grids(8192, 1, sms) == (None, (256, 32))
+    assert lk.grids(64, 1, sms) == (None, (64, 1))
+    assert lk.grids(1, 1, sms) == (None, (1, 1))
+    assert lk.grids(7, 33, sms) == ((7, 1), (7, 1))
+    assert lk.grids(300, 31, 1) == (None, (300, 1))  # 31 frames: one row a block
+    for rows in (1, 5, 131, 132, 1000, 5000):
+        for frames in (1, 7, 31, 33, 100, 1000):
+            full, packed = lk.grids(rows, frames, sms)
+            assert (full is None) == (frames < 32)
+            if packed is not None:
+                blocks, per = packed
+                rem = frames % 32
+                assert 1 <= per <= 32 // rem and blocks * per >= rows > (blocks - 1) * per
+
+
+def test_float_reciprocal_division_in_the_kernel_is_exact():
+    # The kernel finds a packed element's segment as int((i + 0.5f) * (1.0f / n)) in float32;
+    # check every index it can meet against integer division.
+    f32 = np.float32
+    for rem in range(1, lk.TILE_FRAMES):
+        per = lk.TILE_FRAMES // rem
+        for n in ((160 * (rem - 1) + 400) // 4, 160 * (rem - 1) + 400, rem):
+            i = np.arange(max(per * n, lk.TILE_FRAMES), dtype=np.int64)
+            got = ((i.astype(f32) + f32(0.5)) * (f32(1.0) / f32(n))).astype(np.int64)
+            np.testing.assert_array_equal(got, i // n)

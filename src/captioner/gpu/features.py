@@ -19,7 +19,8 @@ over the whole utterance):
 
 CuPy path (used when the kernels pass a self-check against the NumPy specification at
 construction): one push of ``F`` frames for ``B`` streams is one launch of the fused kernel of
-:mod:`captioner.gpu.logmel_kernel`. It reads each stream's history and new samples once into
+:mod:`captioner.gpu.logmel_kernel` (two when 32 does not divide ``F``: the last ``F % 32``
+frames of several streams share blocks). It reads each stream's history and new samples once into
 shared memory and writes finished log-mel (and MFCC) frames into the rings: windowing, a
 400-point real FFT, power, mel filters, ``log10(max(., 1e-10))`` and the DCT-II never touch
 global memory in between; each stream's first block also rolls its history on.
@@ -295,12 +296,15 @@ class _CudaPath:
         self.fft_precision = fft_precision
         with backend.activate():
             self.runtime = cp.cuda.runtime
+            self.n_sms = cp.cuda.Device().attributes["MultiProcessorCount"]
             self.stream = cp.cuda.Stream(non_blocking=True)
             source = logmel_kernel.kernel_source(filters, fft_precision)
             module = cp.RawModule(code=source, options=("-std=c++17",))
-            self.k_fused = module.get_function("captioner_logmel_fused")
+            self.k_fused = module.get_function("captioner_logmel_fused")  # full blocks of 32 frames
+            self.k_packed = module.get_function("captioner_logmel_packed")  # the remainders
             self.shared_bytes = logmel_kernel.shared_bytes(fft_precision)
-            self.k_fused.max_dynamic_shared_size_bytes = self.shared_bytes
+            for kernel in (self.k_fused, self.k_packed):
+                kernel.max_dynamic_shared_size_bytes = self.shared_bytes
             dct = ref.dct_matrix(owner.n_mfcc, owner.n_mels) if owner.n_mfcc else np.zeros((1, owner.n_mels), np.float32)
             self.dct = cp.asarray(dct)
             s, f = owner.max_streams, owner.max_push_frames
@@ -318,7 +322,7 @@ class _CudaPath:
         self.use_graphs = use_graphs
 
     def _launch(self, samples, n_rows: int, frames: int) -> None:
-        """Queue the fused kernel on the current stream (also while capturing a graph).
+        """Queue the fused kernels on the current stream (also while capturing a graph).
 
         ``params_dev`` holds the rows' slots, their block counts, then the ring column of each
         row's frame ``b0 - 1`` (worked out on the host: a 64-bit modulo per thread was a tenth of
@@ -329,15 +333,16 @@ class _CudaPath:
         slots = self.params_dev[:n_rows]
         b0s = self.params_dev[n_rows : 2 * n_rows]
         cols = self.params_dev[2 * n_rows : 3 * n_rows]
-        tiles = -(-frames // logmel_kernel.TILE_FRAMES)
-        self.k_fused(
-            (n_rows, tiles), (logmel_kernel.THREADS,),
-            (
-                samples, slots, b0s, cols, owner._history, self.dct, owner._mel_ring, owner._mfcc_ring,
-                i32(frames), i32(owner.ring_frames), i32(owner.n_mfcc),
-            ),
-            shared_mem=self.shared_bytes,
+        args = (
+            samples, slots, b0s, cols, owner._history, self.dct, owner._mel_ring, owner._mfcc_ring,
+            i32(n_rows), i32(frames), i32(owner.ring_frames), i32(owner.n_mfcc),
         )
+        full, packed = logmel_kernel.grids(n_rows, frames, self.n_sms)
+        if full is not None:
+            self.k_fused(full, (logmel_kernel.THREADS,), args, shared_mem=self.shared_bytes)
+        if packed is not None:
+            blocks, per = packed
+            self.k_packed((blocks,), (logmel_kernel.THREADS,), args + (i32(per),), shared_mem=self.shared_bytes)
 
     def _copy_params(self, n_rows: int, turn: int) -> None:
         self.runtime.memcpyAsync(
@@ -418,20 +423,21 @@ class _CudaPath:
         self.cp.cuda.get_current_stream().wait_event(self.stream.record())
 
     def time_stages(self, n_rows: int, frames: int, repeats: int = 20) -> dict[str, float]:
-        """Milliseconds of GPU time per push of the fused kernel (CUDA events), for the
-        benchmark, as ``{"fused": ms}``. Runs on whatever the slots hold; reset them afterwards."""
+        """Milliseconds of GPU time per push of the fused kernels (both launches), for the
+        benchmark, as ``{"fused": ms}``: CUDA events around ``repeats`` pushes queued back to back
+        (events around a single push would also count the host's time to queue it). Runs on
+        whatever the slots hold; reset them afterwards."""
         cp = self.cp
         start, end = cp.cuda.Event(), cp.cuda.Event()
-        total_ms = 0.0
         with self.owner.backend.activate(), self.stream:
             self.params_dev[:n_rows] = cp.arange(n_rows)
             self.params_dev[n_rows : 2 * n_rows] = 10
             self.params_dev[2 * n_rows : 3 * n_rows] = 9 % self.owner.ring_frames
-            for i in range(repeats + 1):
-                start.record(self.stream)
+            self._launch(self.samples_dev, n_rows, frames)  # warm-up
+            start.record(self.stream)
+            for _ in range(repeats):
                 self._launch(self.samples_dev, n_rows, frames)
-                end.record(self.stream)
-                end.synchronize()
-                if i:  # the first is a warm-up
-                    total_ms += cp.cuda.get_elapsed_time(start, end)
+            end.record(self.stream)
+            end.synchronize()
+            total_ms = cp.cuda.get_elapsed_time(start, end)
         return {"fused": total_ms / repeats}

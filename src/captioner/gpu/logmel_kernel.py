@@ -35,7 +35,8 @@ Layout: a block takes 32 consecutive frames of one stream; lane ``f`` of every w
 frame ``f`` and the 8 warps split each stage's roles, so a role's constants are the same across
 the warp. Per-frame rows in shared memory have odd strides (in the units they are read in), so
 the 32 lanes hit different banks. A stream's first block (the only one that reads its history)
-also rolls the history on, so one push is one launch.
+also rolls the history on. When 32 does not divide a push's frames, a second launch packs
+the streams' last ``F % 32`` frames, several streams to a block (see :func:`grids`).
 
 :func:`emulate_power` runs the same factorisation, tables and DFT formulas in NumPy, so the
 CPU tests check the algorithm the kernel encodes; the GPU tests check the kernel itself.
@@ -52,18 +53,37 @@ HISTORY = 360  # raw samples a stream keeps between pushes: the oldest its next 
 TILE_FRAMES = 32  # frames per block: one per lane, so every warp works on 32 frames at once
 WARPS = 8
 THREADS = 32 * WARPS
-MAX_PUSH_FRAMES = 65535 * TILE_FRAMES  # a push's tiles are the grid's y extent
+MAX_PUSH_FRAMES = 65535 * TILE_FRAMES  # keeps 160 x frames (samples per row) far inside an int
 N_HALF = N_FFT // 2  # 200 complex points
 N1, N2 = 8, 25  # z[n1 + 8 n2]: stage 1 is over n2 (DFT-25), stage 2 over n1 (DFT-8)
 FRAME_STRIDE = N_HALF + 1  # float2 per frame row of the FFT work area: odd, so lanes hit distinct banks
 _PAD = 2  # pad floats per 160 samples: frame rows 162 floats (81 float2, odd) apart
 _TILE_SAMPLES = HOP * (TILE_FRAMES - 1) + N_FFT
 _XS_FLOATS = _TILE_SAMPLES + _PAD * (_TILE_SAMPLES // HOP)
+
+
+def segment_floats(rem: int) -> int:
+    """Shared-memory floats from one packed segment of ``rem`` frames to the next.
+
+    A segment's samples (``160 (rem - 1) + 400``, padded like a tile) take
+    ``162 (rem - 1) + 404`` floats; two more when that is an even number of float2, so that
+    lanes of different segments, like lanes of one, fall in different banks.
+    """
+    if not 0 < rem < TILE_FRAMES:
+        raise ValueError(f"a packed segment has 1..{TILE_FRAMES - 1} frames, not {rem}")
+    floats = (HOP + _PAD) * (rem - 1) + N_FFT + 2 * _PAD
+    return floats + 2 if (floats // 2) % 2 == 0 else floats
+
+
 # One area serves every stage: the padded samples, then the FFT rows (stage 1 holds its
-# results in registers until every warp has read its samples). 50 KB lets four blocks share
-# an SM's 228 KB.
-WORK_BYTES = 8 * TILE_FRAMES * FRAME_STRIDE
-assert 4 * _XS_FLOATS <= WORK_BYTES
+# results in registers until every warp has read its samples), and at the end of a packed
+# block its rows' new histories. About 51 KB: four blocks share an SM's 228 KB.
+WORK_BYTES = 16 * -(-max(
+    8 * TILE_FRAMES * FRAME_STRIDE,
+    4 * _XS_FLOATS,
+    *(4 * (TILE_FRAMES // rem) * segment_floats(rem) for rem in range(1, TILE_FRAMES)),
+    4 * TILE_FRAMES * HISTORY,
+) // 16)
 
 
 def _tables_in_shared(precision: str) -> bool:
@@ -71,6 +91,26 @@ def _tables_in_shared(precision: str) -> bool:
     memory float32 is fastest (in shared memory they cost registers, and spill); with float64
     twiddles constant loads queue up (0.85 ms against 1.39 ms per 1000 x 1024 push)."""
     return precision != "float32"
+
+
+def grids(n_rows: int, n_frames: int, n_sms: int) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+    """The launches of a push on a GPU of ``n_sms`` multiprocessors: full blocks
+    ``(rows, n_frames // TILE_FRAMES)`` (``None`` under one tile), and packed blocks for the
+    rows' last ``rem = n_frames % TILE_FRAMES`` frames as ``(blocks, rows per block)`` (``None``
+    when nothing remains).
+
+    A packed block costs about what a full one does whatever its rows (its lanes run the same
+    stages), so rows share blocks up to ``TILE_FRAMES // rem``; but no further than leaves a
+    block per multiprocessor, because a block's loads and history roll grow with its rows
+    (measured on the H200: 64 rows of one frame took 27 us as two blocks of 32 rows, 12 us as
+    64 blocks of one).
+    """
+    n_full, rem = divmod(n_frames, TILE_FRAMES)
+    full = (n_rows, n_full) if n_full else None
+    if not rem:
+        return full, None
+    per = max(1, min(TILE_FRAMES // rem, n_rows // max(1, n_sms)))
+    return full, (-(-n_rows // per), per)
 
 
 def auto_precision(n_mels: int) -> str:
@@ -395,6 +435,8 @@ def kernel_source(filters: np.ndarray, precision: str = "float32") -> str:
         "@MEL_CASES@": _mel_code(filters), "@N_MELS@": str(n_mels),
         "@HISTORY@": str(HISTORY), "@HOP@": str(HOP), "@N_FFT@": str(N_FFT), "@PAD@": str(_PAD),
         "@TILE@": str(TILE_FRAMES), "@THREADS@": str(THREADS), "@WARPS@": str(WARPS),
+        "@WORK_FLOATS@": str(WORK_BYTES // 4), "@N_LOAD@": str(_TILE_SAMPLES),
+        "@SEGMENT_FLOATS@": ", ".join(str(segment_floats(rem)) for rem in range(1, TILE_FRAMES)),
         "@FRAME_STRIDE@": str(FRAME_STRIDE), "@LM_FIRST@": str(_LM_FIRST), "@PARK_STRIDE@": str(2 * N2), "@MFCC_FIRST@": str(_MFCC_FIRST),
     }
     source = _SOURCE
@@ -420,8 +462,11 @@ _SOURCE = r"""
 #define LM_FIRST @LM_FIRST@
 #define PARK_STRIDE @PARK_STRIDE@  // floats from one row n1 of a frame to the next
 #define MFCC_FIRST @MFCC_FIRST@
+#define WORK_FLOATS @WORK_FLOATS@  // the shared work area (tables, if in shared memory, follow)
+#define N_LOAD @N_LOAD@  // samples of a full block: 31 hops and a window
 
 @CONSTANTS@
+__constant__ int g_segment_floats[TILE] = {0, @SEGMENT_FLOATS@};  // see segment_floats()
 
 // Complex helpers for float2 and double2 (stage 1 is double2 in "mixed" precision).
 template <typename C> __device__ __forceinline__ C cpx(decltype(C::x) x, decltype(C::x) y) { C r; r.x = x; r.y = y; return r; }
@@ -505,18 +550,31 @@ __device__ __forceinline__ void column_zero(float2* zf, const float2* c_tw2) {
     for (int j = 1; j <= 4; ++j) zf[25 * j] = untangle(a[j], a[8 - j], c_tw2[25 * j]);
 }
 
+#if N_MELS % 4 == 0  // the copy-out moves VW bands at once (within one parking run of 24)
+#define VW 4
+typedef float4 VEC;
+__device__ __forceinline__ float4 load_vec(const float* p) {
+    const float2 a = *reinterpret_cast<const float2*>(p), b = *reinterpret_cast<const float2*>(p + 2);
+    return make_float4(a.x, a.y, b.x, b.y);
+}
+#else
+#define VW 2
+typedef float2 VEC;
+__device__ __forceinline__ float2 load_vec(const float* p) { return *reinterpret_cast<const float2*>(p); }
+#endif
+
 __device__ __forceinline__ int padded(int s) { return s + PAD * (s / HOP); }
 
 // Float offset of parked value i (log-mel band or MFCC coefficient) in a frame's row: see
 // _park in logmel_kernel.py.
 __device__ __forceinline__ int park(int i, int first) { return PARK_STRIDE * (i / 24) + first + i % 24; }
 
-// A tile's n_load samples, ext[160 j0 ..] of ext = history (360 = 90 float4) ++ new samples,
-// into shared memory with the padding. 240 threads: float4 c of 160-sample block b + 6 u goes
+// A full block's N_LOAD samples, ext[160 j0 ..] of ext = history (360 = 90 float4) ++ new
+// samples, into shared memory with the padding. 240 threads: float4 c of 160-sample block b + 6 u goes
 // to float2 pair 81 (b + 6 u) + 2 c, so every address is a per-thread base plus a constant and
 // six loads are in flight. Only a row's first tile (FIRST) reaches into the history.
 template <bool FIRST> __device__ __forceinline__ void load_tile(
-    float* xs, const float* h, const float* x_new, int j0, int n_load)
+    float* xs, const float* h, const float* x_new, int j0)
 {
     const int tid = threadIdx.x;
     if (tid >= 240) return;
@@ -527,7 +585,7 @@ template <bool FIRST> __device__ __forceinline__ void load_tile(
     float2* dst = reinterpret_cast<float2*>(xs) + (ROW / 2) * b + 2 * c;
 #pragma unroll
     for (int u = 0; u < (TILE + 7) / 6; ++u) {
-        if (40 * (b + 6 * u) + c < n_load / 4) {
+        if (40 * (b + 6 * u) + c < N_LOAD / 4) {
             const int k = k0 + 240 * u;
             const float4 v = (FIRST && k < HISTORY / 4) ? hist4[k] : new4[240 * u];
             dst[6 * (ROW / 2) * u] = make_float2(v.x, v.y);
@@ -536,24 +594,85 @@ template <bool FIRST> __device__ __forceinline__ void load_tile(
     }
 }
 
-// One block = up to TILE consecutive new frames of one row (stream); lane f of every warp
-// works on frame f, and warps split each stage's roles. Frame t = b0 - 1 + j covers the
-// reflect-padded signal p[160 t .. 160 t + 399], p[q] = x[|q - 200|]; x comes from the
-// stream's history (x[160 b0 - 360 ..)) or the new samples. Frames with t < 0 (the first
-// block of a stream completes none) and lanes past the tile's last frame compute on whatever
-// shared memory holds; only real frames are written out.
-extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_logmel_fused(
+// Samples of packed segments s = 0 .. nseg - 1 (rows r + s, frames j0 .. j0 + rem - 1 each)
+// into shared memory, segment s at float seg * s, padded like a tile. float4 loads in flight
+// four at a time; the segment of a float4 comes from a float reciprocal (exact: the quotient
+// is at most 32 and never within 1e-3 of an integer). Rows still in their reflection (a
+// stream's first frames, only when j0 == 0) get ext here too and are overwritten after a
+// barrier (a check per float4 would put a dependent load before every sample load).
+__device__ __forceinline__ void load_packed(
+    float* xs, const float* samples, const long long* slots, const float* history,
+    int r, int nseg, int j0, int rem, int seg, int n_new)
+{
+    const int l4 = (HOP * (rem - 1) + N_FFT) / 4;  // float4 per segment
+    const float inv = 1.0f / (float)l4;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < nseg * l4; i += THREADS) {
+        const int s = (int)(((float)i + 0.5f) * inv);
+        const int e4 = i - s * l4;
+        const int row = r + s;
+        const int e = HOP * j0 + 4 * e4;  // index in ext = history ++ new samples
+        const float4 v = e >= HISTORY
+            ? *reinterpret_cast<const float4*>(samples + (long long)row * n_new + (e - HISTORY))
+            : *reinterpret_cast<const float4*>(history + slots[row] * HISTORY + e);
+        float2* dst = reinterpret_cast<float2*>(xs + seg * s + 4 * e4 + PAD * (e4 / (HOP / 4)));
+        dst[0] = make_float2(v.x, v.y);
+        dst[1] = make_float2(v.z, v.w);
+    }
+}
+
+// Sample i of a tile whose first frame is t0 = b0 - 1 + j0 (< 2: it reaches the reflection
+// p[q] = x[|q - 200|]); x comes from the history h (x[160 b0 - 360 ..)) or the new samples.
+__device__ __forceinline__ float reflected(const float* h, const float* x_new, long long b0, int j0, int i, int n_new) {
+    const long long q = HOP * (b0 - 1 + j0) + i;
+    const long long e = (q >= HALF ? q - HALF : HALF - q) - (HOP * b0 - HISTORY);
+    float v = 0.0f;  // samples not yet known only reach frames that are not written
+    if (e >= 0 && e < HISTORY) v = h[e];
+    else if (e >= HISTORY && e < HISTORY + n_new) v = x_new[e - HISTORY];
+    return v;
+}
+
+// Where frame g of a packed block goes: its slot and ring column (false: lane without a
+// segment, or frame -1 of a new stream, which is not written).
+__device__ __forceinline__ bool packed_dest(
+    int g, int r, int nseg, int j0, int rem, float inv_rem, const long long* slots, const long long* b0s,
+    const long long* cols, int ring_frames, long long& slot, int& col)
+{
+    const int s = (int)(((float)g + 0.5f) * inv_rem);
+    if (s >= nseg) return false;
+    const int row = r + s, j = j0 + g - s * rem;
+    if (j == 0 && b0s[row] == 0) return false;
+    col = (int)cols[row] + j;  // under twice the ring: cols < ring, j < n_frames <= ring
+    if (col >= ring_frames) col -= ring_frames;
+    slot = slots[row];
+    return true;
+}
+
+// A block takes TILE frames: lane f of every warp works on frame f, and the warps split each
+// stage's roles. Full blocks (captioner_logmel_fused, grid: rows x n_frames / TILE) take TILE
+// consecutive frames of one row. When TILE does not divide n_frames, packed blocks
+// (captioner_logmel_packed, a second launch) take the last rem = n_frames % TILE frames of
+// TILE / rem rows each, one segment per row, so a push's remainders fill whole blocks instead
+// of leaving most lanes of one block per row idle (a 10 s push ends in 8 frames; a 10 ms push
+// is one). How many rows share a packed block is the host's choice (grids()). Two kernels rather than one with a branch: the full blocks' code stays what it was
+// (one kernel that decoded its block and carried both paths measured 9 % slower).
+// Frame t = b0 - 1 + j of a row covers the reflect-padded signal p[160 t .. 160 t + 399],
+// p[q] = x[|q - 200|]. Frames with t < 0 (the first push of a stream completes none) and lanes
+// without a frame compute on whatever shared memory holds; only real frames are written out.
+// Full blocks: row r, frames j0 .. j0 + TILE - 1; packed: rows r .. r + nseg - 1, frames
+// j0 .. j0 + rem - 1 each, segment s's samples at float seg * s.
+template <bool PACKED> __device__ __forceinline__ void logmel_block(
     const float* __restrict__ samples, const long long* __restrict__ slots,
     const long long* __restrict__ b0s, const long long* __restrict__ cols,
     float* __restrict__ history,
     const float* __restrict__ dct, float* __restrict__ mel_ring, float* __restrict__ mfcc_ring,
-    int n_frames, int ring_frames, int n_mfcc)
+    int n_frames, int ring_frames, int n_mfcc, int r, int j0, int nseg, int rem, int seg)
 {
     extern __shared__ float4 shared_raw[];
     float* xs = reinterpret_cast<float*>(shared_raw);    // padded samples, then:
     float2* zs = reinterpret_cast<float2*>(shared_raw);  // FFT rows (FS float2 per frame)
 #if TABLES_IN_SHARED  // the window and twiddles, copied from global memory (see _tables_in_shared)
-    @TW1_TYPE@* c_tw1_flat = reinterpret_cast<@TW1_TYPE@*>(zs + TILE * FS);
+    @TW1_TYPE@* c_tw1_flat = reinterpret_cast<@TW1_TYPE@*>(xs + WORK_FLOATS);
     float2* c_window2 = reinterpret_cast<float2*>(c_tw1_flat + 8 * 25);
     float2* c_tw2 = c_window2 + HALF;
     for (int i = threadIdx.x; i < 8 * 25; i += THREADS) c_tw1_flat[i] = (&g_tw1[0][0])[i];
@@ -564,48 +683,69 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
     const float2* c_tw2 = g_tw2;
 #endif
     const int tid = threadIdx.x, warp = tid >> 5, f = tid & 31;
-    const int r = blockIdx.x;  // grid: (rows, tiles per row)
-    const int j0 = blockIdx.y * TILE;
-    const int nf = min(TILE, n_frames - j0);
-    const long long b0 = b0s[r];
-    const long long slot = slots[r];
-    float* h = history + slot * HISTORY;  // read by this row's first block, then rolled on by it
     const int n_new = n_frames * HOP;
     const float* x_new = samples + (long long)r * n_new;
-    const int n_load = HOP * (nf - 1) + N_FFT;
 
-    // 1. The tile's samples into shared memory, padded. Past the stream's start (no reflection)
-    // the tile is ext[160 j0 ..] of ext = history ++ new samples: see load_tile.
-    // A row's first block also rolls the row's history on to the last 360 samples of ext: it
-    // is the only block that reads the history, so it reads the new history now and writes it
-    // once every thread of the block is past its reads (the barrier below).
+    // 1. The block's samples into shared memory, padded. Past a stream's start (no reflection)
+    // a full block's samples are ext[160 j0 ..] of ext = history ++ new samples: see load_tile.
+    // Only a row's first block (j0 == 0) reads the row's history (slot) and block count (b0).
+    // A full first block also rolls the row's history on to the last 360 samples of ext: it is
+    // the only block that reads that history, so it reads the new history now and writes it
+    // once every thread of the block is past its reads (the barrier below); so does a packed
+    // first block of one row. Packed first blocks of several rows (pushes under TILE frames)
+    // roll theirs at the end, through shared memory.
     float keep0 = 0.0f, keep1 = 0.0f;
     const int k0 = tid, k1 = tid + THREADS;
-    if (j0 == 0) {
+    if constexpr (PACKED) {
+        if (j0 == 0 && nseg == 1) {  // one row (a single stream's push): keep as a full block does
+            const float* h = history + slots[r] * HISTORY;
+            if (k0 < HISTORY) keep0 = n_new + k0 < HISTORY ? h[n_new + k0] : x_new[n_new + k0 - HISTORY];
+            if (k1 < HISTORY) keep1 = n_new + k1 < HISTORY ? h[n_new + k1] : x_new[n_new + k1 - HISTORY];
+        }
+        load_packed(xs, samples, slots, history, r, nseg, j0, rem, seg, n_new);
+        // Rows still in their reflection: only in a stream's first pushes of under TILE frames.
+        // The barrier also orders their refill after load_packed's writes.
+        const bool reflect = j0 == 0 && __syncthreads_or(tid < nseg && b0s[r + tid] < 3);
+        if (reflect) {
+            const int l = HOP * (rem - 1) + N_FFT;
+            const float inv = 1.0f / (float)l;
+            for (int i = tid; i < nseg * l; i += THREADS) {
+                const int s = (int)(((float)i + 0.5f) * inv);
+                const int row = r + s;
+                const long long b0 = b0s[row];
+                if (b0 >= 3) continue;
+                const int e = i - s * l;
+                xs[seg * s + padded(e)] = reflected(history + slots[row] * HISTORY,
+                                                    samples + (long long)row * n_new, b0, 0, e, n_new);
+            }
+        }
+    } else if (j0 > 0) {
+        // j0 >= TILE, so the tile is past the reflection and the history: its loads need
+        // neither b0 nor the slot, and go out without waiting for them.
+        load_tile<false>(xs, history, x_new, j0);
+    } else {
+        const long long b0 = b0s[r];
+        float* h = history + slots[r] * HISTORY;
         if (k0 < HISTORY) keep0 = n_new + k0 < HISTORY ? h[n_new + k0] : x_new[n_new + k0 - HISTORY];
         if (k1 < HISTORY) keep1 = n_new + k1 < HISTORY ? h[n_new + k1] : x_new[n_new + k1 - HISTORY];
-    }
-    if (b0 - 1 + j0 >= 2 && j0 > 0) {
-        load_tile<false>(xs, h, x_new, j0, n_load);
-    } else if (b0 - 1 + j0 >= 2) {
-        load_tile<true>(xs, h, x_new, j0, n_load);
-    } else {
-        const long long q0 = HOP * (b0 - 1 + j0);
-        const long long origin = HOP * b0 - HISTORY;  // stream index of h[0]
+        if (b0 - 1 >= 2) {
+            load_tile<true>(xs, h, x_new, 0);
+        } else {
 #pragma unroll 4
-        for (int i = tid; i < n_load; i += THREADS) {
-            const long long q = q0 + i;
-            const long long e = (q >= HALF ? q - HALF : HALF - q) - origin;
-            float v = 0.0f;  // samples not yet known only reach frames that are not written
-            if (e >= 0 && e < HISTORY) v = h[e];
-            else if (e >= HISTORY && e < HISTORY + n_new) v = x_new[e - HISTORY];
-            xs[padded(i)] = v;
+            for (int i = tid; i < N_LOAD; i += THREADS) xs[padded(i)] = reflected(h, x_new, b0, 0, i, n_new);
         }
     }
     __syncthreads();
-    if (j0 == 0) {
+    if (j0 == 0 && nseg == 1) {
+        float* h = history + slots[r] * HISTORY;
         if (k0 < HISTORY) h[k0] = keep0;
         if (k1 < HISTORY) h[k1] = keep1;
+    }
+    // Where lane f's samples start: frame f of a full block; frame f - s rem of segment s.
+    int lane_floats = ROW * f;
+    if constexpr (PACKED) {
+        const int s = (int)(((float)f + 0.5f) * (1.0f / (float)rem));
+        lane_floats = s < nseg ? seg * s + ROW * (f - s * rem) : 0;
     }
 
     // 2. Stage 1, role n1 = warp: z[n1 + 8 n2] = x[2 n1 + 16 n2] + i x[2 n1 + 16 n2 + 1]
@@ -614,7 +754,7 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
     // (2 n1 < 16 and 160 = 10 * 16), so every address is a base plus a constant.
     {
         const int n1 = warp;
-        const float2* xf = reinterpret_cast<const float2*>(xs + ROW * f) + n1;
+        const float2* xf = reinterpret_cast<const float2*>(xs + lane_floats) + n1;
         const float2* wn = c_window2 + n1;
         float2 y[25];
 #pragma unroll
@@ -661,32 +801,44 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
     }
     __syncthreads();
 
-    // 5. Copy the tile's log-mel frames into the ring (frame t at column t % ring): warp w
-    // takes frames w, w + 8, ...; lane l copies band pairs l, l + 32, ...
-    // cols[r] (the column of frame b0 - 1) + j0 + g stays under twice the ring: a push is no
-    // longer than the ring, so one conditional subtraction wraps it.
-    const int g0 = (b0 - 1 + j0 < 0) ? 1 : 0;  // frame -1 (in a stream's first block) is not written
-    int col = (int)cols[r] + j0 + warp;  // of frame g = warp, then + 8 a step
-    if (col >= ring_frames) col -= ring_frames;
-    const int q0 = f, q1 = f + 32;  // band pairs 2q, 2q + 1 of this lane
-    const int off0 = park(2 * q0, LM_FIRST), off1 = park(2 * q1, LM_FIRST);
+    // 5. Copy the log-mel frames into the ring (frame t at column t % ring). Thread tid moves
+    // vector q = tid % VPF (bands VW q .. VW q + VW - 1, one aligned store) of frames
+    // g = tid / VPF, + FPR a round: consecutive threads write consecutive 16 bytes.
+    constexpr int VPF = N_MELS / VW, FPR = THREADS / VPF;
+    const float inv_rem = PACKED ? 1.0f / (float)rem : 0.0f;
     {
-        float2* ring_row = reinterpret_cast<float2*>(mel_ring + slot * ring_frames * N_MELS);
-        int c = col;
-        for (int g = warp; g < nf; g += WARPS) {
-            float2* dst = ring_row + c * (N_MELS / 2);
-            const float* src = reinterpret_cast<const float*>(zs + g * FS);
-            if (g >= g0 && q0 < N_MELS / 2) dst[q0] = *reinterpret_cast<const float2*>(src + off0);
-            if (g >= g0 && q1 < N_MELS / 2) dst[q1] = *reinterpret_cast<const float2*>(src + off1);
-            c += WARPS;
-            if (c >= ring_frames) c -= ring_frames;
+        const int q = tid % VPF, gi = tid / VPF;
+        const float* src = reinterpret_cast<const float*>(zs + gi * FS) + park(VW * q, LM_FIRST);
+        if (!PACKED && gi < FPR) {
+            // cols[r] is the column of frame b0 - 1; cols[r] + j0 + g stays under twice the
+            // ring (cols[r] < ring, j0 + g < n_frames <= ring), so one subtraction wraps it.
+            // Frame -1 (the first block of a new stream) is not written.
+            const int g0 = (j0 == 0 && b0s[r] == 0) ? 1 : 0;
+            int col0 = (int)cols[r] + j0;
+            if (col0 >= ring_frames) col0 -= ring_frames;
+            // one 64-bit address, then 32-bit byte offsets (a ring row is far under 4 GB)
+            char* dst = reinterpret_cast<char*>(mel_ring + slots[r] * ring_frames * N_MELS + VW * q);
+#pragma unroll
+            for (int u = 0; u < (TILE + FPR - 1) / FPR; ++u) {
+                const int g = gi + FPR * u;
+                int c = col0 + g;
+                if (c >= ring_frames) c -= ring_frames;
+                if (g < TILE && g >= g0)
+                    *reinterpret_cast<VEC*>(dst + (unsigned)c * (unsigned)(4 * N_MELS)) = load_vec(src + 2 * FS * FPR * u);
+            }
+        } else if (PACKED && gi < FPR) {
+            for (int g = gi; g < TILE; g += FPR) {
+                long long slot;
+                int c;
+                if (packed_dest(g, r, nseg, j0, rem, inv_rem, slots, b0s, cols, ring_frames, slot, c))
+                    reinterpret_cast<VEC*>(mel_ring + (slot * ring_frames + c) * N_MELS)[q] = load_vec(src + 2 * FS * (g - gi));
+            }
         }
     }
-    if (n_mfcc == 0) return;
 
     // 6. MFCC: orthonormal DCT-II of each frame's log-mel (coefficient c = warp + 8 i), staged
     // in the frame's row (columns 1..12, free now), then copied out like the log-mel.
-    {
+    if (n_mfcc > 0) {
         const float* v = reinterpret_cast<const float*>(zs + f * FS);
         float* row = reinterpret_cast<float*>(zs + f * FS);
         for (int c = warp; c < n_mfcc; c += WARPS) {
@@ -696,15 +848,61 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
             for (int m = 0; m < N_MELS; ++m) acc = fmaf(__ldg(d + m), v[park(m, LM_FIRST)], acc);
             row[park(c, MFCC_FIRST)] = acc;
         }
+        __syncthreads();
+        for (int g = warp; g < TILE; g += WARPS) {
+            long long slot = slots[r];
+            int c = (int)cols[r] + j0 + g;
+            bool write = true;
+            if (PACKED) {
+                write = packed_dest(g, r, nseg, j0, rem, inv_rem, slots, b0s, cols, ring_frames, slot, c);
+            } else {
+                if (c >= ring_frames) c -= ring_frames;
+                write = !(j0 + g == 0 && b0s[r] == 0);
+            }
+            const float* src = reinterpret_cast<const float*>(zs + g * FS);
+            if (write)
+                for (int k = f; k < n_mfcc; k += 32) mfcc_ring[(slot * ring_frames + c) * n_mfcc + k] = src[park(k, MFCC_FIRST)];
+        }
     }
-    __syncthreads();
-    float* mfcc_row0 = mfcc_ring + slot * ring_frames * n_mfcc;
-    for (int g = warp; g < nf; g += WARPS) {
-        const float* src = reinterpret_cast<const float*>(zs + g * FS);
-        if (g >= g0)
-            for (int c = f; c < n_mfcc; c += 32) mfcc_row0[col * n_mfcc + c] = src[park(c, MFCC_FIRST)];
-        col += WARPS;
-        if (col >= ring_frames) col -= ring_frames;
+
+    // 7. A packed first block of several rows rolls their histories on to the last 360 samples
+    // of ext, staged in shared memory (free once every frame is copied out): all reads, then
+    // all writes (too many to hold in registers from the start, as one row's are).
+    if (PACKED && j0 == 0 && nseg > 1) {
+        __syncthreads();
+#pragma unroll 4
+        for (int i = tid; i < nseg * HISTORY; i += THREADS) {
+            const int s = i / HISTORY, k = i - s * HISTORY, row = r + s;
+            xs[i] = n_new + k < HISTORY ? history[slots[row] * HISTORY + n_new + k]
+                                        : samples[(long long)row * n_new + (n_new + k - HISTORY)];
+        }
+        __syncthreads();
+#pragma unroll 4
+        for (int i = tid; i < nseg * HISTORY; i += THREADS) {
+            const int s = i / HISTORY, k = i - s * HISTORY;
+            history[slots[r + s] * HISTORY + k] = xs[i];
+        }
     }
+}
+
+#define LOGMEL_ARGS \
+    const float* __restrict__ samples, const long long* __restrict__ slots, \
+    const long long* __restrict__ b0s, const long long* __restrict__ cols, float* __restrict__ history, \
+    const float* __restrict__ dct, float* __restrict__ mel_ring, float* __restrict__ mfcc_ring, \
+    int n_rows, int n_frames, int ring_frames, int n_mfcc
+
+// Full blocks: grid (rows, n_frames / TILE).
+extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_logmel_fused(LOGMEL_ARGS) {
+    logmel_block<false>(samples, slots, b0s, cols, history, dct, mel_ring, mfcc_ring, n_frames, ring_frames,
+                        n_mfcc, blockIdx.x, TILE * blockIdx.y, 1, 0, 0);
+}
+
+// Packed blocks: grid (rows / per, rounded up), per <= TILE / rem rows a block (see grids());
+// only when TILE does not divide n_frames.
+extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_logmel_packed(LOGMEL_ARGS, int per) {
+    const int n_full = n_frames / TILE, rem = n_frames - TILE * n_full;
+    const int r = blockIdx.x * per;
+    logmel_block<true>(samples, slots, b0s, cols, history, dct, mel_ring, mfcc_ring, n_frames, ring_frames,
+                       n_mfcc, r, TILE * n_full, min(per, n_rows - r), rem, g_segment_floats[rem]);
 }
 """
