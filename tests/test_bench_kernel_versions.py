@@ -1,0 +1,37 @@
+"""benchmarks/bench_kernel_versions.py refuses what it cannot run with one line, not a traceback."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_kernel_versions.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_kernel_versions", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_a_missing_baseline_is_one_line_and_exit_2(tmp_path, capsys):
+    assert _bench().main([str(tmp_path / "nope.py")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not a file" in err
+
+
+def test_no_gpu_is_one_line_and_exit_2(capsys):
+    try:
+        import cupy
+
+        cupy.cuda.runtime.getDeviceCount()
+        pytest.skip("a CUDA GPU is here: the benchmark would run")
+    except Exception:
+        pass
+    source = Path(__file__).resolve().parents[1] / "src" / "captioner" / "gpu" / "logmel_kernel.py"
+    assert _bench().main([str(source)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "needs a CUDA GPU" in err
