@@ -51,7 +51,9 @@ class Version:
         self.cp, self.module, self.n_sms = cp, module, n_sms
         raw = cp.RawModule(code=module.kernel_source(ref.mel_filters(n_mels), precision), options=("-std=c++17",))
         self.shared = module.shared_bytes(precision)
-        self.packs = hasattr(module, "grids")  # since 61ff9e2: a second, packed kernel for remainders
+        # A version with launch() has the full and the packed kernel; 1a85aa5 and before have
+        # one kernel and one launch. The commits between (61ff9e2 .. f3627a6) are not supported.
+        self.packs = hasattr(module, "launch")
         names = ["captioner_logmel_fused"] + (["captioner_logmel_packed"] if self.packs else [])
         self.kernels = [raw.get_function(name) for name in names]
         for kernel in self.kernels:
@@ -66,11 +68,7 @@ class Version:
                             shared_mem=self.shared)
             return
         args = common + (i32(rows), i32(frames), i32(RING_FRAMES), i32(n_mfcc))
-        full, packed = self.module.grids(rows, frames, self.n_sms)
-        if full is not None:
-            self.kernels[0](full, (256,), args, shared_mem=self.shared)
-        if packed is not None:
-            self.kernels[1]((packed[0],), (256,), args + (i32(packed[1]),), shared_mem=self.shared)
+        self.module.launch(self.kernels, args, rows, frames, self.n_sms, self.shared)
 
 
 def compare(cp, versions: dict, precision: str, n_mels: int, rows: int, frames: int, n_mfcc: int, rounds: int) -> dict:

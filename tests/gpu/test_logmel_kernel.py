@@ -173,6 +173,27 @@ def test_grids_have_a_full_block_per_tile_and_pack_the_remainders():
                 assert 1 <= per <= 32 // rem and blocks * per >= rows > (blocks - 1) * per
 
 
+def test_launch_queues_what_grids_plans_with_the_packed_kernels_extra_argument():
+    calls = []
+
+    def kernel(name):
+        return lambda grid, block, args, shared_mem: calls.append((name, grid, block, args, shared_mem))
+
+    kernels = (kernel("fused"), kernel("packed"))
+    common = ("samples", "slots", "b0s", "cols", "history", "dct", "mel", "mfcc", 1024, 1000, 2000, 0)
+    lk.launch(kernels, common, 1024, 1000, 132, 4096)
+    assert calls == [
+        ("fused", (1024, 31), (lk.THREADS,), common, 4096),
+        ("packed", (256,), (lk.THREADS,), common + (np.int32(4),), 4096),
+    ]
+    calls.clear()
+    lk.launch(kernels, common, 8, 64, 132, 4096)  # whole tiles only
+    assert [c[:2] for c in calls] == [("fused", (8, 2))]
+    calls.clear()
+    lk.launch(kernels, common, 1, 1, 132, 4096)  # one live frame: the packed kernel only
+    assert [c[:2] for c in calls] == [("packed", (1,))] and calls[0][3][-1] == 1
+
+
 def test_float_reciprocal_division_in_the_kernel_is_exact():
     # The kernel finds a packed element's segment as int((i + 0.5f) * (1.0f / n)) in float32;
     # check every index it can meet against integer division.

@@ -337,12 +337,7 @@ class _CudaPath:
             samples, slots, b0s, cols, owner._history, self.dct, owner._mel_ring, owner._mfcc_ring,
             i32(n_rows), i32(frames), i32(owner.ring_frames), i32(owner.n_mfcc),
         )
-        full, packed = logmel_kernel.grids(n_rows, frames, self.n_sms)
-        if full is not None:
-            self.k_fused(full, (logmel_kernel.THREADS,), args, shared_mem=self.shared_bytes)
-        if packed is not None:
-            blocks, per = packed
-            self.k_packed((blocks,), (logmel_kernel.THREADS,), args + (i32(per),), shared_mem=self.shared_bytes)
+        logmel_kernel.launch((self.k_fused, self.k_packed), args, n_rows, frames, self.n_sms, self.shared_bytes)
 
     def _copy_params(self, n_rows: int, turn: int) -> None:
         self.runtime.memcpyAsync(

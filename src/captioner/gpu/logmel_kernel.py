@@ -113,6 +113,20 @@ def grids(n_rows: int, n_frames: int, n_sms: int) -> tuple[tuple[int, int] | Non
     return full, (-(-n_rows // per), per)
 
 
+def launch(kernels, common_args: tuple, n_rows: int, n_frames: int, n_sms: int, shared_mem: int) -> None:
+    """Queue one push: ``kernels`` are the compiled ``captioner_logmel_fused`` and
+    ``captioner_logmel_packed`` (CuPy ``RawModule`` functions), ``common_args`` their shared
+    arguments (``samples`` .. ``n_mfcc``, see the kernels' ``LOGMEL_ARGS``); the packed kernel
+    also takes its rows per block. Launches only what :func:`grids` asks for."""
+    fused, packed_kernel = kernels
+    full, packed = grids(n_rows, n_frames, n_sms)
+    if full is not None:
+        fused(full, (THREADS,), common_args, shared_mem=shared_mem)
+    if packed is not None:
+        blocks, per = packed
+        packed_kernel((blocks,), (THREADS,), common_args + (np.int32(per),), shared_mem=shared_mem)
+
+
 def auto_precision(n_mels: int) -> str:
     """The precision ``"auto"`` picks: the fastest that keeps kept cells within 1e-4.
 
