@@ -9,14 +9,14 @@ order (difflib over normalised words); words the model never got right have no l
 counted apart.
 
 Accuracy: WER of the committed streaming text and of the same model's offline transcription
-(``captioner.models.transcribe``), both against the references, Whisper's English normaliser on
+(``captioner.engine.offline``), both against the references, Whisper's English normaliser on
 both sides (``whisper-normalizer``; a plain lower-case/no-punctuation one where it is missing).
 
 Replay modes:
 - ``simulated`` (default): one thread, a simulated clock; audio arrives as the clock advances and
   every model step advances it by its measured duration — exactly what a live worker sees,
   without waiting through the idle time (so a fast GPU finishes quickly);
-- ``live``: the real threads of ``captioner.app.pipeline.Pipeline`` with a real-time file source.
+- ``live``: the real threads of ``captioner.engine.pipeline.Pipeline`` with a real-time file source.
 
 Each clip gets 0.5 s of quiet room noise before and 2 s after, so the engine sees the pause that
 closes the last segment, as in conversation.
@@ -51,7 +51,7 @@ TAIL_S = 2.0
 
 
 def norm_word(text: str) -> str:
-    from captioner.models.streaming import normalize_word
+    from captioner.engine.policy import normalize_word
 
     return normalize_word(text)
 
@@ -137,8 +137,8 @@ def word_latencies(updates, ref_words: list[dict]) -> list[dict]:
 
 
 def _config(interval_s: float, target_busy: float, pause_s: float | None):
-    from captioner.gpu.scheduler import SchedulerConfig
-    from captioner.gpu.worker import EngineConfig
+    from captioner.engine.scheduler import SchedulerConfig
+    from captioner.engine.core import EngineConfig
 
     config = EngineConfig(scheduler=SchedulerConfig(base_interval_s=interval_s, target_busy=target_busy))
     if pause_s is not None:
@@ -147,9 +147,9 @@ def _config(interval_s: float, target_busy: float, pause_s: float | None):
 
 
 def run_simulated(recognizer, backend, paths: list[Path], interval_s: float, target_busy: float, pause_s=None):
-    from captioner.app.simulate import replay
+    from captioner.engine.simulate import replay
     from captioner.audio.file_source import FileSource
-    from captioner.gpu.worker import Engine
+    from captioner.engine.core import Engine
 
     config = _config(interval_s, target_busy, pause_s)
     result = replay(
@@ -162,7 +162,7 @@ def run_simulated(recognizer, backend, paths: list[Path], interval_s: float, tar
 
 
 def run_live(recognizer, backend, paths: list[Path], interval_s: float, target_busy: float, pause_s=None):
-    from captioner.app.pipeline import Pipeline
+    from captioner.engine.pipeline import Pipeline
     from captioner.audio.file_source import FileSource
 
     config = _config(interval_s, target_busy, pause_s)
@@ -208,14 +208,14 @@ def main() -> int:
                         help="silences that close a segment, seconds, comma separated (default: the engine's, 0.5 s)")
     parser.add_argument("--out", default=None, help="write the full results (JSON) here")
     args = parser.parse_args()
-    from captioner.gpu.scheduler import SchedulerConfig
+    from captioner.engine.scheduler import SchedulerConfig
 
     n_streams = [int(x) for x in args.streams.split(",")]
     pauses = [float(x) for x in args.pause_s.split(",")] if args.pause_s else [None]
     busies = [float(x) for x in args.target_busy.split(",")] if args.target_busy else [SchedulerConfig().target_busy]
 
-    from captioner.app.pipeline import load_recognizer
-    from captioner.models.transcribe import TranscribeOptions, load_decoder, transcribe_file
+    from captioner.engine.pipeline import load_recognizer
+    from captioner.engine.offline import TranscribeOptions, load_decoder, transcribe_file
 
     times = word_times(args.model)
     clips = [c for c in load_manifest() if c["language"] == "en" and (c["id"] in times or args.long)]

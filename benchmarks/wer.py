@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from captioner.models.ct2_oracle import Ct2Decoder
     from captioner.models.registry import resolve_model
-    from captioner.models.transcribe import TranscribeOptions, load_decoder, transcribe_audio
+    from captioner.engine.offline import TranscribeOptions, load_decoder, transcribe_audio
     from captioner.audio.file_source import read_audio_16k
 
     clips = load_clips(args.speech)

@@ -92,7 +92,7 @@ def align_clip(ct2_model, tokenizer, audio: np.ndarray, text: str, n_mels: int) 
 
 def _trim_to_voice(words: list[dict], audio: np.ndarray) -> list[dict]:
     from captioner.gpu.features_ref import log_mel_spectrogram
-    from captioner.gpu.vad import band_energy_db, speech_band
+    from captioner.engine.vad import band_energy_db, speech_band
 
     energy = band_energy_db(np, log_mel_spectrogram(audio), speech_band(80))
     voiced = energy > np.percentile(energy, 95) - 25.0

@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from captioner.app.simulate import replay
+from captioner.engine.simulate import replay
 from captioner.audio.file_source import FileSource
-from captioner.gpu.scheduler import SchedulerConfig
-from captioner.gpu.worker import Engine, EngineConfig
-from captioner.models.streaming import normalize_word
+from captioner.engine.scheduler import SchedulerConfig
+from captioner.engine.core import Engine, EngineConfig
+from captioner.engine.policy import normalize_word
 
 pytestmark = pytest.mark.slow
 SR = 16_000
@@ -18,7 +18,7 @@ SR = 16_000
 
 @pytest.fixture(scope="module")
 def whisper():
-    from captioner.app.pipeline import load_recognizer
+    from captioner.engine.pipeline import load_recognizer
 
     return load_recognizer("tiny.en", "cpu")
 
@@ -103,7 +103,7 @@ def test_committed_streaming_text_matches_reference(whisper, speech_clips, tmp_p
     result = run_replay(whisper, {"Me": path}, interval_s=0.5)
     # The offline decode of the same recording by the same model, in one window.
     from captioner.gpu.features_ref import log_mel_spectrogram
-    from captioner.gpu.worker import WindowRequest
+    from captioner.engine.recognizer import WindowRequest
 
     audio, _ = sf.read(clip.wav, dtype="float32")
     offline = whisper[1].decode([WindowRequest("x", log_mel_spectrogram(audio), 0.0, "", None)])[0].text

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from captioner.models.streaming import normalize_word
+from captioner.engine.policy import normalize_word
 
 pytestmark = [pytest.mark.pulse, pytest.mark.slow]
 
@@ -42,7 +42,7 @@ def wait_for(predicate, timeout_s: float, what: str):
 
 
 def test_engine_captions_two_monitors_at_once(pulse_server, speech_clips, tmp_path):
-    from captioner.app.pipeline import Pipeline
+    from captioner.engine.pipeline import Pipeline
     from captioner.app.transcript import TranscriptWriter
     from captioner.audio.microphone import MicrophoneSource
 

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from captioner.errors import UserError
-from captioner.models.streaming import normalize_word
+from captioner.engine.policy import normalize_word
 
 pytestmark = pytest.mark.slow
 
@@ -28,7 +28,7 @@ def drain_until(pipeline, predicate, timeout_s, into):
 
 
 def test_sources_come_and_go_between_steps(speech_clips, tmp_path):
-    from captioner.app.pipeline import Pipeline
+    from captioner.engine.pipeline import Pipeline
     from captioner.app.transcript import TranscriptWriter
     from captioner.audio.file_source import FileSource
 
@@ -73,7 +73,7 @@ def test_sources_come_and_go_between_steps(speech_clips, tmp_path):
 
 
 def test_language_the_model_cannot_do_fails_at_start(speech_clips):
-    from captioner.app.pipeline import Pipeline
+    from captioner.engine.pipeline import Pipeline
     from captioner.audio.file_source import FileSource
 
     clip = speech_clips["en_ls_1089-134691-0000"]
@@ -87,7 +87,7 @@ def test_a_source_failing_midway_stops_the_pipeline_with_its_error(tmp_path):
     import numpy as np
     import soundfile as sf
 
-    from captioner.app.pipeline import Pipeline
+    from captioner.engine.pipeline import Pipeline
     from captioner.audio.file_source import FileSource
 
     audio = np.zeros(16_000 * 4, np.float32)
@@ -114,7 +114,7 @@ def _status_with_free_vram(fraction):
 
 
 def test_new_streams_are_refused_under_the_free_vram_floor():
-    from captioner.app.pipeline import check_room_for_stream
+    from captioner.engine.pipeline import check_room_for_stream
 
     with pytest.raises(UserError, match="GPU memory is 10% free, under the 15%"):
         check_room_for_stream(_status_with_free_vram(0.10))

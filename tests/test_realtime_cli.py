@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from captioner.models.streaming import normalize_word
+from captioner.engine.policy import normalize_word
 
 pytestmark = pytest.mark.slow
 

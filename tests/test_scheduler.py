@@ -1,6 +1,6 @@
 """Scheduler: who gets an update, merging, and stretching when compute is short."""
 
-from captioner.gpu.scheduler import Scheduler, SchedulerConfig, StreamView
+from captioner.engine.scheduler import Scheduler, SchedulerConfig, StreamView
 
 
 def test_due_needs_speech_and_interval():

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from captioner.models.streaming import (
+from captioner.engine.policy import (
     Hypothesis,
     LocalAgreementPolicy,
     PolicyConfig,

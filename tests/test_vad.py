@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from captioner.gpu import features_ref as ref
-from captioner.gpu.vad import FULL_SCALE_SINE_DB, VoiceActivity, band_energy_db, speech_band
+from captioner.engine.vad import FULL_SCALE_SINE_DB, VoiceActivity, band_energy_db, speech_band
 
 SR = 16_000
 

@@ -20,6 +20,12 @@ FRAME_SAMPLES = 160
 FRAMES_PER_S = SAMPLE_RATE_HZ // FRAME_SAMPLES
 """100: frames (and feature frames) per second of a stream's clock."""
 
+WINDOW_S = 30
+"""Whisper's window: every encoder input is 30 s of audio (shorter windows are padded)."""
+
+WINDOW_FRAMES = WINDOW_S * FRAMES_PER_S
+"""3000: feature frames in one window."""
+
 NS_PER_S = 1_000_000_000
 """Capture times are ``time.monotonic_ns()`` values."""
 

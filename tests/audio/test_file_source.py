@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from captioner.app.simulate import SimClock
+from captioner.engine.simulate import SimClock
 from captioner.audio.file_source import FileSource, open_audio_file, read_audio_16k
 from captioner.audio.resample import resample_whole
 from captioner.audio.source import AudioSource

@@ -11,7 +11,7 @@ import pytest
 from mel_helper import load_audio_16k, whisper_features
 
 from captioner.models.decoding import DecodingOptions
-from captioner.models.transcribe import load_decoder
+from captioner.engine.offline import load_decoder
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

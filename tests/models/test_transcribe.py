@@ -16,7 +16,7 @@ from captioner.audio.file_source import read_audio_16k
 from captioner.gpu.features_ref import whisper_input_features
 from captioner.models.ct2_oracle import Ct2Decoder
 from captioner.models.decoding import DecodingOptions
-from captioner.models.transcribe import TranscribeOptions, load_decoder, transcribe_audio
+from captioner.engine.offline import TranscribeOptions, load_decoder, transcribe_audio
 
 pytestmark = pytest.mark.slow
 

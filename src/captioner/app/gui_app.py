@@ -21,7 +21,7 @@ from captioner.ui.controls import RunConfig, SourceChoice
 
 def unique_streams(choices: tuple[SourceChoice, ...]) -> list[tuple[SourceChoice, str]]:
     """Each source with a distinct stream label ("Me", "Me 2", ...): the pipeline needs them."""
-    from captioner.app.pipeline import unique_labels
+    from captioner.engine.pipeline import unique_labels
 
     return list(zip(choices, unique_labels(c.stream for c in choices)))
 
@@ -54,7 +54,7 @@ class LiveController(QObject):
     def __init__(self, window, device: str | None = None, metrics_port: int | None = None,
                  interactive: bool = True) -> None:
         super().__init__()
-        from captioner.app.pipeline import telemetry_gpu_index
+        from captioner.engine.pipeline import telemetry_gpu_index
         from captioner.gpu.telemetry import TelemetrySampler
 
         self.window = window
@@ -154,7 +154,7 @@ class LiveController(QObject):
         self._start_thread.start()
 
     def _run_start(self, config: RunConfig) -> None:
-        from captioner.app.pipeline import Pipeline
+        from captioner.engine.pipeline import Pipeline
         from captioner.app.transcript import TranscriptWriter
 
         transcript = None

@@ -15,7 +15,7 @@ from captioner.errors import UserError, one_line
 
 def run_realtime(args) -> int:
     from captioner.app.commands.transcribe import TextProgress
-    from captioner.app.pipeline import Pipeline
+    from captioner.engine.pipeline import Pipeline
     from captioner.audio.file_source import FileSource
     from captioner.formats import captions_from_updates, render
 

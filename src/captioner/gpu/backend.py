@@ -28,11 +28,10 @@ from typing import Any
 
 import numpy as np
 
+from captioner.compute import DEVICE_ENV, parse_device
 from captioner.errors import UserError
 
-DEVICE_ENV = "CAPTIONER_DEVICE"
 
-_DEVICE_RE = re.compile(r"^(cpu|cuda)(?::(\d+))?$")
 
 
 @dataclass(frozen=True)
@@ -139,19 +138,6 @@ def _cuda_device_count() -> int:
 def cuda_usable() -> bool:
     """True when CuPy is importable and a CUDA device runs a kernel. Never raises."""
     return _cuda_device_count() > 0
-
-
-def parse_device(device: str) -> tuple[str, int | None]:
-    """``"cpu"`` -> ("cpu", None); ``"cuda"``/``"cuda:N"`` -> ("cuda", N)."""
-    match = _DEVICE_RE.match(device.strip().lower())
-    if not match:
-        raise UserError(f"unknown device {device!r}: use 'cpu', 'cuda' or 'cuda:N'")
-    kind, index = match.group(1), match.group(2)
-    if kind == "cpu":
-        if index is not None:
-            raise UserError(f"unknown device {device!r}: use 'cpu', 'cuda' or 'cuda:N'")
-        return "cpu", None
-    return "cuda", int(index) if index is not None else 0
 
 
 def _device_name(props: dict) -> str:

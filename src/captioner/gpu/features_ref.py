@@ -27,14 +27,14 @@ import functools
 import numpy as np
 
 from captioner.errors import UserError
-from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ
+from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ, WINDOW_FRAMES, WINDOW_S
 
 N_FFT = 400
 HOP = FRAME_SAMPLES  # 160: the features' hop is the pipeline's 10 ms frame
 N_BINS = N_FFT // 2 + 1  # 201 rfft bins, 0 .. 8 kHz in 40 Hz steps
-CHUNK_S = 30
+CHUNK_S = WINDOW_S
 CHUNK_SAMPLES = CHUNK_S * SAMPLE_RATE_HZ  # 480_000: one Whisper window
-CHUNK_FRAMES = CHUNK_SAMPLES // HOP  # 3000
+CHUNK_FRAMES = WINDOW_FRAMES  # 3000
 LOG_FLOOR = 1e-10  # Whisper's clamp before log10
 SUPPORTED_N_MELS = (80, 128)  # 80 for Whisper up to large-v2, 128 for large-v3
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from captioner.errors import UserError
-from captioner.gpu.features_ref import CHUNK_FRAMES
+from captioner.events import WINDOW_FRAMES
 from captioner.models.ct2_reader import Ct2Model, read_model
 from captioner.models.tokenizer import MULTILINGUAL_MIN_VOCAB, N_TIMESTAMP_TOKENS
 
@@ -25,7 +25,7 @@ SPEC_NAME = "WhisperSpec"
 # ctranslate2 >= 3.x writes. Older revisions differ in layout and are refused.
 SPEC_REVISION = 3
 
-N_AUDIO_FRAMES = CHUNK_FRAMES  # mel frames in a 30 s window (3000)
+N_AUDIO_FRAMES = WINDOW_FRAMES  # mel frames in a 30 s window (3000)
 N_AUDIO_CTX = 1500  # encoder positions (frames after the stride-2 convolution)
 
 

@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from captioner.compute import DEVICE_ENV
+from captioner.compute import parse_device as parse_compute_device
 from captioner.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -56,14 +58,11 @@ class ProviderChoice:
 def parse_device(device: str | None) -> tuple[str, int | None]:
     """``None``/"auto" -> ("auto", None) (``CAPTIONER_DEVICE`` fills in ``None``); otherwise the
     back-end's own reading of "cpu" / "cuda" / "cuda:N", so features and model accept the same names."""
-    from captioner.gpu.backend import DEVICE_ENV
-    from captioner.gpu.backend import parse_device as parse_backend_device
-
     if device is None:
         device = os.environ.get(DEVICE_ENV) or "auto"
     if device.strip().lower() in ("", "auto"):
         return "auto", None
-    return parse_backend_device(device)
+    return parse_compute_device(device)
 
 
 def _provider_options(device_id: int, cuda_graph: bool = False) -> dict[str, Any]:

@@ -40,7 +40,7 @@ def _labels(choices: list, labels: list[str] | None) -> list[str]:
     """Stream labels for the resolved devices (``DeviceChoice``): the user's ``--label``s, else
     "Meeting" for a monitor of an output and "Me" for a microphone, a repeat numbered as in the
     desktop app ("Me", "Me 2")."""
-    from captioner.app.pipeline import unique_labels
+    from captioner.engine.pipeline import unique_labels
     from captioner.audio.devices import is_loopback_name
 
     if labels:
@@ -62,7 +62,7 @@ def _sigterm_as_interrupt(signum, frame):
 
 def run(args) -> int:
     from captioner.app.live_view import TerminalView
-    from captioner.app.pipeline import Pipeline
+    from captioner.engine.pipeline import Pipeline
     from captioner.app.transcript import TranscriptWriter
     from captioner.audio.microphone import MicrophoneSource, resolve_device
 

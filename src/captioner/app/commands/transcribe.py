@@ -1,6 +1,6 @@
 """`captioner transcribe FILE`: a whole audio file to text, as fast as the model runs.
 
-Offline by default (:mod:`captioner.models.transcribe`: 30 s windows, segment by segment).
+Offline by default (:mod:`captioner.engine.offline`: 30 s windows, segment by segment).
 ``--realtime`` replays the file at real-time pace through the live engine instead; that path
 belongs to the engine (:func:`captioner.app.realtime.run_realtime`) and is imported only then.
 """
@@ -93,7 +93,7 @@ def run(args) -> int:
 
 def _run_offline(args, fmt: str) -> int:
     from captioner.audio.file_source import open_audio_file
-    from captioner.models.transcribe import TranscribeOptions, load_decoder, transcribe_file
+    from captioner.engine.offline import TranscribeOptions, load_decoder, transcribe_file
 
     if args.output and Path(args.output).is_dir():
         raise UserError(f"-o {args.output} is a folder; give a file name")

@@ -7,7 +7,7 @@ Threads, each named, with a stop event, joined by :meth:`Pipeline.stop`:
   backs up into a device queue. When that queue is full the oldest blocks are dropped and
   counted.
 - ``captioner-worker``: owns the model and (on a GPU) the device; see
-  :class:`captioner.gpu.worker.Worker`.
+  :class:`captioner.engine.worker.Worker`.
 
 The GUI or the CLI drains the outboxes without blocking: :meth:`drain_captions` and
 :meth:`latest_status`. Commands (add/remove a source, change language or model) go to the
@@ -24,7 +24,8 @@ from typing import Callable, Iterable
 
 from captioner.errors import UserError, one_line
 from captioner.events import MIN_FREE_VRAM_FRACTION, AudioBlock, CaptionUpdate, PipelineStatus
-from captioner.gpu.worker import Command, EndOfStream, Engine, EngineConfig, Worker
+from captioner.engine.core import Engine, EngineConfig
+from captioner.engine.worker import Command, EndOfStream, Worker
 
 
 def check_room_for_stream(status: PipelineStatus | None) -> None:
@@ -63,7 +64,7 @@ def telemetry_gpu_index(device: str | None) -> int:
 def load_recognizer(model: str, device: str | None, task: str = "transcribe", progress=None):
     """The backend and a Whisper recognizer for ``model`` on ``device`` (worker thread)."""
     from captioner.gpu.backend import get_backend
-    from captioner.models.recognizer import WhisperRecognizer
+    from captioner.engine.whisper import WhisperRecognizer
     from captioner.models.runtime import load_runtime
     from captioner.models.tokenizer import WhisperTokenizer
 

@@ -121,7 +121,7 @@ def _window_features(audio: np.ndarray, n_mels: int) -> np.ndarray:
 def voice_activity(audio: np.ndarray, n_mels: int) -> np.ndarray:
     """Per 10 ms frame: does the engine's VAD hear speech there? ``[len(audio) // 160]`` bool."""
     from captioner.gpu.features_ref import log_mel_spectrogram
-    from captioner.gpu.vad import VoiceActivity, band_energy_db, speech_band
+    from captioner.engine.vad import VoiceActivity, band_energy_db, speech_band
 
     log_mel = log_mel_spectrogram(audio, n_mels)
     energy_db = band_energy_db(np, log_mel, speech_band(n_mels))
