@@ -4,8 +4,8 @@ Every NVML call goes through :meth:`NvmlReader._call`, which turns any error —
 library, a field this GPU does not support, a GPU that fell off the bus — into ``None``, shown as
 "N/A". Nothing here raises into the caller, so a dashboard never dies of a telemetry hiccup.
 
-Host CPU load comes from ``/proc/stat`` and this process's CPU time from :func:`os.times`, so no
-psutil is needed.
+Host CPU load and this process's CPU time come from psutil, which reads them on Linux and macOS
+alike.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ import collections
 import os
 import threading
 import time
-from dataclasses import dataclass
 from typing import Any, Callable
+
+import psutil
 
 from captioner.events import TelemetrySample
 
@@ -30,87 +31,43 @@ HISTORY_SAMPLES = 2 * 60 * 10
 # Host CPU
 
 
-@dataclass(frozen=True, slots=True)
-class CpuTimes:
-    """The aggregate ``cpu`` line of /proc/stat, in clock ticks."""
-
-    busy: int
-    total: int
-
-
-def parse_proc_stat(text: str) -> CpuTimes | None:
-    """Reads the first ``cpu`` line of /proc/stat. iowait counts as idle: the CPU was free."""
-    for line in text.splitlines():
-        fields = line.split()
-        if not fields or fields[0] != "cpu":
-            continue
-        try:
-            values = [int(v) for v in fields[1:]]
-        except ValueError:
-            return None
-        if len(values) < 4:
-            return None
-        # Since Linux 2.6.24 guest and guest_nice (fields 9, 10) are already inside user/nice.
-        values = values[:8]
-        idle = values[3] + (values[4] if len(values) > 4 else 0)
-        total = sum(values)
-        return CpuTimes(busy=total - idle, total=total)
-    return None
-
-
-def cpu_load_pct(before: CpuTimes | None, after: CpuTimes | None) -> float | None:
-    """Whole-machine busy share between two readings, 0-100 (100 = every core busy)."""
-    if before is None or after is None:
-        return None
-    total = after.total - before.total
-    if total <= 0:
-        return None
-    busy = after.busy - before.busy
-    return max(0.0, min(100.0, 100.0 * busy / total))
-
-
-def read_proc_stat(path: str = "/proc/stat") -> CpuTimes | None:
-    try:
-        with open(path, encoding="ascii") as f:
-            return parse_proc_stat(f.read())
-    except OSError:
-        return None
-
-
 class CpuMeter:
-    """Host load and this process's CPU share between successive :meth:`read` calls.
+    """Host load and this process's CPU share between successive :meth:`read` calls, by psutil.
 
     ``process_pct`` is in percent of ONE core (so it can exceed 100 on a multi-core machine),
     the unit a "costs less than 10% of a core" budget is stated in.
+
+    psutil keeps the host's previous reading per thread, so construct and read a meter on one
+    thread (the sampler's) and keep one meter per thread: a second meter's reads on the same
+    thread would shorten this one's interval.
     """
 
-    def __init__(
-        self,
-        stat_path: str = "/proc/stat",
-        clock: Callable[[], float] = time.monotonic,
-        process_times: Callable[[], Any] = os.times,
-    ) -> None:
-        self._stat_path = stat_path
-        self._clock = clock
-        self._process_times = process_times
-        self._last_stat = read_proc_stat(stat_path)
-        self._last_wall_s = clock()
-        self._last_proc_s = self._process_cpu_s()
-
-    def _process_cpu_s(self) -> float:
-        t = self._process_times()
-        return float(t.user + t.system)
+    def __init__(self) -> None:
+        self._process: psutil.Process | None = None
+        try:
+            self._process = psutil.Process()
+            # The first call of each only stores the starting point; its value means nothing.
+            self._process.cpu_percent(interval=None)
+            psutil.cpu_percent(interval=None)
+        except (psutil.Error, OSError):
+            self._process = None
+        self._last_read_s = time.monotonic()
 
     def read(self) -> tuple[float | None, float | None]:
-        """Returns ``(host_pct, process_pct)`` since the previous call."""
-        stat = read_proc_stat(self._stat_path)
-        wall_s = self._clock()
-        proc_s = self._process_cpu_s()
-        host = cpu_load_pct(self._last_stat, stat)
-        elapsed_s = wall_s - self._last_wall_s
-        process = 100.0 * (proc_s - self._last_proc_s) / elapsed_s if elapsed_s > 0 else None
-        self._last_stat, self._last_wall_s, self._last_proc_s = stat, wall_s, proc_s
-        return host, process
+        """Returns ``(host_pct, process_pct)`` since the previous call (``None`` if unknown)."""
+        now_s = time.monotonic()
+        elapsed_s, self._last_read_s = now_s - self._last_read_s, now_s
+        try:
+            host_pct: float | None = float(psutil.cpu_percent(interval=None))
+        except (psutil.Error, OSError):
+            host_pct = None
+        try:
+            process_pct = None if self._process is None else float(self._process.cpu_percent(interval=None))
+        except (psutil.Error, OSError):
+            process_pct = None
+        if elapsed_s <= 0:  # no time between readings: psutil says 0.0, but nothing was measured
+            return None, None
+        return host_pct, process_pct
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,7 +289,7 @@ class TelemetrySampler:
         self.gpu_available = reader.available
         self.gpu_name = reader.gpu_name
         self.nvml_error = reader.error
-        cpu = CpuMeter(clock=self._clock)
+        cpu = CpuMeter()
         self._ready.set()
         try:
             next_s = self._clock()
