@@ -120,3 +120,25 @@ def test_progress_bar_text():
     bar("building", 0.5)
     bar.close()
     assert tty.getvalue().startswith("\r[#####-----]  50% building") and tty.getvalue().endswith("\n")
+
+
+def test_progress_bar_on_a_terminal_shows_every_stage_and_the_end_but_rate_limits_steps():
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    tty = Tty()
+    bar = TextProgress(tty, width=10)
+    bar("converting", 0.0)
+    for step in range(1, 50):  # a burst of small steps well inside 0.1 s
+        bar("converting", step / 100)
+    bar("saving", 0.6)  # a new stage: drawn at once
+    bar("saving", 1.0)  # the end: drawn at once
+    bar.close()
+    bar.close()  # twice is harmless
+    draws = tty.getvalue().split("\r")[1:]
+    assert len(draws) < 10, "every small step was redrawn"
+    assert draws[0].startswith("[----------]   0% converting")
+    assert any(d.startswith("[######----]  60% saving") for d in draws)
+    assert draws[-1].startswith("[##########] 100% saving") and tty.getvalue().endswith("\n")
+    assert tty.getvalue().count("\n") == 1
