@@ -35,3 +35,11 @@ def test_no_gpu_is_one_line_and_exit_2(capsys):
     assert _bench().main([str(source)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "needs a CUDA GPU" in err
+
+
+def test_a_baseline_without_its_own_cuda_text_is_refused():
+    # The working tree's logmel_kernel.py reads its template (logmel_kernel.cu) and launch plan
+    # from the installed package: as a baseline it would measure the current kernel twice.
+    source = Path(__file__).resolve().parents[1] / "src" / "captioner" / "gpu" / "logmel_kernel.py"
+    with pytest.raises(ValueError, match="not a self-contained"):
+        _bench()._load(source)

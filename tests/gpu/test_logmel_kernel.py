@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import re
+from importlib import resources
+
 import numpy as np
 import pytest
 from whisper_oracle import kept, whisper_log_mel_f64
 
 from captioner.gpu import features_ref as ref
+from captioner.gpu import logmel_emulation as emu
 from captioner.gpu import logmel_kernel as lk
+from captioner.gpu import logmel_launch as plan
 from captioner.gpu.features import StreamingFeatures
 
 
@@ -27,7 +32,7 @@ def test_emulated_factorisation_is_the_real_fft():
         np.eye(1, 400, 123),
         np.ones((1, 400)),
     ]).astype(np.float32)
-    got = lk.emulate_power(frames) / 4.0
+    got = emu.emulate_power(frames) / 4.0
     want = np.abs(np.fft.rfft(frames.astype(np.float64), axis=-1)) ** 2
     scale = want.max(axis=-1, keepdims=True)
     assert (np.abs(got - want) / scale).max() < 1e-6
@@ -41,7 +46,7 @@ def test_emulated_kernel_on_speech_stays_near_the_float64_oracle(speech_audio):
     dense = np.zeros((80, ref.N_BINS), np.float32)
     for m, (first, weights) in enumerate(lk.compact_filters(ref.mel_filters(80))):
         dense[m, first : first + weights.size] = weights
-    got = np.log10(np.maximum(lk.emulate_power(_windowed_frames(audio)) @ dense.T, 1e-10)).T
+    got = np.log10(np.maximum(emu.emulate_power(_windowed_frames(audio)) @ dense.T, 1e-10)).T
     oracle = whisper_log_mel_f64(audio, 80)
     assert np.abs(got - oracle)[kept(oracle)].max() < 2e-4
 
@@ -64,12 +69,24 @@ def test_source_has_every_placeholder_filled_and_every_band(precision, n_mels):
     for m in range(n_mels):  # every band is computed exactly once, in one warp's case
         assert source.count(f"v{m} = __log10f") == 1
     # the blocks per SM the register budget is cut for fit in shared memory too
-    assert lk.MIN_BLOCKS[precision] * (lk.shared_bytes(precision) + 1024) <= 228 * 1024
+    assert plan.MIN_BLOCKS[precision] * (plan.shared_bytes(precision) + 1024) <= 228 * 1024
 
 
 def test_unknown_precision_is_refused():
     with pytest.raises(ValueError, match="precision"):
         lk.kernel_source(ref.mel_filters(80), "float16")
+
+
+def test_template_is_package_data_and_its_header_names_every_placeholder():
+    # logmel_kernel.cu ships in the package; its header explains the placeholders and is not
+    # part of the source that is compiled.
+    text = (resources.files("captioner.gpu") / "logmel_kernel.cu").read_text(encoding="utf-8")
+    template = lk.cuda_template()
+    header = text[: len(text) - len(template)]
+    assert text.endswith(template) and template.startswith("\n#define HISTORY @HISTORY@\n")
+    assert not any(line.startswith("//") for line in template.split("\n")[:2])
+    placeholders = set(re.findall(r"@[A-Z0-9_]+@", template))
+    assert len(placeholders) > 20 and placeholders <= set(re.findall(r"@[A-Z0-9_]+@", header))
 
 
 def test_auto_precision_is_float32_only_where_it_was_measured_within_1e4():
@@ -131,7 +148,7 @@ def test_log_mel_and_mfcc_parking_never_touches_a_power_the_mel_stage_reads():
     assert len(set(lm)) == 128 and len(set(mf)) == 128
     assert not power_floats & set(lm)  # written while other warps still read powers
     assert not set(lm) & set(mf)  # MFCC is written while the copy-out still reads log-mel
-    assert max(lm + mf) < 2 * lk.FRAME_STRIDE
+    assert max(lm + mf) < 2 * plan.FRAME_STRIDE
     # the copy-out reads band pairs as float2: bands 2q and 2q + 1 are adjacent, 2q even
     assert all(lk.lm_offset(2 * q) % 2 == 0 and lk.lm_offset(2 * q + 1) == lk.lm_offset(2 * q) + 1 for q in range(64))
 
@@ -141,31 +158,31 @@ def test_packed_segments_fit_and_keep_lanes_in_distinct_banks():
     # (162 (rem - 1) + 404 floats) must fit before the next, the segment stride must be an odd
     # number of float2 (lanes of different segments in different banks), and all segments, as
     # well as a packed block's staged histories, must fit in the work area.
-    assert lk.TILE_FRAMES * lk.HISTORY * 4 <= lk.WORK_BYTES
-    for rem in range(1, lk.TILE_FRAMES):
-        seg = lk.segment_floats(rem)
+    assert plan.TILE_FRAMES * plan.HISTORY * 4 <= plan.WORK_BYTES
+    for rem in range(1, plan.TILE_FRAMES):
+        seg = plan.segment_floats(rem)
         assert seg >= 162 * (rem - 1) + 404
         assert (seg // 2) % 2 == 1 and seg % 2 == 0
-        assert (lk.TILE_FRAMES // rem) * seg * 4 <= lk.WORK_BYTES
-    for bad in (0, lk.TILE_FRAMES):
+        assert (plan.TILE_FRAMES // rem) * seg * 4 <= plan.WORK_BYTES
+    for bad in (0, plan.TILE_FRAMES):
         with pytest.raises(ValueError):
-            lk.segment_floats(bad)
+            plan.segment_floats(bad)
 
 
 def test_grids_have_a_full_block_per_tile_and_pack_the_remainders():
     sms = 132  # an H200
-    assert lk.grids(1024, 1000, sms) == ((1024, 31), (256, 4))  # 8 frames left: 4 rows a block
-    assert lk.grids(1024, 992, sms) == ((1024, 31), None)
-    assert lk.grids(1024, 100, sms) == ((1024, 3), (147, 7))  # 4 left: 8 rows would leave 128 blocks
-    assert lk.grids(1024, 1, sms) == (None, (147, 7))  # no fewer blocks than multiprocessors
-    assert lk.grids(8192, 1, sms) == (None, (256, 32))
-    assert lk.grids(64, 1, sms) == (None, (64, 1))
-    assert lk.grids(1, 1, sms) == (None, (1, 1))
-    assert lk.grids(7, 33, sms) == ((7, 1), (7, 1))
-    assert lk.grids(300, 31, 1) == (None, (300, 1))  # 31 frames: one row a block
+    assert plan.grids(1024, 1000, sms) == ((1024, 31), (256, 4))  # 8 frames left: 4 rows a block
+    assert plan.grids(1024, 992, sms) == ((1024, 31), None)
+    assert plan.grids(1024, 100, sms) == ((1024, 3), (147, 7))  # 4 left: 8 rows would leave 128 blocks
+    assert plan.grids(1024, 1, sms) == (None, (147, 7))  # no fewer blocks than multiprocessors
+    assert plan.grids(8192, 1, sms) == (None, (256, 32))
+    assert plan.grids(64, 1, sms) == (None, (64, 1))
+    assert plan.grids(1, 1, sms) == (None, (1, 1))
+    assert plan.grids(7, 33, sms) == ((7, 1), (7, 1))
+    assert plan.grids(300, 31, 1) == (None, (300, 1))  # 31 frames: one row a block
     for rows in (1, 5, 131, 132, 1000, 5000):
         for frames in (1, 7, 31, 33, 100, 1000):
-            full, packed = lk.grids(rows, frames, sms)
+            full, packed = plan.grids(rows, frames, sms)
             assert (full is None) == (frames < 32)
             if packed is not None:
                 blocks, per = packed
@@ -181,16 +198,16 @@ def test_launch_queues_what_grids_plans_with_the_packed_kernels_extra_argument()
 
     kernels = (kernel("fused"), kernel("packed"))
     common = ("samples", "slots", "b0s", "cols", "history", "dct", "mel", "mfcc", 1024, 1000, 2000, 0)
-    lk.launch(kernels, common, 1024, 1000, 132, 4096)
+    plan.launch(kernels, common, 1024, 1000, 132, 4096)
     assert calls == [
-        ("fused", (1024, 31), (lk.THREADS,), common, 4096),
-        ("packed", (256,), (lk.THREADS,), common + (np.int32(4),), 4096),
+        ("fused", (1024, 31), (plan.THREADS,), common, 4096),
+        ("packed", (256,), (plan.THREADS,), common + (np.int32(4),), 4096),
     ]
     calls.clear()
-    lk.launch(kernels, common, 8, 64, 132, 4096)  # whole tiles only
+    plan.launch(kernels, common, 8, 64, 132, 4096)  # whole tiles only
     assert [c[:2] for c in calls] == [("fused", (8, 2))]
     calls.clear()
-    lk.launch(kernels, common, 1, 1, 132, 4096)  # one live frame: the packed kernel only
+    plan.launch(kernels, common, 1, 1, 132, 4096)  # one live frame: the packed kernel only
     assert [c[:2] for c in calls] == [("packed", (1,))] and calls[0][3][-1] == 1
 
 
@@ -198,9 +215,9 @@ def test_float_reciprocal_division_in_the_kernel_is_exact():
     # The kernel finds a packed element's segment as int((i + 0.5f) * (1.0f / n)) in float32;
     # check every index it can meet against integer division.
     f32 = np.float32
-    for rem in range(1, lk.TILE_FRAMES):
-        per = lk.TILE_FRAMES // rem
+    for rem in range(1, plan.TILE_FRAMES):
+        per = plan.TILE_FRAMES // rem
         for n in ((160 * (rem - 1) + 400) // 4, 160 * (rem - 1) + 400, rem):
-            i = np.arange(max(per * n, lk.TILE_FRAMES), dtype=np.int64)
+            i = np.arange(max(per * n, plan.TILE_FRAMES), dtype=np.int64)
             got = ((i.astype(f32) + f32(0.5)) * (f32(1.0) / f32(n))).astype(np.int64)
             np.testing.assert_array_equal(got, i // n)

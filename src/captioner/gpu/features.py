@@ -38,14 +38,14 @@ from __future__ import annotations
 import numpy as np
 
 from captioner.gpu import features_ref as ref
-from captioner.gpu import logmel_kernel
+from captioner.gpu import logmel_kernel, logmel_launch
 from captioner.gpu.backend import Backend
 
 HOP = ref.HOP
 N_FFT = ref.N_FFT
 N_BINS = ref.N_BINS
 HALF = N_FFT // 2  # reflect padding: 200 samples
-HISTORY = logmel_kernel.HISTORY  # raw samples kept per stream: the oldest the next frame can need
+HISTORY = logmel_launch.HISTORY  # raw samples kept per stream: the oldest the next frame can need
 LOOKAHEAD_SAMPLES = HALF  # samples past a frame's centre that it needs (12.5 ms)
 LOOKAHEAD_MS = 1000.0 * LOOKAHEAD_SAMPLES / ref.SAMPLE_RATE_HZ
 
@@ -88,8 +88,8 @@ class StreamingFeatures:
             fft_precision = logmel_kernel.auto_precision(n_mels)
         if max_push_frames > ring_frames:
             raise ValueError("max_push_frames must not exceed ring_frames")
-        if max_push_frames > logmel_kernel.MAX_PUSH_FRAMES:
-            raise ValueError(f"max_push_frames must not exceed {logmel_kernel.MAX_PUSH_FRAMES}")
+        if max_push_frames > logmel_launch.MAX_PUSH_FRAMES:
+            raise ValueError(f"max_push_frames must not exceed {logmel_launch.MAX_PUSH_FRAMES}")
         self.backend = backend
         self.xp = xp = backend.xp
         self.n_mels = n_mels
@@ -302,7 +302,7 @@ class _CudaPath:
             module = cp.RawModule(code=source, options=("-std=c++17",))
             self.k_fused = module.get_function("captioner_logmel_fused")  # full blocks of 32 frames
             self.k_packed = module.get_function("captioner_logmel_packed")  # the remainders
-            self.shared_bytes = logmel_kernel.shared_bytes(fft_precision)
+            self.shared_bytes = logmel_launch.shared_bytes(fft_precision)
             for kernel in (self.k_fused, self.k_packed):
                 kernel.max_dynamic_shared_size_bytes = self.shared_bytes
             dct = ref.dct_matrix(owner.n_mfcc, owner.n_mels) if owner.n_mfcc else np.zeros((1, owner.n_mels), np.float32)
@@ -337,7 +337,7 @@ class _CudaPath:
             samples, slots, b0s, cols, owner._history, self.dct, owner._mel_ring, owner._mfcc_ring,
             i32(n_rows), i32(frames), i32(owner.ring_frames), i32(owner.n_mfcc),
         )
-        logmel_kernel.launch((self.k_fused, self.k_packed), args, n_rows, frames, self.n_sms, self.shared_bytes)
+        logmel_launch.launch((self.k_fused, self.k_packed), args, n_rows, frames, self.n_sms, self.shared_bytes)
 
     def _copy_params(self, n_rows: int, turn: int) -> None:
         self.runtime.memcpyAsync(
@@ -416,23 +416,3 @@ class _CudaPath:
     def order_after_pushes(self) -> None:
         """Make the caller's current stream wait for the pushes queued on ours."""
         self.cp.cuda.get_current_stream().wait_event(self.stream.record())
-
-    def time_stages(self, n_rows: int, frames: int, repeats: int = 20) -> dict[str, float]:
-        """Milliseconds of GPU time per push of the fused kernels (both launches), for the
-        benchmark, as ``{"fused": ms}``: CUDA events around ``repeats`` pushes queued back to back
-        (events around a single push would also count the host's time to queue it). Runs on
-        whatever the slots hold; reset them afterwards."""
-        cp = self.cp
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        with self.owner.backend.activate(), self.stream:
-            self.params_dev[:n_rows] = cp.arange(n_rows)
-            self.params_dev[n_rows : 2 * n_rows] = 10
-            self.params_dev[2 * n_rows : 3 * n_rows] = 9 % self.owner.ring_frames
-            self._launch(self.samples_dev, n_rows, frames)  # warm-up
-            start.record(self.stream)
-            for _ in range(repeats):
-                self._launch(self.samples_dev, n_rows, frames)
-            end.record(self.stream)
-            end.synchronize()
-            total_ms = cp.cuda.get_elapsed_time(start, end)
-        return {"fused": total_ms / repeats}
