@@ -1,23 +1,26 @@
-"""What a PulseAudio (or PipeWire, through pipewire-pulse) server offers, asked through `pactl`.
+"""What a PulseAudio (or PipeWire, through pipewire-pulse) server offers, asked through libpulse
+(pulsectl).
 
 PortAudio sees a PulseAudio server only as one ALSA device named ``pulse`` (and ``default``),
 behind which every source hides, monitors of the output sinks included (the audio a meeting
-plays). Listing those sources needs the server itself, so this asks `pactl`, with a timeout;
-no server or no `pactl` simply means an empty list.
+plays). Listing those sources needs the server itself. Each question opens its own short-lived
+connection (to ``PULSE_SERVER`` when set, as libpulse does; never starting a daemon), bounded by
+a timeout: no server, no libpulse or no answer in time simply means an empty list or ``None``.
 """
 
 from __future__ import annotations
 
-import re
-import shutil
-import subprocess
+import functools
+import threading
 from dataclasses import dataclass
+from typing import Any, Callable, TypeVar
 
-PACTL_TIMEOUT_S = 3.0
+SERVER_TIMEOUT_S = 3.0
+CLIENT_NAME = "captioner"
 PULSE_PREFIX = "pulse:"
 """``--device pulse:NAME`` opens the server's source ``NAME``."""
 
-_SPEC_RE = re.compile(r"(\d+)ch\s+(\d+)Hz")
+_Answer = TypeVar("_Answer")
 
 
 @dataclass(frozen=True)
@@ -30,58 +33,103 @@ class PulseSource:
     is_monitor: bool
 
 
-def _pactl(*args: str, timeout_s: float = PACTL_TIMEOUT_S) -> str | None:
-    exe = shutil.which("pactl")
-    if exe is None:
+_stuck_lock = threading.Lock()
+_stuck_exchanges: list[threading.Thread] = []
+"""Exchanges given up on while still waiting for the server; cleared as they finish."""
+
+
+def _ask_server(question: Callable[[Any], _Answer], timeout_s: float) -> _Answer | None:
+    """``question(pulse)`` on a fresh connection, or ``None`` when the server gives no answer.
+
+    The exchange runs on a daemon thread that the caller stops waiting for after ``timeout_s``:
+    pulsectl's own connect timeout always waits the whole timeout, even once connected, and its
+    queries have none, so a server that accepts and then stalls would block them for good.
+    While an abandoned exchange still waits on the server, further questions get ``None`` at
+    once instead of piling up threads and sockets on a server that does not answer.
+    """
+    with _stuck_lock:
+        _stuck_exchanges[:] = [t for t in _stuck_exchanges if t.is_alive()]
+        if _stuck_exchanges:
+            return None
+    answers: list[_Answer] = []
+
+    def exchange() -> None:
+        try:
+            import pulsectl  # lazily: importing it fails where libpulse0 is not installed
+
+            client = pulsectl.Pulse(CLIENT_NAME, connect=False)
+        except Exception:
+            return
+        try:
+            # autospawn=False: asking what the server offers must never start a server.
+            client.connect(autospawn=False)
+            answers.append(question(client))
+        except Exception:  # PulseError, a vanished server, a source removed mid-listing...
+            pass
+        finally:
+            client.close()
+
+    worker = threading.Thread(target=exchange, name="captioner-pulse-query", daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        with _stuck_lock:
+            _stuck_exchanges.append(worker)
         return None
-    try:
-        done = subprocess.run(
-            [exe, *args], capture_output=True, text=True, timeout=timeout_s, check=False,
-            stdin=subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout if done.returncode == 0 else None
+    return answers[0] if answers else None
 
 
-def list_sources(timeout_s: float = PACTL_TIMEOUT_S) -> list[PulseSource]:
-    """The server's sources (empty when there is no server or no `pactl`)."""
-    text = _pactl("list", "short", "sources", timeout_s=timeout_s)
-    if not text:
-        return []
-    sources = []
-    for line in text.splitlines():
-        fields = line.split("\t")
-        if len(fields) < 4:
-            continue
-        name, spec = fields[1], fields[3]
-        match = _SPEC_RE.search(spec)
-        channels, rate_hz = (int(match.group(1)), int(match.group(2))) if match else (2, 48_000)
-        sources.append(PulseSource(name, channels, rate_hz, name.endswith(".monitor")))
-    return sources
+@functools.cache
+def _source_list_query() -> Callable[[Any], list[Any]]:
+    """``Pulse.source_list`` built on an info class that copies the sample spec in time.
+
+    pulsectl keeps a source's ``sample_spec`` as a view into the struct libpulse passes to its
+    callback, and libpulse reuses that memory once the callback returns: read afterwards, the
+    first source shows the next one's rate and the last one garbage. ``_init_from_struct`` is
+    pulsectl's hook for subclasses and runs inside the callback, while the struct is valid.
+    """
+    import pulsectl
+    from pulsectl import _pulsectl
+
+    class SourceInfo(pulsectl.PulseSourceInfo):
+        def _init_from_struct(self, struct: Any) -> None:
+            self.rate_hz = int(struct.sample_spec.rate)
+            self.n_channels = int(struct.sample_spec.channels)
+
+    return pulsectl.Pulse._pulse_get_list(
+        _pulsectl.PA_SOURCE_INFO_CB_T, _pulsectl.pa.context_get_source_info_list, SourceInfo,
+    )
 
 
-def _info_field(field_name: str, timeout_s: float) -> str | None:
-    text = _pactl("info", timeout_s=timeout_s)
-    if not text:
-        return None
-    for line in text.splitlines():
-        if line.startswith(f"{field_name}:"):
-            return line.split(":", 1)[1].strip() or None
-    return None
+def _sources(client: Any) -> list[PulseSource]:
+    return [
+        PulseSource(info.name, info.n_channels, info.rate_hz, info.monitor_of_sink_name is not None)
+        for info in _source_list_query()(client)
+    ]
 
 
-def default_source(timeout_s: float = PACTL_TIMEOUT_S) -> str | None:
+def list_sources(timeout_s: float = SERVER_TIMEOUT_S) -> list[PulseSource]:
+    """The server's sources (empty when there is no server, no libpulse or no answer in time)."""
+    return _ask_server(_sources, timeout_s) or []
+
+
+def default_source(timeout_s: float = SERVER_TIMEOUT_S) -> str | None:
     """Name of the server's default source, or ``None``."""
-    return _info_field("Default Source", timeout_s)
+    return _ask_server(lambda client: client.server_info().default_source_name or None, timeout_s)
 
 
-def default_sink(timeout_s: float = PACTL_TIMEOUT_S) -> str | None:
+def default_sink(timeout_s: float = SERVER_TIMEOUT_S) -> str | None:
     """Name of the server's default sink (where applications play), or ``None``."""
-    return _info_field("Default Sink", timeout_s)
+    return _ask_server(lambda client: client.server_info().default_sink_name or None, timeout_s)
 
 
-def default_monitor(timeout_s: float = PACTL_TIMEOUT_S) -> str | None:
+def _default_sink_monitor(client: Any) -> str | None:
+    sink_name = client.server_info().default_sink_name
+    if not sink_name:
+        return None
+    return client.get_sink_by_name(sink_name).monitor_source_name or None
+
+
+def default_monitor(timeout_s: float = SERVER_TIMEOUT_S) -> str | None:
     """The monitor source of the default sink: what the machine is playing right now."""
-    sink = default_sink(timeout_s)
-    return f"{sink}.monitor" if sink else None
+    return _ask_server(_default_sink_monitor, timeout_s)
