@@ -147,15 +147,14 @@ def _config(interval_s: float, target_busy: float, pause_s: float | None):
 
 
 def run_simulated(recognizer, backend, paths: list[Path], interval_s: float, target_busy: float, pause_s=None):
+    from captioner.engine.live import LiveCaptioner
     from captioner.engine.simulate import replay
-    from captioner.audio.file_source import FileSource
-    from captioner.engine.core import Engine
 
     config = _config(interval_s, target_busy, pause_s)
     result = replay(
-        lambda clock, timer: Engine(backend, recognizer, config, clock_ns=clock, timer_ns=timer),
-        lambda clock: [FileSource(path, stream=f"s{i}", realtime=True, clock_ns=clock, sleep=clock.sleep)
-                       for i, path in enumerate(paths)],
+        lambda clock, timer: LiveCaptioner(recognizer=recognizer, backend=backend, config=config,
+                                           clock_ns=clock, timer_ns=timer),
+        {f"s{i}": path for i, path in enumerate(paths)},
         compute="measured",
     )
     return result.updates, result.step_s, result.statuses
@@ -214,7 +213,7 @@ def main() -> int:
     pauses = [float(x) for x in args.pause_s.split(",")] if args.pause_s else [None]
     busies = [float(x) for x in args.target_busy.split(",")] if args.target_busy else [SchedulerConfig().target_busy]
 
-    from captioner.engine.pipeline import load_recognizer
+    from captioner.engine.live import load_recognizer
     from captioner.engine.offline import TranscribeOptions, load_decoder, transcribe_file
 
     times = word_times(args.model)

@@ -13,7 +13,7 @@ import srt
 import webvtt
 
 from captioner.app.cli import main
-from captioner.app.commands.transcribe import TextProgress
+from captioner.app.progress import TextProgress
 
 pytestmark = pytest.mark.slow
 

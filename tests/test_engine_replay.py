@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from captioner.engine.simulate import replay
-from captioner.audio.file_source import FileSource
+from captioner.engine.core import EngineConfig
+from captioner.engine.live import LiveCaptioner
 from captioner.engine.scheduler import SchedulerConfig
-from captioner.engine.core import Engine, EngineConfig
+from captioner.engine.simulate import replay
 from captioner.engine.policy import normalize_word
 
 pytestmark = pytest.mark.slow
@@ -18,7 +18,7 @@ SR = 16_000
 
 @pytest.fixture(scope="module")
 def whisper():
-    from captioner.engine.pipeline import load_recognizer
+    from captioner.engine.live import load_recognizer
 
     return load_recognizer("tiny.en", "cpu")
 
@@ -45,9 +45,9 @@ def run_replay(whisper, files: dict[str, object], compute="free", interval_s=1.0
     backend, recognizer = whisper
     config = EngineConfig(scheduler=SchedulerConfig(base_interval_s=interval_s))
     return replay(
-        lambda clock, timer: Engine(backend, recognizer, config, clock_ns=clock, timer_ns=timer),
-        lambda clock: [FileSource(p, stream=name, realtime=True, clock_ns=clock, sleep=clock.sleep)
-                       for name, p in files.items()],
+        lambda clock, timer: LiveCaptioner(recognizer=recognizer, backend=backend, config=config,
+                                           clock_ns=clock, timer_ns=timer),
+        files,
         compute=compute,
     )
 

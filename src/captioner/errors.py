@@ -1,9 +1,11 @@
 """Errors meant for the person at the keyboard: the CLI prints their message on one line."""
 
 
-class UserError(Exception):
+class UserError(ValueError):
     """Bad input or an unusable device. The message is one line, says what is wrong and, where
-    possible, what to do; the CLI prints it and exits non-zero, never with a traceback."""
+    possible, what to do; the CLI prints it and exits non-zero, never with a traceback.
+
+    A ``ValueError``, so a program calling the public API catches bad arguments the usual way."""
 
     exit_code = 2
 

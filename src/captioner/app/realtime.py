@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import sys
 
-from captioner.errors import UserError, one_line
+from captioner.errors import UserError
 
 
 def run_realtime(args) -> int:
-    from captioner.app.commands.transcribe import TextProgress
+    from captioner.app.progress import TextProgress
     from captioner.engine.pipeline import Pipeline
     from captioner.audio.file_source import FileSource
     from captioner.formats import captions_from_updates, render
@@ -47,8 +47,8 @@ def run_realtime(args) -> int:
             pipeline.stop()
         batch = pipeline.drain_captions()
         updates += batch
-        if pipeline.error is not None:
-            raise UserError(one_line(pipeline.error))
+        if pipeline.failure is not None:
+            raise UserError(pipeline.failure)
         if fmt == "jsonl":
             if batch:
                 out.write(render(batch, "jsonl"))

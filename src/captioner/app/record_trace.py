@@ -79,8 +79,8 @@ def record(args: argparse.Namespace) -> int:
         pipeline.stop()
         sampler.stop()
         recorder.close()
-    if pipeline.error is not None:
-        raise UserError(f"the pipeline failed: {pipeline.error}")
+    if pipeline.failure is not None:
+        raise UserError(f"the pipeline failed: {pipeline.failure}")
     print(f"recorded {recorder.events} events in {elapsed_s:.1f} s to {args.out}")
     return 0
 

@@ -7,24 +7,20 @@ their windows to the recognizer in ONE batched model step, and folds each hypoth
 stream's streaming policy. It reads time only through an injected ``clock_ns``, so a replay
 with a simulated clock gives the same captions on every run.
 
-:class:`Worker` is the thread around it: it applies commands between steps, pulls audio blocks
-from the capture pump, calls the engine and fills the outboxes. Exactly one worker thread
-touches a given GPU.
+Two drivers run it: the public API (:class:`~captioner.engine.live.LiveCaptioner`, stepped by its
+caller) and the worker thread that owns one GPU (:mod:`captioner.engine.worker`).
 """
 
 from __future__ import annotations
 
 import math
-import queue
-import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Protocol
+from typing import Callable
 
 import numpy as np
 
-from captioner.errors import one_line
 from captioner.events import FRAMES_PER_S, FRAME_SAMPLES, SAMPLE_RATE_HZ, WINDOW_FRAMES, AudioBlock, CaptionUpdate, PipelineStatus
 from captioner.engine.scheduler import Scheduler, SchedulerConfig, StreamView
 from captioner.engine.vad import VadConfig, VoiceActivity, band_energy_db, speech_band
@@ -73,6 +69,8 @@ class _Stream:
     """(end_sample, capture_ns) of recent blocks, to date any stream position."""
     level_dbfs: float = -120.0
     gap_samples: int = 0
+    language: str | None = None
+    """The language this stream is decoded in (``None``: the engine's, else detected)."""
     segment_language: str | None = None
     """Language detected for the open segment: kept until it closes, so that updates of one
     sentence are not decoded as different languages."""
@@ -138,15 +136,17 @@ class Engine:
     def streams(self) -> tuple[str, ...]:
         return tuple(self._streams)
 
-    def add_stream(self, name: str) -> None:
+    def add_stream(self, name: str, language: str | None = None) -> None:
+        """A new stream (a no-op for one already open); ``language`` overrides the engine's."""
         if name in self._streams:
             return
         if not self._free_slots:
-            raise ValueError(f"no free stream slot for {name!r} (max {self.config.max_streams})")
+            raise ValueError(f"no free stream slot for {name!r}: this engine holds {self.config.max_streams} streams")
         slot = self._free_slots.pop(0)
         self.features.reset(slot)
         self._streams[name] = _Stream(
-            name, slot, VoiceActivity(self.config.vad), LocalAgreementPolicy(name, self.config.policy)
+            name, slot, VoiceActivity(self.config.vad), LocalAgreementPolicy(name, self.config.policy),
+            language=language,
         )
 
     def remove_stream(self, name: str) -> list[CaptionUpdate]:
@@ -285,7 +285,7 @@ class Engine:
             requests.append(WindowRequest(
                 s.name, self.features.log_mel_window(s.slot, first, ready - first),
                 (first + s.frame_offset) / FRAMES_PER_S, s.policy.prompt_text(),
-                self.language or s.segment_language,
+                s.language or self.language or s.segment_language,
             ))
         hypotheses = self.recognizer.decode(requests)
         step_s = (self.timer_ns() - t0) / 1e9
@@ -294,7 +294,7 @@ class Engine:
         for s, (first, ready), hyp in zip(streams, spans, hypotheses):
             end_s = (ready + s.frame_offset) / FRAMES_PER_S
             wall_s = (t1 - s.start_ns) / 1e9 if s.start_ns is not None else end_s
-            if self.language is None and s.segment_language is None and hyp.language and not hyp.rejected \
+            if (s.language or self.language) is None and s.segment_language is None and hyp.language and not hyp.rejected \
                     and getattr(self.recognizer, "is_multilingual", False):
                 s.segment_language = hyp.language
             if closing[s.name]:

@@ -279,3 +279,21 @@ def transcribe_file(
     if decoder is None:
         decoder = load_decoder(options.model, options.device, model_progress, language=options.language, task=options.task)
     return transcribe_audio(decoder, audio, options, progress=progress)
+
+
+def transcribe(audio, model: str = "tiny.en", language: str | None = "auto", task: str = "transcribe",
+               device: str | None = None) -> Transcription:
+    """The public offline API: a whole recording (a file path, or 16 kHz mono float32 samples)
+    transcribed window by window. The result has ``.text``, ``.segments`` (times in seconds)
+    and ``.info`` (language, duration, skipped windows). Bad arguments raise ``ValueError``
+    (:class:`~captioner.errors.UserError`) with a one-line message."""
+    options = TranscribeOptions(model=model, language=language or "auto", task=task, device=device)
+    if isinstance(audio, (str, os.PathLike)):
+        return transcribe_file(audio, options)
+    samples = np.asarray(audio)
+    if samples.ndim != 1 or samples.dtype not in (np.float32, np.float64):
+        raise UserError(f"audio must be a file path or 1-D 16 kHz float samples, got {samples.dtype} {samples.shape}")
+    if not np.isfinite(samples).all():
+        raise UserError("audio contains NaN or infinite samples")
+    decoder = load_decoder(model, device, language=options.language, task=task)
+    return transcribe_audio(decoder, samples.astype(np.float32, copy=False), options)

@@ -1,31 +1,42 @@
-"""The live captioning pipeline: sources -> capture pump -> worker -> outboxes.
+"""A live captioning session: sources -> the worker's inbox -> worker -> outboxes.
 
-Threads, each named, with a stop event, joined by :meth:`Pipeline.stop`:
+One path, no polling:
 
-- ``captioner-capture``: drains every source (their own device callbacks only copy and enqueue)
-  into one bounded queue of blocks; it never waits on the model, so a slow model step never
-  backs up into a device queue. When that queue is full the oldest blocks are dropped and
-  counted.
-- ``captioner-worker``: owns the model and (on a GPU) the device; see
-  :class:`captioner.engine.worker.Worker`.
+- each source delivers its audio from its own thread (the PortAudio callback, or a replay
+  thread) straight into the worker's inbox — a live device never waits (a full inbox drops the
+  chunk and the source counts it; the engine fills the gap with silence), a file replay waits
+  for room, so it never loses audio;
+- ``captioner-worker`` (:class:`~captioner.engine.worker.Worker`) owns the model and the GPU,
+  feeds each chunk to its stream of the :class:`~captioner.engine.live.LiveCaptioner` (where
+  resampling and framing happen) and steps it;
+- ``captioner-transcript`` appends and fsyncs every committed line, so a slow disk never holds
+  up the thread that drives the GPU.
 
-The GUI or the CLI drains the outboxes without blocking: :meth:`drain_captions` and
-:meth:`latest_status`. Commands (add/remove a source, change language or model) go to the
-worker, which applies them between model steps.
+The GUI or the CLI drains the outboxes without blocking (:meth:`Pipeline.drain_captions`,
+:meth:`Pipeline.latest_status`); the methods that change a running session (add or remove a
+source, change language or model) send typed messages to the worker, which applies them
+between model steps.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
-import time
 from collections import deque
 from typing import Callable, Iterable
 
+from captioner.audio.source import RawChunk, SourceEnd
+from captioner.engine.core import EngineConfig
+from captioner.engine.live import LiveCaptioner
+from captioner.engine.worker import CloseStream, InboxItem, OpenStream, SetLanguage, SwapModel, Worker
 from captioner.errors import UserError, one_line
-from captioner.events import MIN_FREE_VRAM_FRACTION, AudioBlock, CaptionUpdate, PipelineStatus
-from captioner.engine.core import Engine, EngineConfig
-from captioner.engine.worker import Command, EndOfStream, Worker
+from captioner.events import MIN_FREE_VRAM_FRACTION, CaptionUpdate, PipelineStatus
+
+INBOX_ITEMS = 3000
+"""Chunks that may wait for the worker (about a minute of 20 ms chunks) before a live source's
+audio is dropped (and counted) or a replay waits."""
+
+_WAIT_FOR_ROOM_S = 0.1
 
 
 def check_room_for_stream(status: PipelineStatus | None) -> None:
@@ -52,108 +63,47 @@ def unique_labels(labels: Iterable[str]) -> list[str]:
 def telemetry_gpu_index(device: str | None) -> int:
     """The GPU whose telemetry goes with ``device``: N for "cuda:N", else 0 (where "auto" runs);
     a bad name is left for the pipeline to refuse with its own message."""
-    from captioner.gpu.backend import parse_device
+    from captioner.compute import parse_device
 
     try:
-        _, index = parse_device(device) if device else ("auto", None)
+        _, index = parse_device(device) if device and device != "auto" else ("auto", None)
     except UserError:
         return 0
     return index or 0
 
 
-def load_recognizer(model: str, device: str | None, task: str = "transcribe", progress=None):
-    """The backend and a Whisper recognizer for ``model`` on ``device`` (worker thread)."""
-    from captioner.gpu.backend import get_backend
-    from captioner.engine.whisper import WhisperRecognizer
-    from captioner.models.runtime import load_runtime
-    from captioner.models.tokenizer import WhisperTokenizer
+class _TranscriptThread(threading.Thread):
+    """Writes committed lines to the transcript (each one flushed and fsync'd by the writer)."""
 
-    backend = get_backend(device)
-    backend.use()  # this thread works the GPU from now on (CuPy allocates on the current device)
-    runtime = load_runtime(model, device=backend.name, progress=progress)
-    tokenizer = WhisperTokenizer(runtime.files.tokenizer_path, runtime.files.config_path, n_vocab=runtime.n_vocab)
-    return backend, WhisperRecognizer(runtime, tokenizer, xp=backend.xp, task=task,
-                                      synchronize=backend.synchronize if backend.is_cuda else None)
-
-
-class _CapturePump(threading.Thread):
-    def __init__(self, sources: list, out: "queue.Queue[list[AudioBlock]]", poll_s: float = 0.005) -> None:
-        super().__init__(name="captioner-capture", daemon=True)
-        self.sources = list(sources)
-        self._lock = threading.Lock()
-        self.out = out
-        self.poll_s = poll_s
-        self.stop_event = threading.Event()
-        self.all_exhausted = threading.Event()
-        self.dropped_blocks = 0
+    def __init__(self, transcript) -> None:
+        super().__init__(name="captioner-transcript", daemon=True)
+        self.transcript = transcript
+        self.lines: "queue.Queue[CaptionUpdate | None]" = queue.Queue()
         self.error: BaseException | None = None
-        self._ended: set[int] = set()  # ids of sources whose end was announced
-
-    def add(self, source) -> None:
-        with self._lock:
-            self.sources.append(source)
-            self.all_exhausted.clear()
-
-    def remove(self, stream: str):
-        with self._lock:
-            for source in self.sources:
-                if source.stream == stream:
-                    self.sources.remove(source)
-                    return source
-        return None
 
     def run(self) -> None:
-        try:
-            while not self.stop_event.is_set():
-                with self._lock:
-                    sources = list(self.sources)
-                got = []
-                for source in sources:
-                    got += source.read(0.0)
-                    if source.exhausted and id(source) not in self._ended:
-                        # After its last blocks, in order: the worker commits what it still shows.
-                        self._ended.add(id(source))
-                        got.append(EndOfStream(source.stream))
-                if got:
-                    self._put(got)
-                elif sources and all(s.exhausted for s in sources):
-                    self.all_exhausted.set()
-                    self.stop_event.wait(0.05)
-                else:
-                    time.sleep(self.poll_s)
-        except BaseException as error:
-            self.error = error
-
-    def _put(self, blocks: list[AudioBlock]) -> None:
-        while True:
+        while (update := self.lines.get()) is not None:
+            if self.error is not None:
+                continue  # a failed disk keeps failing; the captions stay on screen and in memory
             try:
-                self.out.put_nowait(blocks)
-                return
-            except queue.Full:
-                try:
-                    self.out.get_nowait()  # the oldest audio goes; the engine fills the gap with silence
-                    self.dropped_blocks += 1
-                except queue.Empty:
-                    pass
+                self.transcript.write(update)
+            except Exception as error:
+                self.error = error
 
-    def stats(self) -> tuple[int, int]:
-        with self._lock:
-            sources = list(self.sources)
-        depth = drops = 0
-        for source in sources:
-            st = source.stats()
-            depth += st.queue_depth
-            drops += st.dropped_blocks
-        return depth, drops + self.dropped_blocks
+    def close(self, timeout_s: float) -> None:
+        self.lines.put(None)
+        self.join(timeout_s)
+        self.transcript.close()
 
 
 class Pipeline:
     """Owns the sources and threads of one captioning session.
 
-    ``sources``: audio sources (``AudioSource``), each with a distinct ``stream`` label.
-    ``recognizer_factory``: optional ``() -> (backend, recognizer)`` to use instead of loading
-    ``model`` (tests, benchmarks). ``transcript``: a TranscriptWriter that gets every committed
-    line.
+    ``sources``: audio sources (:class:`~captioner.audio.source.AudioSource`), each with a
+    distinct ``stream`` label. ``recognizer_factory``: optional ``() -> (backend, recognizer)``
+    to use instead of loading ``model`` (tests, benchmarks). ``transcript``: an object with
+    ``write(update)`` and ``close()`` (e.g. :class:`captioner.app.transcript.TranscriptWriter`)
+    that gets every committed line, on a thread of its own.
     """
 
     def __init__(
@@ -166,7 +116,7 @@ class Pipeline:
         config: EngineConfig | None = None,
         transcript=None,
         recognizer_factory: Callable[[], tuple] | None = None,
-        queue_blocks: int = 6000,
+        inbox_items: int = INBOX_ITEMS,
         progress=None,
     ) -> None:
         self.sources = list(sources)
@@ -178,16 +128,17 @@ class Pipeline:
         self.task = task
         self.device = device
         self.config = config or EngineConfig()
-        self.config.language = self.language
         self.transcript = transcript
-        self._factory = recognizer_factory or (lambda: load_recognizer(model, device, task, progress))
-        self._blocks: "queue.Queue[list[AudioBlock]]" = queue.Queue(maxsize=queue_blocks)
+        self._factory = recognizer_factory
+        self._progress = progress
+        self._inbox: "queue.Queue[InboxItem]" = queue.Queue(maxsize=inbox_items)
         self._captions: deque[CaptionUpdate] = deque()
         self._captions_lock = threading.Lock()
         self._status: PipelineStatus | None = None
         self._status_lock = threading.Lock()
-        self._pump: _CapturePump | None = None
         self._worker: Worker | None = None
+        self._writer: _TranscriptThread | None = None
+        self._stopping = threading.Event()
         self._started = False
         self.backend = None
 
@@ -198,26 +149,28 @@ class Pipeline:
         if self._started:
             return
 
-        def make_engine() -> Engine:
-            backend, recognizer = self._factory()
-            self.backend = backend
-            if hasattr(recognizer, "check_language"):
-                self.config.language = recognizer.check_language(self.language)
-            engine = Engine(backend, recognizer, self.config)
-            for source in self.sources:
-                engine.add_stream(source.stream)
-            return engine
+        def make_captioner() -> LiveCaptioner:
+            backend = recognizer = None
+            if self._factory is not None:
+                backend, recognizer = self._factory()
+            live = LiveCaptioner(self.model, self.device, language=self.language, task=self.task,
+                                 config=self.config, progress=self._progress, recognizer=recognizer,
+                                 backend=backend)
+            self.backend = live.backend
+            return live
 
-        def make_recognizer(model: str):
-            backend, recognizer = load_recognizer(model, self.device, self.task)
-            return recognizer
-
-        self._worker = Worker(make_engine, self._blocks, self._deliver, self._publish,
-                              source_stats=self._source_stats, make_recognizer=make_recognizer)
+        if self.transcript is not None:
+            self._writer = _TranscriptThread(self.transcript)
+            self._writer.start()
+        self._worker = Worker(make_captioner, self._inbox, self._deliver, self._publish,
+                              source_drops=self._source_drops)
+        for source in self.sources:  # before any audio: the inbox keeps the order
+            self._inbox.put(OpenStream(source.stream))
         self._worker.start()
         self._worker.ready.wait(timeout_s)
         if self._worker.error is not None:
             self._worker.join(5)
+            self._close_writer(5)
             error = self._worker.error
             if isinstance(error, UserError):
                 raise error
@@ -225,92 +178,134 @@ class Pipeline:
         started = []
         try:
             for source in self.sources:
-                source.start()
+                source.start(self._sink_for(source))
                 started.append(source)
         except BaseException:
             for source in started:
                 source.stop()
             self._worker.stop_event.set()
             self._worker.join(10)
+            self._close_writer(10)
             raise
-        self._pump = _CapturePump(self.sources, self._blocks)
-        self._pump.start()
         self._started = True
 
+    def _sink_for(self, source) -> Callable[[RawChunk | SourceEnd], bool]:
+        inbox = self._inbox
+        stopping = self._stopping
+        if getattr(source, "live", True):
+            def live_sink(item) -> bool:  # the PortAudio callback: never wait
+                try:
+                    inbox.put_nowait(item)
+                    return True
+                except queue.Full:
+                    return False
+            return live_sink
+
+        def replay_sink(item) -> bool:  # a replay thread: wait for room, never drop
+            while not stopping.is_set():
+                try:
+                    inbox.put(item, timeout=_WAIT_FOR_ROOM_S)
+                    return True
+                except queue.Full:
+                    continue
+            return False
+        return replay_sink
+
     def wait_exhausted(self, timeout_s: float | None = None) -> bool:
-        """Block until every (finite) source has delivered everything."""
-        if self._pump is None:
+        """Block until every stream has ended and been committed (finite sources only)."""
+        if self._worker is None:
             return True
-        return self._pump.all_exhausted.wait(timeout_s)
+        return self._worker.all_ended.wait(timeout_s)
 
     def stop(self, timeout_s: float = 60.0) -> None:
         """Stop capturing, let the worker commit what is pending, join every thread."""
         if not self._started:
             return
         self._started = False
-        assert self._pump is not None and self._worker is not None
-        self._pump.stop_event.set()
-        self._pump.join(timeout_s)
+        assert self._worker is not None
+        self._stopping.set()
         for source in self.sources:
-            source.stop()
+            source.stop()  # no source calls its sink after this returns
         self._worker.stop_event.set()
         self._worker.join(timeout_s)
-        if self.transcript is not None:
-            self.transcript.close()
+        self._close_writer(timeout_s)
+
+    def _close_writer(self, timeout_s: float) -> None:
+        if self._writer is not None:
+            self._writer.close(timeout_s)
+            self._writer = None
+
+    @property
+    def captioner(self) -> LiveCaptioner | None:
+        return self._worker.captioner if self._worker is not None else None
 
     @property
     def provider(self) -> str:
         """Where the model runs (e.g. "CUDAExecutionProvider"), once started."""
-        engine = self._worker.engine if self._worker is not None else None
-        return getattr(engine.recognizer, "provider", "") if engine is not None else ""
+        live = self.captioner
+        return live.provider if live is not None else ""
 
     @property
     def running(self) -> bool:
-        """False once stopped, or once the worker or the capture pump has failed."""
-        return (self._started and self._worker is not None and self._worker.is_alive()
-                and (self._pump is None or self._pump.error is None))
+        """False once stopped, or once the worker has failed."""
+        return self._started and self._worker is not None and self._worker.is_alive()
 
     @property
     def error(self) -> BaseException | None:
-        if self._worker is not None and self._worker.error is not None:
-            return self._worker.error
-        if self._pump is not None and self._pump.error is not None:
-            return self._pump.error
-        return None
+        return self._worker.error if self._worker is not None else None
 
-    # -- commands (any thread) ---------------------------------------------------------------------
-    def command(self, kind: str, value=None) -> None:
-        """``"language"`` (code or "auto"), ``"model"`` (name or folder), ``"add_source"`` (a
-        source), ``"remove_source"`` (a stream label), ``"stop"``."""
-        if kind == "stop":
-            self.stop()
-            return
+    @property
+    def source_errors(self) -> dict[str, str]:
+        """Streams whose source ended early, with the one-line reason (a damaged file, a lost
+        device); their streams were committed, the others go on."""
+        return dict(self._worker.lost_inputs) if self._worker is not None else {}
+
+    @property
+    def failure(self) -> str | None:
+        """One line for a command to exit with: the worker's error, else the first source's."""
+        if self.error is not None:
+            return one_line(self.error)
+        errors = self.source_errors
+        return next(iter(errors.values())) if errors else None
+
+    @property
+    def transcript_error(self) -> BaseException | None:
+        """Why the transcript stopped being written (the captions go on), if it did."""
+        return self._writer.error if self._writer is not None else None
+
+    # -- changes while running (any thread) ----------------------------------------------------------
+    def _send(self, message) -> None:
         if self._worker is None:
             raise RuntimeError("pipeline not started")
-        if kind == "add_source":
-            source = value
-            check_room_for_stream(self.latest_status())
-            source.start()
-            self.sources.append(source)
-            self._worker.commands.put(Command("add_stream", source.stream))
-            assert self._pump is not None
-            self._pump.add(source)
-        elif kind == "remove_source":
-            assert self._pump is not None
-            source = self._pump.remove(str(value))
-            if source is not None:
+        self._inbox.put(message)
+
+    def add_source(self, source) -> None:
+        """Caption another source from now on (refused while the GPU is short of memory)."""
+        if source.stream in (s.stream for s in self.sources):
+            raise UserError(f"a source labelled {source.stream!r} is already captioned")
+        check_room_for_stream(self.latest_status())
+        self._send(OpenStream(source.stream))
+        source.start(self._sink_for(source))
+        self.sources.append(source)
+
+    def remove_source(self, label: str) -> None:
+        """Stop a source; what its stream shows is committed."""
+        for source in list(self.sources):
+            if source.stream == label:
                 source.stop()
                 self.sources.remove(source)
-            self._worker.commands.put(Command("remove_stream", str(value)))
-        elif kind == "language":
-            engine = self._worker.engine
-            if engine is not None and hasattr(engine.recognizer, "check_language"):
-                value = engine.recognizer.check_language(None if value in (None, "", "auto") else str(value))
-            self._worker.commands.put(Command(kind, value))
-        elif kind == "model":
-            self._worker.commands.put(Command(kind, value))
-        else:
-            raise ValueError(f"unknown pipeline command {kind!r}")
+        self._send(CloseStream(label))
+
+    def set_language(self, language: str | None) -> None:
+        """A language code or "auto"; refused at once (``UserError``) when the model lacks it."""
+        code = None if language in (None, "", "auto") else str(language)
+        live = self.captioner
+        check = getattr(live.recognizer, "check_language", None) if live is not None else None
+        self._send(SetLanguage(check(code) if check is not None else code))
+
+    def set_model(self, model: str) -> None:
+        """Switch to another model between steps (open text is committed by the old one)."""
+        self._send(SwapModel(model))
 
     # -- outboxes ------------------------------------------------------------------------------------
     def drain_captions(self) -> list[CaptionUpdate]:
@@ -326,10 +321,10 @@ class Pipeline:
 
     # -- worker-thread callbacks -------------------------------------------------------------------
     def _deliver(self, updates: list[CaptionUpdate]) -> None:
-        if self.transcript is not None:
+        if self._writer is not None:
             for u in updates:
                 if u.kind == "final":
-                    self.transcript.write(u)
+                    self._writer.lines.put(u)
         with self._captions_lock:
             self._captions.extend(updates)
 
@@ -337,5 +332,5 @@ class Pipeline:
         with self._status_lock:
             self._status = status
 
-    def _source_stats(self) -> tuple[int, int]:
-        return self._pump.stats() if self._pump is not None else (0, 0)
+    def _source_drops(self) -> int:
+        return sum(source.stats().dropped_blocks for source in list(self.sources))

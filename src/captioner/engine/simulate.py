@@ -1,8 +1,8 @@
 """Replays audio through the engine on a simulated clock, in one thread.
 
-The sources are real-time :class:`~captioner.audio.file_source.FileSource` replays whose clock
-is a :class:`SimClock`; the engine reads the same clock. Each loop advances the clock by one
-tick, hands the engine whatever audio is due, and lets it run a step. What a model step costs
+Audio goes in through the public API (:class:`~captioner.engine.live.LiveCaptioner`) as a live
+session's would, but on a :class:`SimClock` that the engine reads too: each loop advances the
+clock by one tick, hands every stream the audio that became due, and steps the captioner. What a model step costs
 on the clock is chosen:
 
 - ``compute="free"`` (or a number of seconds per step): the clock does not depend on the
@@ -18,7 +18,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from captioner.events import NS_PER_S, CaptionUpdate
+import numpy as np
+
+from captioner.engine.live import LiveCaptioner
+from captioner.events import NS_PER_S, SAMPLE_RATE_HZ, CaptionUpdate
 
 
 
@@ -67,49 +70,56 @@ class _ChargedRecognizer:
 
 
 def replay(
-    make_engine: Callable[[SimClock, Callable[[], int]], object],
-    make_sources: Callable[[SimClock], list],
+    make_captioner: Callable[[SimClock, Callable[[], int]], LiveCaptioner],
+    audio: dict[str, object],
     compute: str | float = "free",
     tick_s: float = 0.01,
-    tail_s: float = 1.0,
 ) -> ReplayResult:
-    """Run sources (made on the sim clock) through an engine (made on the same clock) to the
-    end (plus ``tail_s`` of clock), then finish: pending text is committed."""
+    """Replay ``audio`` (stream label -> a file path or 16 kHz float32 samples) through a
+    captioner made on the simulated clock (``make_captioner(clock, timer_ns)``), as a live
+    session would see it: every tick the clock advances by ``tick_s``, each stream gets the
+    audio that became due and the captioner steps. At the end every stream is finished, so
+    what is pending is committed."""
+    from captioner.audio.file_source import read_audio_16k
+
     clock = SimClock()
-    engine = make_engine(clock, time.perf_counter_ns if compute == "measured" else clock)
+    live = make_captioner(clock, time.perf_counter_ns if compute == "measured" else clock)
     if compute != "free":
-        engine.recognizer = _ChargedRecognizer(engine.recognizer, clock, compute)
-    sources = make_sources(clock)
-    for source in sources:
-        engine.add_stream(source.stream)
-        source.start()
+        live.engine.recognizer = _ChargedRecognizer(live.engine.recognizer, clock, compute)
+    samples = {label: (np.asarray(a, dtype=np.float32) if isinstance(a, np.ndarray) else read_audio_16k(a))
+               for label, a in audio.items()}
+    streams = {label: live.open_stream(label) for label in samples}
     result = ReplayResult()
-    tail_left = tail_s
-    next_status_ns = clock() + NS_PER_S
-    while True:
+    start_ns = clock()
+    fed = dict.fromkeys(samples, 0)
+    next_status_ns = start_ns + NS_PER_S
+    while any(fed[label] < samples[label].shape[0] for label in samples):
         clock.advance(tick_s)
-        blocks = []
-        for source in sources:
-            blocks += source.read(0.0)
-        if blocks:
-            engine.push(blocks)
-            result.audio_s = max(result.audio_s, max(b.end_s for b in blocks))
-        t0 = time.perf_counter()
-        steps_before = engine.steps
-        updates = engine.tick()
-        spent_s = time.perf_counter() - t0
-        if engine.steps != steps_before:
-            result.steps += 1
-            result.step_s.append(spent_s)
-        result.updates += updates
+        due = (clock() - start_ns) * SAMPLE_RATE_HZ // NS_PER_S
+        for label, stream in streams.items():
+            end = min(due, samples[label].shape[0])
+            if end > fed[label]:
+                stream.accept_waveform(SAMPLE_RATE_HZ, samples[label][fed[label]:end], capture_ns=clock())
+                fed[label] = end
+        result.audio_s = max(fed.values()) / SAMPLE_RATE_HZ
+        result.updates += _timed_step(live, result)
         if clock() >= next_status_ns:
-            result.statuses.append(engine.status())
+            result.statuses.append(live.status())
             next_status_ns = clock() + NS_PER_S
-        if all(s.exhausted for s in sources):
-            tail_left -= tick_s
-            if tail_left <= 0:
-                break
-    result.updates += engine.finish()
-    for source in sources:
-        source.stop()
+    for stream in streams.values():
+        stream.finish()
+    result.updates += _timed_step(live, result)
+    result.statuses.append(live.status())
+    live.close()
     return result
+
+
+def _timed_step(live: LiveCaptioner, result: ReplayResult) -> list[CaptionUpdate]:
+    """``live.step()``, recording the real duration of every step that ran the model."""
+    t0 = time.perf_counter()
+    steps_before = live.engine.steps
+    updates = live.step()
+    if live.engine.steps != steps_before:
+        result.steps += live.engine.steps - steps_before
+        result.step_s.append(time.perf_counter() - t0)
+    return updates

@@ -95,9 +95,16 @@ def run(args) -> int:
     print(f"captioner: listening to {', '.join(labels)} ({args.model} on {pipeline.provider}); Ctrl-C stops"
           + (f"; transcript: {transcript.path}" if transcript else ""), file=sys.stderr, flush=True)
     deadline = None if args.duration is None else time.monotonic() + args.duration
+    reported: set[str] = set()
     try:
         while pipeline.running and (deadline is None or time.monotonic() < deadline):
             view.show(pipeline.drain_captions())
+            for label, why in pipeline.source_errors.items():
+                if label not in reported:  # said once, the moment it happens; other inputs go on
+                    reported.add(label)
+                    print(f"\ncaptioner: input {label!r} lost ({why})", file=sys.stderr, flush=True)
+            if len(reported) == len(labels):
+                break  # every input is gone: nothing more can be captioned
             time.sleep(0.05)
     except KeyboardInterrupt:
         pass  # Ctrl-C is how a session ends

@@ -1,0 +1,272 @@
+"""The public streaming API: audio of any number of streams in, caption updates out.
+
+    live = LiveCaptioner(model="tiny.en", device="cpu")
+    me = live.open_stream("Me")
+    me.accept_waveform(16000, samples)     # any rate >= 8 kHz, float32/float64/int16, mono or (n, channels)
+    for update in live.step():             # runs the model work that is due
+        print(update.stream, update.kind, update.text)
+    me.finish()                            # ...then step() until me.done
+    live.close()
+
+No threads of its own: the caller drives :meth:`LiveCaptioner.step`, and every method must be
+called from that one thread (on a GPU, the thread that made the captioner works the device).
+The desktop app, ``listen`` and the server run the same object on a worker thread
+(:mod:`captioner.engine.worker`).
+
+Audio handed in is kept until ``step`` feeds it to the engine, a slice of at most
+``FEED_S`` per stream at a time with the due model work run between slices, so a backlog (a
+file handed over at once, a slow step, a suspended laptop) is worked through as if it had
+arrived live: no speech is skipped, and the feature rings never overflow.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from typing import Callable
+
+import numpy as np
+
+from captioner.audio.ingest import StreamIngest
+from captioner.engine.core import Engine, EngineConfig
+from captioner.engine.recognizer import Recognizer
+from captioner.errors import one_line
+from captioner.events import FRAME_SAMPLES, AudioBlock, CaptionUpdate, PipelineStatus
+
+FEED_S = 0.1
+"""Audio of one stream fed to the engine between two scheduler ticks: fine enough that updates
+and segment ends fall where they would in a live session (the scheduler's own granularity)."""
+
+_FEED_SAMPLES = int(FEED_S * 16_000) // FRAME_SAMPLES * FRAME_SAMPLES
+
+
+def load_recognizer(model: str, device: str | None, task: str = "transcribe", progress=None):
+    """The array back-end and a Whisper recognizer for ``model`` on ``device``; the calling
+    thread becomes the one that works the GPU."""
+    from captioner.engine.whisper import WhisperRecognizer
+    from captioner.gpu.backend import get_backend
+    from captioner.models.runtime import load_runtime
+    from captioner.models.tokenizer import WhisperTokenizer
+
+    backend = get_backend(device)
+    backend.use()  # CuPy allocates on the current device: make it this one, for this thread
+    runtime = load_runtime(model, device=backend.name, progress=progress)
+    tokenizer = WhisperTokenizer(runtime.files.tokenizer_path, runtime.files.config_path, n_vocab=runtime.n_vocab)
+    return backend, WhisperRecognizer(runtime, tokenizer, xp=backend.xp, task=task,
+                                      synchronize=backend.synchronize if backend.is_cuda else None)
+
+
+def _language_code(language: str | None) -> str | None:
+    return None if language in (None, "", "auto") else str(language)
+
+
+class CaptionStream:
+    """One stream of a :class:`LiveCaptioner` (a microphone, a meeting's audio, a file).
+
+    Made by :meth:`LiveCaptioner.open_stream`; called by the captioner's thread."""
+
+    def __init__(self, owner: "LiveCaptioner", label: str, language: str | None) -> None:
+        self._owner = owner
+        self.label = label
+        self.language = language
+        self._ingest = StreamIngest(label)
+        self._pending: deque[AudioBlock] = deque()
+        self._finishing = False
+        self._done = False
+
+    @property
+    def done(self) -> bool:
+        """True once :meth:`finish` was called and ``step`` has committed everything."""
+        return self._done
+
+    @property
+    def pending_s(self) -> float:
+        """Audio accepted but not yet fed to the engine (a backlog)."""
+        return sum(b.n_samples for b in self._pending) / 16_000
+
+    def accept_waveform(self, sample_rate: int, samples, capture_ns: int | None = None,
+                        first_sample: int | None = None) -> None:
+        """Hand over audio that follows what came before. ``sample_rate`` ≥ 8000 Hz; ``samples``
+        float32/float64 in [-1, 1] or int16, mono or ``(n, channels)``. ``capture_ns`` is when
+        the last sample was captured (default: now); ``first_sample``, the index of ``samples[0]``
+        on the caller's own clock at ``sample_rate``, lets a jump mark lost audio (it becomes
+        silence, so stream time stays exact)."""
+        if self._finishing:
+            raise ValueError(f"stream {self.label!r} is finished: open a new stream for more audio")
+        if not isinstance(sample_rate, (int, np.integer)) or isinstance(sample_rate, bool):
+            raise ValueError(f"sample_rate must be an integer number of Hz, got {sample_rate!r}")
+        when_ns = self._owner.clock_ns() if capture_ns is None else int(capture_ns)
+        block = self._ingest.accept(int(sample_rate), samples, when_ns, first_sample)
+        if block is not None:
+            self._pending.append(block)
+
+    def finish(self) -> None:
+        """No more audio: the next ``step`` calls commit what the stream still shows, then
+        :attr:`done` turns true."""
+        if self._finishing:
+            return
+        self._finishing = True
+        tail = self._ingest.flush(self._owner.clock_ns())
+        if tail is not None:
+            self._pending.append(tail)
+
+    def _take(self, max_samples: int) -> AudioBlock | None:
+        """The oldest pending audio, at most ``max_samples`` of it (a block is split if longer)."""
+        if not self._pending:
+            return None
+        block = self._pending[0]
+        if block.n_samples <= max_samples:
+            return self._pending.popleft()
+        head = AudioBlock(block.stream, block.first_sample, block.capture_ns, block.samples[:max_samples])
+        self._pending[0] = AudioBlock(block.stream, block.first_sample + max_samples, block.capture_ns,
+                                      block.samples[max_samples:])
+        return head
+
+
+class LiveCaptioner:
+    """Live captions for any number of streams, on the CPU or one GPU.
+
+    ``model``: "tiny.en", "base" or a CTranslate2 Whisper folder. ``device``: "cpu", "cuda",
+    "cuda:N" or ``None``/"auto" (a usable GPU, else the CPU). ``language``: the default for
+    streams opened without one (``None``: English for English-only models, detected per
+    segment for multilingual ones). ``task``: "transcribe" or "translate" (to English).
+
+    ``recognizer``/``backend`` replace the model loading (a scripted recognizer in tests, a
+    shared one in benchmarks); ``clock_ns`` and ``timer_ns`` are the engine's clocks (a
+    simulated replay passes its own). Bad arguments raise ``ValueError`` with a one-line message
+    (:class:`~captioner.errors.UserError`, which the CLI prints as it is).
+    """
+
+    def __init__(self, model: str = "tiny.en", device: str | None = None, *, language: str | None = None,
+                 task: str = "transcribe", config: EngineConfig | None = None, progress=None,
+                 recognizer: Recognizer | None = None, backend=None,
+                 clock_ns: Callable[[], int] = time.monotonic_ns, timer_ns: Callable[[], int] | None = None) -> None:
+        if task not in ("transcribe", "translate"):
+            raise ValueError(f"unknown task {task!r}: use 'transcribe' or 'translate'")
+        self.model = model
+        self.device = device
+        self.task = task
+        self.clock_ns = clock_ns
+        if recognizer is None:
+            backend, recognizer = load_recognizer(model, device, task, progress)
+        elif backend is None:
+            from captioner.gpu.backend import cpu_backend
+
+            backend = cpu_backend()
+        self.backend = backend
+        config = config or EngineConfig()
+        self.engine = Engine(backend, recognizer, config, clock_ns=clock_ns, timer_ns=timer_ns)
+        self.set_language(language)
+        self._streams: dict[str, CaptionStream] = {}
+        self._closed = False
+
+    # -- properties ------------------------------------------------------------------------------
+    @property
+    def recognizer(self) -> Recognizer:
+        return self.engine.recognizer
+
+    @property
+    def provider(self) -> str:
+        """Where the model runs, as ONNX Runtime reports it (e.g. "CUDAExecutionProvider")."""
+        return getattr(self.engine.recognizer, "provider", "")
+
+    @property
+    def streams(self) -> dict[str, CaptionStream]:
+        """The open streams by label (finished ones leave once done)."""
+        return dict(self._streams)
+
+    @property
+    def pending_s(self) -> float:
+        """The largest backlog of any stream: audio accepted but not yet captioned."""
+        return max((s.pending_s for s in self._streams.values()), default=0.0)
+
+    # -- streams ---------------------------------------------------------------------------------
+    def open_stream(self, label: str, language: str | None = None) -> CaptionStream:
+        """A new stream named ``label`` (unique among the open streams). ``language``: a code
+        ("en", "de", …), "auto"/``None`` for the captioner's default."""
+        self._check_open()
+        if not isinstance(label, str) or not label.strip():
+            raise ValueError(f"a stream needs a non-empty label, got {label!r}")
+        if label in self._streams:
+            raise ValueError(f"a stream labelled {label!r} is already open")
+        code = self._checked_language(language)
+        self.engine.add_stream(label, language=code)
+        stream = CaptionStream(self, label, code)
+        self._streams[label] = stream
+        return stream
+
+    def set_language(self, language: str | None) -> None:
+        """The default language of every stream opened without one (from the next update on)."""
+        self.engine.language = self._checked_language(language)
+
+    def set_recognizer(self, recognizer: Recognizer) -> list[CaptionUpdate]:
+        """Another model from the next update on; what the streams show is committed by the old
+        one first (those updates are returned)."""
+        self._check_open()
+        return self.engine.replace_recognizer(recognizer)
+
+    def set_model(self, model: str) -> list[CaptionUpdate]:
+        """Load ``model`` on this captioner's device and switch to it (see :meth:`set_recognizer`)."""
+        _, recognizer = load_recognizer(model, self.backend.name, self.task)
+        self.model = model
+        return self.set_recognizer(recognizer)
+
+    def _checked_language(self, language: str | None) -> str | None:
+        code = _language_code(language)
+        check = getattr(self.engine.recognizer, "check_language", None)
+        return code if check is None else check(code)  # UserError (a ValueError) when unsupported
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError("this LiveCaptioner is closed")
+
+    # -- work ------------------------------------------------------------------------------------
+    def step(self) -> list[CaptionUpdate]:
+        """Feed the audio accepted so far to the engine and run the model work that falls due;
+        streams that were finished and have nothing left are committed and closed."""
+        self._check_open()
+        updates: list[CaptionUpdate] = []
+        while True:
+            blocks = [b for b in (s._take(_FEED_SAMPLES) for s in self._streams.values()) if b is not None]
+            if not blocks:
+                break
+            self.engine.push(blocks)
+            updates += self.engine.tick()
+        for stream in [s for s in self._streams.values() if s._finishing and not s._pending]:
+            updates += self.engine.remove_stream(stream.label)
+            stream._done = True
+            del self._streams[stream.label]
+        return updates
+
+    def status(self, **kwargs) -> PipelineStatus:
+        """The engine's status now (latency, lag, batch size, …); ``kwargs`` as
+        :meth:`~captioner.engine.core.Engine.status` takes them."""
+        return self.engine.status(**kwargs)
+
+    def close(self) -> list[CaptionUpdate]:
+        """Finish every stream (what they show is committed and returned) and release the
+        captioner; safe to call twice."""
+        if self._closed:
+            return []
+        updates: list[CaptionUpdate] = []
+        try:
+            for stream in list(self._streams.values()):
+                stream.finish()
+            updates = self.step()
+        finally:
+            self._closed = True
+            self._streams.clear()
+        return updates
+
+    def __enter__(self) -> "LiveCaptioner":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        try:
+            where = self.provider or "?"
+        except Exception as error:  # a repr must never raise
+            where = one_line(error)
+        return f"LiveCaptioner(model={self.model!r}, provider={where!r}, streams={list(self._streams)!r})"

@@ -1,0 +1,135 @@
+"""The public API (docs/api.md): its example runs as written, bad arguments are one-line
+ValueErrors, and live captions of real recordings stream by stream match offline accuracy."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import captioner
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "api.md"
+
+
+def _first_python_block(markdown: str) -> str:
+    match = re.search(r"```python\n(.*?)```", markdown, re.S)
+    assert match, "docs/api.md has no python example"
+    return match.group(1)
+
+
+def test_the_public_names_are_exported():
+    for name in ("LiveCaptioner", "CaptionStream", "transcribe", "CaptionUpdate", "UserError"):
+        assert name in dir(captioner) and getattr(captioner, name) is not None
+    assert issubclass(captioner.UserError, ValueError)
+    with pytest.raises(AttributeError):
+        captioner.NoSuchThing  # noqa: B018 - the look-up itself is the test
+
+
+@pytest.mark.slow
+def test_the_documented_example_runs():
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(_first_python_block(DOC.read_text(encoding="utf-8")), str(DOC), "exec"), {})
+    lines = out.getvalue().splitlines()
+    assert lines and all(line.startswith("[Me]") for line in lines)
+    text = " ".join(lines).lower()
+    assert "country" in text and "ask not" in text
+
+
+def _one_line_value_error(call) -> str:
+    with pytest.raises(ValueError) as info:
+        call()
+    message = str(info.value)
+    assert message and "\n" not in message
+    return message
+
+
+@pytest.fixture(scope="module")
+def tiny_cpu():
+    live = captioner.LiveCaptioner(model="tiny.en", device="cpu")
+    yield live
+    live.close()
+
+
+@pytest.mark.slow
+def test_bad_arguments_are_one_line_value_errors(tiny_cpu):
+    assert "no-such-model" in _one_line_value_error(lambda: captioner.LiveCaptioner(model="no-such-model"))
+    _one_line_value_error(lambda: captioner.LiveCaptioner(device="tpu:3"))
+    _one_line_value_error(lambda: tiny_cpu.open_stream("German", language="de"))  # tiny.en is English-only
+    me = tiny_cpu.open_stream("Me")
+    _one_line_value_error(lambda: tiny_cpu.open_stream("Me"))
+    _one_line_value_error(lambda: me.accept_waveform(4000, np.zeros(400, np.float32)))
+    _one_line_value_error(lambda: me.accept_waveform(16000, np.array([0.0, np.nan], np.float32)))
+    _one_line_value_error(lambda: me.accept_waveform(16000, np.zeros((2, 2, 2), np.float32)))
+    me.accept_waveform(16000, np.zeros(1600, np.int16))  # int16 is fine
+    me.finish()
+    _one_line_value_error(lambda: me.accept_waveform(16000, np.zeros(160, np.float32)))
+    while not me.done:
+        tiny_cpu.step()
+    assert "Me" not in tiny_cpu.streams
+
+
+def _wer(references: list[str], hypotheses: list[str]) -> float:
+    import jiwer
+    from whisper_normalizer.english import EnglishTextNormalizer
+
+    norm = EnglishTextNormalizer()
+    return jiwer.wer([norm(r) for r in references], [norm(h) for h in hypotheses])
+
+
+def _caption_live(clips, streams_at_once: int = 4) -> dict[str, str]:
+    """Each clip's committed text, the clips captioned ``streams_at_once`` at a time as streams
+    of one captioner, fed 100 ms at a time with a step after each (as a microphone would)."""
+    import soundfile as sf
+
+    live = captioner.LiveCaptioner(model="tiny.en", device="cpu")
+    finals: dict[str, list[str]] = {c.id: [] for c in clips}
+    batch_sizes = [0]
+
+    def collect(updates):
+        for u in updates:
+            if u.kind == "final":
+                finals[u.stream].append(u.text)
+        batch_sizes.append(live.status().batch_size)
+
+    for first in range(0, len(clips), streams_at_once):
+        group = clips[first:first + streams_at_once]
+        audio = {c.id: sf.read(c.wav, dtype="float32") for c in group}
+        streams = {c.id: live.open_stream(c.id) for c in group}
+        longest_s = max(len(samples) / rate for samples, rate in audio.values())
+        for tenth in range(int(longest_s * 10) + 1):
+            for clip_id, (samples, rate) in audio.items():
+                chunk = samples[tenth * rate // 10:(tenth + 1) * rate // 10]
+                if chunk.size:
+                    streams[clip_id].accept_waveform(rate, chunk)
+            collect(live.step())
+        for stream in streams.values():
+            stream.finish()
+        while any(not s.done for s in streams.values()):
+            collect(live.step())
+    live.close()
+    assert len(clips) < 2 or max(batch_sizes) >= 2  # streams shared model steps
+    return {clip_id: " ".join(texts) for clip_id, texts in finals.items()}
+
+
+@pytest.mark.slow
+def test_live_streams_match_offline_accuracy(speech_clips):
+    """Every English recording up to 35 s, four at a time as streams of one captioner: the
+    committed text's pooled WER is within 2 points of the offline transcription by the same
+    model."""
+    clips = sorted((c for c in speech_clips.values() if c.language == "en" and c.duration_s <= 35),
+                   key=lambda c: c.id)
+    if len(clips) < 3:
+        pytest.skip("needs at least three English recordings")
+    live_text = _caption_live(clips)
+    references = [c.reference for c in clips]
+    offline_text = [captioner.transcribe(c.wav, model="tiny.en", language="en", device="cpu").text for c in clips]
+    live_wer = _wer(references, [live_text[c.id] for c in clips])
+    offline_wer = _wer(references, offline_text)
+    print(f"{len(clips)} clips: live WER {live_wer:.3f}, offline {offline_wer:.3f}")
+    assert live_wer <= offline_wer + 0.02, (live_wer, offline_wer, live_text, offline_text)
