@@ -106,11 +106,6 @@ def test_pure_silence_asks_the_model_nothing_and_emits_no_update():
     assert live.engine.steps == 0
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine bug: Engine._run_vad (core.py) adds every VAD-flagged frame to segment_speech_frames, "
-    "and the flags include the VAD's 30-frame hangover, so any click that passes the 3-frame onset "
-    "counts as >= 0.33 s of speech, above min_speech_s (0.15 s): tick() asks the model instead of "
-    "dropping the segment"))
 def test_a_click_shorter_than_min_speech_asks_the_model_nothing():
     """A 40 ms click (loud enough to pass the VAD's onset) is less speech than ``min_speech_s``:
     its segment is dropped without a model step."""
@@ -241,11 +236,6 @@ def test_model_swap_to_other_mel_count_commits_open_text_and_the_stream_goes_on(
     assert live.status().model == "mels128"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "engine bug: Engine.replace_recognizer (core.py) sets next_sample = frame_offset * FRAME_SAMPLES "
-    "with frame_offset advanced by frames_ready, which is one frame behind the samples already pushed "
-    "(StreamingFeatures.frames_ready = blocks - 1); the next block then looks like a 160-sample gap, "
-    "is zero-filled and counted, so status().dropped_frames == 1 per stream after a swap that lost nothing"))
 def test_model_swap_counts_no_dropped_frames():
     """A model swap loses no audio, so ``dropped_frames`` stays 0."""
     live, *_ = swap_mid_phrase()

@@ -65,6 +65,8 @@ class _Stream:
     segment_speech_frames: int = 0
     start_ns: int | None = None
     """Wall time at which sample 0 of the stream was captured."""
+    tail: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
+    """The last ``FRAME_SAMPLES`` samples taken in (see ``replace_recognizer``)."""
     captures: deque = field(default_factory=lambda: deque(maxlen=512))
     """(end_sample, capture_ns) of recent blocks, to date any stream position."""
     level_dbfs: float = -120.0
@@ -202,6 +204,8 @@ class Engine:
         if s.start_ns is None:
             s.start_ns = block.capture_ns - block.end_sample * 1_000_000_000 // SAMPLE_RATE_HZ
         s.next_sample += samples.shape[0]
+        # The newest frame's worth of audio, for a ring rebuilt by a model swap.
+        s.tail = np.concatenate([s.tail, samples])[-FRAME_SAMPLES:] if samples.shape[0] < FRAME_SAMPLES else samples[-FRAME_SAMPLES:]
         s.captures.append((block.end_sample, block.capture_ns))
         rms = float(np.sqrt(np.mean(np.square(block.samples, dtype=np.float64)))) if block.samples.size else 0.0
         s.level_dbfs = 20 * math.log10(max(rms, 1e-6))
@@ -217,12 +221,13 @@ class Engine:
         energy = self.backend.asnumpy(band_energy_db(self.backend.xp, log_mel, self._band))
         if first > s.vad_frames:
             s.vad.push(np.full(first - s.vad_frames, -120.0))
+        voiced_before = s.vad.voiced_frames
         flags = s.vad.push(energy)
         s.vad_frames = ready
-        n_speech = int(flags.sum())
-        if n_speech:
+        if flags.any():
             s.speech_since_update = True
-            s.segment_speech_frames += n_speech
+            # Only frames that sounded like speech: the hangover would make every click 0.3 s long.
+            s.segment_speech_frames += s.vad.voiced_frames - voiced_before
         elif not s.policy.has_pending_text and not s.speech_since_update:
             # Nothing open: let the window start follow the silence, keeping a short lead-in;
             # the first update of the next segment comes an interval after its onset.
@@ -350,8 +355,11 @@ class Engine:
             for s in self._streams.values():
                 s.frame_offset += old.frames_ready(s.slot)
                 s.vad_frames = 0
-                # The new ring starts at a frame boundary: feed it from the next sample on.
-                s.next_sample = s.frame_offset * FRAME_SAMPLES
+                # The new ring starts at the old ring's first unfinished frame: hand it the audio
+                # taken in since that frame began, so no sample is lost or counted as a gap.
+                resume = s.frame_offset * FRAME_SAMPLES
+                if s.tail.shape[0] and s.next_sample > resume:
+                    self.features.push_batch([s.slot], s.tail[None, -(s.next_sample - resume):])
         self.recognizer = recognizer
         return updates
 

@@ -83,6 +83,9 @@ class VoiceActivity:
         self.speaking = False
         self.last_voiced_frame = -1
         """Absolute index of the last speech-like frame (no hangover)."""
+        self.voiced_frames = 0
+        """Speech-like frames counted so far, hangover excluded: how much speech there really was
+        (a click that starts the speech state is a few frames, not the whole hangover)."""
         self._run = 0
         self._hang = 0
 
@@ -106,6 +109,7 @@ class VoiceActivity:
             self._run = self._run + 1 if voiced else 0
             if voiced:
                 self.last_voiced_frame = index
+                self.voiced_frames += 1
             if self._run >= cfg.onset_frames:
                 if not self.speaking:
                     # The onset frames themselves are speech too.
