@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from captioner.audio.file_source import FileSource, check_audio_samples, open_audio_file, read_audio_16k
+from captioner.audio.file_source import (
+    FileSource,
+    check_audio_samples,
+    open_audio_file,
+    read_audio_16k,
+)
 from captioner.errors import UserError
 
 READERS = {
@@ -89,13 +94,18 @@ def test_bad_file_is_a_one_line_user_error(tmp_path, capfd, kind, reader):
     assert capfd.readouterr().err == ""  # no decoder chatter on the terminal either
 
 
-def test_nan_found_while_replaying_when_not_checked_up_front(tmp_path):
-    source = FileSource(make_bad("inf_late", tmp_path), check_samples=False)
-    source.start()
-    with pytest.raises(UserError, match=r"NaN or infinite samples \(first at 1\.875 s\)"):
-        for _ in range(1_000):
-            source.read()
-    source.stop()
+def test_nan_found_while_replaying_ends_the_stream_with_the_error(tmp_path, sinks):
+    source = FileSource(make_bad("inf_late", tmp_path), check_samples=False)  # not decoded up front
+    sink = sinks.run_to_end(source)
+    (end,) = sink.ends
+    assert end.stream == source.stream
+    assert "NaN or infinite samples (first at 1.875 s)" in end.error and "\n" not in end.error
+    assert source.exhausted
+    # What was decoded before the bad block still came, gapless, before the end.
+    chunks = sink.chunks
+    assert isinstance(sink.items[-1], type(end))
+    assert all(a.end_sample == b.first_sample for a, b in zip(chunks, chunks[1:]))
+    assert 1.5 <= chunks[-1].end_sample / source.rate_hz < 1.875
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads files whatever their permissions")

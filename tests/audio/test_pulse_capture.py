@@ -1,6 +1,6 @@
 """Real capture through a real sound server: speech played into a PulseAudio null sink with
 `paplay` is captured from the sink's monitor by MicrophoneSource (PortAudio -> ALSA `pulse`
-device) and must match what was played."""
+device), turned into 16 kHz frames by StreamIngest, and must match what was played."""
 
 from __future__ import annotations
 
@@ -40,36 +40,34 @@ def active_span_s(x: np.ndarray, rel_threshold: float = 0.05) -> float:
     return (loud[-1] - loud[0]) / SAMPLE_RATE_HZ
 
 
-def capture_while_playing(server, source: MicrophoneSource, wav, sink) -> tuple[np.ndarray, list]:
-    blocks = []
-    source.start()
+def capture_while_playing(server, source: MicrophoneSource, wav, sink, sinks) -> tuple[np.ndarray, list, list]:
+    """Captures from ``source`` while ``paplay`` plays ``wav`` into ``sink``, until a little
+    after it ended: (the 16 kHz audio the engine makes of it, its blocks, the raw chunks).
+    ``sinks`` is the fixture of tests/audio/conftest.py."""
+    collector = sinks.Collector()
+    source.start(collector)
     try:
-        deadline = time.monotonic() + FIRST_BLOCK_TIMEOUT_S
-        while not blocks:  # the stream is live before anything is played
-            assert time.monotonic() < deadline, "no audio arrived from the monitor source"
-            blocks += source.read(timeout_s=0.2)
+        # The stream is live before anything is played.
+        collector.wait(lambda c: c.chunks, FIRST_BLOCK_TIMEOUT_S, "audio from the monitor source")
         player = server.play(wav, sink)
         clip_s = sf.info(str(wav)).duration
-        deadline = time.monotonic() + clip_s + 15.0
-        ended_at = None
-        while True:
-            blocks += source.read(timeout_s=0.05)
-            now = time.monotonic()
-            if ended_at is None and player.poll() is not None:
-                ended_at = now
-            if ended_at is not None and now - ended_at > TAIL_S:
-                break
-            if now > deadline:
-                player.kill()
-                pytest.fail("paplay did not finish in time")
+        try:
+            player.wait(timeout=clip_s + 15.0)
+        except subprocess.TimeoutExpired:
+            player.kill()
+            pytest.fail("paplay did not finish in time")
+        time.sleep(TAIL_S)
         assert player.returncode == 0, player.stderr.read().decode(errors="replace")
     finally:
         source.stop()
-    return np.concatenate([b.samples for b in blocks]), blocks
+    assert collector.ends == [], "the device did not end by itself"
+    chunks = collector.chunks
+    blocks = sinks.frame(chunks)  # the engine's conversion (StreamIngest), flushed at the end
+    return np.concatenate([b.samples for b in blocks]), blocks, chunks
 
 
 @pytest.mark.parametrize("sink_index", [0, 1], ids=["48kHz", "44.1kHz"])
-def test_monitor_capture_matches_played_speech(pulse_server, speech_clips, sink_index):
+def test_monitor_capture_matches_played_speech(pulse_server, speech_clips, sinks, sink_index):
     sink = pulse_server.sinks[sink_index]
     clip = speech_clips[CLIP_ID]
     played, rate_hz = sf.read(str(clip.wav), dtype="float32")
@@ -80,14 +78,24 @@ def test_monitor_capture_matches_played_speech(pulse_server, speech_clips, sink_
     assert source.rate_hz == sink.rate_hz
     assert source.device.pulse_source == sink.monitor
 
-    captured, blocks = capture_while_playing(pulse_server, source, clip.wav, sink)
+    captured, blocks, chunks = capture_while_playing(pulse_server, source, clip.wav, sink, sinks)
 
-    # Whole 10 ms frames with a gapless running sample index, nothing dropped.
-    assert all(b.n_samples % FRAME_SAMPLES == 0 and b.stream == "Meeting" for b in blocks)
-    assert all(a.end_sample == b.first_sample for a, b in zip(blocks, blocks[1:]))
+    # What the device delivered: native-rate stereo copies, gapless on the native clock,
+    # nothing refused, capture times in order.
+    assert all(c.stream == "Meeting" and c.rate_hz == sink.rate_hz for c in chunks)
+    assert all(c.samples.dtype == np.float32 and c.samples.shape == (source.block_frames, 2) for c in chunks)
+    assert chunks[0].first_sample == 0
+    assert all(a.end_sample == b.first_sample for a, b in zip(chunks, chunks[1:]))
+    assert all(a.capture_ns <= b.capture_ns for a, b in zip(chunks, chunks[1:]))
     stats = source.stats()
     assert stats.dropped_blocks == 0
-    assert stats.delivered_frames * FRAME_SAMPLES == len(captured)
+    assert stats.delivered_samples == sum(c.n_samples for c in chunks)
+    # What the engine makes of it: whole 10 ms frames with a gapless running sample index.
+    assert all(b.n_samples % FRAME_SAMPLES == 0 and b.stream == "Meeting" for b in blocks)
+    assert blocks[0].first_sample == 0
+    assert all(a.end_sample == b.first_sample for a, b in zip(blocks, blocks[1:]))
+    expected_n = round(stats.delivered_samples * SAMPLE_RATE_HZ / sink.rate_hz)
+    assert len(captured) == -(-expected_n // FRAME_SAMPLES) * FRAME_SAMPLES
     assert len(captured) > len(played)
 
     lag, ncc = best_alignment(captured, played)
@@ -98,24 +106,26 @@ def test_monitor_capture_matches_played_speech(pulse_server, speech_clips, sink_
     print(f"{sink.name}: NCC {ncc:.4f}, lag {lag / SAMPLE_RATE_HZ:.3f} s, span {captured_span_s:.3f}/{played_span_s:.3f} s")
 
 
-def test_default_source_through_portaudio_device_name(pulse_server, speech_clips):
+def test_default_source_through_portaudio_device_name(pulse_server, speech_clips, sinks):
     """Opening PortAudio's ALSA `pulse` device by name captures the server's default source
     (the default sink's monitor), at PortAudio's default rate for that device."""
     clip = speech_clips[CLIP_ID]
     played, _ = sf.read(str(clip.wav), dtype="float32")
     source = MicrophoneSource("pulse", stream="Meeting")
     assert source.device.pulse_source is None and source.device.name == "pulse"
-    captured, _ = capture_while_playing(pulse_server, source, clip.wav, pulse_server.sink)
+    captured, _, chunks = capture_while_playing(pulse_server, source, clip.wav, pulse_server.sink, sinks)
+    assert chunks[0].rate_hz == source.rate_hz
     _, ncc = best_alignment(captured, played)
     assert ncc >= 0.9
 
 
-def test_chosen_source_only(pulse_server, speech_clips):
+def test_chosen_source_only(pulse_server, speech_clips, sinks):
     """Speech played into one sink is not heard on the other sink's monitor."""
     clip = speech_clips[CLIP_ID]
     quiet_sink = pulse_server.sinks[1]
     source = MicrophoneSource(quiet_sink.device, stream="Meeting")
-    captured, _ = capture_while_playing(pulse_server, source, clip.wav, pulse_server.sinks[0])
+    captured, _, chunks = capture_while_playing(pulse_server, source, clip.wav, pulse_server.sinks[0], sinks)
+    assert sum(c.n_samples for c in chunks) > 3 * source.rate_hz  # it was capturing all along
     assert np.abs(captured).max() < 1e-4
 
 

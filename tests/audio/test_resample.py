@@ -2,7 +2,13 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from captioner.audio.resample import MIN_RATE_HZ, Resampler, check_rate, mixdown, resample_whole
+from captioner.audio.resample import (
+    MIN_RATE_HZ,
+    Resampler,
+    check_rate,
+    mixdown,
+    resample_whole,
+)
 from captioner.errors import UserError
 from captioner.events import SAMPLE_RATE_HZ
 

@@ -6,7 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from captioner.audio import pulse
-from captioner.audio.microphone import import_sounddevice, portaudio_lock, refresh_portaudio
+from captioner.audio.microphone import (
+    import_sounddevice,
+    portaudio_lock,
+    refresh_portaudio,
+)
 
 # Names that mark a device capturing what the machine plays rather than a microphone.
 _LOOPBACK_MARKS = ("monitor", "loopback", "stereo mix", "what u hear", "wave out")

@@ -2,9 +2,9 @@
 every command that reads a file shares.
 
 :func:`open_audio_file` validates a file's header, :func:`read_audio_16k` reads, checks and
-resamples a whole file, :class:`FileSource` replays one in 10 ms frames, either paced in real
-time (against an injectable clock, so a test can simulate the replay deterministically) or as
-fast as the consumer reads. A file source never drops audio: it only produces what is read.
+resamples a whole file, :class:`FileSource` replays one at its native rate, mixed to mono,
+either paced in real time (against an injectable clock, so a test can simulate the replay
+deterministically) or as fast as the consumer takes it. A file source never drops audio.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from captioner.audio.resample import Resampler, check_rate
 from captioner.audio.replay import ReplaySource
+from captioner.audio.resample import Resampler, check_rate, mixdown
 from captioner.errors import UserError, one_line
 
 _DECODE_FRAMES = 8192  # native frames decoded per step: small enough to start fast, big enough to be cheap
@@ -217,16 +217,15 @@ def read_audio_16k(path: str | os.PathLike) -> np.ndarray:
 
 
 class FileSource(ReplaySource):
-    """Replays an audio file as 10 ms frames of 16 kHz mono (mixed down, resampled).
+    """Replays an audio file at its native rate, mixed down to mono (the consumer resamples).
 
-    ``realtime=True`` releases each frame when ``clock_ns()`` reaches its place in the file
-    (measured from :meth:`start`), sleeping with ``sleep`` while nothing is due; give a fake
-    clock and a ``sleep`` that advances it to simulate a replay deterministically.
-    ``realtime=False`` hands out up to ``max_read_frames`` frames per ``read``, as fast as the
-    consumer asks: the consumer's pace is the backpressure, and nothing is ever dropped.
-    The last partial frame is padded with zeros. The file is checked when the source is made;
-    ``check_samples=True`` also decodes it once, so NaN/Inf samples and a file shorter than its
-    header are reported before anything starts (they are checked again while replaying).
+    Pacing is :class:`~captioner.audio.replay.ReplaySource`'s: ``realtime=True`` releases each
+    chunk when ``clock_ns()`` reaches its place in the file (measured from :meth:`start`);
+    give a fake clock and a ``sleep`` that advances it to simulate a replay deterministically.
+    ``realtime=False`` delivers as fast as the sink takes it. The file is checked when the
+    source is made; ``check_samples=True`` also decodes it once, so NaN/Inf samples and a file
+    shorter than its header are reported before anything starts (a replay that meets them
+    anyway ends with a ``SourceEnd`` that carries the error).
     """
 
     def __init__(
@@ -235,8 +234,7 @@ class FileSource(ReplaySource):
         stream: str | None = None,
         realtime: bool = False,
         clock_ns: Callable[[], int] = time.monotonic_ns,
-        sleep: Callable[[float], object] = time.sleep,
-        max_read_frames: int = 100,
+        sleep: Callable[[float], object] | None = None,
         check_samples: bool = True,
     ):
         self.info = check_audio_samples(path) if check_samples else open_audio_file(path)
@@ -245,32 +243,28 @@ class FileSource(ReplaySource):
             realtime=realtime,
             clock_ns=clock_ns,
             sleep=sleep,
-            max_read_frames=max_read_frames,
         )
+        self.rate_hz = self.info.rate_hz
         self._file = None
         self._blocks: Iterator[np.ndarray] | None = None
-        self._resampler: Resampler | None = None
 
     @property
     def duration_s(self) -> float:
         return self.info.duration_s
 
     def _open(self) -> None:
+        """Owner thread, from ``start``."""
         self._file = _open_sound_file(self.info)
         self._blocks = _native_blocks(self._file, self.info)
-        self._resampler = Resampler(self.info.rate_hz)
 
-    def _produce(self, wanted_samples: int) -> np.ndarray | None:
-        if self._blocks is None:
-            return None
-        block = next(self._blocks, None)
-        if block is None:
-            tail = self._resampler.flush()
-            self._blocks = None
-            return tail
-        return self._resampler.process(block)
+    def _produce(self) -> np.ndarray | None:
+        """Replay thread: the next decoded block, mixed down; raises ``UserError`` when the
+        file turns out damaged."""
+        block = next(self._blocks, None) if self._blocks is not None else None
+        return None if block is None else mixdown(block)
 
     def _close(self) -> None:
+        """Replay thread, once it ends."""
         if self._file is not None:
             self._file.close()
         self._file = None

@@ -2,10 +2,11 @@
 
 The one module of the project that imports ``sounddevice``, and only inside functions, so
 everything else imports on a machine without PortAudio. A device is opened at its native rate
-and channel count; the PortAudio callback copies the block and puts it into a bounded queue,
-nothing more (no logging, no resampling, no allocation beyond the copy): a full queue drops the
-block and counts it, a driver overflow is counted too. The consumer (the engine's audio thread,
-in :meth:`MicrophoneSource.read`) mixes down, resamples to 16 kHz and cuts 10 ms frames.
+and channel count; the PortAudio callback copies the block and hands it to the consumer's sink
+as a :class:`~captioner.audio.source.RawChunk`, nothing more (no logging, no resampling, no
+allocation beyond the copy): a chunk the sink refuses is dropped and counted, a driver overflow
+is counted too. The consumer mixes down, resamples to 16 kHz and cuts 10 ms frames
+(:class:`~captioner.audio.ingest.StreamIngest`).
 
 Devices, by ``device``:
 
@@ -21,21 +22,16 @@ Devices, by ``device``:
 
 from __future__ import annotations
 
-import math
 import os
-import queue
 import threading
 import time
 from dataclasses import dataclass
 
-
 from captioner.audio import pulse
-from captioner.audio.framing import Framer
 from captioner.audio.pulse import PULSE_PREFIX
-from captioner.audio.resample import Resampler, check_rate
-from captioner.audio.source import SourceStats
+from captioner.audio.resample import check_rate
+from captioner.audio.source import RawChunk, Sink, SourceEnd, SourceStats
 from captioner.errors import UserError, one_line
-from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ, AudioBlock
 
 # PortAudio devices that lead to the PulseAudio/PipeWire server, best first.
 _PULSE_GATEWAYS = ("pulse", "pipewire", "default")
@@ -166,9 +162,12 @@ class MicrophoneSource:
     """A live input device as an :class:`~captioner.audio.source.AudioSource`.
 
     The device is resolved when the source is made (a missing device is a ``UserError`` then);
-    it is opened by :meth:`start`. ``queue_s`` bounds how much audio may wait for the consumer
-    before blocks are dropped (and counted). ``block_ms`` is the PortAudio block length.
+    it is opened by :meth:`start`. ``block_ms`` is the PortAudio block length, so the length of
+    each :class:`~captioner.audio.source.RawChunk`. The native clock restarts at 0 on every
+    ``start``; the counters of :meth:`stats` add up over the source's life.
     """
+
+    live = True
 
     def __init__(
         self,
@@ -177,7 +176,6 @@ class MicrophoneSource:
         channels: int | None = None,
         rate_hz: int | None = None,
         block_ms: float = 20.0,
-        queue_s: float = 2.0,
     ):
         self.stream = stream
         # A DeviceChoice is a device already resolved (by a caller that needed it first).
@@ -185,42 +183,67 @@ class MicrophoneSource:
         self.rate_hz = self.device.rate_hz
         self.channels = self.device.channels
         self.block_frames = max(1, int(round(self.rate_hz * block_ms / 1000)))
-        self._queue: queue.Queue = queue.Queue(maxsize=max(2, math.ceil(queue_s * 1000 / block_ms)))
-        self._resampler = Resampler(self.rate_hz)
-        self._framer = Framer(stream)
         self._stream = None
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # serialises start/stop
+        self._sink: Sink | None = None
+        self._callback_abort: type[Exception] = Exception  # sounddevice.CallbackAbort once started
         # Written only by the PortAudio callback thread, read by anyone: plain ints suffice.
-        self._native_position = 0
+        self._position = 0  # native index of the next block's first sample
         self._overflows = 0
         self._dropped_blocks = 0
-        # Consumer-side state (the reading thread only).
-        self._expected_position = 0
-        self._delivered_frames = 0
-        self._ended = threading.Event()
+        self._delivered_samples = 0
+        self._sink_error = ""
+        # Set by stop() before the stream is aborted: PortAudio then calls finished_callback,
+        # which must not report our own stop as a lost device.
+        self._stopping = False
+        self._exhausted = False
 
     # -- PortAudio callback thread ------------------------------------------------------------
     def _callback(self, indata, frames, time_info, status) -> None:
+        """Called by PortAudio for every block: a copy goes to the sink, nothing more."""
         if status:
             self._overflows += 1
-        position = self._native_position
-        self._native_position = position + frames
+        position = self._position
+        self._position = position + frames
+        if self._stopping:
+            return
+        chunk = RawChunk(self.stream, self.rate_hz, position, time.monotonic_ns(), indata.copy())
         try:
-            self._queue.put_nowait((position, time.monotonic_ns(), indata.copy()))
-        except queue.Full:
+            taken = self._sink(chunk)
+        except Exception as error:
+            # A sink that raises is a bug of the consumer: end the stream and say so in the
+            # SourceEnd, rather than let PortAudio abort with only a traceback on stderr.
+            self._sink_error = one_line(error)
+            raise self._callback_abort from None
+        if taken:
+            self._delivered_samples += frames
+        else:
             self._dropped_blocks += 1
 
     def _finished(self) -> None:
-        self._ended.set()
+        """Called by PortAudio once the stream has become inactive: after our own stop, or when
+        the device went away (or the callback aborted)."""
+        if self._stopping:
+            return
+        self._exhausted = True
+        why = f"the consumer failed: {self._sink_error}" if self._sink_error else "input device stopped"
+        self._sink(SourceEnd(self.stream, error=why))
 
     # -- owner thread -------------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, sink: Sink) -> None:
+        """Opens the device; blocks go to ``sink`` from PortAudio's callback thread, so the sink
+        must never block (return False to refuse a chunk: it is dropped and counted)."""
         global _open_streams
         with self._lock:
             if self._stream is not None:
-                return
+                raise RuntimeError(f"input {self.device.label} is already started")
             sd = import_sounddevice()
-            self._ended.clear()
+            self._sink = sink
+            self._callback_abort = sd.CallbackAbort
+            self._position = 0
+            self._sink_error = ""
+            self._stopping = False
+            self._exhausted = False
             with portaudio_lock:  # counted from before the open: no rescan may run under it
                 _open_streams += 1
             try:
@@ -250,6 +273,7 @@ class MicrophoneSource:
                     try:
                         stream.start()
                     except BaseException:
+                        self._stopping = True  # closing a half-started stream is no lost device
                         stream.close()
                         raise
                 finally:
@@ -263,11 +287,14 @@ class MicrophoneSource:
         return stream
 
     def stop(self) -> None:
+        """Closes the device. PortAudio's abort returns only once the callback thread is done,
+        so no sink call happens after this returns."""
         global _open_streams
         with self._lock:
             stream, self._stream = self._stream, None
             if stream is None:
                 return
+            self._stopping = True
             try:
                 stream.abort()  # drops what the driver still buffers: no wait on a stalled device
                 stream.close()
@@ -276,44 +303,17 @@ class MicrophoneSource:
             finally:
                 with portaudio_lock:
                     _open_streams -= 1
-                self._ended.set()
 
-    # -- consumer thread ----------------------------------------------------------------------
+    # -- any thread ---------------------------------------------------------------------------
     @property
     def exhausted(self) -> bool:
-        """True when the stream has ended (stopped, or the device went away) and all was read."""
-        return self._ended.is_set() and self._queue.empty()
+        """True once the device went away and its SourceEnd was delivered (never after our own
+        :meth:`stop`, which delivers nothing)."""
+        return self._exhausted
 
     def stats(self) -> SourceStats:
         return SourceStats(
-            delivered_frames=self._delivered_frames,
+            delivered_samples=self._delivered_samples,
             dropped_blocks=self._dropped_blocks,
             overflows=self._overflows,
-            queue_depth=self._queue.qsize(),
         )
-
-    def read(self, timeout_s: float = 0.0) -> list[AudioBlock]:
-        """Called by the consumer thread: resamples and frames whatever the callback queued."""
-        items = []
-        try:
-            items.append(self._queue.get(timeout=timeout_s) if timeout_s > 0 else self._queue.get_nowait())
-        except queue.Empty:
-            return []
-        for _ in range(self._queue.qsize()):
-            try:
-                items.append(self._queue.get_nowait())
-            except queue.Empty:
-                break
-        blocks = []
-        for position, capture_ns, data in items:
-            if position != self._expected_position:
-                # Blocks were dropped: start the resampler afresh and jump the clock over the gap.
-                self._resampler.reset()
-                self._framer.jump_to(position * SAMPLE_RATE_HZ // self.rate_hz)
-            self._expected_position = position + data.shape[0]
-            captured_to = self._expected_position * SAMPLE_RATE_HZ // self.rate_hz
-            block = self._framer.push(self._resampler.process(data), capture_ns, captured_to)
-            if block is not None:
-                self._delivered_frames += block.n_samples // FRAME_SAMPLES
-                blocks.append(block)
-        return blocks

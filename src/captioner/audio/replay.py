@@ -1,5 +1,6 @@
-"""Pacing shared by the finite sources (file, synthetic): 16 kHz audio from a producer,
-released as whole 10 ms frames either in real time against a clock or on demand.
+"""The delivery thread shared by the finite sources (file, synthetic): native-rate mono audio
+from a producer, cut into short chunks and pushed into the consumer's sink, either paced in
+real time against a clock or as fast as the sink takes them.
 """
 
 from __future__ import annotations
@@ -11,132 +12,166 @@ from collections.abc import Callable
 
 import numpy as np
 
-from captioner.audio.source import SourceStats
-from captioner.events import FRAME_SAMPLES, NS_PER_S, SAMPLE_RATE_HZ, AudioBlock
+from captioner.audio.source import RawChunk, Sink, SourceEnd, SourceStats
+from captioner.errors import one_line
+from captioner.events import NS_PER_S
 
+REPLAY_CHUNK_S = 0.02
+"""Length of one delivered chunk: a device's usual block, so a replay looks like a capture."""
 
 
 class ReplaySource(ABC):
     """Base of sources that make their audio on demand, so they never drop any.
 
-    Subclasses implement :meth:`_open` (called by ``start``), :meth:`_produce` (the next
-    16 kHz mono samples, or ``None`` at the end) and :meth:`_close`. ``realtime=True``
-    releases a frame once ``clock_ns()`` has passed its end (counted from ``start``),
-    sleeping with ``sleep`` while nothing is due; ``realtime=False`` hands out up to
-    ``max_read_frames`` frames per ``read``. The last partial frame is padded with zeros.
+    Subclasses set ``rate_hz`` and implement :meth:`_open` (called by ``start`` on the owner's
+    thread: a file that cannot be opened is a ``UserError`` there), :meth:`_produce` (the next
+    native-rate mono samples, or ``None`` at the end; on the replay thread) and :meth:`_close`.
+
+    ``start(sink)`` spawns the thread ``captioner-replay-<stream>``, which delivers
+    :data:`REPLAY_CHUNK_S` chunks. ``realtime=True`` releases each once ``clock_ns()`` has
+    reached its last sample's time (counted from ``start``), sleeping meanwhile with ``sleep``
+    or, by default, on the stop event (so ``stop`` wakes it at once); its ``capture_ns`` is
+    that due time. Give a fake clock and a ``sleep`` that advances it, and a realtime replay
+    runs deterministically at full speed. ``realtime=False`` delivers as fast as the sink
+    takes the chunks; a sink that blocks is the backpressure, and nothing is ever dropped.
+    After the last chunk comes ``SourceEnd(stream)``; a failure while producing (a file that
+    turns out damaged) ends with ``SourceEnd(stream, error=...)``. A sink that returns False
+    (the consumer is shutting down) ends the delivery with nothing more.
     """
+
+    live = False
+    rate_hz: int
 
     def __init__(
         self,
         stream: str,
         realtime: bool = False,
         clock_ns: Callable[[], int] = time.monotonic_ns,
-        sleep: Callable[[float], object] = time.sleep,
-        max_read_frames: int = 100,
+        sleep: Callable[[float], object] | None = None,
     ):
         self.stream = stream
         self.realtime = realtime
         self._clock_ns = clock_ns
-        self._sleep = sleep
-        self._max_read_samples = max(1, int(max_read_frames)) * FRAME_SAMPLES
-        self._lock = threading.Lock()
-        self._running = False
-        self._buffer = np.zeros(0, dtype=np.float32)  # produced samples not yet released
-        self._released = 0  # stream index of _buffer[0]
-        self._produced_all = False
-        self._start_ns = 0
-        self._delivered_frames = 0
+        self._stop_event = threading.Event()
+        self._sleep = sleep if sleep is not None else self._stop_event.wait
+        self._lock = threading.Lock()  # serialises start/stop
+        self._thread: threading.Thread | None = None
+        self._exhausted = False
+        self._delivered_samples = 0  # written by the replay thread only
 
     # -- for subclasses ---------------------------------------------------------------------
     def _open(self) -> None:
         pass
 
     @abstractmethod
-    def _produce(self, wanted_samples: int) -> np.ndarray | None:
-        """The next samples (about ``wanted_samples``), or ``None`` once the audio has ended."""
+    def _produce(self) -> np.ndarray | None:
+        """The next native-rate mono float32 samples (any length), or ``None`` at the end."""
 
     def _close(self) -> None:
         pass
 
-    # -- AudioSource ------------------------------------------------------------------------
-    def start(self) -> None:
+    # -- owner thread -----------------------------------------------------------------------
+    def start(self, sink: Sink) -> None:
+        """Opens the audio (raising ``UserError`` if it cannot) and starts the replay thread,
+        which calls ``sink``. A source that ran to its end (or was stopped) may start again,
+        from the beginning."""
         with self._lock:
-            if self._running:
-                return
+            previous = self._thread
+            if previous is not None and previous.is_alive():
+                if not self._stop_event.is_set() or previous is threading.current_thread():
+                    raise RuntimeError(f"replay {self.stream!r} is already started")
+                # Stopped from inside its own sink, it may still be closing its file: wait.
+                previous.join()
             self._open()
-            self._running = True
-            self._buffer = np.zeros(0, dtype=np.float32)
-            self._released = 0
-            self._produced_all = False
-            self._delivered_frames = 0
-            self._start_ns = int(self._clock_ns())
+            self._stop_event.clear()
+            self._exhausted = False
+            self._delivered_samples = 0
+            start_ns = int(self._clock_ns())
+            self._thread = threading.Thread(
+                target=self._run, args=(sink, start_ns), name=f"captioner-replay-{self.stream}", daemon=True
+            )
+            self._thread.start()
 
     def stop(self) -> None:
-        with self._lock:
-            if self._running:
-                self._close()
-            self._running = False
+        """Stops the replay thread and joins it, so no sink call happens after this returns.
 
+        A sink blocked at that moment must be released first (made to return False): the
+        consumer that owns it does that before stopping its sources.
+        """
+        with self._lock:
+            self._stop_event.set()
+            thread = self._thread
+            if thread is None or thread is threading.current_thread():
+                return  # called by the sink, on the replay thread: it ends once the sink returns
+            thread.join()
+            self._thread = None
+
+    # -- any thread -------------------------------------------------------------------------
     @property
     def exhausted(self) -> bool:
-        return self._produced_all and self._buffer.size == 0
+        """True once the :class:`~captioner.audio.source.SourceEnd` was delivered."""
+        return self._exhausted
 
     def stats(self) -> SourceStats:
-        return SourceStats(
-            delivered_frames=self._delivered_frames, queue_depth=self._buffer.shape[0] // FRAME_SAMPLES
-        )
+        return SourceStats(delivered_samples=self._delivered_samples)
 
-    def read(self, timeout_s: float = 0.0) -> list[AudioBlock]:
-        """Called by the consumer (the engine's audio thread)."""
-        with self._lock:
-            if not self._running or self.exhausted:
-                return []
-            if not self.realtime:
-                self._fill(self._max_read_samples)
-                return self._release(min(self._max_read_samples, self._buffer.shape[0]), int(self._clock_ns()))
+    # -- replay thread ----------------------------------------------------------------------
+    def _run(self, sink: Sink, start_ns: int) -> None:
+        chunk_samples = max(1, round(self.rate_hz * REPLAY_CHUNK_S))
+        try:
+            position = 0
+            for samples, end in self._chunks(chunk_samples):
+                if self._stop_event.is_set():
+                    return
+                if end is not None:
+                    self._exhausted = True  # before the call: whoever receives the end sees it
+                    sink(end)
+                    return
+                end_sample = position + samples.shape[0]
+                if self.realtime:
+                    capture_ns = self._wait_until(start_ns + -(-end_sample * NS_PER_S // self.rate_hz))
+                    if capture_ns is None:
+                        return
+                else:
+                    capture_ns = int(self._clock_ns())
+                if not sink(RawChunk(self.stream, self.rate_hz, position, capture_ns, samples)):
+                    return  # the consumer is shutting down
+                self._delivered_samples += samples.shape[0]
+                position = end_sample
+        finally:
+            self._close()
+
+    def _chunks(self, chunk_samples: int):
+        """``(samples, None)`` for every chunk of ``chunk_samples`` (the last may be shorter),
+        then ``(None, SourceEnd)``. A producer that fails ends the audio there: what it made
+        before is still delivered, then the end carries its error."""
+        pending = np.zeros(0, dtype=np.float32)
+        end: SourceEnd | None = None
+        while True:
+            while pending.shape[0] < chunk_samples and end is None:
+                try:
+                    piece = self._produce()
+                except Exception as error:
+                    end = SourceEnd(self.stream, error=one_line(error) or type(error).__name__)
+                    break
+                if piece is None:
+                    end = SourceEnd(self.stream)
+                else:
+                    piece = np.asarray(piece, dtype=np.float32).reshape(-1)
+                    pending = np.concatenate((pending, piece)) if pending.size else piece
+            if pending.shape[0] == 0:
+                yield None, end
+                return
+            # A copy: the chunk must not share memory with the producer's buffers.
+            chunk, pending = pending[:chunk_samples].copy(), pending[chunk_samples:]
+            yield chunk, None
+
+    def _wait_until(self, due_ns: int) -> int | None:
+        """Sleeps until ``clock_ns()`` reaches ``due_ns``; returns ``due_ns``, or ``None`` when
+        the source was stopped meanwhile."""
+        while not self._stop_event.is_set():
             now_ns = int(self._clock_ns())
-            next_due_ns = self._start_ns + -(-(self._released + FRAME_SAMPLES) * NS_PER_S // SAMPLE_RATE_HZ)
-            if now_ns < next_due_ns:
-                wait_s = min(float(timeout_s), (next_due_ns - now_ns) / NS_PER_S)
-                if wait_s <= 0:
-                    return []
-                self._sleep(wait_s)
-                now_ns = int(self._clock_ns())
-            due = (now_ns - self._start_ns) * SAMPLE_RATE_HZ // NS_PER_S - self._released
-            due -= due % FRAME_SAMPLES
-            if due <= 0:
-                return []
-            self._fill(due)
-            n_samples = min(due, self._buffer.shape[0])
-            # A frame is released once its last sample's time has come: capture time = that time.
-            end_sample = self._released + n_samples
-            return self._release(n_samples, self._start_ns + end_sample * NS_PER_S // SAMPLE_RATE_HZ)
-
-    # -- internals --------------------------------------------------------------------------
-    def _fill(self, wanted_samples: int) -> None:
-        pieces = [self._buffer]
-        have = self._buffer.shape[0]
-        while have < wanted_samples and not self._produced_all:
-            piece = self._produce(wanted_samples - have)
-            if piece is None:
-                self._produced_all = True
-                pad = (-have) % FRAME_SAMPLES
-                if pad:
-                    pieces.append(np.zeros(pad, dtype=np.float32))
-                    have += pad
-            else:
-                piece = np.asarray(piece, dtype=np.float32).reshape(-1)
-                pieces.append(piece)
-                have += piece.shape[0]
-        if len(pieces) > 1:
-            self._buffer = np.concatenate(pieces)
-
-    def _release(self, n_samples: int, capture_ns: int) -> list[AudioBlock]:
-        n_samples -= n_samples % FRAME_SAMPLES
-        if n_samples <= 0:
-            return []
-        block = AudioBlock(self.stream, self._released, capture_ns, self._buffer[:n_samples].copy())
-        self._buffer = self._buffer[n_samples:]
-        self._released += n_samples
-        self._delivered_frames += n_samples // FRAME_SAMPLES
-        return [block]
+            if now_ns >= due_ns:
+                return due_ns
+            self._sleep((due_ns - now_ns) / NS_PER_S)
+        return None

@@ -1,29 +1,79 @@
-"""What every audio source offers the engine: whole 10 ms frames of 16 kHz mono float32.
+"""What every audio source offers the engine: its audio as captured, pushed into a sink.
 
-A source is pulled, never pushed: the engine's audio thread calls :meth:`AudioSource.read`,
-so a slow consumer shows up as a growing queue (and, for a live device, as counted drops)
-instead of as work done on the capture thread.
+A source pushes, from its device's callback or its own thread, :class:`RawChunk`\\ s at its
+native rate and, once it will deliver nothing more, one :class:`SourceEnd`. It never resamples
+or frames: that happens in one place, :class:`~captioner.audio.ingest.StreamIngest`, on the
+consumer's thread. So no thread polls: the consumer blocks on what the sinks fill.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from captioner.events import AudioBlock
+import numpy as np
+
+
+@dataclass(frozen=True, slots=True)
+class RawChunk:
+    """Audio as a source captured it: native rate, not yet resampled or framed.
+
+    ``first_sample`` is the index of ``samples[0]`` on the source's own native-rate sample
+    clock (0 at ``start``); a jump forward from where the previous chunk ended means audio was
+    lost before it reached the consumer. ``capture_ns`` is when the last sample was captured
+    (``time.monotonic_ns()``, or the source's injected clock). ``samples`` is float32, ``[n]``
+    or ``[n, channels]``, and the source's own copy (never a driver's buffer).
+    """
+
+    stream: str
+    rate_hz: int
+    first_sample: int
+    capture_ns: int
+    samples: np.ndarray
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.samples.shape[0])
+
+    @property
+    def end_sample(self) -> int:
+        """Native index just past the last sample: the next chunk's ``first_sample`` when
+        nothing was lost in between."""
+        return self.first_sample + self.n_samples
+
+
+@dataclass(frozen=True, slots=True)
+class SourceEnd:
+    """The source will deliver nothing more.
+
+    ``error`` is ``""`` for a finite source that reached its end, else one line saying why
+    (the device was lost, the file failed to decode).
+    """
+
+    stream: str
+    error: str = ""
+
+
+Sink = Callable[[RawChunk | SourceEnd], bool]
+"""Takes a source's items; returns False when the item was NOT taken.
+
+A live source's sink must never block (a refused chunk is dropped and counted); a finite
+source's sink may block (backpressure), and its False means "the consumer is shutting down".
+"""
 
 
 @dataclass(frozen=True, slots=True)
 class SourceStats:
     """A snapshot of a source's counters.
 
-    ``delivered_frames`` counts 10 ms frames handed out by ``read``; ``dropped_blocks`` counts
-    device blocks thrown away because the bounded queue was full (the consumer fell behind);
-    ``overflows`` counts blocks the audio driver itself reported as overflowed (samples lost
-    before they reached us); ``queue_depth`` is how many blocks wait to be read now.
+    ``delivered_samples`` counts native-rate samples the sink took; ``dropped_blocks`` counts
+    chunks the sink refused (the consumer fell behind); ``overflows`` counts blocks the audio
+    driver itself reported as overflowed (samples lost before they reached us);
+    ``queue_depth`` is always 0 now that sources keep no queue (kept for the status line).
     """
 
-    delivered_frames: int = 0
+    delivered_samples: int = 0
     dropped_blocks: int = 0
     overflows: int = 0
     queue_depth: int = 0
@@ -33,28 +83,29 @@ class SourceStats:
 class AudioSource(Protocol):
     """A stream of audio, labelled ``stream`` (e.g. "Me", "Meeting", or a file's stem).
 
-    ``start``/``stop`` are called by the thread that owns the pipeline; ``read`` and ``stats``
-    may be called from the engine's audio thread while the source runs.
+    ``start``/``stop`` are called by the thread that owns the pipeline; the sink is called
+    from the device callback or the source's own thread; ``stats`` and ``exhausted`` from any
+    thread.
     """
 
     stream: str
+    rate_hz: int
+    """Native rate of the chunks it delivers."""
+    live: bool
+    """True for devices (the sink must never block); False for finite replays (the sink may
+    block, and nothing is ever dropped)."""
 
-    def start(self) -> None:
-        """Begin capturing (or replaying). Raises ``UserError`` when that cannot happen."""
+    def start(self, sink: Sink) -> None:
+        """Begins delivering into ``sink``; raises ``UserError`` when that cannot happen."""
 
     def stop(self) -> None:
-        """Stop and release the device or file; safe to call twice or before ``start``."""
-
-    def read(self, timeout_s: float = 0.0) -> list[AudioBlock]:
-        """Everything ready now, as blocks of whole 10 ms frames in sample order.
-
-        Waits up to ``timeout_s`` for the first block when nothing is ready; returns ``[]``
-        when nothing came in that time (or the source is exhausted).
-        """
+        """Stops delivering: no sink call happens after it returns. Joins the source's own
+        thread, so a sink blocked at that moment must be released (return False) first.
+        Safe to call twice or before ``start``."""
 
     @property
     def exhausted(self) -> bool:
-        """True once a finite source has delivered everything (a live device: once it died)."""
+        """True once the :class:`SourceEnd` was delivered."""
 
     def stats(self) -> SourceStats:
         """Counters so far; cheap, callable from any thread."""

@@ -1,7 +1,7 @@
 """Synthetic audio (tones, noise, silence, or any array) as a source, for tests and demos.
 
-A signal can be given at any rate and channel count; it then goes through the same mixdown and
-streaming resampler as a file or a device, so tests exercise the real conversion path.
+A signal can be given at any rate and channel count; it is delivered at that rate, mixed down
+to mono, so the consumer's conversion to 16 kHz frames is the same as for a file or a device.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from captioner.audio.replay import ReplaySource
-from captioner.audio.resample import Resampler
+from captioner.audio.replay import REPLAY_CHUNK_S, ReplaySource
+from captioner.audio.resample import check_rate, mixdown
 from captioner.events import SAMPLE_RATE_HZ
 
 
@@ -34,11 +34,11 @@ def silence(duration_s: float, rate_hz: int = SAMPLE_RATE_HZ) -> np.ndarray:
 
 
 class SyntheticSource(ReplaySource):
-    """Plays ``signal`` (``[n]`` or ``[n, channels]`` at ``rate_hz``) once, or ``loop``\\ s it.
+    """Plays ``signal`` (``[n]`` or ``[n, channels]`` at ``rate_hz``) once, or ``loop``\\ s it,
+    at ``rate_hz``, mixed down to mono.
 
     Pacing is :class:`~captioner.audio.replay.ReplaySource`'s: real time against an injectable
-    clock, or on demand. ``chunk_samples`` is how much native audio is converted per step, so a
-    test can vary how the signal is cut before resampling and framing.
+    clock, or as fast as the sink takes it.
     """
 
     def __init__(
@@ -49,21 +49,19 @@ class SyntheticSource(ReplaySource):
         realtime: bool = False,
         loop: bool = False,
         clock_ns: Callable[[], int] = time.monotonic_ns,
-        sleep: Callable[[float], object] = time.sleep,
-        max_read_frames: int = 100,
-        chunk_samples: int = 4096,
+        sleep: Callable[[float], object] | None = None,
     ):
-        super().__init__(stream, realtime=realtime, clock_ns=clock_ns, sleep=sleep, max_read_frames=max_read_frames)
+        super().__init__(stream, realtime=realtime, clock_ns=clock_ns, sleep=sleep)
         signal = np.asarray(signal, dtype=np.float32)
         if signal.ndim not in (1, 2) or signal.shape[0] == 0:
             raise ValueError("signal must be a non-empty [n] or [n, channels] array")
-        self.signal = signal
+        check_rate(rate_hz, "the synthetic signal")
+        self.signal = mixdown(signal)
         self.rate_hz = int(rate_hz)
         self.loop = loop
-        self._chunk_samples = max(1, int(chunk_samples))
+        # About one delivered chunk per step; the replay thread re-cuts it anyway.
+        self._step_samples = max(1, round(self.rate_hz * REPLAY_CHUNK_S))
         self._position = 0
-        self._resampler = Resampler(self.rate_hz)
-        self._finished = False
 
     @classmethod
     def tone(cls, freq_hz: float = 440.0, duration_s: float = 1.0, rate_hz: int = SAMPLE_RATE_HZ,
@@ -81,19 +79,14 @@ class SyntheticSource(ReplaySource):
 
     def _open(self) -> None:
         self._position = 0
-        self._finished = False
-        self._resampler.reset()
 
-    def _produce(self, wanted_samples: int) -> np.ndarray | None:
-        if self._finished:
-            return None
+    def _produce(self) -> np.ndarray | None:
+        """Replay thread."""
         n = self.signal.shape[0]
         if self._position >= n:
-            if self.loop:
-                self._position = 0
-            else:
-                self._finished = True
-                return self._resampler.flush()
-        chunk = self.signal[self._position : self._position + self._chunk_samples]
-        self._position += chunk.shape[0]
-        return self._resampler.process(chunk)
+            if not self.loop:
+                return None
+            self._position = 0
+        piece = self.signal[self._position : self._position + self._step_samples]
+        self._position += piece.shape[0]
+        return piece
