@@ -11,8 +11,8 @@ import urllib.request
 
 import numpy as np
 import pytest
-from PySide6.QtGui import QImage
 from prometheus_client.parser import text_string_to_metric_families
+from PySide6.QtGui import QImage
 
 from captioner.app import cli
 from captioner.events import CaptionUpdate, PipelineStatus
@@ -32,17 +32,31 @@ def transcripts(tmp_path, monkeypatch):
 @pytest.mark.slow
 def test_real_pipeline_drives_the_window(window, qtbot, speech_clips, transcripts):
     from captioner.app.gui_app import LiveController
+    from captioner.app.gui_main import connect_window
 
     clip = speech_clips[CLIP]
-    controller = LiveController(window, device="cpu", metrics_port=0, interactive=False)
+    window.interactive = False
     progress = []
-    controller.progress.connect(lambda message, fraction: progress.append((message, fraction)))
+
+    class ProgressTap:
+        """The window's session view, keeping a copy of the progress reports."""
+
+        def __getattr__(self, name):
+            return getattr(window.session, name)
+
+        def session_progress(self, message, fraction):
+            progress.append((message, fraction))
+            window.session.session_progress(message, fraction)
+
+    controller = LiveController(ProgressTap(), device="cpu", metrics_port=0)
+    connect_window(window, controller)
     try:
         config = RunConfig(sources=(SourceChoice("file", "Meeting", clip.wav.name, path=str(clip.wav)),), model="tiny.en")
         window.start_requested.emit(config)
         qtbot.waitUntil(lambda: window.controls.running and controller.pipeline is not None, timeout=240_000)
         # the file plays at real-time pace, then the app stops by itself and commits the rest
-        qtbot.waitUntil(lambda: controller.pipeline is None and not controller._busy, timeout=240_000)
+        qtbot.waitUntil(lambda: controller.pipeline is None and not controller.busy and not window.controls.running,
+                        timeout=240_000)
         with urllib.request.urlopen(f"http://127.0.0.1:{controller.metrics.port}/metrics", timeout=5) as r:
             families = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
     finally:

@@ -1,22 +1,32 @@
 """Composition root of the desktop app: turns the window's requests into a running pipeline.
 
-:class:`LiveController` owns the pipeline, the telemetry sampler and the optional Prometheus
-exporter; the window pulls from it (it is the window's *feed*). The pipeline loads its model for
-seconds (minutes on a first launch, when the ONNX graphs are built), so start and stop run on a
-short-lived thread and report back through queued Qt signals; the GUI thread never blocks on them.
+:class:`LiveController` is plain Python: no Qt here. It owns the pipeline, the telemetry sampler
+and the optional Prometheus exporter. The GUI entry point (:mod:`captioner.app.gui_main`)
+connects the window's requests (start, stop, refresh devices) to its methods; the window pulls
+captions, status and telemetry from it (it is the window's *feed*); and it tells the window how a
+session goes only through a :class:`~captioner.ui.session_view.SessionView`, never through a
+widget.
+
+The pipeline loads its model for seconds (minutes on a first launch, when the ONNX graphs are
+built), so start and stop run on a short-lived helper thread and report to the view from there;
+the window's implementation of the view queues those calls onto the GUI thread, which never
+blocks on a start or a stop.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
-
-from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtWidgets import QMessageBox, QProgressDialog
 
 from captioner.errors import UserError, one_line
 from captioner.events import CaptionUpdate, PipelineStatus, TelemetrySample
-from captioner.ui.controls import RunConfig, SourceChoice
+from captioner.ui.run_config import RunConfig, SourceChoice
+from captioner.ui.session_view import SessionView
+
+# Builds a pipeline: called like captioner.engine.pipeline.Pipeline (sources, then model=,
+# language=, task=, device=, transcript=, progress=); tests pass a fake.
+PipelineFactory = Callable[..., Any]
 
 
 def unique_streams(choices: tuple[SourceChoice, ...]) -> list[tuple[SourceChoice, str]]:
@@ -43,31 +53,41 @@ def open_sources(config: RunConfig) -> list[Any]:
     return sources
 
 
-class LiveController(QObject):
-    """GUI thread, except the ``_run_*`` bodies which run on a helper thread."""
+def start_failure(exc: Exception) -> str:
+    """The sentence the window shows for a start that raised ``exc``."""
+    if isinstance(exc, UserError):
+        return str(exc)  # already written for the user
+    return f"could not start: {type(exc).__name__}: {one_line(exc)}"
 
-    started = Signal(object)  # PipelineStatus | None
-    failed = Signal(str)
-    stopped = Signal()
-    progress = Signal(str, float)
 
-    def __init__(self, window, device: str | None = None, metrics_port: int | None = None,
-                 interactive: bool = True) -> None:
-        super().__init__()
+class LiveController:
+    """One captioning session at a time, behind the window.
+
+    Threads: the public methods run on the GUI thread (they are the window's requests and its
+    feed); ``_run_start`` and ``_run_stop`` run on a helper thread each. ``pipeline`` and
+    ``busy`` change on both, under one lock.
+    """
+
+    def __init__(self, view: SessionView, device: str | None = None, metrics_port: int | None = None,
+                 pipeline_factory: PipelineFactory | None = None) -> None:
+        """GUI thread. ``view``: where the session's course is reported (the window's
+        ``session``); ``pipeline_factory``: what builds a pipeline (default: the engine's)."""
         from captioner.engine.pipeline import telemetry_gpu_index
         from captioner.gpu.telemetry import TelemetrySampler
 
-        self.window = window
+        self.view = view
         self.device = device
-        self.interactive = interactive
+        self.pipeline_factory = pipeline_factory
         self.pipeline: Any = None
         self._transcript: Any = None
-        self._busy = False
+        self._busy = False  # a start or a stop is in flight: the next request waits for it
         self._closing = False
+        self._files_only = False
+        # Held while pipeline/_busy/_closing change and while the view hears of it, so the view
+        # gets the calls in the order of the changes, whichever thread makes them.
+        self._lock = threading.Lock()
         self._start_thread: threading.Thread | None = None
         self._stop_thread: threading.Thread | None = None
-        self._files_only = False
-        self._progress_dialog: QProgressDialog | None = None
         self.sampler = TelemetrySampler(gpu_index=telemetry_gpu_index(device))
         self.sampler.start()
         self.metrics = None
@@ -76,23 +96,24 @@ class LiveController(QObject):
 
             self.metrics = MetricsExporter(metrics_port)
             self.metrics.start()
-        self.started.connect(self._on_started, Qt.ConnectionType.QueuedConnection)
-        self.failed.connect(self._on_failed, Qt.ConnectionType.QueuedConnection)
-        self.stopped.connect(self._on_stopped, Qt.ConnectionType.QueuedConnection)
-        self.progress.connect(self._on_progress, Qt.ConnectionType.QueuedConnection)
-        window.start_requested.connect(self.start)
-        window.stop_requested.connect(self.stop)
-        window.controls.refresh_requested.connect(self.refresh_devices)
-        window.set_feed(self)
+
+    @property
+    def busy(self) -> bool:
+        """Any thread: whether a start or a stop is in flight."""
+        return self._busy
 
     # -- the window's feed (GUI thread) --------------------------------------------------------
 
     def drain_captions(self) -> list[CaptionUpdate]:
-        pipeline = self.pipeline
-        if pipeline is None:
-            return []
-        updates = self._observed(pipeline.drain_captions())
-        if not self._busy:
+        # Under the lock, so a stop's last drain cannot overtake this one: what is drained here
+        # reaches the window before the stop's leftovers do.
+        with self._lock:
+            pipeline = self.pipeline
+            if pipeline is None:
+                return []
+            updates = self._observed(pipeline.drain_captions())
+            idle = not self._busy
+        if idle:
             if pipeline.error is not None:
                 self.stop()  # a failed worker or capture: say so instead of showing a frozen session
             elif self._files_only and pipeline.wait_exhausted(0):
@@ -107,7 +128,8 @@ class LiveController(QObject):
         return updates
 
     def latest_status(self) -> PipelineStatus | None:
-        status = self.pipeline.latest_status() if self.pipeline is not None else None
+        pipeline = self.pipeline
+        status = pipeline.latest_status() if pipeline is not None else None
         if status is not None and self.metrics is not None:
             self.metrics.update_status(status)
         return status
@@ -118,142 +140,114 @@ class LiveController(QObject):
             self.metrics.update_telemetry(sample)
         return sample
 
-    # -- devices ---------------------------------------------------------------------------
+    # -- devices (GUI thread) ------------------------------------------------------------------
 
     def refresh_devices(self) -> None:
+        """Lists the audio inputs for the view; a failure leaves just the default input."""
+        error = None
         try:
             from captioner.audio.devices import list_input_devices
 
             devices = list_input_devices()
         except UserError as exc:
-            self.window.statusBar().showMessage(f"No audio devices: {exc}", 10000)
-            devices = []
+            devices, error = [], f"No audio devices: {exc}"
         except Exception as exc:  # a broken audio stack must not stop the app from opening
-            self.window.statusBar().showMessage(f"Could not list audio devices: {exc}", 10000)
-            devices = []
-        self.window.controls.set_devices(devices)
+            devices, error = [], f"Could not list audio devices: {exc}"
+        self.view.devices_listed(devices, error)
 
-    # -- start / stop ----------------------------------------------------------------------
+    # -- start / stop --------------------------------------------------------------------------
 
     def start(self, config: RunConfig) -> None:
-        if self._busy or self.pipeline is not None:
-            return
-        self._busy = True
-        self._files_only = bool(config.sources) and all(c.kind == "file" for c in config.sources)
-        self.window.set_running(True, f"Preparing {config.model}…")
-        self.window.controls.start_button.setEnabled(False)
-        if self.interactive:
-            dialog = QProgressDialog(f"Preparing the model {config.model}…", "", 0, 0, self.window)
-            dialog.setWindowTitle("captioner")
-            dialog.setCancelButton(None)
-            dialog.setMinimumDuration(400)  # a warm start finishes before it would show
-            dialog.setWindowModality(Qt.WindowModality.WindowModal)
-            self._progress_dialog = dialog
-        self._start_thread = threading.Thread(target=self._run_start, args=(config,), name="captioner-gui-start",
-                                              daemon=True)
-        self._start_thread.start()
+        """GUI thread: prepares a session on a helper thread; ignored while one runs or starts."""
+        with self._lock:
+            if self._busy or self._closing or self.pipeline is not None:
+                return
+            self._busy = True
+            self._files_only = bool(config.sources) and all(c.kind == "file" for c in config.sources)
+            self.view.session_starting(config.model)
+            self._start_thread = threading.Thread(target=self._run_start, args=(config,),
+                                                  name="captioner-gui-start", daemon=True)
+            self._start_thread.start()
+
+    def _new_pipeline(self, sources: list[Any], config: RunConfig, transcript: Any) -> Any:
+        factory = self.pipeline_factory
+        if factory is None:
+            from captioner.engine.pipeline import Pipeline
+
+            factory = Pipeline
+        return factory(
+            sources,
+            model=config.model,
+            language=config.language,
+            task="translate" if config.translate else "transcribe",
+            device=self.device,
+            transcript=transcript,
+            progress=lambda message, fraction: self.view.session_progress(str(message), float(fraction)),
+        )
 
     def _run_start(self, config: RunConfig) -> None:
-        from captioner.engine.pipeline import Pipeline
+        """Start helper thread: opens the sources, loads the model, starts capturing."""
         from captioner.app.transcript import TranscriptWriter
 
         transcript = None
         try:
             sources = open_sources(config)
             transcript = TranscriptWriter(title=", ".join(s.stream for s in sources))
-            pipeline = Pipeline(
-                sources,
-                model=config.model,
-                language=config.language,
-                task="translate" if config.translate else "transcribe",
-                device=self.device,
-                transcript=transcript,
-                progress=lambda message, fraction: self.progress.emit(str(message), float(fraction)),
-            )
+            pipeline = self._new_pipeline(sources, config, transcript)
             pipeline.start()
-        except UserError as exc:
-            if transcript is not None:
-                transcript.close()
-            self.failed.emit(str(exc))
-            return
         except Exception as exc:  # show it; the app stays usable to pick something else
             if transcript is not None:
                 transcript.close()
-            self.failed.emit(f"could not start: {type(exc).__name__}: {one_line(exc)}")
+            with self._lock:
+                self._busy = False
+                self.view.session_failed(start_failure(exc))
             return
-        if self._closing:  # the window closed while the model was loading
+        with self._lock:
+            closing = self._closing
+            if not closing:
+                self.pipeline = pipeline
+                self._transcript = transcript
+                self._busy = False
+                path = getattr(transcript, "path", None)
+                self.view.session_started(str(path) if path else None, self.session_meta())
+        if closing:  # the window closed while the model was loading
             pipeline.stop()
-            return
-        self.pipeline = pipeline
-        self._transcript = transcript
-        self.started.emit(pipeline.latest_status())
 
     def stop(self, finished: bool = False) -> None:
-        pipeline = self.pipeline
-        if pipeline is None or self._busy:
-            return
-        self._busy = True
-        self.window.controls.start_button.setEnabled(False)
-        self.window.state_label.setText("Finishing: committing the last words…" if finished else "Stopping…")
-        self._stop_thread = threading.Thread(target=self._run_stop, args=(pipeline,), name="captioner-gui-stop",
-                                             daemon=True)
-        self._stop_thread.start()
+        """GUI thread: stops the session on a helper thread. ``finished``: every file has played
+        to its end (only the wording differs)."""
+        with self._lock:
+            pipeline = self.pipeline
+            if pipeline is None or self._busy:
+                return
+            self._busy = True
+            self.view.session_stopping(finished)
+            self._stop_thread = threading.Thread(target=self._run_stop, args=(pipeline,),
+                                                 name="captioner-gui-stop", daemon=True)
+            self._stop_thread.start()
 
-    def _run_stop(self, pipeline) -> None:
+    def _run_stop(self, pipeline: Any) -> None:
+        """Stop helper thread: lets the pipeline commit what is pending, then reports."""
         try:
             pipeline.stop()
         finally:
-            self.stopped.emit()
+            with self._lock:
+                # Once the app quits, the view's queue is no longer read: shutdown() drains the
+                # pipeline instead and hands the last words to the window itself.
+                if not self._closing:
+                    self._report_stopped(pipeline)
 
-    def _close_progress(self) -> None:
-        if self._progress_dialog is not None:
-            self._progress_dialog.reset()
-            self._progress_dialog.deleteLater()
-            self._progress_dialog = None
-
-    def _on_progress(self, message: str, fraction: float) -> None:
-        self.window.state_label.setText(f"{message} ({100 * fraction:.0f}%)")
-        dialog = self._progress_dialog
-        if dialog is not None:
-            dialog.setMaximum(100)
-            dialog.setLabelText(message)
-            dialog.setValue(int(100 * max(0.0, min(1.0, fraction))))
-
-    def _on_started(self, status) -> None:
+    def _report_stopped(self, pipeline: Any) -> None:
+        """Stop helper thread, with the lock held: the session is over; the view gets its end."""
+        self.pipeline = None
+        self._transcript = None
         self._busy = False
-        self._close_progress()
-        self.window.controls.start_button.setEnabled(True)
-        path = getattr(self._transcript, "path", None)
-        self.window.history.set_transcript_path(str(path) if path else None)
-        self.window.set_running(True)
-        self.window.record_meta.update(self.session_meta())
-
-    def _on_failed(self, message: str) -> None:
-        self._busy = False
-        self._close_progress()
-        self.window.controls.start_button.setEnabled(True)
-        self.window.set_running(False, f"Error: {message}")
-        if self.interactive:
-            box = QMessageBox(QMessageBox.Icon.Warning, "captioner", message, QMessageBox.StandardButton.Ok, self.window)
-            box.setModal(False)
-            box.show()
-
-    def _on_stopped(self) -> None:
-        pipeline, self.pipeline = self.pipeline, None
-        self._busy = False
-        if pipeline is not None:
-            # The last committed words arrive while stopping: hand them to the window now.
-            self.window.apply_captions(self._observed(pipeline.drain_captions()))
-            status = pipeline.latest_status()
-            if status is not None:
-                self.window.apply_status(status)
-            error = pipeline.error
-        else:
-            error = None
-        self.window.controls.start_button.setEnabled(True)
-        self.window.set_running(False, f"Stopped: {error}" if error else "Stopped")
+        leftovers = self._observed(pipeline.drain_captions())
+        error = pipeline.error
+        self.view.session_stopped(leftovers, pipeline.latest_status(), None if error is None else str(error))
 
     def session_meta(self) -> dict[str, Any]:
+        """Any thread: what a saved trace says about the run's device and back-end."""
         meta: dict[str, Any] = {"device_requested": self.device or "auto"}
         if self.sampler.gpu_name:
             meta["device"] = self.sampler.gpu_name
@@ -263,15 +257,18 @@ class LiveController(QObject):
         return meta
 
     def shutdown(self, timeout_s: float = 30.0) -> list[CaptionUpdate]:
-        """Stops everything this controller started and joins the threads (GUI thread, at exit);
-        returns the caption updates that arrived while the pipeline stopped."""
-        self._closing = True
+        """GUI thread, at exit: stops everything this controller started and joins the threads;
+        returns the caption updates that arrived while the pipeline stopped (the view is told
+        nothing more)."""
+        with self._lock:
+            self._closing = True
         # A start or stop in flight owns the pipeline's threads: let it finish first, or the
         # interpreter would exit under a model step still running in native code.
         for thread in (self._start_thread, self._stop_thread):
             if thread is not None:
                 thread.join(timeout_s)
-        pipeline, self.pipeline = self.pipeline, None
+        with self._lock:
+            pipeline, self.pipeline = self.pipeline, None
         leftovers: list[CaptionUpdate] = []
         if pipeline is not None:
             pipeline.stop(timeout_s)
@@ -279,5 +276,4 @@ class LiveController(QObject):
         self.sampler.stop()
         if self.metrics is not None:
             self.metrics.stop()
-        self._close_progress()
         return leftovers

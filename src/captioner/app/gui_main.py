@@ -1,4 +1,9 @@
-"""Builds and runs the desktop app for `captioner gui` (Qt is imported here, not in the CLI)."""
+"""Builds and runs the desktop app for `captioner gui` (Qt is imported here, not in the CLI).
+
+The one place that knows both sides: the window (Qt, :mod:`captioner.ui`) and the controller
+(plain Python, :mod:`captioner.app.gui_app`). The window's requests are Qt signals connected to
+the controller's methods; the controller reports through the window's ``session`` view.
+"""
 
 from __future__ import annotations
 
@@ -32,6 +37,15 @@ def save_screenshots(window, path: str) -> list[Path]:
     return saved
 
 
+def connect_window(window, controller) -> None:
+    """GUI thread: the window's requests go to the controller, and the window pulls from it.
+    The signals are emitted on the GUI thread, so the controller's methods run there."""
+    window.start_requested.connect(controller.start)
+    window.stop_requested.connect(controller.stop)
+    window.refresh_devices_requested.connect(controller.refresh_devices)
+    window.set_feed(controller)
+
+
 def run_app(args: argparse.Namespace) -> int:
     from PySide6.QtCore import QCoreApplication, QEvent, QTimer
     from PySide6.QtWidgets import QApplication
@@ -43,13 +57,14 @@ def run_app(args: argparse.Namespace) -> int:
     app = QApplication.instance() or QApplication([sys.argv[0]])
     app.setOrganizationName(ORGANIZATION)
     app.setApplicationName(APPLICATION)
-    window = MainWindow(open_settings(args.settings))
+    headless = args.quit_after is not None
+    window = MainWindow(open_settings(args.settings), interactive=not headless)
     if args.theme:
         window.dark_action.setChecked(args.theme == "dark")
         window.set_theme(args.theme)
-    headless = args.quit_after is not None
-    controller = LiveController(window, device=args.device, metrics_port=args.metrics_port, interactive=not headless)
-    controller.refresh_devices()
+    controller = LiveController(window.session, device=args.device, metrics_port=args.metrics_port)
+    connect_window(window, controller)
+    controller.refresh_devices()  # the list is applied at once: the sources below pick from it
     if args.model:
         window.controls.set_model(args.model)
     if args.language:
@@ -84,7 +99,11 @@ def run_app(args: argparse.Namespace) -> int:
     window.closing.connect(app.quit)
     code = app.exec()
 
-    window.apply_captions(controller.shutdown())  # nothing committed at the end is lost
+    leftovers = controller.shutdown()
+    # A stop that ended just before the app quit left its report in the queue the event loop
+    # no longer reads: deliver it, then whatever shutdown() drained (only one of them has words).
+    QCoreApplication.sendPostedEvents()
+    window.apply_captions(leftovers)  # nothing committed at the end is lost
     if args.save_trace:
         count = window.save_trace(args.save_trace)
         print(f"captioner: saved {count} events to {args.save_trace}")
@@ -94,7 +113,6 @@ def run_app(args: argparse.Namespace) -> int:
     # finalisation crashes PySide6 with the pyqtgraph items still attached.
     window.overlay.deleteLater()
     window.deleteLater()
-    controller.deleteLater()
     QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     QCoreApplication.processEvents()
     return code

@@ -3,13 +3,13 @@ language, translate, start/stop, clear.
 
 The panel knows devices only as values handed to it (``index``, ``name``, ``is_monitor``), so the
 UI never touches the audio library; the app lists the devices and turns a :class:`RunConfig`
-into a running pipeline.
+into a running pipeline. The request types live in :mod:`captioner.ui.run_config` (plain
+Python, so the app can read them without Qt) and are importable from here too.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -28,6 +28,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from captioner.ui.run_config import RunConfig, SourceChoice
+
 BUILTIN_MODELS = ("tiny.en", "base")
 ENGLISH_ONLY_SUFFIX = ".en"
 LANGUAGES = (
@@ -38,32 +40,6 @@ LANGUAGES = (
 )
 AUDIO_FILE_FILTER = "Audio (*.wav *.flac *.ogg *.mp3 *.m4a *.opus);;All files (*)"
 _FOLDER_ITEM = "Folder…"
-
-
-@dataclass(frozen=True)
-class SourceChoice:
-    """One source to caption. ``kind`` is "device" (``device`` is its index or name, ``None`` for
-    the default input) or "file" (``path``)."""
-
-    kind: str
-    stream: str
-    label: str
-    device: int | str | None = None
-    path: str | None = None
-
-    def key(self) -> str:
-        """Stable text form, for settings."""
-        if self.kind == "file":
-            return f"file:{self.path}"
-        return f"device:{'' if self.device is None else self.device}"
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    sources: tuple[SourceChoice, ...]
-    model: str = "tiny.en"
-    language: str = "auto"
-    translate: bool = False
 
 
 DEFAULT_INPUT = SourceChoice("device", "Me", "Default microphone", device=None)

@@ -18,10 +18,16 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from captioner.events import CaptionUpdate, PipelineStatus, TelemetrySample
-from captioner.events import MIN_FREE_VRAM_FRACTION as VRAM_FREE_FLOOR  # the engine refuses new streams below it
+from captioner.events import (
+    MIN_FREE_VRAM_FRACTION,
+    CaptionUpdate,
+    PipelineStatus,
+    TelemetrySample,
+)
 from captioner.trace import Trace, caption_latency_s
 from captioner.ui.theme import DARK, Theme
+
+VRAM_FREE_FLOOR = MIN_FREE_VRAM_FRACTION  # the engine refuses new streams below it
 
 WINDOW_S = 60.0
 TEMP_ALARM_C = 83.0
@@ -144,7 +150,10 @@ def telemetry_readout(sample: TelemetrySample | None) -> str:
     """One line of current GPU and CPU figures, "N/A" for each value that could not be read."""
     if sample is None:
         return "GPU: waiting for telemetry…"
-    gib = (lambda b: None if b is None else b / GIB)
+
+    def gib(b: float | None) -> float | None:
+        return None if b is None else b / GIB
+
     parts = [
         f"GPU: {sample.gpu_name or 'no NVIDIA GPU (' + NA + ')'}",
         f"temp {_fmt(sample.temperature_c, ' °C')}"

@@ -5,11 +5,18 @@ The window pulls: a ~30 Hz QTimer drains the engine's outboxes through a *feed* 
 ``drain_captions()``, ``latest_status()`` and ``latest_telemetry()``), so no engine thread ever
 touches a widget. Everything it shows is also kept as the run's record, which "Save trace…"
 writes as a :mod:`captioner.trace` file and "Load trace…" opens again.
+
+Sessions are run by the app's controller, which the window knows only by its requests (the
+``start_requested``, ``stop_requested`` and ``refresh_devices_requested`` signals) and by what
+it is told through :attr:`MainWindow.session`, a
+:class:`~captioner.ui.session_view.SessionView` whose calls reach the ``show_*`` slots below on
+the GUI thread.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -33,6 +40,8 @@ from captioner.ui.controls import ControlPanel
 from captioner.ui.dashboard import Dashboard
 from captioner.ui.history import HistoryPanel
 from captioner.ui.overlay import CaptionOverlay
+from captioner.ui.session_bridge import SessionBridge
+from captioner.ui.session_dialogs import ModelProgress, show_warning
 from captioner.ui.settings import AppSettings, load_settings, save_settings
 from captioner.ui.theme import apply_theme, theme_named
 
@@ -48,13 +57,15 @@ class Feed(Protocol):
 
 
 class MainWindow(QMainWindow):
-    """GUI thread only."""
+    """GUI thread only, except :attr:`session`, which any thread may call."""
 
     start_requested = Signal(object)  # RunConfig
     stop_requested = Signal()
+    refresh_devices_requested = Signal()
     closing = Signal()
 
-    def __init__(self, settings_store: QSettings | None = None, parent=None) -> None:
+    def __init__(self, settings_store: QSettings | None = None, parent=None, interactive: bool = True) -> None:
+        """``interactive``: show dialogs (model progress, a failed start); off for headless runs."""
         super().__init__(parent)
         self.setWindowTitle("captioner")
         self.setObjectName("mainWindow")
@@ -67,6 +78,9 @@ class MainWindow(QMainWindow):
         self.record: list[Any] = []
         self.remember_sources = True  # False for one-off command-line sources (`--file`)
         self.record_meta: dict[str, Any] = {}
+        self.interactive = interactive
+        self._model_progress: ModelProgress | None = None
+        self.session = SessionBridge(self, parent=self)  # hand this to the controller
 
         self.caption_view = CaptionView(self.theme, self.settings.font_pt)
         self.setCentralWidget(self.caption_view)
@@ -74,6 +88,7 @@ class MainWindow(QMainWindow):
         self.controls = ControlPanel()
         self.controls.start_requested.connect(self.start_requested)
         self.controls.stop_requested.connect(self.stop_requested)
+        self.controls.refresh_requested.connect(self.refresh_devices_requested)
         self.controls.clear_requested.connect(self.clear_captions)
         self.history = HistoryPanel()
         self.history.exported.connect(lambda path: self.statusBar().showMessage(f"Exported {path}", 5000))
@@ -206,6 +221,7 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:  # noqa: N802
         self.save_settings()
         self.timer.stop()
+        self._close_model_progress()
         self.closing.emit()
         self.overlay.close()
         super().closeEvent(event)
@@ -261,6 +277,58 @@ class MainWindow(QMainWindow):
     def set_running(self, running: bool, message: str = "") -> None:
         self.controls.set_running(running)
         self.state_label.setText(message or ("Captioning" if running else "Stopped"))
+
+    # -- session (slots of self.session: GUI thread, in the order the controller called) ---------
+
+    def show_devices(self, devices: Sequence[Any], error: str | None) -> None:
+        if error:
+            self.statusBar().showMessage(error, 10000)
+        self.controls.set_devices(devices)
+
+    def show_session_starting(self, model: str) -> None:
+        self.set_running(True, f"Preparing {model}…")
+        self.controls.start_button.setEnabled(False)  # no stop until the model is up
+        if self.interactive:
+            self._close_model_progress()
+            self._model_progress = ModelProgress(self, model)
+
+    def show_session_progress(self, message: str, fraction: float) -> None:
+        self.state_label.setText(f"{message} ({100 * fraction:.0f}%)")
+        if self._model_progress is not None:
+            self._model_progress.update(message, fraction)
+
+    def show_session_started(self, transcript_path: str | None, meta: Mapping[str, Any]) -> None:
+        self._close_model_progress()
+        self.controls.start_button.setEnabled(True)
+        self.history.set_transcript_path(transcript_path)
+        self.set_running(True)
+        self.record_meta.update(meta)
+
+    def show_session_failed(self, message: str) -> None:
+        self._close_model_progress()
+        self.controls.start_button.setEnabled(True)
+        self.set_running(False, f"Error: {message}")
+        # Not over a closed window: a failure may still be delivered while the app quits.
+        if self.interactive and self.isVisible():
+            show_warning(self, message)
+
+    def show_session_stopping(self, finished: bool) -> None:
+        self.controls.start_button.setEnabled(False)
+        self.state_label.setText("Finishing: committing the last words…" if finished else "Stopping…")
+
+    def show_session_stopped(self, leftovers: Sequence[CaptionUpdate], status: PipelineStatus | None,
+                             error: str | None) -> None:
+        # The last committed words arrive while stopping: show them before saying "Stopped".
+        self.apply_captions(list(leftovers))
+        if status is not None:
+            self.apply_status(status)
+        self.controls.start_button.setEnabled(True)
+        self.set_running(False, f"Stopped: {error}" if error else "Stopped")
+
+    def _close_model_progress(self) -> None:
+        if self._model_progress is not None:
+            self._model_progress.close()
+            self._model_progress = None
 
     def pump(self) -> None:
         """Timer tick: drain the feed into the widgets; redraw the plots if anything changed."""
