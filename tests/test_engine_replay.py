@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from captioner.engine.core import EngineConfig
+from captioner.engine.core import Engine, EngineConfig
 from captioner.engine.live import LiveCaptioner
 from captioner.engine.scheduler import SchedulerConfig
 from captioner.engine.simulate import replay

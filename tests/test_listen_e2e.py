@@ -65,6 +65,7 @@ def test_engine_captions_two_monitors_at_once(pulse_server, speech_clips, tmp_pa
             return finals == {"Me", "Meeting"} and status is not None and status.lag_s < 30 and \
                 all(not u.text for u in _last_partials(updates).values())
         wait_for(done, 90, "committed captions of both streams")
+        running = pipeline.latest_status()
     finally:
         pipeline.stop()
     updates += pipeline.drain_captions()
@@ -72,9 +73,9 @@ def test_engine_captions_two_monitors_at_once(pulse_server, speech_clips, tmp_pa
     meeting = " ".join(u.text for u in updates if u.kind == "final" and u.stream == "Meeting")
     assert {"stew", "dinner", "carrots", "potatoes"} <= words_of(me), me
     assert {"ask", "country", "americans"} <= words_of(meeting), meeting
-    status = pipeline.latest_status()
-    assert status.streams == ("Me", "Meeting") and status.provider == "CPUExecutionProvider"
-    assert status.frame_latency_ms is not None and status.step_latency_ms is not None
+    assert running.streams == ("Me", "Meeting") and running.provider == "CPUExecutionProvider"
+    assert running.frame_latency_ms is not None and running.step_latency_ms is not None
+    assert pipeline.latest_status().state == "stopped"
     lines = transcript.path.read_text(encoding="utf-8").splitlines()[1:]
     assert len(lines) == sum(1 for u in updates if u.kind == "final")
     assert any(line.split("] ", 1)[1].startswith("Meeting: ") for line in lines)

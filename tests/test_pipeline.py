@@ -50,8 +50,9 @@ def test_sources_come_and_go_between_steps(speech_clips, tmp_path):
                            90, updates), [(u.stream, u.kind, u.text) for u in updates]
         # Removing a stream commits what it still shows; the other stream goes on.
         pipeline.remove_source("Me")
+        # (A file's stream leaves by itself once its audio is committed: "Meeting" may be gone too.)
         assert drain_until(pipeline, lambda: (pipeline.latest_status() or None) is not None
-                           and pipeline.latest_status().streams == ("Meeting",), 30, updates)
+                           and "Me" not in pipeline.latest_status().streams, 30, updates)
         with pytest.raises(UserError):
             pipeline.set_language("de")  # tiny.en is English-only: refused at once
         pipeline.set_language("en")
