@@ -32,12 +32,12 @@ import wave
 from pathlib import Path
 
 import numpy as np
-from kernel_timing import time_stages  # beside this script (benchmarks/)
 
 from captioner.events import FRAMES_PER_S
 from captioner.gpu import backend as backend_mod
 from captioner.gpu import features_ref as ref
 from captioner.gpu.features import StreamingFeatures
+from kernel_timing import time_stages  # beside this script (benchmarks/)
 
 STREAM_COUNTS = (1, 64, 1024)
 FEEDS = {"10ms": 1, "1s": 100, "10s": 1000}  # frames per stream per push

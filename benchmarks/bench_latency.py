@@ -137,8 +137,8 @@ def word_latencies(updates, ref_words: list[dict]) -> list[dict]:
 
 
 def _config(interval_s: float, target_busy: float, pause_s: float | None):
-    from captioner.engine.scheduler import SchedulerConfig
     from captioner.engine.core import EngineConfig
+    from captioner.engine.scheduler import SchedulerConfig
 
     config = EngineConfig(scheduler=SchedulerConfig(base_interval_s=interval_s, target_busy=target_busy))
     if pause_s is not None:
@@ -161,8 +161,8 @@ def run_simulated(recognizer, backend, paths: list[Path], interval_s: float, tar
 
 
 def run_live(recognizer, backend, paths: list[Path], interval_s: float, target_busy: float, pause_s=None):
-    from captioner.engine.pipeline import Pipeline
     from captioner.audio.file_source import FileSource
+    from captioner.engine.pipeline import Pipeline
 
     config = _config(interval_s, target_busy, pause_s)
     pipeline = Pipeline([FileSource(path, stream=f"s{i}", realtime=True) for i, path in enumerate(paths)], config=config,
@@ -214,7 +214,11 @@ def main() -> int:
     busies = [float(x) for x in args.target_busy.split(",")] if args.target_busy else [SchedulerConfig().target_busy]
 
     from captioner.engine.live import load_recognizer
-    from captioner.engine.offline import TranscribeOptions, load_decoder, transcribe_file
+    from captioner.engine.offline import (
+        TranscribeOptions,
+        load_decoder,
+        transcribe_file,
+    )
 
     times = word_times(args.model)
     clips = [c for c in load_manifest() if c["language"] == "en" and (c["id"] in times or args.long)]

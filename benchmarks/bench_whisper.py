@@ -188,7 +188,7 @@ def bench_ort(rt, batch: int, mel1: np.ndarray, enc_reps: int) -> dict:
     prefill_ms = _time(lambda: rt.start(enc, long_prompt), 5)
     return {
         "encoder_ms_per_window": enc_ms / batch, "encoder_ms_per_call": enc_ms, "decoder_ms_per_step": step_ms,
-        "decoder_ms_per_token": step_ms / batch, "prefill_ms_prompt_%d" % long_prompt.shape[1]: prefill_ms,
+        "decoder_ms_per_token": step_ms / batch, f"prefill_ms_prompt_{long_prompt.shape[1]}": prefill_ms,
     }
 
 

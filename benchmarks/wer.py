@@ -82,10 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None, help="write every transcript and count here")
     args = parser.parse_args(argv)
 
+    from captioner.audio.file_source import read_audio_16k
+    from captioner.engine.offline import (
+        TranscribeOptions,
+        load_decoder,
+        transcribe_audio,
+    )
     from captioner.models.ct2_oracle import Ct2Decoder
     from captioner.models.registry import resolve_model
-    from captioner.engine.offline import TranscribeOptions, load_decoder, transcribe_audio
-    from captioner.audio.file_source import read_audio_16k
 
     clips = load_clips(args.speech)
     if args.only:

@@ -91,8 +91,8 @@ def align_clip(ct2_model, tokenizer, audio: np.ndarray, text: str, n_mels: int) 
 
 
 def _trim_to_voice(words: list[dict], audio: np.ndarray) -> list[dict]:
-    from captioner.gpu.features_ref import log_mel_spectrogram
     from captioner.engine.vad import band_energy_db, speech_band
+    from captioner.gpu.features_ref import log_mel_spectrogram
 
     energy = band_energy_db(np, log_mel_spectrogram(audio), speech_band(80))
     voiced = energy > np.percentile(energy, 95) - 25.0

@@ -8,9 +8,9 @@ import soundfile as sf
 
 from captioner.engine.core import Engine, EngineConfig
 from captioner.engine.live import LiveCaptioner
+from captioner.engine.policy import normalize_word
 from captioner.engine.scheduler import SchedulerConfig
 from captioner.engine.simulate import replay
-from captioner.engine.policy import normalize_word
 
 pytestmark = pytest.mark.slow
 SR = 16_000
@@ -102,8 +102,8 @@ def test_committed_streaming_text_matches_reference(whisper, speech_clips, tmp_p
     path = padded_wav(tmp_path, clip)
     result = run_replay(whisper, {"Me": path}, interval_s=0.5)
     # The offline decode of the same recording by the same model, in one window.
-    from captioner.gpu.features_ref import log_mel_spectrogram
     from captioner.engine.recognizer import WindowRequest
+    from captioner.gpu.features_ref import log_mel_spectrogram
 
     audio, _ = sf.read(clip.wav, dtype="float32")
     offline = whisper[1].decode([WindowRequest("x", log_mel_spectrogram(audio), 0.0, "", None)])[0].text

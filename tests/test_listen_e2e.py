@@ -10,7 +10,6 @@ monitor captured, captions from tiny.en on the CPU.
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import subprocess
 import sys
@@ -42,9 +41,9 @@ def wait_for(predicate, timeout_s: float, what: str):
 
 
 def test_engine_captions_two_monitors_at_once(pulse_server, speech_clips, tmp_path):
-    from captioner.engine.pipeline import Pipeline
     from captioner.app.transcript import TranscriptWriter
     from captioner.audio.microphone import MicrophoneSource
+    from captioner.engine.pipeline import Pipeline
 
     me_sink, meeting_sink = pulse_server.sinks[0], pulse_server.sinks[1]
     sources = [MicrophoneSource(me_sink.device, stream="Me"), MicrophoneSource(meeting_sink.device, stream="Meeting")]

@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from captioner.errors import UserError
 from captioner.engine.policy import normalize_word
+from captioner.errors import UserError
 
 pytestmark = pytest.mark.slow
 
@@ -28,9 +28,9 @@ def drain_until(pipeline, predicate, timeout_s, into):
 
 
 def test_sources_come_and_go_between_steps(speech_clips, tmp_path):
-    from captioner.engine.pipeline import Pipeline
     from captioner.app.transcript import TranscriptWriter
     from captioner.audio.file_source import FileSource
+    from captioner.engine.pipeline import Pipeline
 
     first = speech_clips["en_ls_1089-134691-0001"]   # "for a full hour he had paced up and down ..."
     second = speech_clips["en_ls_1089-134686-0001"]  # "stuff it into you his belly counselled him"
@@ -77,8 +77,8 @@ def test_sources_come_and_go_between_steps(speech_clips, tmp_path):
 
 
 def test_language_the_model_cannot_do_fails_at_start(speech_clips):
-    from captioner.engine.pipeline import Pipeline
     from captioner.audio.file_source import FileSource
+    from captioner.engine.pipeline import Pipeline
 
     clip = speech_clips["en_ls_1089-134691-0000"]
     pipeline = Pipeline([FileSource(clip.wav, realtime=True)], model="tiny.en", language="de", device="cpu")
@@ -91,8 +91,8 @@ def test_a_source_failing_midway_is_reported_and_its_stream_committed(tmp_path):
     import numpy as np
     import soundfile as sf
 
-    from captioner.engine.pipeline import Pipeline
     from captioner.audio.file_source import FileSource
+    from captioner.engine.pipeline import Pipeline
 
     audio = np.zeros(16_000 * 4, np.float32)
     audio[16_000 * 3] = np.nan  # damaged 3 s in: found only while replaying

@@ -8,7 +8,11 @@ import subprocess
 import sys
 import textwrap
 
-from captioner.app.transcript import TranscriptWriter, default_transcript_dir, format_line
+from captioner.app.transcript import (
+    TranscriptWriter,
+    default_transcript_dir,
+    format_line,
+)
 from captioner.events import CaptionUpdate
 
 

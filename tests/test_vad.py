@@ -5,8 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from captioner.engine.vad import (
+    FULL_SCALE_SINE_DB,
+    VoiceActivity,
+    band_energy_db,
+    speech_band,
+)
 from captioner.gpu import features_ref as ref
-from captioner.engine.vad import FULL_SCALE_SINE_DB, VoiceActivity, band_energy_db, speech_band
 
 SR = 16_000
 

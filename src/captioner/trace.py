@@ -17,9 +17,10 @@ import datetime as _dt
 import json
 import os
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterable
+from typing import IO, Any
 
 import numpy as np
 
@@ -144,7 +145,7 @@ class TraceRecorder:
         if file is not None:
             file.close()
 
-    def __enter__(self) -> "TraceRecorder":
+    def __enter__(self) -> TraceRecorder:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from whisper_oracle import kept, slaney_filters_f64, whisper_log_mel_f64, whisper_normalize_f64
+from whisper_oracle import (
+    kept,
+    slaney_filters_f64,
+    whisper_log_mel_f64,
+    whisper_normalize_f64,
+)
 
 from captioner.errors import UserError
 from captioner.gpu import features_ref as ref

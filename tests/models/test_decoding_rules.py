@@ -229,5 +229,5 @@ def test_prompts_of_different_lengths_run_in_separate_passes(tok):
     lengths = {len(p) for p in previous}
     decode_with_fallback(passes, tok, 4, DecodingOptions(language="en"), previous_tokens=previous)
     assert len(passes.calls) == len({len(p) + (1 if p else 0) for p in previous}) == len(lengths)
-    for rows, _, heads in passes.calls:
+    for _rows, _, heads in passes.calls:
         assert len({len(h) for h in heads}) == 1

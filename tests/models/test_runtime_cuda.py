@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from mel_helper import load_audio_16k, whisper_features
 
-from captioner.models.decoding import DecodingOptions
 from captioner.engine.offline import load_decoder
+from captioner.models.decoding import DecodingOptions
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 

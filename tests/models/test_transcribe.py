@@ -13,10 +13,10 @@ import pytest
 from graph_fixtures import onnx_cache_dir  # noqa: F401 - session fixture
 
 from captioner.audio.file_source import read_audio_16k
+from captioner.engine.offline import TranscribeOptions, load_decoder, transcribe_audio
 from captioner.gpu.features_ref import whisper_input_features
 from captioner.models.ct2_oracle import Ct2Decoder
 from captioner.models.decoding import DecodingOptions
-from captioner.engine.offline import TranscribeOptions, load_decoder, transcribe_audio
 
 pytestmark = pytest.mark.slow
 

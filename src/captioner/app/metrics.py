@@ -12,7 +12,8 @@ that is N/A is simply absent from the scrape instead of a stale or fake number.
 from __future__ import annotations
 
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from captioner.errors import UserError
 from captioner.events import CaptionUpdate, PipelineStatus, TelemetrySample
@@ -51,7 +52,7 @@ _STATUS_GAUGES: tuple[tuple[str, str, str], ...] = (
 class _Collector:
     """Builds the gauge families from the newest values at each scrape."""
 
-    def __init__(self, exporter: "MetricsExporter") -> None:
+    def __init__(self, exporter: MetricsExporter) -> None:
         self._exporter = exporter
 
     def describe(self) -> list:

@@ -15,8 +15,8 @@ from captioner.errors import UserError
 
 def run_realtime(args) -> int:
     from captioner.app.progress import TextProgress
-    from captioner.engine.pipeline import Pipeline
     from captioner.audio.file_source import FileSource
+    from captioner.engine.pipeline import Pipeline
     from captioner.formats import captions_from_updates, render
 
     fmt = args.format

@@ -35,8 +35,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def record(args: argparse.Namespace) -> int:
-    from captioner.engine.pipeline import Pipeline, telemetry_gpu_index, unique_labels
     from captioner.audio.file_source import FileSource
+    from captioner.engine.pipeline import Pipeline, telemetry_gpu_index, unique_labels
     from captioner.gpu.telemetry import TelemetrySampler
     from captioner.trace import TraceRecorder, record_run
 

@@ -77,7 +77,7 @@ class TranscriptWriter:
                 os.close(self._fd)
                 self._fd = -1
 
-    def __enter__(self) -> "TranscriptWriter":
+    def __enter__(self) -> TranscriptWriter:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 SERVER_TIMEOUT_S = 3.0
 CLIENT_NAME = "captioner"

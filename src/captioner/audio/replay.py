@@ -60,14 +60,14 @@ class ReplaySource(ABC):
         self._delivered_samples = 0  # written by the replay thread only
 
     # -- for subclasses ---------------------------------------------------------------------
-    def _open(self) -> None:
+    def _open(self) -> None:  # noqa: B027 - optional hook: most sources open nothing
         pass
 
     @abstractmethod
     def _produce(self) -> np.ndarray | None:
         """The next native-rate mono float32 samples (any length), or ``None`` at the end."""
 
-    def _close(self) -> None:
+    def _close(self) -> None:  # noqa: B027 - optional hook: most sources close nothing
         pass
 
     # -- owner thread -----------------------------------------------------------------------

@@ -16,17 +16,24 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
-from captioner.events import FRAMES_PER_S, FRAME_SAMPLES, SAMPLE_RATE_HZ, WINDOW_FRAMES, AudioBlock, CaptionUpdate, PipelineStatus
-from captioner.engine.scheduler import Scheduler, SchedulerConfig, StreamView
-from captioner.engine.vad import VadConfig, VoiceActivity, band_energy_db, speech_band
 from captioner.engine.policy import LocalAgreementPolicy, PolicyConfig
 from captioner.engine.recognizer import Recognizer, WindowRequest
-
+from captioner.engine.scheduler import Scheduler, SchedulerConfig, StreamView
+from captioner.engine.vad import VadConfig, VoiceActivity, band_energy_db, speech_band
+from captioner.events import (
+    FRAME_SAMPLES,
+    FRAMES_PER_S,
+    SAMPLE_RATE_HZ,
+    WINDOW_FRAMES,
+    AudioBlock,
+    CaptionUpdate,
+    PipelineStatus,
+)
 
 
 @dataclass(slots=True)
@@ -296,7 +303,7 @@ class Engine:
         step_s = (self.timer_ns() - t0) / 1e9
         t1 = self.clock_ns()
         updates: list[CaptionUpdate] = []
-        for s, (first, ready), hyp in zip(streams, spans, hypotheses):
+        for s, (_, ready), hyp in zip(streams, spans, hypotheses):
             end_s = (ready + s.frame_offset) / FRAMES_PER_S
             wall_s = (t1 - s.start_ns) / 1e9 if s.start_ns is not None else end_s
             if (s.language or self.language) is None and s.segment_language is None and hyp.language and not hyp.rejected \

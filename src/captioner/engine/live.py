@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -65,7 +65,7 @@ class CaptionStream:
 
     Made by :meth:`LiveCaptioner.open_stream`; called by the captioner's thread."""
 
-    def __init__(self, owner: "LiveCaptioner", label: str, language: str | None) -> None:
+    def __init__(self, owner: LiveCaptioner, label: str, language: str | None) -> None:
         self._owner = owner
         self.label = label
         self.language = language
@@ -258,7 +258,7 @@ class LiveCaptioner:
             self._streams.clear()
         return updates
 
-    def __enter__(self) -> "LiveCaptioner":
+    def __enter__(self) -> LiveCaptioner:
         return self
 
     def __exit__(self, *exc) -> None:

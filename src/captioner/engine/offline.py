@@ -20,7 +20,7 @@ from typing import Protocol
 import numpy as np
 
 from captioner.errors import UserError
-from captioner.events import FRAMES_PER_S, FRAME_SAMPLES, SAMPLE_RATE_HZ
+from captioner.events import FRAME_SAMPLES, FRAMES_PER_S, SAMPLE_RATE_HZ
 from captioner.formats import Caption
 from captioner.models.decoding import WINDOW_S, DecodedWindow, DecodingOptions
 from captioner.models.tokenizer import WhisperTokenizer
@@ -113,15 +113,17 @@ ProgressFn = Callable[[float, float], None]
 
 
 def _window_features(audio: np.ndarray, n_mels: int) -> np.ndarray:
-    from captioner.gpu.features_ref import whisper_input_features  # NumPy spec; heavy module kept lazy
+    from captioner.gpu.features_ref import (
+        whisper_input_features,  # NumPy spec; heavy module kept lazy
+    )
 
     return whisper_input_features(audio, n_mels)[None].astype(np.float32, copy=False)
 
 
 def voice_activity(audio: np.ndarray, n_mels: int) -> np.ndarray:
     """Per 10 ms frame: does the engine's VAD hear speech there? ``[len(audio) // 160]`` bool."""
-    from captioner.gpu.features_ref import log_mel_spectrogram
     from captioner.engine.vad import VoiceActivity, band_energy_db, speech_band
+    from captioner.gpu.features_ref import log_mel_spectrogram
 
     log_mel = log_mel_spectrogram(audio, n_mels)
     energy_db = band_energy_db(np, log_mel, speech_band(n_mels))

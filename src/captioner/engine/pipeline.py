@@ -23,12 +23,19 @@ from __future__ import annotations
 import queue
 import threading
 from collections import deque
-from typing import Callable, Iterable
+from collections.abc import Callable, Iterable
 
 from captioner.audio.source import RawChunk, SourceEnd
 from captioner.engine.core import EngineConfig
 from captioner.engine.live import LiveCaptioner
-from captioner.engine.worker import CloseStream, InboxItem, OpenStream, SetLanguage, SwapModel, Worker
+from captioner.engine.worker import (
+    CloseStream,
+    InboxItem,
+    OpenStream,
+    SetLanguage,
+    SwapModel,
+    Worker,
+)
 from captioner.errors import UserError, one_line
 from captioner.events import MIN_FREE_VRAM_FRACTION, CaptionUpdate, PipelineStatus
 
@@ -78,7 +85,7 @@ class _TranscriptThread(threading.Thread):
     def __init__(self, transcript) -> None:
         super().__init__(name="captioner-transcript", daemon=True)
         self.transcript = transcript
-        self.lines: "queue.Queue[CaptionUpdate | None]" = queue.Queue()
+        self.lines: queue.Queue[CaptionUpdate | None] = queue.Queue()
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -131,7 +138,7 @@ class Pipeline:
         self.transcript = transcript
         self._factory = recognizer_factory
         self._progress = progress
-        self._inbox: "queue.Queue[InboxItem]" = queue.Queue(maxsize=inbox_items)
+        self._inbox: queue.Queue[InboxItem] = queue.Queue(maxsize=inbox_items)
         self._captions: deque[CaptionUpdate] = deque()
         self._captions_lock = threading.Lock()
         self._status: PipelineStatus | None = None

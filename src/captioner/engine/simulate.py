@@ -15,14 +15,13 @@ on the clock is chosen:
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
 from captioner.engine.live import LiveCaptioner
 from captioner.events import NS_PER_S, SAMPLE_RATE_HZ, CaptionUpdate
-
 
 
 class SimClock:

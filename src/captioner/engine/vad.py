@@ -24,7 +24,6 @@ import numpy as np
 
 from captioner.gpu.features_ref import mel_band_edges_hz
 
-
 # Band energy of a full-scale 1 kHz sine in the units below (10*log10 of the mean mel power over
 # the speech band), measured with captioner.gpu.features_ref; subtracting it makes levels dBFS-like.
 FULL_SCALE_SINE_DB = 8.37

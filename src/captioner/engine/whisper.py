@@ -16,9 +16,9 @@ from dataclasses import replace
 
 import numpy as np
 
+from captioner.engine.policy import Hypothesis, words_from_segments
 from captioner.models.decoding import DecodingOptions, decode
 from captioner.models.registry import N_AUDIO_FRAMES
-from captioner.engine.policy import Hypothesis, words_from_segments
 
 WINDOW_FRAMES = N_AUDIO_FRAMES  # what WhisperRuntime.encode requires
 LOG_FLOOR = -10.0  # log10(1e-10): what Whisper's zero padding turns into

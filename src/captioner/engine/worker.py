@@ -15,8 +15,8 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Union
 
 from captioner.audio.source import RawChunk, SourceEnd
 from captioner.engine.live import LiveCaptioner
@@ -53,8 +53,8 @@ class SwapModel:
     """A model name ("tiny.en", "base") or a CTranslate2 Whisper folder."""
 
 
-Command = Union[OpenStream, CloseStream, SetLanguage, SwapModel]
-InboxItem = Union[RawChunk, SourceEnd, OpenStream, CloseStream, SetLanguage, SwapModel]
+Command = OpenStream | CloseStream | SetLanguage | SwapModel
+InboxItem = RawChunk | SourceEnd | OpenStream | CloseStream | SetLanguage | SwapModel
 
 
 class Worker(threading.Thread):
@@ -67,7 +67,7 @@ class Worker(threading.Thread):
     def __init__(
         self,
         make_captioner: Callable[[], LiveCaptioner],
-        inbox: "queue.Queue[InboxItem]",
+        inbox: queue.Queue[InboxItem],
         deliver: Callable[[list[CaptionUpdate]], None],
         publish_status: Callable[[PipelineStatus], None],
         source_drops: Callable[[], int] = lambda: 0,

@@ -32,8 +32,6 @@ from captioner.compute import DEVICE_ENV, parse_device
 from captioner.errors import UserError
 
 
-
-
 @dataclass(frozen=True)
 class GpuInfo:
     """One CUDA device as the runtime reports it."""

@@ -14,7 +14,8 @@ import collections
 import os
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import psutil
 
@@ -267,7 +268,7 @@ class TelemetrySampler:
         if thread is not None:
             thread.join(timeout=timeout_s)
 
-    def __enter__(self) -> "TelemetrySampler":
+    def __enter__(self) -> TelemetrySampler:
         self.start()
         return self
 

@@ -98,7 +98,7 @@ class Ct2Decoder:
     def decode(
         self,
         mel,
-        options: DecodingOptions = DecodingOptions(),
+        options: DecodingOptions = DecodingOptions(),  # noqa: B008 - frozen: one shared default is safe
         *,
         previous_tokens: Sequence[Sequence[int]] | None = None,
         languages: Sequence[str | None] | None = None,

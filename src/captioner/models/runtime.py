@@ -25,7 +25,6 @@ from captioner.models import session as ort_session
 from captioner.models.onnx_export import OnnxFiles, ProgressFn, ensure_onnx
 from captioner.models.registry import N_AUDIO_FRAMES, ModelFiles, resolve_model
 
-
 # Live decoder states of one batch size on CUDA, each with its own buffers and CUDA graph.
 MAX_SLOTS_PER_BATCH = 4
 

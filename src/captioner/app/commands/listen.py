@@ -40,8 +40,8 @@ def _labels(choices: list, labels: list[str] | None) -> list[str]:
     """Stream labels for the resolved devices (``DeviceChoice``): the user's ``--label``s, else
     "Meeting" for a monitor of an output and "Me" for a microphone, a repeat numbered as in the
     desktop app ("Me", "Me 2")."""
-    from captioner.engine.pipeline import unique_labels
     from captioner.audio.devices import is_loopback_name
+    from captioner.engine.pipeline import unique_labels
 
     if labels:
         if len(labels) != len(choices):
@@ -62,9 +62,9 @@ def _sigterm_as_interrupt(signum, frame):
 
 def run(args) -> int:
     from captioner.app.live_view import TerminalView
-    from captioner.engine.pipeline import Pipeline
     from captioner.app.transcript import TranscriptWriter
     from captioner.audio.microphone import MicrophoneSource, resolve_device
+    from captioner.engine.pipeline import Pipeline
 
     devices = args.device or [None]
     # Each device is resolved once (a PortAudio scan, pactl for PulseAudio names): the labels

@@ -10,7 +10,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-
 from captioner.errors import UserError
 from captioner.formats import FORMATS, write_captions
 
@@ -57,9 +56,13 @@ def run(args) -> int:
 
 
 def _run_offline(args, fmt: str) -> int:
-    from captioner.audio.file_source import open_audio_file
     from captioner.app.progress import TextProgress
-    from captioner.engine.offline import TranscribeOptions, load_decoder, transcribe_file
+    from captioner.audio.file_source import open_audio_file
+    from captioner.engine.offline import (
+        TranscribeOptions,
+        load_decoder,
+        transcribe_file,
+    )
 
     if args.output and Path(args.output).is_dir():
         raise UserError(f"-o {args.output} is a folder; give a file name")
