@@ -112,7 +112,9 @@ def speech_clips() -> SpeechSet:
 
 
 def cuda_available() -> bool:
-    from captioner.gpu import backend  # imported lazily: the back-end decides what "usable" means
+    from captioner.gpu import (
+        backend,  # imported lazily: the back-end decides what "usable" means
+    )
 
     return backend.cuda_usable()
 

@@ -83,7 +83,7 @@ def test_bad_input_is_one_line(cli, speech_clips, tmp_path, argv, message):
     values = {
         "missing": tmp_path / "missing.wav",
         "notaudio": tmp_path / "notaudio.wav",
-        "wav": speech_clips["en_timit_LDC93S1"].wav,
+        "wav": speech_clips["en_ls_7902-96591-0000"].wav,  # any short clip that ships in tests/data
         "tmp": tmp_path,
     }
     code, out, err = cli(*[a.format(**values) for a in argv])
