@@ -17,6 +17,12 @@ Audio handed in is kept until ``step`` feeds it to the engine, a slice of at mos
 ``FEED_S`` per stream at a time with the due model work run between slices, so a backlog (a
 file handed over at once, a slow step, a suspended laptop) is worked through as if it had
 arrived live: no speech is skipped, and the feature rings never overflow.
+
+An English-only model (``tiny.en``) is checked against the language it hears: the first
+seconds of each stream's speech go to a :class:`~captioner.engine.language_check.LiveLanguageCheck`,
+a daemon thread of its own that asks ``base`` on the CPU, so ``step`` never waits for it. A
+stream in another language gets one :class:`~captioner.engine.language_check.LanguageNotice`
+(:meth:`LiveCaptioner.notices`), and its message joins :meth:`LiveCaptioner.status`'s.
 """
 
 from __future__ import annotations
@@ -29,6 +35,13 @@ import numpy as np
 
 from captioner.audio.ingest import StreamIngest
 from captioner.engine.core import Engine, EngineConfig
+from captioner.engine.language_check import (
+    DetectorLoader,
+    LanguageNotice,
+    LiveLanguageCheck,
+    StreamWatch,
+    load_detector,
+)
 from captioner.engine.recognizer import Recognizer
 from captioner.errors import one_line
 from captioner.events import FRAME_SAMPLES, AudioBlock, CaptionUpdate, PipelineStatus
@@ -73,6 +86,7 @@ class CaptionStream:
         self._pending: deque[AudioBlock] = deque()
         self._finishing = False
         self._done = False
+        self._language_watch: StreamWatch | None = None
 
     @property
     def done(self) -> bool:
@@ -133,20 +147,33 @@ class LiveCaptioner:
 
     ``recognizer``/``backend`` replace the model loading (a scripted recognizer in tests, a
     shared one in benchmarks); ``clock_ns`` and ``timer_ns`` are the engine's clocks (a
-    simulated replay passes its own). Bad arguments raise ``ValueError`` with a one-line message
+    simulated replay passes its own).
+
+    ``language_check``: whether streams heard by an English-only model are checked for another
+    language (see the module docstring). ``None`` (the default): when the captioner loads its
+    model itself, not for a ``recognizer`` handed in; ``True``/``False``; or a function that
+    returns the detector (``None`` to skip), which also turns it on. Streams opened with a
+    language other than English are never checked (an English-only model refuses them), nor are
+    streams of a multilingual model. Bad arguments raise ``ValueError`` with a one-line message
     (:class:`~captioner.errors.UserError`, which the CLI prints as it is).
     """
 
     def __init__(self, model: str = "tiny.en", device: str | None = None, *, language: str | None = None,
                  task: str = "transcribe", config: EngineConfig | None = None, progress=None,
                  recognizer: Recognizer | None = None, backend=None,
-                 clock_ns: Callable[[], int] = time.monotonic_ns, timer_ns: Callable[[], int] | None = None) -> None:
+                 clock_ns: Callable[[], int] = time.monotonic_ns, timer_ns: Callable[[], int] | None = None,
+                 language_check: bool | DetectorLoader | None = None) -> None:
         if task not in ("transcribe", "translate"):
             raise ValueError(f"unknown task {task!r}: use 'transcribe' or 'translate'")
         self.model = model
         self.device = device
         self.task = task
         self.clock_ns = clock_ns
+        if language_check is None:
+            language_check = recognizer is None
+        self._detector_loader: DetectorLoader | None = (
+            language_check if callable(language_check) else load_detector if language_check else None)
+        self._language_check: LiveLanguageCheck | None = None
         if recognizer is None:
             backend, recognizer = load_recognizer(model, device, task, progress)
         elif backend is None:
@@ -192,8 +219,23 @@ class LiveCaptioner:
         code = self._checked_language(language)
         self.engine.add_stream(label, language=code)
         stream = CaptionStream(self, label, code)
+        if self._wants_language_check(_language_code(language)):
+            stream._language_watch = self._checker().watch(label)
         self._streams[label] = stream
         return stream
+
+    def _wants_language_check(self, requested: str | None) -> bool:
+        # An explicit "en" is checked too: it is the only language an English-only model takes,
+        # so it is what a menu or a script passes by default, and German speech comes out as the
+        # same gibberish whatever was claimed; one notice costs one check on another thread.
+        return (self._detector_loader is not None and requested in (None, "en")
+                and getattr(self.engine.recognizer, "is_multilingual", True) is False)
+
+    def _checker(self) -> LiveLanguageCheck:
+        if self._language_check is None:
+            assert self._detector_loader is not None
+            self._language_check = LiveLanguageCheck(self.engine.recognizer.name, self._detector_loader)
+        return self._language_check
 
     def set_language(self, language: str | None) -> None:
         """The default language of every stream opened without one (from the next update on)."""
@@ -203,7 +245,17 @@ class LiveCaptioner:
         """Another model from the next update on; what the streams show is committed by the old
         one first (those updates are returned)."""
         self._check_open()
-        return self.engine.replace_recognizer(recognizer)
+        updates = self.engine.replace_recognizer(recognizer)
+        if self._language_check is not None:
+            if getattr(recognizer, "is_multilingual", True) is False:
+                self._language_check.model = recognizer.name
+            else:
+                # The notices asked for a multilingual model, and this is one: they are moot.
+                self._language_check.close(timeout_s=0.0)
+                self._language_check = None
+                for stream in self._streams.values():
+                    stream._language_watch = None
+        return updates
 
     def set_model(self, model: str) -> list[CaptionUpdate]:
         """Load ``model`` on this captioner's device and switch to it (see :meth:`set_recognizer`)."""
@@ -230,17 +282,39 @@ class LiveCaptioner:
             blocks = [b for b in (s._take(_FEED_SAMPLES) for s in self._streams.values()) if b is not None]
             if not blocks:
                 break
+            self._feed_language_check(blocks)
             self.engine.push(blocks)
             updates += self.engine.tick()
         for stream in [s for s in self._streams.values() if s._finishing and not s._pending]:
             updates += self.engine.remove_stream(stream.label)
             stream._done = True
+            if stream._language_watch is not None and self._language_check is not None:
+                self._language_check.end(stream._language_watch)
             del self._streams[stream.label]
         return updates
 
+    def _feed_language_check(self, blocks: list[AudioBlock]) -> None:
+        check = self._language_check
+        if check is None:
+            return
+        for block in blocks:
+            watch = self._streams[block.stream]._language_watch
+            if watch is not None and not watch.settled:
+                check.feed(watch, block.samples)  # a queue put: the check runs on its own thread
+
+    def notices(self) -> list[LanguageNotice]:
+        """Language notices made since the last call: a stream that an English-only model hears
+        in another language gets one. Any thread may call this."""
+        return self._language_check.notices() if self._language_check is not None else []
+
     def status(self, **kwargs) -> PipelineStatus:
         """The engine's status now (latency, lag, batch size, …); ``kwargs`` as
-        :meth:`~captioner.engine.core.Engine.status` takes them."""
+        :meth:`~captioner.engine.core.Engine.status` takes them. Its ``message`` is the one
+        passed in (the worker's lost inputs), followed by every language notice's message."""
+        if self._language_check is not None:
+            notes = self._language_check.messages()
+            if notes:
+                kwargs["message"] = "; ".join(m for m in (kwargs.get("message", ""), *notes) if m)
         return self.engine.status(**kwargs)
 
     def close(self) -> list[CaptionUpdate]:
@@ -256,6 +330,8 @@ class LiveCaptioner:
         finally:
             self._closed = True
             self._streams.clear()
+            if self._language_check is not None:
+                self._language_check.close()
         return updates
 
     def __enter__(self) -> LiveCaptioner:
