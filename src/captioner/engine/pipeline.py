@@ -9,8 +9,9 @@ One path, no polling:
 - ``captioner-worker`` (:class:`~captioner.engine.worker.Worker`) owns the model and the GPU,
   feeds each chunk to its stream of the :class:`~captioner.engine.live.LiveCaptioner` (where
   resampling and framing happen) and steps it;
-- ``captioner-transcript`` appends and fsyncs every committed line, so a slow disk never holds
-  up the thread that drives the GPU.
+- ``captioner-transcript`` appends and fsyncs every committed line before the update reaches
+  the outbox (a caption on screen is a caption on disk), so a slow disk never holds up the
+  thread that drives the GPU.
 
 The GUI or the CLI drains the outboxes without blocking (:meth:`Pipeline.drain_captions`,
 :meth:`Pipeline.latest_status`); the methods that change a running session (add or remove a
@@ -80,25 +81,30 @@ def telemetry_gpu_index(device: str | None) -> int:
 
 
 class _TranscriptThread(threading.Thread):
-    """Writes committed lines to the transcript (each one flushed and fsync'd by the writer)."""
+    """Appends committed lines to the transcript (each flushed and fsync'd by the writer), then
+    passes the updates on to the outbox: a caption reaches the screen only once it is on disk,
+    so a crash never costs a line that was shown, and the GPU thread never waits on the disk."""
 
-    def __init__(self, transcript) -> None:
+    def __init__(self, transcript, publish: Callable[[list[CaptionUpdate]], None]) -> None:
         super().__init__(name="captioner-transcript", daemon=True)
         self.transcript = transcript
-        self.lines: queue.Queue[CaptionUpdate | None] = queue.Queue()
+        self._publish = publish
+        self.batches: queue.Queue[list[CaptionUpdate] | None] = queue.Queue()
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        while (update := self.lines.get()) is not None:
-            if self.error is not None:
-                continue  # a failed disk keeps failing; the captions stay on screen and in memory
-            try:
-                self.transcript.write(update)
-            except Exception as error:
-                self.error = error
+        while (batch := self.batches.get()) is not None:
+            for update in batch:
+                if update.kind != "final" or self.error is not None:
+                    continue  # a failed disk keeps failing; the captions still reach the screen
+                try:
+                    self.transcript.write(update)
+                except Exception as error:
+                    self.error = error
+            self._publish(batch)
 
     def close(self, timeout_s: float) -> None:
-        self.lines.put(None)
+        self.batches.put(None)
         self.join(timeout_s)
         self.transcript.close()
 
@@ -167,7 +173,7 @@ class Pipeline:
             return live
 
         if self.transcript is not None:
-            self._writer = _TranscriptThread(self.transcript)
+            self._writer = _TranscriptThread(self.transcript, self._to_outbox)
             self._writer.start()
         self._worker = Worker(make_captioner, self._inbox, self._deliver, self._publish,
                               source_drops=self._source_drops)
@@ -329,9 +335,11 @@ class Pipeline:
     # -- worker-thread callbacks -------------------------------------------------------------------
     def _deliver(self, updates: list[CaptionUpdate]) -> None:
         if self._writer is not None:
-            for u in updates:
-                if u.kind == "final":
-                    self._writer.lines.put(u)
+            self._writer.batches.put(updates)  # on to the outbox once the finals are on disk
+        else:
+            self._to_outbox(updates)
+
+    def _to_outbox(self, updates: list[CaptionUpdate]) -> None:
         with self._captions_lock:
             self._captions.extend(updates)
 
