@@ -72,3 +72,46 @@ def test_lines_survive_sigkill(tmp_path):
     assert len(lines) >= acknowledged + 1
     for i, line in enumerate(lines):
         assert line == format_line(CaptionUpdate("Me", "final", f"line {i}", i, i + 1, 0, 0)).rstrip("\n")
+
+
+class _FullDisk:
+    """``os.write`` on one file descriptor that takes a few bytes of a line, then fails with
+    ENOSPC, until ``space`` is set again (where mounting a small tmpfs is not allowed)."""
+
+    def __init__(self, monkeypatch, fd: int) -> None:
+        import os
+
+        self.space = True
+        self._real_write = os.write
+        self._fd = fd
+        monkeypatch.setattr(os, "write", self._write)
+
+    def _write(self, fd, data):
+        import errno
+
+        if fd != self._fd or self.space:
+            return self._real_write(fd, data)
+        if len(data) > 5:
+            return self._real_write(fd, bytes(data[:5]))  # a torn start of the line...
+        raise OSError(errno.ENOSPC, "No space left on device")  # ...then the disk is full
+
+
+def test_a_full_disk_holds_lines_whole_and_resumes(tmp_path, monkeypatch):
+    from captioner.app.transcript import TranscriptWriter
+
+    w = TranscriptWriter(directory=tmp_path)
+    disk = _FullDisk(monkeypatch, w._fd)
+    w.write(upd("Before the disk filled.", start=0.0, end=1.0))
+    disk.space = False
+    w.write(upd("He holds the floor.", start=1.0, end=2.0, stream="Meeting"))
+    w.write(upd("And another line.", start=2.0, end=3.0))
+    assert w.paused == "disk full" and w.held_lines == 2 and w.lines_written == 1
+    text = w.path.read_text(encoding="utf-8")
+    assert text.endswith("Before the disk filled.\n")  # the torn bytes were cut back
+    disk.space = True
+    w.retry()
+    assert w.paused is None and w.held_lines == 0 and w.lines_written == 3
+    w.close()
+    lines = w.path.read_text(encoding="utf-8").splitlines()[1:]
+    assert [line.split(": ", 1)[1] for line in lines] == ["Before the disk filled.", "He holds the floor.",
+                                                           "And another line."]

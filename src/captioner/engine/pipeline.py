@@ -25,6 +25,7 @@ import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 
 from captioner.audio.source import RawChunk, SourceEnd
 from captioner.engine.core import EngineConfig
@@ -45,6 +46,7 @@ INBOX_ITEMS = 3000
 audio is dropped (and counted) or a replay waits."""
 
 _WAIT_FOR_ROOM_S = 0.1
+_RETRY_TRANSCRIPT_S = 2.0
 
 
 def check_room_for_stream(status: PipelineStatus | None) -> None:
@@ -93,7 +95,16 @@ class _TranscriptThread(threading.Thread):
         self.error: BaseException | None = None
 
     def run(self) -> None:
-        while (batch := self.batches.get()) is not None:
+        while True:
+            # While the disk refuses lines (full), try the held ones again now and then.
+            paused = getattr(self.transcript, "paused", None)
+            try:
+                batch = self.batches.get(timeout=_RETRY_TRANSCRIPT_S if paused else None)
+            except queue.Empty:
+                self.transcript.retry()
+                continue
+            if batch is None:
+                break
             for update in batch:
                 if update.kind != "final" or self.error is not None:
                     continue  # a failed disk keeps failing; the captions still reach the screen
@@ -282,6 +293,11 @@ class Pipeline:
         return next(iter(errors.values())) if errors else None
 
     @property
+    def transcript_paused(self) -> str | None:
+        """Why committed lines are held in memory instead of written (e.g. "disk full")."""
+        return getattr(self.transcript, "paused", None) if self.transcript is not None else None
+
+    @property
     def transcript_error(self) -> BaseException | None:
         """Why the transcript stopped being written (the captions go on), if it did."""
         return self._writer.error if self._writer is not None else None
@@ -329,8 +345,14 @@ class Pipeline:
         return out
 
     def latest_status(self) -> PipelineStatus | None:
+        """The worker's latest status; its message also says when the transcript is paused."""
         with self._status_lock:
-            return self._status
+            status = self._status
+        paused = self.transcript_paused
+        if status is not None and paused:
+            note = f"transcript paused: {paused}; the captions are kept and written when there is room"
+            status = replace(status, message="; ".join(m for m in (status.message, note) if m))
+        return status
 
     # -- worker-thread callbacks -------------------------------------------------------------------
     def _deliver(self, updates: list[CaptionUpdate]) -> None:
