@@ -27,6 +27,7 @@ _EXPORTS = {
     "transcribe": "captioner.engine.offline",
     "Transcription": "captioner.engine.offline",
     "Segment": "captioner.engine.offline",
+    "LanguageNotice": "captioner.engine.language_check",
     "CaptionUpdate": "captioner.events",
     "PipelineStatus": "captioner.events",
     "EngineConfig": "captioner.engine.core",

@@ -344,6 +344,12 @@ class Pipeline:
             self._captions.clear()
         return out
 
+    def notices(self) -> list:
+        """Language notices made since the last call (an English-only model hearing another
+        language), each once; any thread."""
+        live = self.captioner
+        return live.notices() if live is not None else []
+
     def latest_status(self) -> PipelineStatus | None:
         """The worker's latest status; its message also says when the transcript is paused."""
         with self._status_lock:
