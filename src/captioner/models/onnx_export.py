@@ -6,6 +6,12 @@ models above protobuf's 2 GB limit work too) and ``manifest.json``. A folder is 
 temporary name in the same parent and renamed into place when complete, so a crash or a
 concurrent build never leaves a half cache behind: a cache folder either exists whole or not at all.
 
+The cache heals itself: the manifest records every file's size, modification time and SHA-256.
+Each use checks sizes and times (cheap); a file whose time moved is hashed, and a missing file, a
+wrong size or a wrong hash rebuilds the folder once, with progress, instead of failing or decoding
+garbage. A build holds a lock on its temporary folder; one left by a killed build (no lock held)
+is removed by the next build.
+
 The model hash is cheap by design (a 145 MB model must not be read whole at every start): SHA-256
 over, for each part of model.bin, its size, its first 4 MiB (header, variable table start) and its
 last 4 MiB (the tail variables and the alias table). Any re-conversion changes the size or those
@@ -15,6 +21,8 @@ Bump CONVERTER_VERSION whenever the graphs change.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -79,45 +87,179 @@ def cache_folder(files: ModelFiles, precision: str, fused_attention: bool = Fals
     return cache_root() / f"{model_hash(files)}-v{CONVERTER_VERSION}-{precision}{'-fused' if fused_attention else ''}"
 
 
-def _complete(folder: Path, precision: str) -> bool:
-    if not (folder / "manifest.json").is_file():
-        return False
-    return all((folder / f"{g}.onnx").is_file() for g in GRAPHS[precision])
+_TMP_MARK = ".tmp-"
+_LOCK_NAME = ".building"
+_STALE_UNLOCKED_S = 600.0
+"""A temporary build folder with no lock file is left alone this long (its builder may be
+between creating it and locking it), then removed."""
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _file_records(folder: Path) -> dict[str, dict]:
+    """Size, modification time and SHA-256 of every file of a built folder but the manifest."""
+    records = {}
+    for path in sorted(folder.iterdir()):
+        if path.is_file() and path.name not in ("manifest.json", _LOCK_NAME):
+            st = path.stat()
+            records[path.name] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": _file_sha256(path)}
+    return records
+
+
+def _write_manifest(folder: Path, manifest: dict) -> None:
+    tmp = folder / "manifest.json.tmp"
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, folder / "manifest.json")
+
+
+def cache_problem(folder: Path, precision: str) -> str | None:
+    """Why the cache folder cannot be used as it is (``None``: it can). Hashes only the files
+    whose modification time moved since the manifest was written, and records the new time of
+    a file whose hash still matches, so the next check is cheap again."""
+    try:
+        manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return "incomplete"
+    except (OSError, ValueError):
+        return "its manifest is unreadable"
+    for graph in GRAPHS[precision]:
+        if not (folder / f"{graph}.onnx").is_file():
+            return f"{graph}.onnx is missing"
+    records = manifest.get("files")
+    if not isinstance(records, dict):
+        # A cache from before the records: take it as it is and record it now.
+        manifest["files"] = _file_records(folder)
+        with contextlib.suppress(OSError):
+            _write_manifest(folder, manifest)
+        return None
+    touched = False
+    for name, record in records.items():
+        path = folder / name
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            return f"{name} is missing"
+        if st.st_size != record.get("size"):
+            return f"{name} has {st.st_size} bytes, not {record.get('size')}"
+        if st.st_mtime_ns != record.get("mtime_ns"):
+            if _file_sha256(path) != record.get("sha256"):
+                return f"{name} is damaged (its contents changed)"
+            record["mtime_ns"] = st.st_mtime_ns
+            touched = True
+    if touched:
+        with contextlib.suppress(OSError):  # a read-only cache still works; it is just hashed again
+            _write_manifest(folder, manifest)
+    return None
+
+
+def _remove(folder: Path) -> None:
+    """Take a folder out of the way at once (rename), then delete it."""
+    trash = folder.with_name(f".{folder.name}{_TMP_MARK}removed-{os.getpid()}-{time.monotonic_ns()}")
+    try:
+        os.rename(folder, trash)
+    except OSError:
+        trash = folder
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _lock(folder: Path):
+    """An exclusive lock on a build folder, held while the returned file stays open (POSIX);
+    ``None`` where locks are not available."""
+    try:
+        import fcntl
+    except ImportError:  # Windows: stale folders are then recognised by age alone
+        return None
+    handle = open(folder / _LOCK_NAME, "w")  # noqa: SIM115 - held open for the whole build
+    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return handle
+
+
+def remove_stale_builds(parent: Path) -> list[str]:
+    """Delete temporary build folders whose builder is gone (a killed conversion); returns
+    their names. A folder whose lock is held belongs to a build in progress and stays."""
+    removed = []
+    try:
+        candidates = [p for p in parent.iterdir() if p.is_dir() and p.name.startswith(".") and _TMP_MARK in p.name]
+    except OSError:
+        return removed
+    for folder in candidates:
+        lock_path = folder / _LOCK_NAME
+        if lock_path.exists():
+            try:
+                handle = _lock(folder)
+            except OSError:
+                continue  # locked: a build is running
+            if handle is not None:
+                handle.close()
+        else:
+            try:
+                age_s = time.time() - folder.stat().st_mtime
+            except OSError:
+                continue
+            if age_s < _STALE_UNLOCKED_S:
+                continue
+        shutil.rmtree(folder, ignore_errors=True)
+        removed.append(folder.name)
+    return removed
 
 
 def ensure_onnx(
     files: ModelFiles, precision: str, progress: ProgressFn | None = None, fused_attention: bool | None = None,
+    rebuild: bool = False,
 ) -> OnnxFiles:
-    """The cached graphs for ``files`` at ``precision`` ("fp32" or "fp16"), built if missing.
-    ``fused_attention`` (default: on for fp16, i.e. CUDA) uses ONNX Runtime's MultiHeadAttention
-    contrib op; the fp32 CPU graphs keep plain MatMul attention, which matches CTranslate2 exactly."""
+    """The cached graphs for ``files`` at ``precision`` ("fp32" or "fp16"), built if missing or
+    damaged (or when ``rebuild`` says the last use failed). ``fused_attention`` (default: on for
+    fp16, i.e. CUDA) uses ONNX Runtime's MultiHeadAttention contrib op; the fp32 CPU graphs keep
+    plain MatMul attention, which matches CTranslate2 exactly."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {sorted(PRECISIONS)}")
     if fused_attention is None:
         fused_attention = precision == "fp16"
     report = progress or (lambda message, fraction: None)
     folder = cache_folder(files, precision, fused_attention)
-    if _complete(folder, precision):
+    problem = "it failed to load" if rebuild else (cache_problem(folder, precision) if folder.exists() else "absent")
+    if problem is None:
         report(f"{files.name}: ONNX graphs cached", 1.0)
         return OnnxFiles(folder, precision, built=False)
+    if folder.exists():
+        report(f"{files.name}: the model cache is damaged ({problem}); rebuilding", 0.0)
+        _remove(folder)
     try:
         folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.tmp-", dir=folder.parent))
+        remove_stale_builds(folder.parent)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}{_TMP_MARK}", dir=folder.parent))
         os.chmod(tmp, 0o755)  # mkdtemp makes it private; the cache is ordinary user data
+        lock = _lock(tmp)
     except OSError as e:
         raise UserError(f"cannot write the model cache at {folder.parent}: {e.strerror}") from None
     try:
         _build_into(files, precision, tmp, report, fused_attention)
+        (tmp / _LOCK_NAME).unlink(missing_ok=True)
         try:
             os.rename(tmp, folder)
         except OSError:
             # Another process finished the same build first: keep theirs.
-            if not _complete(folder, precision):
+            if cache_problem(folder, precision) is not None:
                 raise
             shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if e.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise UserError(f"no space left for the model cache at {folder.parent}: free some space, or point "
+                            "CAPTIONER_CACHE_DIR at a disk with room") from None
+        raise UserError(f"cannot write the model cache at {folder.parent}: {e.strerror or e}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    finally:
+        if lock is not None:
+            lock.close()
     report(f"{files.name}: ONNX graphs ready", 1.0)
     return OnnxFiles(folder, precision, built=True)
 
@@ -167,7 +309,8 @@ def _build_into(files: ModelFiles, precision: str, out: Path, report: ProgressFn
         "dims": files.dims.__dict__,
         "build_s": round(time.monotonic() - started, 2),
     }
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    manifest["files"] = _file_records(out)
+    _write_manifest(out, manifest)
 
 
 def _save(onnx, model, path: Path) -> None:

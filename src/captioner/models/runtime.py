@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from captioner.errors import UserError
+from captioner.errors import UserError, one_line
 from captioner.models import session as ort_session
 from captioner.models.onnx_export import OnnxFiles, ProgressFn, ensure_onnx
 from captioner.models.registry import N_AUDIO_FRAMES, ModelFiles, resolve_model
@@ -307,5 +307,12 @@ def load_runtime(
         return WhisperRuntime(files, choice, onnx_files, intra_threads)
     except UserError:
         raise
-    except Exception as e:  # a corrupt cache entry: say where it is
-        raise UserError(f"cannot open the ONNX graphs in {onnx_files.folder}: {e}; delete that folder to rebuild") from None
+    except Exception:  # graphs ONNX Runtime cannot open (damaged past what the manifest saw): rebuild once
+        onnx_files = ensure_onnx(files, precision, progress, fused_attention=fused, rebuild=True)
+    try:
+        return WhisperRuntime(files, choice, onnx_files, intra_threads)
+    except UserError:
+        raise
+    except Exception as e:
+        raise UserError(f"cannot open the ONNX graphs in {onnx_files.folder} even after rebuilding them: "
+                        f"{one_line(e)}") from None

@@ -1,0 +1,121 @@
+"""The model cache heals itself: a damaged, truncated or missing file is found and the folder
+rebuilt once; a build killed half-way leaves nothing behind for long; a full disk is one line."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+from graph_fixtures import tiny_files  # noqa: F401 - fixture
+
+from captioner.errors import UserError
+from captioner.models import onnx_export
+
+pytestmark = pytest.mark.slow  # each case converts tiny.en (fp32) once
+
+
+@pytest.fixture()
+def cache(tmp_path, monkeypatch, tiny_files):  # noqa: F811
+    monkeypatch.setenv("CAPTIONER_CACHE_DIR", str(tmp_path))
+    built = onnx_export.ensure_onnx(tiny_files, "fp32")
+    return built.folder
+
+
+def _ensure(tiny_files):  # noqa: F811
+    messages = []
+    files = onnx_export.ensure_onnx(tiny_files, "fp32", lambda m, f: messages.append(m))
+    return files, messages
+
+
+def test_the_manifest_records_every_file(cache):
+    records = json.loads((cache / "manifest.json").read_text())["files"]
+    assert {"encoder.onnx", "decoder.onnx.data", "cross_kv.onnx"} <= set(records)
+    assert all(len(r["sha256"]) == 64 and r["size"] > 0 for r in records.values())
+    assert onnx_export.cache_problem(cache, "fp32") is None
+
+
+def test_random_bytes_in_the_weights_rebuild_the_cache(cache, tiny_files):  # noqa: F811
+    data = cache / "decoder.onnx.data"
+    size = data.stat().st_size
+    with data.open("r+b") as f:  # same size, other bytes: only the hash can tell
+        f.seek(size // 2)
+        f.write(os.urandom(4096))
+    assert "damaged" in onnx_export.cache_problem(cache, "fp32")
+    files, messages = _ensure(tiny_files)
+    assert files.built and any("damaged" in m and "rebuilding" in m for m in messages)
+    assert onnx_export.cache_problem(files.folder, "fp32") is None
+
+
+@pytest.mark.parametrize("damage", ["delete_graph", "truncate_weights"])
+def test_a_missing_or_truncated_file_rebuilds_the_cache(cache, tiny_files, damage):  # noqa: F811
+    if damage == "delete_graph":
+        (cache / "decoder.onnx").unlink()
+    else:
+        data = cache / "encoder.onnx.data"
+        os.truncate(data, data.stat().st_size // 3)
+    files, _ = _ensure(tiny_files)
+    assert files.built and onnx_export.cache_problem(files.folder, "fp32") is None
+
+
+def test_a_touched_but_intact_file_is_hashed_once_and_kept(cache, tiny_files):  # noqa: F811
+    os.utime(cache / "encoder.onnx.data")  # a backup tool restored it, say: same bytes, new time
+    files, messages = _ensure(tiny_files)
+    assert not files.built and messages == ["tiny.en: ONNX graphs cached"]
+    record = json.loads((cache / "manifest.json").read_text())["files"]["encoder.onnx.data"]
+    assert record["mtime_ns"] == (cache / "encoder.onnx.data").stat().st_mtime_ns
+
+
+def test_a_killed_build_leaves_no_folder_behind(tmp_path, monkeypatch, tiny_files):  # noqa: F811
+    """A conversion killed with SIGKILL leaves its temporary folder; the next build removes it,
+    while a folder whose build is still running (its lock held) stays."""
+    monkeypatch.setenv("CAPTIONER_CACHE_DIR", str(tmp_path))
+    script = ("import time, captioner.models.onnx_export as e, captioner.models.registry as r\n"
+              "files = r.resolve_model('tiny.en')\n"
+              "e.ensure_onnx(files, 'fp32', lambda m, f: print(f, flush=True) or (f > 0.3 and time.sleep(60)))\n")
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True,
+                             env=dict(os.environ, CAPTIONER_CACHE_DIR=str(tmp_path)))
+    try:
+        for line in child.stdout:
+            if float(line) > 0.3:
+                break
+        (running,) = [p for p in (tmp_path / "onnx").iterdir() if ".tmp-" in p.name]
+        assert onnx_export.remove_stale_builds(tmp_path / "onnx") == []  # its lock is held: kept
+        child.kill()
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert running.exists()
+    files = onnx_export.ensure_onnx(tiny_files, "fp32")
+    assert not running.exists()
+    assert sorted(p.name for p in (tmp_path / "onnx").iterdir()) == [files.folder.name]
+
+
+def test_an_old_unlocked_temporary_folder_is_removed(tmp_path):
+    stale = tmp_path / ".abc-v5-fp32.tmp-xyz"
+    stale.mkdir()
+    (stale / "encoder.onnx").write_bytes(b"half")
+    fresh = tmp_path / ".abc-v5-fp32.tmp-new"
+    fresh.mkdir()
+    old_s = time.time() - 3600
+    os.utime(stale, (old_s, old_s))
+    assert onnx_export.remove_stale_builds(tmp_path) == [stale.name]
+    assert fresh.exists()  # too young to judge: its builder may be about to lock it
+
+
+def test_a_full_cache_disk_is_one_line(tmp_path, monkeypatch, tiny_files):  # noqa: F811
+    monkeypatch.setenv("CAPTIONER_CACHE_DIR", str(tmp_path))
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(onnx_export, "_save", full)
+    with pytest.raises(UserError, match="no space left for the model cache") as info:
+        onnx_export.ensure_onnx(tiny_files, "fp32")
+    assert "\n" not in str(info.value)
+    assert [p for p in (tmp_path / "onnx").iterdir()] == []
