@@ -124,3 +124,26 @@ def test_streaming_writers_zero_data_size_is_accepted(tmp_path):
     path = tmp_path / "streamed.wav"
     path.write_bytes(bytes(data))
     assert len(read_audio_16k(path)) == 16_000
+
+
+@pytest.mark.parametrize("fmt", ["OGG", "MP3"])
+def test_a_compressed_file_cut_in_half_is_truncated_and_quiet(tmp_path, capfd, fmt):
+    """An Ogg or MP3 recording cut off half-way is reported like a cut-off WAV, in one line, and
+    the decoder's own complaints never reach the terminal."""
+    import soundfile as sf
+
+    from captioner.audio.file_source import check_audio_samples
+    from captioner.audio.synthetic import tone
+
+    whole = tmp_path / f"whole.{fmt.lower()}"
+    sf.write(whole, tone(440.0, 6.0, rate_hz=16_000), 16_000, format=fmt)
+    check_audio_samples(whole)  # the complete file is fine
+    data = whole.read_bytes()
+    half = tmp_path / f"half.{fmt.lower()}"
+    half.write_bytes(data[: len(data) // 2])
+    capfd.readouterr()
+    with pytest.raises(UserError, match="truncated") as info:
+        check_audio_samples(half)
+    assert "\n" not in str(info.value)
+    out, err = capfd.readouterr()
+    assert err == "" and out == ""

@@ -114,6 +114,36 @@ def _wav_truncation(path: Path, file_size_bytes: int) -> tuple[int, int] | None:
     return None
 
 
+_OGG_TAIL_BYTES = 1 << 16  # an Ogg page is at most 65,307 bytes: the last one starts in here
+_OGG_END_OF_STREAM = 0x04
+
+
+def _ogg_truncated(path: Path, file_size_bytes: int) -> bool:
+    """For an Ogg file: True when it does not end with a whole end-of-stream page.
+
+    libsndfile takes an Ogg file's length from the last page it finds, so a file cut anywhere
+    passes as a complete shorter one; a complete stream's last page carries the end-of-stream
+    flag and is whole."""
+    try:
+        with path.open("rb") as f:
+            if f.read(4) != b"OggS":
+                return False
+            start = max(0, file_size_bytes - _OGG_TAIL_BYTES)
+            f.seek(start)
+            tail = f.read()
+    except OSError:
+        return False
+    page = tail.rfind(b"OggS")
+    while page >= 0 and (len(tail) - page < 27 or tail[page + 4] != 0):  # version 0 pages only
+        page = tail.rfind(b"OggS", 0, page)
+    if page < 0:
+        return True
+    flags, n_segments = tail[page + 5], tail[page + 26]
+    lacing = tail[page + 27:page + 27 + n_segments]
+    page_bytes = 27 + n_segments + sum(lacing)
+    return len(lacing) < n_segments or page + page_bytes > len(tail) or not flags & _OGG_END_OF_STREAM
+
+
 def open_audio_file(path: str | os.PathLike) -> AudioFileInfo:
     """Checks that ``path`` is a readable, non-empty, complete audio file at ≥ 8 kHz.
 
@@ -145,6 +175,9 @@ def open_audio_file(path: str | os.PathLike) -> AudioFileInfo:
     if info.channels < 1:
         raise UserError(f"{path} has no audio channels")
     check_rate(info.samplerate, str(path))
+    if info.format == "OGG" and _ogg_truncated(path, size_bytes):
+        raise UserError(f"{path} is truncated: its Ogg stream stops without its last page "
+                        f"(after {info.frames / info.samplerate:.3f} s of audio)")
     if info.frames <= 0:
         raise UserError(f"{path} holds no audio samples")
     truncated = _wav_truncation(path, size_bytes)
@@ -168,9 +201,13 @@ def _native_blocks(sound_file, info: AudioFileInfo) -> Iterator[np.ndarray]:
     """Decoded ``[n, channels]`` float32 blocks, checked; a file that ends early or fails to
     decode midway is a ``UserError``."""
     position = 0
+    # mpg123 prints its complaints about damaged frames straight to the C stderr.
+    quiet = _quiet_native_stderr if info.format == "MP3" else contextlib.nullcontext
     while position < info.frames:
         try:
-            block = sound_file.read(min(_DECODE_FRAMES, info.frames - position), dtype="float32", always_2d=True)
+            with quiet():
+                block = sound_file.read(min(_DECODE_FRAMES, info.frames - position), dtype="float32",
+                                        always_2d=True)
         except Exception as error:
             raise UserError(f"{info.path} is damaged: decoding failed at {position / info.rate_hz:.3f} s "
                             f"({one_line(error)})") from None
@@ -186,7 +223,8 @@ def _native_blocks(sound_file, info: AudioFileInfo) -> Iterator[np.ndarray]:
 
 def _open_sound_file(info: AudioFileInfo):
     try:
-        return _soundfile().SoundFile(str(info.path))
+        with _quiet_native_stderr() if info.format == "MP3" else contextlib.nullcontext():
+            return _soundfile().SoundFile(str(info.path))
     except Exception as error:
         raise UserError(f"cannot open {info.path}: {_libsndfile_reason(error, info.path)}") from None
 
