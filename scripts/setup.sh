@@ -2,9 +2,57 @@
 # Installs everything captioner needs into ./.venv: Debian packages (when this user may install
 # them), the Python package with its dependencies, and the CUDA runtime wheels when an NVIDIA
 # driver is present.  usage: scripts/setup.sh app|test
+#
+# A set-up that succeeded leaves a stamp in .venv (one per mode): a hash of what it was made
+# from (pyproject.toml, this script, the mode and extras, the venv's Python, the installed
+# captioner's dist-info). While that still matches, a later call skips the apt checks and pip
+# and returns at once. The install is editable, so changed sources need nothing; a changed
+# pyproject.toml, another extra, or an uninstalled captioner runs the full set-up again.
+# A 'test' set-up covers 'app' too (its packages and extras are a superset).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+script="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
+cd "$(dirname "$script")/.."
 mode="${1:-app}"
+case "$mode" in app|test) ;; *) echo "usage: scripts/setup.sh app|test" >&2; exit 2 ;; esac
+venv=.venv
+python="${PYTHON:-python3}"
+
+extras_for() {  # the pip extras of a mode on this machine
+  local extras="$1"
+  [ "$extras" = app ] && extras=""
+  if [ "$has_nvidia" = 1 ]; then extras="${extras:+$extras,}cuda"; fi
+  echo "$extras"
+}
+
+stamp_key() {  # what a set-up of mode $1 was made from, hashed
+  {
+    echo "mode=$1 extras=$(extras_for "$1")"
+    cat pyproject.toml "$script"
+    cat "$venv/pyvenv.cfg" 2>/dev/null || true
+    # The installed captioner: its dist-info folder names the version; gone once uninstalled.
+    ls -d "$venv"/lib/python*/site-packages/captioner-*.dist-info 2>/dev/null || echo "captioner not installed"
+  } | sha256sum | cut -d' ' -f1
+}
+
+stamp_file() { echo "$venv/.captioner-setup-$1.stamp"; }
+
+stamp_matches() {  # whether mode $1 was set up from exactly what is here now
+  local file
+  file="$(stamp_file "$1")"
+  [ -x "$venv/bin/python" ] && [ -f "$file" ] && [ "$(cat "$file")" = "$(stamp_key "$1")" ]
+}
+
+has_nvidia=0
+if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then has_nvidia=1; fi
+
+covering=("$mode")
+[ "$mode" = app ] && covering+=(test)
+for done_mode in "${covering[@]}"; do
+  if stamp_matches "$done_mode"; then
+    echo "captioner setup: up to date ($venv, set up for '$done_mode'; nothing changed since: skipping apt and pip)"
+    exit 0
+  fi
+done
 
 apt_app=(libportaudio2 libsndfile1 libasound2-plugins libegl1 libgl1 libfontconfig1 libdbus-1-3
          libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0
@@ -12,9 +60,8 @@ apt_app=(libportaudio2 libsndfile1 libasound2-plugins libegl1 libgl1 libfontconf
 apt_test=(pulseaudio pulseaudio-utils xvfb xauth espeak-ng sox)
 wanted=("${apt_app[@]}")
 [ "$mode" = test ] && wanted+=("${apt_test[@]}")
-python="${PYTHON:-python3}"
 # Debian's python3 makes virtual environments only with python3-venv (it carries ensurepip).
-if [ ! -x .venv/bin/python ] && ! "$python" -c "import ensurepip" >/dev/null 2>&1; then
+if [ ! -x "$venv/bin/python" ] && ! "$python" -c "import ensurepip" >/dev/null 2>&1; then
   wanted+=(python3-venv)
 fi
 
@@ -32,25 +79,25 @@ if command -v dpkg-query >/dev/null 2>&1; then
       echo "Run that line, then this command again." >&2
       exit 1
     fi
-    echo "captioner setup: installing ${missing[*]}"
-    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    echo "captioner setup: installing Debian packages: ${missing[*]}"
+    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get update
+    "${sudo_cmd[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}"
   fi
 else
   echo "captioner setup: not a Debian-family system; install PortAudio and libsndfile yourself." >&2
 fi
 
-if [ ! -x .venv/bin/python ]; then
-  "$python" -m venv .venv || {
+if [ ! -x "$venv/bin/python" ]; then
+  echo "captioner setup: creating the virtual environment $venv"
+  "$python" -m venv "$venv" || {
     echo "captioner setup: '$python -m venv' failed; on Debian/Ubuntu run: sudo apt-get install -y python3-venv" >&2
     exit 1
   }
 fi
-extras="$mode"
-[ "$mode" = app ] && extras=""
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1; then
-  extras="${extras:+$extras,}cuda"
-fi
-.venv/bin/python -m pip install -q --upgrade pip
-.venv/bin/python -m pip install -q -e ".${extras:+[$extras]}"
-echo "captioner setup: ready (.venv, extras: ${extras:-none})"
+extras="$(extras_for "$mode")"
+echo "captioner setup: installing captioner${extras:+[$extras]} and its Python packages into $venv" \
+     "(the first time downloads a few hundred MB; later runs skip this)"
+"$venv/bin/python" -m pip install --disable-pip-version-check --upgrade pip
+"$venv/bin/python" -m pip install --disable-pip-version-check -e ".${extras:+[$extras]}"
+stamp_key "$mode" >"$(stamp_file "$mode")"
+echo "captioner setup: ready ($venv, extras: ${extras:-none})"
