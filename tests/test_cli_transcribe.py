@@ -8,7 +8,9 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+import soundfile
 import srt
 import webvtt
 
@@ -41,6 +43,24 @@ def test_text_to_stdout(cli, speech_clips):
     assert code == 0
     assert "ask not what your country can do for you" in out.lower()
     assert out.endswith("\n") and "-->" not in out
+    assert "detected language" not in err  # an English-only model detects nothing
+
+
+def test_a_multilingual_model_says_which_language_it_detected(cli, speech_clips):
+    code, out, err = cli(speech_clips["zh_BAC009S0724W0121"].wav, "--model", "base")
+    assert code == 0 and out.strip()
+    assert [line for line in err.splitlines() if "detected language" in line] == [
+        "captioner: detected language: Chinese (zh)"]
+    code, _, err = cli(speech_clips["zh_BAC009S0724W0121"].wav, "--model", "base", "--language", "zh")
+    assert code == 0 and "detected language" not in err  # named, not detected
+
+
+def test_a_too_short_file_is_the_same_error_offline_and_live(cli, tmp_path):
+    short = tmp_path / "one-sample.wav"
+    soundfile.write(short, np.zeros(1, np.float32), 16_000)
+    offline, live = cli(short), cli(short, "--realtime")
+    assert offline[0] == live[0] == 2 and offline[1] == live[1] == ""
+    assert offline[2] == live[2] and offline[2].count("\n") == 1, (offline, live)
 
 
 def test_srt_vtt_jsonl_files_parse(cli, speech_clips, tmp_path):
@@ -76,11 +96,17 @@ def test_srt_vtt_jsonl_files_parse(cli, speech_clips, tmp_path):
         (["{wav}", "--model", "base", "--language", "xx"], "unknown language"),
         (["{wav}", "--model", "{tmp}"], "lacks model.bin"),
         (["{wav}", "-o", "{tmp}"], "is a folder"),
+        (["{wav}", "-o", "{tmp}/no/such/out.srt"], "does not exist"),
+        (["{wav}", "--realtime", "-o", "{tmp}"], "is a folder"),
+        (["{short}"], "too short"),
+        (["{short}", "--realtime"], "too short"),
     ],
 )
 def test_bad_input_is_one_line(cli, speech_clips, tmp_path, argv, message):
     (tmp_path / "notaudio.wav").write_text("hello", encoding="utf-8")
+    soundfile.write(tmp_path / "short.wav", np.zeros(1, np.float32), 16_000)  # one sample
     values = {
+        "short": tmp_path / "short.wav",
         "missing": tmp_path / "missing.wav",
         "notaudio": tmp_path / "notaudio.wav",
         "wav": speech_clips["en_ls_7902-96591-0000"].wav,  # any short clip that ships in tests/data

@@ -15,6 +15,7 @@ from captioner.events import CaptionUpdate
 from captioner.formats import (
     FORMATS,
     Caption,
+    CaptionStreamWriter,
     captions_from_updates,
     cue_lines,
     format_timestamp,
@@ -178,3 +179,49 @@ def test_captions_from_updates_keeps_finals():
         CaptionUpdate("Me", "final", "hello", 1.0, 2.0, 2.2, 2.3, language="en"),
     ]
     assert captions_from_updates(updates) == [Caption(1.0, 2.0, "hello", "Me", "en")]
+
+
+class Flushes(io.StringIO):
+    """A text file that counts its flushes."""
+
+    flushes = 0
+
+    def flush(self):
+        self.flushes += 1
+        super().flush()
+
+
+@pytest.mark.parametrize("fmt", sorted(FORMATS))
+@pytest.mark.parametrize("label", [False, True])
+def test_streamed_output_is_what_render_gives_at_once(fmt, label):
+    # However the captions arrive (one by one, in batches, with empty batches between), the
+    # stream written is exactly the whole file: valid SRT/WebVTT, cues numbered on.
+    for sizes in ([1] * len(NASTY), [3, 0, 2, 4, 1], [len(NASTY)]):
+        out = Flushes()
+        writer = CaptionStreamWriter(out, fmt, label_streams=label)
+        at = 0
+        for size in sizes:
+            writer.write(NASTY[at:at + size])
+            at += size
+        writer.write(NASTY[at:])
+        assert out.getvalue() == render(NASTY, fmt, label_streams=label), (fmt, sizes)
+
+
+def test_stream_writer_flushes_each_committed_caption_and_starts_vtt_with_its_header():
+    out = Flushes()
+    writer = CaptionStreamWriter(out, "vtt")
+    assert out.getvalue() == "WEBVTT\n" and out.flushes == 1  # the header before any cue
+    updates = [CaptionUpdate("Me", "partial", "hel", 0.0, 0.5, 0.5, 0.6),
+               CaptionUpdate("Me", "final", "hello", 0.0, 0.6, 0.7, 0.8)]
+    writer.write(updates[:1])
+    assert out.getvalue() == "WEBVTT\n" and out.flushes == 1  # a partial is not a cue
+    writer.write(updates[1:])
+    assert out.getvalue() == "WEBVTT\n\n00:00:00.000 --> 00:00:00.600\nhello\n" and out.flushes == 2
+    # txt: one line per committed caption; jsonl: every update, partials too.
+    txt, jsonl = io.StringIO(), io.StringIO()
+    CaptionStreamWriter(txt, "txt").write(updates)
+    CaptionStreamWriter(jsonl, "jsonl").write(updates)
+    assert txt.getvalue() == "hello\n"
+    assert [json.loads(line)["kind"] for line in jsonl.getvalue().splitlines()] == ["partial", "final"]
+    with pytest.raises(ValueError, match="unknown caption format"):
+        CaptionStreamWriter(io.StringIO(), "docx")

@@ -94,7 +94,7 @@ class Listen:
     def __init__(self, pulse_server, device: str, transcript: Path, *extra: str) -> None:
         env = dict(pulse_server.env, CAPTIONER_DEVICE="cpu", PYTHONUNBUFFERED="1")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "captioner", "listen", "--device", device, "--transcript", str(transcript), *extra],
+            [sys.executable, "-m", "captioner", "listen", "--input", device, "--transcript", str(transcript), *extra],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL,
         )
         self.lines: list[str] = []

@@ -18,7 +18,7 @@ def test_microphones_and_a_monitor_get_me_me_2_and_meeting():
 
 def test_user_labels_are_kept_and_must_be_one_per_device_and_distinct():
     assert _labels([MIC, MEETING], ["Anna", "Call"]) == ["Anna", "Call"]
-    with pytest.raises(UserError, match="one per --device"):
+    with pytest.raises(UserError, match="one per --input"):
         _labels([MIC, MEETING], ["Anna"])
     with pytest.raises(UserError, match="must differ"):
         _labels([MIC, HEADSET], ["Anna", "Anna"])

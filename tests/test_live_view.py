@@ -61,3 +61,25 @@ def test_tty_rewrites_partial_in_place_and_scrolls_closed_segments():
     view.close()
     # Closing keeps committed text and drops partials.
     assert screen(out.getvalue()) == ["[Me] hello world how are you", ""]
+
+
+def test_one_stream_can_go_without_its_label():
+    out = io.StringIO()
+    view = TerminalView(out, tty=True, label_streams=False)
+    view.show([u("talk", "final", "hello"), u("talk", "partial", "world")])
+    assert screen(out.getvalue()) == ["hello world"]
+    plain = io.StringIO()
+    TerminalView(plain, tty=False, label_streams=False).show([u("talk", "final", "hello")])
+    assert plain.getvalue() == "hello\n"
+
+
+def test_a_note_goes_above_the_live_area_which_is_drawn_again():
+    out = io.StringIO()
+    view = TerminalView(out, tty=True)
+    view.show([u("Me", "final", "guten"), u("Me", "partial", "Tag")])
+    # stdout and stderr share the terminal: the note must land on a line of its own, with the
+    # live line erased first and drawn again below it.
+    view.note("captioner: detected language: German (de)", err=out)
+    assert screen(out.getvalue()) == ["captioner: detected language: German (de)", "[Me] guten Tag"]
+    view.show([u("Me", "final", "Tag"), u("Me", "partial", "")])
+    assert screen(out.getvalue()) == ["captioner: detected language: German (de)", "[Me] guten Tag"]

@@ -1,14 +1,25 @@
-"""`captioner transcribe FILE --realtime --format jsonl`: a file replayed at real-time pace
-through the live engine, every update as one JSON object."""
+"""`captioner transcribe FILE --realtime`: a file replayed at real-time pace through the live
+engine, its output streamed while it plays: every update as one JSON object (jsonl), each
+committed line or cue as it is committed (txt, srt, vtt), and on a terminal the live view of
+`listen` (partials rewritten in place). Ctrl-C keeps what was committed."""
 
 from __future__ import annotations
 
+import io
 import json
+import os
+import re
+import select
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
+import srt
+import webvtt
 
+from captioner.data import sample_speech_path
 from captioner.engine.policy import normalize_word
 
 pytestmark = pytest.mark.slow
@@ -48,3 +59,118 @@ def test_realtime_bad_file_is_one_line_error(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr.count("\n") == 1 and "captioner: error:" in done.stderr
+
+
+# -- the terminal demo: output streams while the file plays ---------------------------------------
+
+JFK = str(sample_speech_path())  # 11 s; the first sentence ends about 2 s in
+_DIM_TEXT = re.compile(r"\x1b\[2m.*?\x1b\[0m", re.S)  # partial (provisional) words are dim
+_CODES = re.compile(r"\x1b\[\d*[A-Za-z]")
+
+
+def committed_text(raw: str) -> str:
+    """What a TerminalView stream shows as committed: dim partials and cursor codes removed."""
+    return _CODES.sub("", _DIM_TEXT.sub("", raw))
+
+
+def realtime(*argv: str, **popen) -> subprocess.Popen:
+    env = dict(os.environ, CAPTIONER_DEVICE="cpu")
+    return subprocess.Popen([sys.executable, "-m", "captioner", "transcribe", "--realtime", *argv],
+                            env=env, stdin=subprocess.DEVNULL, **popen)
+
+
+def test_on_a_terminal_committed_lines_appear_while_the_file_plays():
+    leader, follower = os.openpty()
+    process = realtime(JFK, stdout=follower, stderr=subprocess.PIPE)
+    os.close(follower)
+    raw = b""
+    first_seen_at = None  # len(raw) when committed words were first on screen
+    alive_then = False
+    try:
+        while True:
+            ready, _, _ = select.select([leader], [], [], 1.0)
+            if not ready:
+                if process.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:  # the child closed the terminal
+                break
+            if not chunk:
+                break
+            raw += chunk
+            if first_seen_at is None and committed_text(raw.decode("utf-8", "replace")).strip():
+                first_seen_at = len(raw)
+                alive_then = process.poll() is None
+        assert process.wait(120) == 0, process.stderr.read().decode()
+    finally:
+        os.close(leader)
+        if process.poll() is None:
+            process.kill()
+    text = raw.decode("utf-8", "replace")
+    assert first_seen_at is not None, text
+    assert alive_then, "the first committed words came only when the replay was over"
+    # Drawn as `listen` draws: partial words dim, rewritten in place; then more committed text
+    # arrived after the first (the rest of the speech was still to come).
+    assert "\x1b[2m" in text and "\r\x1b[K" in text
+    later = committed_text(text[first_seen_at:]).lower()
+    assert "country" in later, text
+
+
+def test_text_to_a_pipe_arrives_line_by_line_and_ctrl_c_keeps_it():
+    process = realtime(JFK, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        first = process.stdout.readline()
+        assert first.strip() and process.poll() is None, "the first line came only at the end"
+        process.send_signal(signal.SIGINT)  # Ctrl-C mid-replay
+        rest, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, err
+    assert "Traceback" not in err
+    lines = [first, *rest.splitlines(keepends=True)]
+    assert all(line.endswith("\n") and line.strip() and "\x1b" not in line for line in lines)
+
+
+def test_subtitles_stream_cue_by_cue_to_a_file(tmp_path):
+    out = tmp_path / "live.srt"
+    process = realtime(JFK, "-o", str(out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while "-->" not in (out.read_text(encoding="utf-8") if out.exists() else "") and time.monotonic() < deadline:
+            assert process.poll() is None, process.stderr.read()
+            time.sleep(0.1)
+        written = out.read_text(encoding="utf-8")
+        assert process.poll() is None, "the first cue was written only at the end"
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130 and "Traceback" not in err, err
+    kept = out.read_text(encoding="utf-8")
+    assert kept.startswith(written)  # what was written stays; the open text is committed after it
+    cues = list(srt.parse(kept, ignore_errors=False))
+    assert cues and cues[0].index == 1 and all(c.content for c in cues)
+
+
+def test_webvtt_of_a_whole_replay_parses(tmp_path):
+    out = tmp_path / "live.vtt"
+    done = realtime(JFK, "-o", str(out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, err = done.communicate(timeout=180)
+    assert done.returncode == 0, err
+    cues = list(webvtt.from_buffer(io.StringIO(out.read_text(encoding="utf-8"))))
+    words = {normalize_word(w) for c in cues for w in c.text.split()}
+    assert {"ask", "country"} <= words
+
+
+def test_a_multilingual_model_says_once_which_language_it_detected(speech_clips):
+    clip = speech_clips["zh_BAC009S0724W0121"]
+    done = realtime(str(clip.wav), "--model", "base", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = done.communicate(timeout=300)
+    assert done.returncode == 0, err
+    said = [line for line in err.splitlines() if "detected language" in line]
+    assert said == ["captioner: detected language: Chinese (zh)"], err
+    assert out.strip()

@@ -30,3 +30,15 @@ def test_records_a_real_run(tmp_path, speech_clips, monkeypatch):
 def test_missing_file_is_a_clear_error(tmp_path, capsys):
     assert record_trace.main(["--file", str(tmp_path / "nope.wav"), "--out", str(tmp_path / "t.jsonl")]) == 2
     assert "no such audio file" in capsys.readouterr().err
+
+
+def test_a_run_that_cannot_start_leaves_no_trace_file(tmp_path, speech_clips, capsys):
+    out = tmp_path / "t.jsonl"
+    wav = str(speech_clips["en_ls_7902-96591-0000"].wav)
+    # A model folder without a model: the pipeline fails to start after the trace was opened.
+    assert record_trace.main(["--file", wav, "--model", str(tmp_path), "--device", "cpu", "--out", str(out)]) == 2
+    assert "lacks model.bin" in capsys.readouterr().err
+    assert not out.exists()
+    # A GPU that is not there is refused before the trace is opened at all.
+    assert record_trace.main(["--file", wav, "--device", "cuda:63", "--out", str(out)]) == 2
+    assert "cuda:63" in capsys.readouterr().err and not out.exists()

@@ -18,6 +18,7 @@ from typing import Any, TextIO
 
 __all__ = [
     "Caption",
+    "CaptionStreamWriter",
     "FORMATS",
     "captions_from_updates",
     "cue_lines",
@@ -128,36 +129,64 @@ def _prefixed(caption: Caption, lines: list[str], label: bool) -> list[str]:
     return lines
 
 
+def _txt_line(caption: Caption, label: bool) -> str:
+    """The caption as one line of plain text, "" when it has no words."""
+    text = " ".join(caption.text.split())
+    if not text:
+        return ""
+    return (f"{caption.stream}: {text}" if label and caption.stream else text) + "\n"
+
+
+def _srt_cue(caption: Caption, label: bool, number: int) -> str:
+    """Cue ``number`` of a SubRip file, "" when the caption has no words."""
+    lines = _prefixed(caption, cue_lines(caption.text), label)
+    if not lines:
+        return ""
+    start_ms, end_ms = _cue_times_ms(caption)
+    timing = (
+        f"{format_timestamp(start_ms / 1000, decimal_marker=',')} --> "
+        f"{format_timestamp(end_ms / 1000, decimal_marker=',')}"
+    )
+    return "\n".join([str(number), timing, *lines]) + "\n"
+
+
+def _vtt_cue(caption: Caption, label: bool) -> str:
+    """One WebVTT cue, "" when the caption has no words."""
+    lines = [_vtt_escape(line) for line in cue_lines(caption.text)]
+    if not lines:
+        return ""
+    if label and caption.stream:
+        voice = " ".join(_vtt_escape(caption.stream).split())
+        lines[0] = f"<v {voice}>{lines[0]}"
+    start_ms, end_ms = _cue_times_ms(caption)
+    timing = f"{format_timestamp(start_ms / 1000)} --> {format_timestamp(end_ms / 1000)}"
+    return "\n".join([timing, *lines]) + "\n"
+
+
+_VTT_HEADER = "WEBVTT\n"
+
+# Cues of SRT and WebVTT are separated by one blank line (the header counts as a block).
+_CUE_SEPARATOR = "\n"
+
+
 def render_txt(captions: Iterable[Caption], *, label_streams: bool | None = None) -> str:
     """One caption per line (its lines joined by spaces); ``stream: `` in front when the
     captions come from more than one stream (or ``label_streams`` says so)."""
     captions = list(captions)
     label = _label_streams(captions, label_streams)
-    out = []
-    for caption in captions:
-        text = " ".join(caption.text.split())
-        if not text:
-            continue
-        out.append(f"{caption.stream}: {text}" if label and caption.stream else text)
-    return "".join(line + "\n" for line in out)
+    return "".join(_txt_line(caption, label) for caption in captions)
 
 
 def render_srt(captions: Iterable[Caption], *, label_streams: bool | None = None) -> str:
     """SubRip: numbered cues from 1, ``HH:MM:SS,mmm`` times; empty captions are skipped."""
     captions = list(captions)
     label = _label_streams(captions, label_streams)
-    blocks = []
+    blocks: list[str] = []
     for caption in captions:
-        lines = _prefixed(caption, cue_lines(caption.text), label)
-        if not lines:
-            continue
-        start_ms, end_ms = _cue_times_ms(caption)
-        timing = (
-            f"{format_timestamp(start_ms / 1000, decimal_marker=',')} --> "
-            f"{format_timestamp(end_ms / 1000, decimal_marker=',')}"
-        )
-        blocks.append("\n".join([str(len(blocks) + 1), timing, *lines]) + "\n")
-    return "\n".join(blocks)
+        cue = _srt_cue(caption, label, len(blocks) + 1)
+        if cue:
+            blocks.append(cue)
+    return _CUE_SEPARATOR.join(blocks)
 
 
 def render_vtt(captions: Iterable[Caption], *, label_streams: bool | None = None) -> str:
@@ -165,18 +194,8 @@ def render_vtt(captions: Iterable[Caption], *, label_streams: bool | None = None
     stream goes into a voice span (``<v Me>``) when streams are labelled."""
     captions = list(captions)
     label = _label_streams(captions, label_streams)
-    blocks = ["WEBVTT\n"]
-    for caption in captions:
-        lines = [_vtt_escape(line) for line in cue_lines(caption.text)]
-        if not lines:
-            continue
-        if label and caption.stream:
-            voice = " ".join(_vtt_escape(caption.stream).split())
-            lines[0] = f"<v {voice}>{lines[0]}"
-        start_ms, end_ms = _cue_times_ms(caption)
-        timing = f"{format_timestamp(start_ms / 1000)} --> {format_timestamp(end_ms / 1000)}"
-        blocks.append("\n".join([timing, *lines]) + "\n")
-    return "\n".join(blocks)
+    cues = [cue for cue in (_vtt_cue(caption, label) for caption in captions) if cue]
+    return _CUE_SEPARATOR.join([_VTT_HEADER, *cues])
 
 
 def render_jsonl(items: Iterable[Any], *, label_streams: bool | None = None) -> str:
@@ -233,6 +252,54 @@ def render(captions: Iterable[Any], fmt: str, **options: Any) -> str:
 def write_captions(captions: Iterable[Any], out: str | os.PathLike | TextIO, fmt: str, **options: Any) -> None:
     """Write captions in ``fmt`` to a path or an open text file."""
     _write_text(render(captions, fmt, **options), out)
+
+
+class CaptionStreamWriter:
+    """Writes captions to an open text file while a live session makes them, each one flushed
+    the moment it is committed: a reader (a terminal, a pipe, a file being followed) sees every
+    line as it is committed, and a session cut short keeps all of them.
+
+    What it writes in the end is exactly what :func:`render` makes of the same captions at once:
+    the WebVTT header comes first, before any cue; SRT cues are numbered on. ``jsonl`` writes
+    every item it is given (live partial updates too); the other formats take the final ones
+    only. ``label_streams`` must be decided up front (a stream may appear only later). Called
+    from one thread.
+    """
+
+    def __init__(self, out: TextIO, fmt: str, *, label_streams: bool = False) -> None:
+        if fmt not in _RENDERERS:
+            raise ValueError(f"unknown caption format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        self.out = out
+        self.fmt = fmt
+        self.label_streams = label_streams
+        self.cues = 0
+        if fmt == "vtt":
+            self._emit(_VTT_HEADER)
+
+    def write(self, items: Iterable[Any]) -> None:
+        """Append ``items`` (``Caption``s or live ``CaptionUpdate``s) and flush."""
+        if self.fmt == "jsonl":
+            self._emit(render_jsonl(items))
+            return
+        pieces = []
+        for caption in captions_from_updates(items):
+            if self.fmt == "txt":
+                pieces.append(_txt_line(caption, self.label_streams))
+                continue
+            cue = (_srt_cue(caption, self.label_streams, self.cues + 1) if self.fmt == "srt"
+                   else _vtt_cue(caption, self.label_streams))
+            if cue:
+                # SRT's first cue opens the file; every later cue, and every WebVTT cue (the
+                # header is a block too), follows a blank line.
+                separated = self.cues > 0 or self.fmt == "vtt"
+                pieces.append(_CUE_SEPARATOR + cue if separated else cue)
+                self.cues += 1
+        self._emit("".join(pieces))
+
+    def _emit(self, text: str) -> None:
+        if text:
+            self.out.write(text)
+            self.out.flush()
 
 
 # Callers that need a string first (e.g. a clipboard copy in the GUI) use the renderers.

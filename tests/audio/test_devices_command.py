@@ -27,9 +27,9 @@ def test_formatting_marks_monitors_and_defaults():
         InputDevice(None, "alsa_output.pci.analog-stereo.monitor", "PulseAudio", 2, 44_100, is_monitor=True),
     ]
     mic, monitor = format_input_devices(devices)
-    assert "USB Mic" in mic and "[default]" in mic and "[monitor]" not in mic and "--device 3" in mic
+    assert "USB Mic" in mic and "[default]" in mic and "[monitor]" not in mic and "--input 3" in mic
     assert "[monitor]" in monitor and "44100 Hz" in monitor
-    assert "--device pulse:alsa_output.pci.analog-stereo.monitor" in monitor
+    assert "--input pulse:alsa_output.pci.analog-stereo.monitor" in monitor
     assert "none found" in format_input_devices([])[0]
 
 

@@ -4,13 +4,13 @@ against a float64 NumPy forward."""
 from __future__ import annotations
 
 import math
-import warnings
 
 import numpy as np
 import pytest
 from graph_fixtures import base_files, onnx_cache_dir, private_cache, tiny_files  # noqa: F401 - fixtures
 from mel_helper import load_audio_16k, whisper_features
 
+from captioner.errors import UserError
 from captioner.models import onnx_export, session
 from captioner.models.onnx_graphs import build_encoder
 from captioner.models.runtime import load_runtime
@@ -24,15 +24,17 @@ def test_cpu_provider_is_reported(private_cache):
     assert rt.tokenizer_path.name == "tokenizer.json"
 
 
-def test_requested_cuda_never_falls_back_silently():
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
+def test_requested_cuda_never_falls_back_to_the_cpu():
+    # A GPU asked for by name either runs the model or is refused with one line saying why;
+    # "auto" is the only request that may end on the CPU.
+    try:
         choice = session.choose_provider("cuda")
-    if choice.provider == session.CUDA:
-        assert choice.device_id == 0 and choice.note == ""
+    except UserError as error:
+        assert "cuda:0" in str(error) and "\n" not in str(error)
     else:
-        assert choice.note, "a CPU fallback must say why"
-        assert any("requested CUDA" in str(w.message) for w in caught)
+        assert choice.provider == session.CUDA and choice.device_id == 0 and choice.note == ""
+    with pytest.raises(UserError, match="cuda:63"):
+        session.choose_provider("cuda:63")
 
 
 def test_auto_picks_a_working_provider():

@@ -3,6 +3,9 @@
 Each subcommand lives in its own module under ``captioner.app.commands`` with two functions,
 ``add_arguments(parser)`` and ``run(args) -> int``. Command modules import only light things at
 module level, so ``captioner --help`` works on a machine with no GPU, PortAudio or display.
+``--device`` is the compute device in every command (``commands.device_option``); a device that
+cannot be used is refused here for the desktop app, before Qt starts, and by each terminal
+command itself, before it loads a model or opens a file.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gui": ("gui", "open the desktop app (the default when no command is given)"),
     "devices": ("devices", "list audio input devices (monitors marked) and GPUs"),
     "transcribe": ("transcribe", "transcribe an audio file (offline, or --realtime through the live engine)"),
-    "listen": ("listen", "caption live audio from one or more input devices in the terminal"),
+    "listen": ("listen", "caption live audio from one or more inputs in the terminal"),
 }
 
 
@@ -53,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["gui", *argv]
     args = parser.parse_args(argv)
     try:
+        if args.command == "gui":
+            from captioner.app.commands.device_option import check_device
+
+            check_device(args.device)  # one line and exit 2, not a warning box in a window
         return int(args._run(args) or 0)
     except UserError as error:
         print(f"captioner: error: {error}", file=sys.stderr)

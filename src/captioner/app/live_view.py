@@ -5,11 +5,14 @@ its committed words, then the partial words (dim), rewritten in place with ANSI 
 updates come. When a segment closes (a pause) or its line would overflow, the line scrolls up
 as plain committed text and the live area redraws below it. Anywhere else (a pipe, a file)
 each committed update is printed as one plain line, ``[stream] text``; partials are not shown.
+``label_streams=False`` leaves the ``[stream]`` label out (one file, one stream: it says nothing).
+Notes for the person (a detected language, a lost input) go above the live area (:meth:`note`).
 """
 
 from __future__ import annotations
 
 import shutil
+import sys
 from dataclasses import dataclass
 
 from captioner.events import CaptionUpdate
@@ -30,9 +33,10 @@ class _Line:
 class TerminalView:
     """Renders caption updates. Called from one thread (the CLI's main loop)."""
 
-    def __init__(self, out, tty: bool | None = None) -> None:
+    def __init__(self, out, tty: bool | None = None, label_streams: bool = True) -> None:
         self.out = out
         self.tty = out.isatty() if tty is None else tty
+        self.label_streams = label_streams
         self._lines: dict[str, _Line] = {}
         self._drawn = 0  # lines of the live area on screen
 
@@ -40,7 +44,27 @@ class TerminalView:
         return max(20, shutil.get_terminal_size((100, 24)).columns - 1)
 
     def _label(self, stream: str) -> str:
-        return f"[{stream}] "
+        return f"[{stream}] " if self.label_streams else ""
+
+    def note(self, text: str, err=None) -> None:
+        """Print ``text`` as one line on ``err`` (default: stderr). On a TTY the live area is
+        taken off the screen first and drawn again below the note, so the two do not mix."""
+        err = err if err is not None else sys.stderr
+        if self.tty and self._drawn:
+            self.out.write(self._erase_live_area())
+            self.out.flush()
+            self._drawn = 0
+        err.write(text + "\n")
+        err.flush()
+        if self.tty:
+            self._redraw([])
+
+    def _erase_live_area(self) -> str:
+        """Codes that move to the first line of the live area and clear it and all below."""
+        if not self._drawn:
+            return ""
+        up = f"\x1b[{self._drawn - 1}A" if self._drawn > 1 else ""
+        return up + _CLEAR_LINE + _CLEAR_DOWN
 
     def show(self, updates: list[CaptionUpdate]) -> None:
         if not updates:
@@ -75,10 +99,7 @@ class TerminalView:
 
     def _redraw(self, scrolled: list[str]) -> None:
         width = self._width()
-        parts = []
-        if self._drawn:
-            parts.append(f"\x1b[{self._drawn - 1}A" if self._drawn > 1 else "")
-            parts.append(_CLEAR_LINE + _CLEAR_DOWN)
+        parts = [self._erase_live_area()]
         for text in scrolled:
             parts.append(text + "\n")
         live = []

@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+from captioner.app.commands.device_option import add_device_argument, engine_device
 from captioner.errors import UserError
 
 
@@ -25,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--file", action="append", required=True, metavar="PATH", help="audio file (repeatable)")
     parser.add_argument("--out", required=True, metavar="PATH", help="trace file to write (JSON Lines)")
     parser.add_argument("--model", default="tiny.en")
-    parser.add_argument("--device", help="cpu or cuda:N (default: the GPU when usable)")
+    add_device_argument(parser)
     parser.add_argument("--language")
     parser.add_argument("--realtime", action="store_true", help="replay at real-time pace (live-like latency)")
     parser.add_argument("--max-s", type=float, help="stop after this many seconds")
@@ -43,9 +44,10 @@ def record(args: argparse.Namespace) -> int:
     for path in args.file:
         if not Path(path).is_file():
             raise UserError(f"no such audio file: {path}")
+    device = engine_device(args.device)  # a GPU that is not there: refused before the trace file exists
     streams = unique_labels(Path(path).stem for path in args.file)
     sources = [FileSource(path, stream=stream, realtime=args.realtime) for path, stream in zip(args.file, streams)]
-    sampler = TelemetrySampler(gpu_index=telemetry_gpu_index(args.device))
+    sampler = TelemetrySampler(gpu_index=telemetry_gpu_index(device))
     sampler.start()
     meta = {
         "files": [Path(p).name for p in args.file],
@@ -56,14 +58,20 @@ def record(args: argparse.Namespace) -> int:
         "device": sampler.gpu_name or "cpu",
         "recorded_by": "captioner.app.record_trace",
     }
-    recorder = TraceRecorder(args.out, meta=meta)
-    pipeline = Pipeline(sources, model=args.model, language=args.language, device=args.device,
+    try:
+        recorder = TraceRecorder(args.out, meta=meta)
+    except BaseException:
+        sampler.stop()
+        raise
+    pipeline = Pipeline(sources, model=args.model, language=args.language, device=device,
                         progress=lambda message, fraction: print(f"  {message} ({100 * fraction:.0f}%)", file=sys.stderr))
+    started_run = False
     try:
         started = time.monotonic()
         # Telemetry while the model loads is part of the story (VRAM growing, clocks rising).
         loading = _Sampling(recorder, sampler)
         pipeline.start()
+        started_run = True
         loading.flush()
         record_run(recorder, pipeline, sampler, done=lambda: pipeline.wait_exhausted(0) or pipeline.error is not None,
                    poll_s=0.05, max_s=args.max_s)
@@ -79,6 +87,8 @@ def record(args: argparse.Namespace) -> int:
         pipeline.stop()
         sampler.stop()
         recorder.close()
+        if not started_run:
+            Path(args.out).unlink(missing_ok=True)  # the run never started: no trace of nothing
     if pipeline.failure is not None:
         raise UserError(f"the pipeline failed: {pipeline.failure}")
     print(f"recorded {recorder.events} events in {elapsed_s:.1f} s to {args.out}")
@@ -110,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as error:
         print(f"record_trace: error: {error}", file=sys.stderr)
         return error.exit_code
+    except KeyboardInterrupt:
+        return 130  # the trace keeps what was recorded until then
 
 
 if __name__ == "__main__":

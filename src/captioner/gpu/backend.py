@@ -12,14 +12,15 @@ Choice of device, first match wins:
 3. ``cuda:0`` when :func:`cuda_usable`, else ``cpu``.
 
 Asking for CUDA explicitly when it is not usable is a :class:`~captioner.errors.UserError`,
-never a silent fall-back to the CPU.
+never a silent fall-back to the CPU. The rule itself is :func:`captioner.compute.resolve_device`,
+shared with the ONNX Runtime sessions (``models.session``), so features and model never disagree
+on what a request means; this module only says how many GPUs CuPy can run on.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,8 +29,13 @@ from typing import Any
 
 import numpy as np
 
-from captioner.compute import DEVICE_ENV, parse_device
-from captioner.errors import UserError
+from captioner.compute import (
+    DEVICE_ENV,  # noqa: F401 - re-exported: callers read backend.DEVICE_ENV
+    parse_device,
+    requested_device,
+    resolve_device,
+)
+from captioner.errors import one_line
 
 
 @dataclass(frozen=True)
@@ -115,22 +121,32 @@ def _import_cupy():
 
 
 @functools.lru_cache(maxsize=1)
-def _cuda_device_count() -> int:
-    """Devices on which CuPy can actually run a kernel (0 when CuPy or the driver is missing)."""
+def _cuda_probe() -> tuple[int, str]:
+    """(devices on which CuPy can actually run a kernel, why none when 0). Never raises."""
     try:
         cupy = _import_cupy()
+    except ImportError:
+        return 0, "CuPy is not installed: install the [cuda] extra"
+    except Exception as error:  # a CuPy build that fails while loading its libraries
+        return 0, f"CuPy failed to load: {one_line(error)}"
+    try:
         count = int(cupy.cuda.runtime.getDeviceCount())
         if count < 1:
-            return 0
+            return 0, "the CUDA driver lists no device"
         with cupy.cuda.Device(0):
             # A device can be listed yet unusable (driver/toolkit mismatch, no kernel image):
             # only a real launch and a copy back prove it works.
             probe = cupy.arange(8, dtype=cupy.float32)
             if float((probe * 2).sum().get()) != 56.0:
-                return 0
-        return count
-    except Exception:  # any import, driver or launch failure means "no usable CUDA"
-        return 0
+                return 0, "a test kernel on cuda:0 gave a wrong result"
+        return count, ""
+    except Exception as error:  # a driver or launch failure means "no usable CUDA"
+        return 0, f"CUDA failed: {one_line(error)}"
+
+
+def _cuda_device_count() -> int:
+    """Devices on which CuPy can actually run a kernel (0 when CuPy or the driver is missing)."""
+    return _cuda_probe()[0]
 
 
 def cuda_usable() -> bool:
@@ -149,28 +165,22 @@ def cpu_backend() -> Backend:
 
 
 def _cuda_backend(index: int) -> Backend:
-    count = _cuda_device_count()
-    if count == 0:
-        raise UserError(
-            f"cuda:{index} was asked for but no CUDA device is usable "
-            "(install the [cuda] extra and an NVIDIA driver, or use --device cpu)"
-        )
-    if index >= count:
-        raise UserError(f"cuda:{index} does not exist: this machine has {count} usable CUDA device(s)")
     cupy = _import_cupy()
     name = _device_name(cupy.cuda.runtime.getDeviceProperties(index))
     return Backend(xp=cupy, name=f"cuda:{index}", device_name=name, device_index=index, _cupy=cupy)
 
 
 def get_backend(device: str | None = None) -> Backend:
-    """The back-end for ``device``, else ``$CAPTIONER_DEVICE``, else the best available."""
-    wanted = device if device not in (None, "", "auto") else os.environ.get(DEVICE_ENV, "").strip()
-    if wanted in ("", "auto"):
-        return _cuda_backend(0) if cuda_usable() else cpu_backend()
-    kind, index = parse_device(wanted)
-    if kind == "cpu":
+    """The back-end for ``device``, else ``$CAPTIONER_DEVICE``, else the best available; a GPU
+    asked for by name that CuPy cannot use is a ``UserError`` (:func:`~captioner.compute.resolve_device`)."""
+    wanted = requested_device(device)
+    if wanted != "auto" and parse_device(wanted)[0] == "cpu":
+        return cpu_backend()  # asked for the CPU: no need to load CuPy to say so
+    count, why_none = _cuda_probe()
+    name = resolve_device(wanted, count, why_none)
+    if name == "cpu":
         return cpu_backend()
-    return _cuda_backend(index)
+    return _cuda_backend(int(name.split(":")[1]))
 
 
 def _kernel_driver_version() -> str | None:

@@ -1,9 +1,12 @@
 """ONNX Runtime sessions — the one module that imports ``onnxruntime`` (lazily).
 
 The CUDA execution provider is used when it actually works, else the CPU provider. ONNX Runtime
-falls back to the CPU with only a log line when CUDA libraries are missing, so every session is
-checked with ``get_providers()``; the provider really in use is reported, and a requested CUDA
-that fell back carries a ``note`` (and a warning) instead of passing silently.
+falls back to the CPU with only a log line when CUDA libraries are missing, so the choice is made
+by opening a probe session and checking ``get_providers()``, and every session is checked again.
+What a request means is :func:`captioner.compute.resolve_device`, the rule the array back-end
+(``gpu.backend``) follows too: "auto" takes the GPU when the CUDA provider works there, else the
+CPU (the reason kept as the choice's ``note``); a GPU asked for by name that cannot be used is a
+:class:`~captioner.errors.UserError`, never a quiet CPU run.
 
 Inputs and outputs go through I/O binding: NumPy arrays are bound as host inputs, arrays that
 live on the GPU (anything with ``__cuda_array_interface__``, e.g. CuPy) are bound by device
@@ -13,8 +16,8 @@ the self-attention cache) stay on the device as ``OrtValue`` handles.
 
 from __future__ import annotations
 
+import functools
 import logging
-import os
 import sys
 import warnings
 from dataclasses import dataclass
@@ -23,9 +26,9 @@ from typing import Any
 
 import numpy as np
 
-from captioner.compute import DEVICE_ENV
 from captioner.compute import parse_device as parse_compute_device
-from captioner.errors import UserError
+from captioner.compute import requested_device, resolve_device
+from captioner.errors import UserError, one_line
 
 log = logging.getLogger(__name__)
 
@@ -58,11 +61,8 @@ class ProviderChoice:
 def parse_device(device: str | None) -> tuple[str, int | None]:
     """``None``/"auto" -> ("auto", None) (``CAPTIONER_DEVICE`` fills in ``None``); otherwise the
     back-end's own reading of "cpu" / "cuda" / "cuda:N", so features and model accept the same names."""
-    if device is None:
-        device = os.environ.get(DEVICE_ENV) or "auto"
-    if device.strip().lower() in ("", "auto"):
-        return "auto", None
-    return parse_compute_device(device)
+    wanted = requested_device(device)
+    return ("auto", None) if wanted == "auto" else parse_compute_device(wanted)
 
 
 def _provider_options(device_id: int, cuda_graph: bool = False) -> dict[str, Any]:
@@ -90,18 +90,68 @@ def _cuda_device_name(device_id: int) -> str:
 
 
 def choose_provider(device: str | None = None) -> ProviderChoice:
-    """Decide CUDA or CPU by opening a one-node graph on the CUDA provider and checking what
-    ONNX Runtime actually used."""
-    kind, device_id = parse_device(device)
+    """CUDA or CPU for ``device`` (a name, "auto" or ``None``), by
+    :func:`~captioner.compute.resolve_device` over the GPUs the CUDA provider really runs on."""
+    kind, _ = parse_device(device)
     if kind == "cpu":
-        return ProviderChoice(CPU, None, "cpu")
+        return ProviderChoice(CPU, None, "cpu")  # asked for the CPU: nothing to probe
+    count, why_none = _cuda_provider_devices()
+    name = resolve_device(device, count, why_none)  # UserError for a named GPU that cannot be used
+    if name == "cpu":
+        log.info("running on the CPU: %s", why_none)
+        return ProviderChoice(CPU, None, "cpu", why_none)
+    device_id = int(name.split(":")[1])
+    failure = _probe_cuda(device_id)  # device 0 passed already; another one is tried on its own
+    if failure:
+        raise UserError(f"{name} cannot run the model: {failure}; use --device cpu")
+    return ProviderChoice(CUDA, device_id, _cuda_device_name(device_id))
+
+
+@functools.lru_cache(maxsize=1)
+def _cuda_provider_devices() -> tuple[int, str]:
+    """(GPUs the CUDA provider can run on, why none when 0): the driver's device count once the
+    provider has run a probe graph on cuda:0."""
     ort = _ort()
-    wanted = device_id if device_id is not None else 0
     if CUDA not in ort.get_available_providers():
-        note = "this onnxruntime build has no CUDA provider (install onnxruntime-gpu, not onnxruntime)"
-        return _fallback(kind, note)
-    if not _nvidia_driver_present():
-        return _fallback(kind, "no NVIDIA driver found (libcuda could not be loaded)")
+        return 0, "this onnxruntime build has no CUDA provider: install onnxruntime-gpu, not onnxruntime"
+    count, why_none = _driver_device_count()
+    if count == 0:
+        return 0, why_none
+    failure = _probe_cuda(0)
+    if failure:
+        return 0, failure
+    return count, ""
+
+
+def _driver_device_count() -> tuple[int, str]:
+    """(CUDA devices the NVIDIA driver lists, why none when 0), asked of libcuda itself: ONNX
+    Runtime has no call for it, and a probe on a missing device only makes it log a failure."""
+    import ctypes  # noqa: PLC0415
+
+    names = ("nvcuda.dll",) if sys.platform == "win32" else ("libcuda.so.1", "libcuda.so")
+    for name in names:
+        try:
+            libcuda = ctypes.CDLL(name)
+            break
+        except OSError:
+            continue
+    else:
+        return 0, "no NVIDIA driver: libcuda could not be loaded"
+    count = ctypes.c_int(0)
+    status = libcuda.cuInit(0)
+    if status != 0:
+        return 0, f"the NVIDIA driver failed to start (CUDA error {status})"
+    status = libcuda.cuDeviceGetCount(ctypes.byref(count))
+    if status != 0 or count.value < 1:
+        return 0, "the NVIDIA driver lists no CUDA device"
+    return count.value, ""
+
+
+@functools.cache
+def _probe_cuda(device_id: int) -> str:
+    """Why the CUDA provider cannot run on ``device_id`` ("" when it can): a one-node graph is
+    opened there and ONNX Runtime asked which provider it really used."""
+    ort = _ort()
     _preload_cuda_wheels(ort)
     from onnx import TensorProto, helper
 
@@ -112,18 +162,18 @@ def choose_provider(device: str | None = None) -> ProviderChoice:
     )
     probe.ir_version = 8
     # A failing probe is an answer, not an error: ORT's own red log line for it is silenced here
-    # and the reason is reported once, through _fallback.
+    # and the reason is reported once, by the caller.
     ort.set_default_logger_severity(4)
     try:
-        sess = ort.InferenceSession(probe.SerializeToString(), _session_options(), providers=[(CUDA, _provider_options(wanted)), CPU])
+        sess = ort.InferenceSession(probe.SerializeToString(), _session_options(), providers=[(CUDA, _provider_options(device_id)), CPU])
         used = sess.get_providers()
     except Exception as e:  # ORT raises plain RuntimeError/Fail for a bad device id or driver
-        return _fallback(kind, f"CUDA provider failed to start on cuda:{wanted}: {str(e).splitlines()[0]}")
+        return f"the CUDA provider failed to start on cuda:{device_id}: {one_line(str(e).splitlines()[0])}"
     finally:
         ort.set_default_logger_severity(2)
     if not used or used[0] != CUDA:
-        return _fallback(kind, "CUDA provider unusable (CUDA/cuDNN libraries or driver missing); ONNX Runtime fell back to the CPU")
-    return ProviderChoice(CUDA, wanted, _cuda_device_name(wanted))
+        return "the CUDA provider is unusable: CUDA or cuDNN libraries missing, ONNX Runtime fell back to the CPU"
+    return ""
 
 
 _preloaded = False
@@ -146,29 +196,6 @@ def _preload_cuda_wheels(ort) -> None:
             ort.preload_dlls(cuda=True, cudnn=True, msvc=False, directory="")
         except Exception as error:  # a missing wheel is fine: system libraries may serve
             log.info("CUDA wheel preload skipped: %s", error)
-
-
-def _nvidia_driver_present() -> bool:
-    """Whether the NVIDIA driver's user-space library loads: without it the CUDA provider cannot
-    work, and probing it only makes ONNX Runtime log a failure."""
-    import ctypes  # noqa: PLC0415
-
-    names = ("nvcuda.dll",) if sys.platform == "win32" else ("libcuda.so.1", "libcuda.so")
-    for name in names:
-        try:
-            ctypes.CDLL(name)
-            return True
-        except OSError:
-            continue
-    return False
-
-
-def _fallback(kind: str, note: str) -> ProviderChoice:
-    if kind == "cuda":
-        # One warning (the CLI prints it as one line; the GUI shows provider_note); no second log line.
-        warnings.warn(f"requested CUDA but running on the CPU: {note}", RuntimeWarning, stacklevel=3)
-    log.info("running on the CPU: %s", note)
-    return ProviderChoice(CPU, None, "cpu", note)
 
 
 class OrtModel:

@@ -22,7 +22,7 @@ def format_input_devices(devices) -> list[str]:
         where = f"{d.index:>3}" if d.index is not None else "  -"
         lines.append(
             f"  {where}  {d.name}  ({d.host_api}, {d.channels} ch, {d.default_rate_hz} Hz){marks}"
-            f"   --device {d.open_as}"
+            f"   --input {d.open_as}"
         )
     return lines
 
@@ -41,9 +41,10 @@ def run(args) -> int:
     from captioner.gpu.backend import describe_gpus  # noqa: PLC0415
 
     devices = list_input_devices(include_pulse=not args.no_pulse)
-    print("Audio input devices (open one with --device INDEX, a part of its name, or pulse:SOURCE):")
+    print("Audio input devices (caption one with `captioner listen --input INDEX`, a part of its name, "
+          "or pulse:SOURCE):")
     print("\n".join(format_input_devices(devices)))
     print()
-    print("GPUs:")
+    print("GPUs (run on one with --device cuda:N):")
     print("\n".join(format_gpus(describe_gpus())))
     return 0

@@ -1,32 +1,49 @@
-"""`captioner listen`: live captions from one or more input devices, in the terminal.
+"""`captioner listen`: live captions from one or more audio inputs, in the terminal.
 
-Each ``--device`` is one stream. A monitor (the audio a meeting plays) is labelled "Meeting",
+Each ``--input`` is one stream. A monitor (the audio a meeting plays) is labelled "Meeting",
 anything else "Me" (numbered when there are several); ``--label`` overrides, in order. Every
 committed line also goes to a transcript file in the user data dir, written as it is committed.
-Ctrl-C stops cleanly: pending text is committed and the transcript is closed.
+Ctrl-C stops cleanly: pending text is committed and the transcript is closed. ``--device`` is
+the compute device, as in every command.
 """
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
 import threading
 import time
 
+from captioner.app.commands.device_option import add_device_argument, engine_device
 from captioner.errors import UserError, one_line
 
 
+class _DeprecatedCompute(argparse.Action):
+    """``--compute``: listen's old name for the compute device, before ``--device`` meant the
+    compute device in every command. Still accepted; says so once."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if not getattr(namespace, "_compute_said", False):
+            namespace._compute_said = True
+            print("captioner: warning: --compute is deprecated; use --device (the compute device in every "
+                  "command); the audio input is --input", file=sys.stderr, flush=True)
+        namespace.device = values
+
+
 def add_arguments(parser) -> None:
-    parser.add_argument("--device", "-d", action="append", metavar="NAME|INDEX", default=None,
-                        help="input device to caption (repeat for several streams; default: the "
-                             "default input). A PulseAudio monitor captures what the machine plays.")
+    parser.add_argument("--input", "-i", action="append", metavar="NAME|INDEX", default=None,
+                        help="audio input to caption (repeat for several streams; default: the default "
+                             "input). A PulseAudio monitor captures what the machine plays; "
+                             "`captioner devices` lists them.")
     parser.add_argument("--label", action="append", metavar="NAME", default=None,
-                        help="stream label for each --device, in order (default: Me / Meeting)")
+                        help="stream label for each --input, in order (default: Me / Meeting)")
     parser.add_argument("--model", "-m", default="tiny.en", help="tiny.en, base, or a CTranslate2 Whisper folder")
-    parser.add_argument("--language", "-l", default=None, help="language code, or auto (multilingual models)")
+    parser.add_argument("--language", "-l", default=None,
+                        help="language code, or auto (multilingual models; what they detect is said on stderr)")
     parser.add_argument("--task", choices=("transcribe", "translate"), default="transcribe")
-    parser.add_argument("--compute", default=None, metavar="cpu|cuda[:N]",
-                        help="where the model runs (default: a CUDA GPU when usable, else the CPU)")
+    add_device_argument(parser)
+    parser.add_argument("--compute", action=_DeprecatedCompute, metavar="DEVICE", help=argparse.SUPPRESS)
     parser.add_argument("--transcript", default=None, metavar="PATH",
                         help="transcript file (default: a new file in the user data dir)")
     parser.add_argument("--no-transcript", action="store_true", help="do not write a transcript file")
@@ -45,7 +62,7 @@ def _labels(choices: list, labels: list[str] | None) -> list[str]:
 
     if labels:
         if len(labels) != len(choices):
-            raise UserError(f"--label given {len(labels)} times for {len(choices)} device(s): give one per --device")
+            raise UserError(f"--label given {len(labels)} times for {len(choices)} input(s): give one per --input")
         out = list(labels)
     else:
         out = unique_labels(
@@ -60,16 +77,31 @@ def _sigterm_as_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
+def _check_arguments(args) -> None:
+    """What can be refused before any device is opened or any model loaded."""
+    if args.duration is not None and not args.duration > 0:  # also NaN
+        raise UserError(f"--duration must be a positive number of seconds, not {args.duration:g}")
+    try:
+        args.device = engine_device(args.device)
+    except UserError as error:
+        if args.device and str(error).startswith("unknown device"):
+            # `listen --device monitor` meant the audio input before --device meant compute.
+            raise UserError(f"{error} (the audio input is --input: --input {args.device})") from None
+        raise
+
+
 def run(args) -> int:
+    _check_arguments(args)
+    from captioner.app.commands.languages import LanguageReport, notice_line
     from captioner.app.live_view import TerminalView
     from captioner.app.transcript import TranscriptWriter
     from captioner.audio.microphone import MicrophoneSource, resolve_device
     from captioner.engine.pipeline import Pipeline
 
-    devices = args.device or [None]
-    # Each device is resolved once (a PortAudio scan, pactl for PulseAudio names): the labels
+    inputs = args.input or [None]
+    # Each input is resolved once (a PortAudio scan, pactl for PulseAudio names): the labels
     # are read from the resolution and the source opens what it found.
-    choices = [resolve_device(device) for device in devices]
+    choices = [resolve_device(name) for name in inputs]
     labels = _labels(choices, args.label)
     sources = [MicrophoneSource(choice, stream=label) for choice, label in zip(choices, labels)]
     transcript = None
@@ -80,7 +112,7 @@ def run(args) -> int:
                                       title=", ".join(labels))
     view = TerminalView(sys.stdout)
     pipeline = Pipeline(sources, model=args.model, language=args.language, task=args.task,
-                        device=args.compute, transcript=transcript)
+                        device=args.device, transcript=transcript)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     print(f"captioner: loading {args.model} …", file=sys.stderr, flush=True)
@@ -94,15 +126,26 @@ def run(args) -> int:
         raise
     print(f"captioner: listening to {', '.join(labels)} ({args.model} on {pipeline.provider}); Ctrl-C stops"
           + (f"; transcript: {transcript.path}" if transcript else ""), file=sys.stderr, flush=True)
+    recognizer = pipeline.captioner.recognizer if pipeline.captioner is not None else None
+    languages = LanguageReport(args.language, getattr(recognizer, "is_multilingual", False),
+                               name_streams=len(labels) > 1)
+
+    def show(updates) -> None:
+        for line in languages.lines(updates):
+            view.note(line)
+        for notice in pipeline.notices():  # an English-only model hearing another language
+            view.note(notice_line(notice, name_stream=len(labels) > 1))
+        view.show(updates)
+
     deadline = None if args.duration is None else time.monotonic() + args.duration
     reported: set[str] = set()
     try:
         while pipeline.running and (deadline is None or time.monotonic() < deadline):
-            view.show(pipeline.drain_captions())
+            show(pipeline.drain_captions())
             for label, why in pipeline.source_errors.items():
                 if label not in reported:  # said once, the moment it happens; other inputs go on
                     reported.add(label)
-                    print(f"\ncaptioner: input {label!r} lost ({why})", file=sys.stderr, flush=True)
+                    view.note(f"captioner: input {label!r} lost ({why})")
             if len(reported) == len(labels):
                 break  # every input is gone: nothing more can be captioned
             time.sleep(0.05)
@@ -113,7 +156,7 @@ def run(args) -> int:
             pipeline.stop()
         except KeyboardInterrupt:  # a second Ctrl-C while stopping: stop anyway
             pipeline.stop()
-        view.show(pipeline.drain_captions())
+        show(pipeline.drain_captions())
         view.close()
     error = pipeline.error
     if error is not None:

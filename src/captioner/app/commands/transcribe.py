@@ -3,6 +3,8 @@
 Offline by default (:mod:`captioner.engine.offline`: 30 s windows, segment by segment).
 ``--realtime`` replays the file at real-time pace through the live engine instead; that path
 belongs to the engine (:func:`captioner.app.realtime.run_realtime`) and is imported only then.
+Both paths check the same things first (the device, the output path, the file), so bad input
+is the same one-line error either way, before any model is loaded.
 """
 
 from __future__ import annotations
@@ -10,6 +12,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from captioner.app.commands.device_option import add_device_argument, check_device
+from captioner.app.commands.languages import (
+    detected_language_line,
+    is_auto,
+    notice_line,
+)
 from captioner.errors import UserError
 from captioner.formats import FORMATS, write_captions
 
@@ -21,17 +29,17 @@ def add_arguments(parser) -> None:
     parser.add_argument("--model", "-m", default="tiny.en", metavar="tiny.en|base|PATH",
                         help="tiny.en (English), base (99 languages), or a CTranslate2 Whisper folder")
     parser.add_argument("--language", "-l", default="auto", metavar="auto|en|de|zh|...",
-                        help="spoken language code, or auto to detect it (default: auto)")
+                        help="spoken language code, or auto to detect it (default: auto; "
+                             "a multilingual model says on stderr what it detected)")
     parser.add_argument("--task", choices=("transcribe", "translate"), default="transcribe",
                         help="transcribe, or translate into English (multilingual models)")
     parser.add_argument("--format", "-f", choices=FORMAT_NAMES, default=None,
                         help="output format (default: from the -o suffix, else txt)")
     parser.add_argument("--output", "-o", default=None, metavar="OUT", help="output file (default: stdout)")
-    # Named --device as in the issue; stored as "compute" like `listen`, where --device is audio.
-    parser.add_argument("--device", dest="compute", default=None, metavar="cpu|cuda:N",
-                        help="where the model runs (default: a CUDA GPU when usable, else the CPU)")
+    add_device_argument(parser)
     parser.add_argument("--realtime", action="store_true",
-                        help="replay the file in real time through the live engine (partial and final updates)")
+                        help="replay the file in real time through the live engine, each line printed "
+                             "as it is committed (-f jsonl: every partial and final update)")
 
 
 def _output_format(args) -> str:
@@ -44,9 +52,43 @@ def _output_format(args) -> str:
     return "txt"
 
 
+def check_long_enough(info) -> None:
+    """A file too short to make even one frame of features is refused the same way by both
+    paths (offline would fail in the features, a live replay would say nothing at all)."""
+    from captioner.events import SAMPLE_RATE_HZ
+    from captioner.gpu.features_ref import N_FFT
+
+    samples_16k = round(info.frames * SAMPLE_RATE_HZ / info.rate_hz)
+    needed = N_FFT // 2 + 1  # the features' reflect padding needs more samples than its width
+    if samples_16k < needed:
+        raise UserError(f"{info.path} is too short to transcribe: {samples_16k} samples at 16 kHz, "
+                        f"at least {needed} ({1000 * needed / SAMPLE_RATE_HZ:.1f} ms) are needed")
+
+
+def _check_writable(path: Path) -> None:
+    """Refuse an output that cannot be written before the work starts, not after it is done."""
+    import os
+
+    if path.is_dir():
+        raise UserError(f"-o {path} is a folder; give a file name")
+    folder = path.parent if str(path.parent) else Path(".")
+    if not folder.is_dir():
+        raise UserError(f"cannot write {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise UserError(f"cannot write {path}: permission denied")
+
+
 def run(args) -> int:
+    from captioner.audio.file_source import open_audio_file
+
     fmt = _output_format(args)
     args.format = fmt
+    if args.output:
+        _check_writable(Path(args.output))
+    check_long_enough(open_audio_file(args.file))  # a bad file fails before any model is loaded
+    # Offline features are NumPy's: only the model's side of the device matters there (the
+    # live replay checks both sides when it starts the engine).
+    check_device(args.device, features=args.realtime)
     if args.realtime:
         # The live engine's replay path (ENGINE's module); imported only when asked for.
         from captioner.app.realtime import run_realtime
@@ -57,17 +99,13 @@ def run(args) -> int:
 
 def _run_offline(args, fmt: str) -> int:
     from captioner.app.progress import TextProgress
-    from captioner.audio.file_source import open_audio_file
     from captioner.engine.offline import (
         TranscribeOptions,
         load_decoder,
         transcribe_file,
     )
 
-    if args.output and Path(args.output).is_dir():
-        raise UserError(f"-o {args.output} is a folder; give a file name")
-    open_audio_file(args.file)  # a bad file fails before any model is loaded or converted
-    options = TranscribeOptions(model=args.model, language=args.language or "auto", task=args.task, device=args.compute)
+    options = TranscribeOptions(model=args.model, language=args.language or "auto", task=args.task, device=args.device)
     bar = TextProgress()
     try:
         decoder = load_decoder(options.model, options.device, progress=bar, language=options.language, task=options.task)
@@ -83,6 +121,10 @@ def _run_offline(args, fmt: str) -> int:
     finally:
         if audio_bar:
             audio_bar.close()
+    if is_auto(options.language) and decoder.is_multilingual and result.info.language:
+        print(detected_language_line(result.info.language), file=sys.stderr, flush=True)
+    if result.info.language_notice is not None:  # an English-only model heard another language
+        print(notice_line(result.info.language_notice), file=sys.stderr, flush=True)
     stream = Path(args.file).stem
     captions = result.captions(stream)
     if args.output:
