@@ -23,6 +23,7 @@ import numpy as np
 from captioner.audio.replay import ReplaySource
 from captioner.audio.resample import Resampler, check_rate, mixdown
 from captioner.errors import UserError, one_line
+from captioner.events import SAMPLE_RATE_HZ
 
 _DECODE_FRAMES = 8192  # native frames decoded per step: small enough to start fast, big enough to be cheap
 
@@ -246,12 +247,23 @@ def read_audio_16k(path: str | os.PathLike) -> np.ndarray:
     """
     info = open_audio_file(path)
     resampler = Resampler(info.rate_hz)
-    pieces = []
+    # Filled in place: a list of pieces joined at the end would hold the audio twice (a 2-hour
+    # file is 460 MB at 16 kHz), and the resampler gives out about rate_out/rate_in of its input.
+    out = np.empty(info.frames * SAMPLE_RATE_HZ // info.rate_hz + SAMPLE_RATE_HZ, dtype=np.float32)
+    filled = 0
+
+    def put(samples: np.ndarray) -> None:
+        nonlocal out, filled
+        if filled + samples.shape[0] > out.shape[0]:  # never expected; stay correct anyway
+            out = np.concatenate([out[:filled], np.empty(samples.shape[0] + SAMPLE_RATE_HZ, np.float32)])
+        out[filled:filled + samples.shape[0]] = samples
+        filled += samples.shape[0]
+
     with _open_sound_file(info) as sound_file:
         for block in _native_blocks(sound_file, info):
-            pieces.append(resampler.process(block))
-    pieces.append(resampler.flush())
-    return np.concatenate(pieces).astype(np.float32, copy=False)
+            put(resampler.process(block))
+    put(resampler.flush())
+    return out[:filled]
 
 
 class FileSource(ReplaySource):

@@ -138,16 +138,29 @@ def _window_features(audio: np.ndarray, n_mels: int) -> np.ndarray:
     return whisper_input_features(audio, n_mels)[None].astype(np.float32, copy=False)
 
 
+VAD_CHUNK_FRAMES = 6000
+"""The VAD's log-mel frames are computed a minute at a time: the spectrogram of a whole 2-hour
+file would take gigabytes, for one bool per frame."""
+
+
 def voice_activity(audio: np.ndarray, n_mels: int) -> np.ndarray:
-    """Per 10 ms frame: does the engine's VAD hear speech there? ``[len(audio) // 160]`` bool."""
+    """Per 10 ms frame: does the engine's VAD hear speech there? ``[len(audio) // 160]`` bool.
+
+    The VAD is streaming, so it carries across the chunks; only a chunk's outermost frames see
+    its edge instead of the neighbouring audio, which no speech decision notices."""
     from captioner.engine.vad import VoiceActivity, band_energy_db, speech_band
     from captioner.gpu.features_ref import log_mel_spectrogram
 
-    log_mel = log_mel_spectrogram(audio, n_mels)
-    energy_db = band_energy_db(np, log_mel, speech_band(n_mels))
-    flags = VoiceActivity().push(energy_db)
     n_frames = len(audio) // FRAME_SAMPLES
-    return np.pad(flags, (0, max(0, n_frames - len(flags))))[:n_frames]
+    band = speech_band(n_mels)
+    vad = VoiceActivity()
+    flags = np.zeros(n_frames, dtype=bool)
+    for first in range(0, n_frames, VAD_CHUNK_FRAMES):
+        last = min(n_frames, first + VAD_CHUNK_FRAMES)
+        log_mel = log_mel_spectrogram(audio[first * FRAME_SAMPLES:last * FRAME_SAMPLES], n_mels)
+        chunk_flags = vad.push(band_energy_db(np, log_mel, band))
+        flags[first:first + min(len(chunk_flags), last - first)] = chunk_flags[:last - first]
+    return flags
 
 
 def transcribe_audio(
