@@ -139,7 +139,7 @@ def test_devices_command_lists_monitors(pulse_server):
     monitor_lines = [line for line in lines if "captioner_test.monitor" in line]
     assert len(monitor_lines) == 1
     assert "[monitor]" in monitor_lines[0] and "[default]" in monitor_lines[0]
-    assert "48000 Hz" in monitor_lines[0] and "--device pulse:captioner_test.monitor" in monitor_lines[0]
+    assert "48000 Hz" in monitor_lines[0] and "--input pulse:captioner_test.monitor" in monitor_lines[0]
     assert any("captioner_test_44k.monitor" in line and "44100 Hz" in line for line in lines)
     assert any(line.split()[1:2] == ["pulse"] for line in lines if line.strip()[:1].isdigit())
     assert "GPUs:" in lines
