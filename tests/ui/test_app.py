@@ -35,7 +35,6 @@ def test_real_pipeline_drives_the_window(window, qtbot, speech_clips, transcript
     from captioner.app.gui_main import connect_window
 
     clip = speech_clips[CLIP]
-    window.interactive = False
     progress = []
 
     class ProgressTap:

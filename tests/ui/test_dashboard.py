@@ -11,7 +11,14 @@ import pytest
 from captioner.events import CaptionUpdate, PipelineStatus, TelemetrySample
 from captioner.gpu.telemetry import TelemetrySampler
 from captioner.trace import load_trace, save_trace
-from captioner.ui.dashboard import PLOTS, Dashboard, RollingSeries, telemetry_readout
+from captioner.ui.dashboard import (
+    PLOTS,
+    Dashboard,
+    RollingSeries,
+    grid_columns,
+    telemetry_readout,
+)
+from captioner.ui.plot_parts import IntegerAxis
 
 GIB = 1 << 30
 
@@ -64,8 +71,10 @@ def test_values_and_limits_on_a_gpu(dashboard):
     assert dashboard.title_text("temp") == "49 °C"
     assert dashboard.title_text("power") == "123 / 700 W"
     assert dashboard.title_text("sm_clock") == "1980 MHz"
-    assert dashboard.title_text("vram").startswith("process 2.00")
+    assert dashboard.title_text("vram") == "2.00 · 5.0 / 140.0"  # process · used / total, as the legend says
     assert dashboard.title_text("level") == "-21 · -35"
+    assert dashboard.title_text("load") == "2 · 2"  # streams · batch size
+    assert dashboard.shown_plots() == tuple(spec.key for spec in PLOTS)  # a GPU: every plot
     assert dashboard.temp_alarm_line.value() == 83.0
     assert dashboard.slowdown_line.isVisible() and dashboard.slowdown_line.value() == 90.0
     x, y = dashboard.curves["temperature_c"].getData()
@@ -89,14 +98,15 @@ def test_telemetry_errors_show_na(dashboard):
     dashboard.refresh()
     assert dashboard.title_text("temp") == "N/A"
     assert dashboard.title_text("power") == "N/A / 700 W"
-    assert "process N/A" in dashboard.title_text("vram")
+    assert dashboard.title_text("vram").startswith("N/A · 5.0 / 140.0")
     readout = dashboard.readout.text()
-    assert "temp N/A" in readout and "power N/A/700 W" in readout and "(process N/A)" in readout
+    assert "temp N/A" in readout and "power N/A / 700 W" in readout and "(process N/A)" in readout
     assert dashboard.na_labels["temp"].textItem.toPlainText() == "N/A on this GPU"
 
 
-def test_no_gpu_says_so_and_shows_cpu_load(dashboard):
-    """The real sampler on this machine (no NVIDIA GPU here): every GPU value N/A."""
+def test_no_gpu_collapses_the_gpu_plots_into_one_line(dashboard, qtbot):
+    """The real sampler on this machine (no NVIDIA GPU here): the GPU plots, which would stay
+    empty, leave the grid; one line says why; nothing reads "N/A/N/A"."""
     with TelemetrySampler(period_s=0.05) as sampler:
         deadline = time.monotonic() + 10
         while len(sampler.history()) < 3 and time.monotonic() < deadline:
@@ -105,16 +115,80 @@ def test_no_gpu_says_so_and_shows_cpu_load(dashboard):
         pytest.skip("this machine has an NVIDIA GPU")
     for sample in sampler.history():
         dashboard.add_telemetry(sample)
-    dashboard.refresh()
+    dashboard.refresh(force=True)
     assert dashboard.gpu_present is False
-    for spec in PLOTS:
-        text = dashboard.na_labels[spec.key].textItem.toPlainText()
-        assert ("No NVIDIA GPU" in text) == spec.gpu, spec.key
-    assert dashboard.title_text("temp") == "N/A"
-    assert "no NVIDIA GPU (N/A)" in dashboard.readout.text()
+    gpu_keys = {spec.key for spec in PLOTS if spec.gpu}
+    assert gpu_keys == {"vram", "temp", "power", "sm_clock", "util"}
+    assert dashboard.shown_plots() == tuple(spec.key for spec in PLOTS if not spec.gpu)
+    for key in gpu_keys:
+        assert dashboard.plots[key].scene() is None, key  # out of the layout, not an empty frame
+    for key in dashboard.shown_plots():
+        assert dashboard.plots[key].scene() is dashboard.graphics.scene()
+    readout = dashboard.readout.text()
+    assert readout.startswith("No NVIDIA GPU") and "left out" in readout and "\n" not in readout
+    assert "N/A/N/A" not in readout and "N/A / N/A" not in readout
+    assert dashboard.title_text("power") == "no GPU" and dashboard.title_text("temp") == "no GPU"
     assert dashboard.title_text("cpu") != "N/A · app N/A"
     _, cpu = dashboard.curves["cpu_pct"].getData()
     assert np.isfinite(cpu[1:]).all()
+    # the remaining plots share the room: two rows of four instead of three of five
+    assert grid_columns(len(dashboard.shown_plots())) == 4
+    qtbot.waitUntil(lambda: dashboard.plots["cpu"].width() > dashboard.width() / 5, timeout=3000)
+
+
+def test_without_a_gpu_the_readout_says_so_once():
+    line = telemetry_readout(TelemetrySample(time_s=0.0, cpu_pct=55.0, process_cpu_pct=12.0))
+    assert line.startswith("No NVIDIA GPU: captioning runs on the CPU") and line.count("GPU") == 2
+    assert "N/A" not in line and line.endswith("CPU 55 % (captioner 12 %)")
+
+
+def test_legends_sit_under_the_plots_not_on_the_curves(dashboard, qtbot):
+    t0 = time.monotonic()
+    for i in range(5):
+        dashboard.add_telemetry(gpu_sample(t0 + i))
+        dashboard.add_status(status(t0 + i))
+    dashboard.refresh(force=True)
+    qtbot.wait(50)  # one layout pass
+    for spec in PLOTS:
+        legend = dashboard.legends.get(spec.key)
+        if len(spec.curves) == 1:
+            assert legend is None, spec.key  # one curve: the title names it
+            continue
+        view = dashboard.plots[spec.key].getViewBox().sceneBoundingRect()
+        box = legend.sceneBoundingRect()
+        assert box.height() > 0, spec.key
+        assert box.top() >= view.bottom(), spec.key  # below the curves' area
+    assert dashboard.legends["caption"].text().split() == ["━━", "shown", "━━", "committed"]
+    assert dashboard.legends["level"].text().split() == ["━━", "Me", "━━", "Meeting"]  # the streams
+    assert "15% free" in dashboard.legends["vram"].text()
+
+
+@pytest.mark.parametrize("key", ["dropped", "load"])
+def test_counts_have_whole_number_axes_from_zero(dashboard, key):
+    t0 = time.monotonic()
+    for i in range(10):  # nothing dropped, one stream: flat lines at 0 and 1
+        dashboard.add_status(status(t0 + i, dropped_frames=0, streams=("Me",), batch_size=1))
+    dashboard.refresh(force=True)
+    plot = dashboard.plots[key]
+    axis = plot.getAxis("left")
+    assert isinstance(axis, IntegerAxis)
+    low, high = plot.getViewBox().viewRange()[1]
+    assert -0.2 < low <= 0 and 1 <= high < 1.3  # 0..1, not -0.4..0.4 around a flat line
+    ticks = [v for _, values in axis.tickValues(low, high, 200) for v in values]
+    assert ticks == [0.0, 1.0]
+    assert axis.tickStrings(ticks, 1.0, 1.0) == ["0", "1"]
+    # a larger count: still whole numbers, at a round step
+    ticks = [v for _, values in axis.tickValues(0, 1234, 120) for v in values]
+    assert ticks and all(v == int(v) for v in ticks) and ticks[1] - ticks[0] in (100, 200, 250, 500)
+
+
+def test_a_count_axis_grows_with_the_count(dashboard):
+    t0 = time.monotonic()
+    for i, dropped in enumerate((0, 3, 17)):
+        dashboard.add_status(status(t0 + i, dropped_frames=dropped))
+    dashboard.refresh(force=True)
+    low, high = dashboard.plots["dropped"].getViewBox().viewRange()[1]
+    assert low <= 0 and 17 <= high < 19
 
 
 def test_caption_latency_percentiles(dashboard):
@@ -124,7 +198,7 @@ def test_caption_latency_percentiles(dashboard):
     dashboard.refresh()
     p50, p95 = dashboard.caption_percentiles()
     assert p50 == pytest.approx(1.5) and p95 == pytest.approx(np.percentile([0.5, 1, 1.5, 2, 10], 95))
-    assert dashboard.title_text("caption") == f"p50 1.50 s · p95 {p95:.2f} s"
+    assert dashboard.title_text("caption") == f"p50 1.5 · p95 {p95:.1f}"
 
 
 def test_readout_without_any_sample():
@@ -204,3 +278,88 @@ def test_two_runs_compared(window, tmp_path):
     window.compare_trace(a)
     dash.show_live()
     assert dash.compare_curves == {} and dash.trace is None
+
+
+def test_trace_captions_follow_the_time_cursor(window, tmp_path, qtbot):
+    """`gui --trace`: the run's committed captions beside its plots, following the cursor."""
+    from PySide6.QtCore import Qt
+
+    events = [gpu_sample(100.0 + i) for i in range(40)] + [status(100.0 + i) for i in range(40)]
+    streams = ("Me", "Me", "Meeting")  # a run of two lines of Me, then one of Meeting, ...
+    for i in range(30):
+        stream = streams[i % 3]
+        events.append(CaptionUpdate(stream, "partial", f"draft {i}", i, i + 0.5, i + 0.6, 1.0 + i))
+        events.append(CaptionUpdate(stream, "final", f"Line number {i}.", i, i + 0.5, i + 0.9, 1.2 + i))
+    path = tmp_path / "run.trace.jsonl"
+    save_trace(path, events)
+    window.resize(1500, 1000)
+    window.open_trace(path)
+    dash = window.dashboard
+    listing = dash.trace_captions
+    qtbot.waitUntil(lambda: listing.isVisible(), timeout=3000)
+    assert dash.cursor.visible
+    # committed captions only, each stream named once per run of its lines (like the live view)
+    assert [c.text for c in listing.captions] == [f"Line number {i}." for i in range(30)]
+    texts = [listing.item(i).text() for i in range(listing.count())]
+    assert texts[:4] == ["Me", "0:01.2   Line number 0.", "0:02.2   Line number 1.", "Meeting"]
+    assert texts.count("Me") == 10 and texts.count("Meeting") == 10
+
+    def shown(index):
+        item = listing.currentItem()
+        return (listing.current_index() == index and item is not None
+                and listing.viewport().rect().contains(listing.visualItemRect(item)))
+
+    dash.cursor.set_x(20.5)  # between "Line number 19." (20.2 s) and 20 (21.2 s)
+    qtbot.waitUntil(lambda: shown(19), timeout=3000)
+    dash.cursor.lines[4].setValue(5.3)  # dragging the line in another plot moves them all
+    qtbot.waitUntil(lambda: shown(4), timeout=3000)
+    assert {line.value() for line in dash.cursor.lines} == {5.3}
+    dash.cursor.set_x(0.5)  # before the first caption: nothing selected
+    assert listing.current_index() is None
+
+    # and the other way round: a click on a caption moves the cursor to it
+    item = next(listing.item(i) for i in range(listing.count()) if listing.item(i).text().endswith("number 2."))
+    listing.scrollToItem(item)
+    qtbot.mouseClick(listing.viewport(), Qt.MouseButton.LeftButton, pos=listing.visualItemRect(item).center())
+    assert dash.cursor.x == pytest.approx(3.2)
+    dash.live_button.click()
+    assert not listing.isVisible() and not dash.cursor.visible
+
+
+def test_the_recorded_cpu_run_shows_its_captions(window):
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "docs" / "traces" / "cpu-tiny.en-two-streams.trace.jsonl"
+    window.open_trace(path)
+    finals = [c for c in load_trace(path).final_captions() if c.text.strip()]
+    listing = window.dashboard.trace_captions
+    assert len(listing.captions) == len(finals) > 10
+    assert listing.current_index() == 0  # the cursor starts at the first caption
+    x, _ = window.dashboard.plots["caption"].getViewBox().viewRange()
+    assert x[1] >= max(c.emitted_wall_s for c in finals)  # every caption is within the plots' time
+
+
+def test_a_gpu_run_compared_with_a_cpu_run_brings_back_the_gpu_plots(window, tmp_path):
+    cpu_run, gpu_run = tmp_path / "cpu.jsonl", tmp_path / "gpu.jsonl"
+    save_trace(cpu_run, [TelemetrySample(time_s=10.0 + i, cpu_pct=50.0) for i in range(5)])
+    save_trace(gpu_run, [gpu_sample(10.0 + i) for i in range(5)])
+    window.open_trace(cpu_run)
+    dash = window.dashboard
+    assert "temp" not in dash.shown_plots()  # a CPU run alone: no GPU plots
+    window.compare_trace(gpu_run)
+    assert dash.shown_plots() == tuple(spec.key for spec in PLOTS)  # the GPU run's curves, dashed
+    assert dash.readout.text().startswith("No NVIDIA GPU in this run") and "left out" not in dash.readout.text()
+    window.open_trace(cpu_run)
+    assert "temp" not in dash.shown_plots()
+
+
+def test_a_theme_switch_keeps_the_trace_caption_in_view(window, tmp_path):
+    events = [status(100.0 + i) for i in range(10)]
+    events += [CaptionUpdate("Me", "final", f"Line {i}.", i, i + 0.5, i + 0.9, 1.0 + i) for i in range(8)]
+    path = tmp_path / "run.trace.jsonl"
+    save_trace(path, events)
+    window.open_trace(path)
+    window.dashboard.cursor.set_x(5.5)
+    assert window.dashboard.trace_captions.current_index() == 4
+    window.dark_action.trigger()  # dark -> light: the names are recoloured, the list rebuilt
+    assert window.dashboard.trace_captions.current_index() == 4

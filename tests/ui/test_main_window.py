@@ -7,7 +7,7 @@ import time
 import srt
 import webvtt
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QTextCursor
+from PySide6.QtGui import QFont, QTextCursor
 
 from captioner.events import CaptionUpdate, PipelineStatus, TelemetrySample
 from captioner.ui.caption_view import MAX_FONT_PT, MIN_FONT_PT
@@ -33,7 +33,8 @@ def format_of(view, text):
 
 
 def test_window_builds_with_all_parts(window):
-    assert window.centralWidget() is window.caption_view
+    assert window.centralWidget().isAncestorOf(window.caption_view)
+    assert window.centralWidget().isAncestorOf(window.banner) and not window.banner.isVisible()
     assert window.dashboard.isVisible()
     assert window.controls.start_button.text() == "Start"
     assert window.provider_label.text().startswith("Provider")
@@ -65,7 +66,7 @@ def test_partial_then_committed(window):
 
     window.apply_captions([final("Me", "jumps over.", 1.4, 2.1, segment=1)])
     assert view.partial_text("Me") == ""
-    assert "Me  The quick brown fox jumps over." in view.toPlainText()
+    assert view.toPlainText().splitlines() == ["Me", "The quick brown fox jumps over."]
     assert [u.text for u in window.history.finals] == ["The quick brown fox", "jumps over."]
 
 
@@ -76,7 +77,7 @@ def test_two_streams_are_labelled(window):
         partial("Me", "Great, let's", 1.2, 2.2, segment=2),
     ])
     text = window.caption_view.toPlainText().splitlines()
-    assert text == ["Me  Can you hear me?", "Meeting  Yes, loud and clear.", "Me  Great, let's"]
+    assert text == ["Me", "Can you hear me?", "Meeting", "Yes, loud and clear.", "Me", "Great, let's"]
     view = window.caption_view
     assert view.stream_color("Me") != view.stream_color("Meeting")
 
@@ -206,6 +207,7 @@ def test_settings_round_trip(qtbot, settings_store, tmp_path):
     first.controls.set_language("de")
     first.controls.translate_check.setChecked(True)
     clip = tmp_path / "talk.wav"
+    clip.write_bytes(b"")  # a remembered file is offered again only while it exists
     choice = first.controls.add_file(str(clip))
     first.controls.select_only([choice.key()])
     first.overlay.resize(640, 120)
@@ -214,6 +216,7 @@ def test_settings_round_trip(qtbot, settings_store, tmp_path):
     second = MainWindow(settings_store)
     qtbot.addWidget(second)
     qtbot.addWidget(second.overlay)
+    second.show_devices([], None)  # what the app's device listing does (none here)
     s = second.settings
     assert (s.theme, s.font_pt, s.model, s.language, s.translate) == ("light", 31, "base", "de", True)
     assert s.sources == [choice.key()]
@@ -268,10 +271,15 @@ def test_overlay_names_speakers_only_where_the_stream_changes(window):
     assert "Me:" not in window.overlay.shown_text()  # one stream: no labels needed
 
 
+class Microphone:
+    name, is_monitor, open_as = "USB headset", False, "3"
+
+
 def test_one_off_sources_are_not_remembered(qtbot, settings_store, tmp_path):
     first = MainWindow(settings_store)
     qtbot.addWidget(first)
     qtbot.addWidget(first.overlay)
+    first.show_devices([Microphone()], None)
     first.save_settings()
     assert first.settings.sources == ["device:"]
     choice = first.controls.add_file(str(tmp_path / "once.wav"))
@@ -305,3 +313,79 @@ def test_overlay_moves_when_dragged(window, qtbot):
     send(QEvent.Type.MouseMove, QPoint(90, 50), Qt.MouseButton.LeftButton)
     send(QEvent.Type.MouseButtonRelease, QPoint(90, 50), Qt.MouseButton.NoButton)
     assert overlay.pos() == start + QPoint(40, 20)
+
+
+def test_a_stream_is_named_once_per_run_of_its_lines(window):
+    """Like a chat: the stream's name heads a run of its lines, and comes back only after another
+    stream spoke."""
+    view = window.caption_view
+    window.apply_captions([
+        final("Me", "First thought.", 0, 1, segment=1),
+        final("Me", "Second thought.", 2, 3, segment=2),
+        final("Me", "Third thought.", 4, 5, segment=3),
+        final("Meeting", "A reply.", 5, 6, segment=1),
+        final("Meeting", "And more.", 7, 8, segment=2),
+        final("Me", "Back to me.", 9, 10, segment=4),
+        partial("Me", "still talking", 10, 11, segment=5),
+    ])
+    assert view.toPlainText().splitlines() == [
+        "Me", "First thought.", "Second thought.", "Third thought.",
+        "Meeting", "A reply.", "And more.",
+        "Me", "Back to me.", "still talking",
+    ]
+    # the name is its own line, bold and in the stream's colour, smaller than the captions
+    doc = view.document()
+    label_block = doc.findBlockByNumber(0)
+    assert label_block.text() == "Me"
+    fmt = format_of(view, "Meeting")
+    assert fmt.fontWeight() == QFont.Weight.Bold and fmt.foreground().color().name() == view.stream_color("Meeting")
+    assert fmt.fontPointSize() < view.font_pt
+    # a partial of another stream opens its own run, labelled; committing it keeps one label
+    window.apply_captions([partial("Meeting", "wait", 11, 12, segment=3)])
+    assert view.toPlainText().splitlines()[-2:] == ["Meeting", "wait"]
+    window.apply_captions([final("Meeting", "Wait.", 11, 12, segment=3)])
+    assert view.toPlainText().count("Meeting") == 2
+
+
+def test_a_long_file_name_wraps_in_the_caption_view(window, qtbot):
+    view = window.caption_view
+    name = "en_ami_ES2011a_hs0_40-46s_a_very_long_recording_name_that_does_not_fit_on_one_line" * 3
+    window.apply_captions([final(name, "Hello there.", 0, 1, segment=1)])
+    qtbot.wait(20)
+    assert view.horizontalScrollBar().maximum() == 0 and not view.horizontalScrollBar().isVisible()
+    assert view.toPlainText().splitlines() == [name, "Hello there."]  # once, in full
+    layout = view.document().firstBlock().layout()
+    assert layout.lineCount() > 1  # wrapped, not cut off
+
+
+def test_the_detected_language_is_shown(window):
+    from captioner.ui.run_config import RunConfig
+
+    window.start_requested.emit(RunConfig(sources=(), model="base", language="auto"))
+    window.apply_captions([CaptionUpdate("Me", "partial", "Guten", 0, 1, 1, 1, segment=1, language="de")])
+    assert window.language_label.text() == "Language: German (detected)"
+    window.apply_captions([CaptionUpdate("Meeting", "final", "Hello.", 0, 1, 1, 1, segment=1, language="en")])
+    assert window.language_label.text() == "Languages: Me German · Meeting English (detected)"
+    window.start_requested.emit(RunConfig(sources=(), model="tiny.en", language="en"))
+    window.show_session_starting("tiny.en")  # a new run starts with no language known
+    assert window.language_label.text() == ""
+    window.apply_captions([CaptionUpdate("Me", "final", "Hi.", 0, 1, 1, 1, segment=1, language="en")])
+    assert window.language_label.text() == "Language: English"  # chosen, not detected
+
+
+def test_an_engine_message_appears_in_the_banner(window):
+    def with_message(message):
+        return PipelineStatus(time_s=time.monotonic(), provider="CPUExecutionProvider", model="tiny.en",
+                              device_name="cpu", streams=("Me",), message=message)
+
+    lost = "input 'Me' lost (device unplugged)"
+    window.apply_status(with_message(lost))
+    assert window.banner.isVisible() and window.banner.level == "warning"
+    assert window.banner.text() == lost
+    window.banner.close_button.click()  # dismissed: the same message repeated does not bring it back
+    window.apply_status(with_message(lost))
+    assert not window.banner.isVisible()
+    window.apply_status(with_message("detected language: German"))  # a new one does
+    assert window.banner.text() == "detected language: German"
+    window.apply_status(with_message(""))
+    assert not window.banner.isVisible()

@@ -17,123 +17,11 @@ import time
 import wave
 
 import pytest
+from fakes import TIMEOUT_S, Factory, RecordingView, final, status
 
 from captioner.errors import UserError
-from captioner.events import CaptionUpdate, PipelineStatus
 from captioner.ui.run_config import RunConfig, SourceChoice
 from captioner.ui.session_view import SessionView
-
-TIMEOUT_S = 10.0
-
-
-def final(stream, text, start_s=0.0, end_s=1.0):
-    return CaptionUpdate(stream, "final", text, start_s, end_s, end_s + 0.5, end_s + 0.7, segment=1)
-
-
-def status(streams=("Clip",)):
-    return PipelineStatus(time_s=time.monotonic(), provider="CPUExecutionProvider", model="tiny.en",
-                          device_name="cpu", streams=streams)
-
-
-class RecordingView:
-    """A SessionView that only records its calls (from whichever thread makes them)."""
-
-    def __init__(self):
-        self.calls: list[tuple] = []
-        self._changed = threading.Condition()
-
-    def _record(self, *call):
-        with self._changed:
-            self.calls.append(call)
-            self._changed.notify_all()
-
-    def names(self):
-        return [call[0] for call in self.calls]
-
-    def wait_for(self, name, count=1):
-        """The ``count``-th call named ``name``, once it was made."""
-        with self._changed:
-            assert self._changed.wait_for(lambda: self.names().count(name) >= count, TIMEOUT_S), self.calls
-            return [call for call in self.calls if call[0] == name][count - 1]
-
-    def devices_listed(self, devices, error):
-        self._record("devices_listed", list(devices), error)
-
-    def session_starting(self, model):
-        self._record("session_starting", model)
-
-    def session_progress(self, message, fraction):
-        self._record("session_progress", message, fraction)
-
-    def session_started(self, transcript_path, meta):
-        self._record("session_started", transcript_path, dict(meta))
-
-    def session_failed(self, message):
-        self._record("session_failed", message)
-
-    def session_stopping(self, finished):
-        self._record("session_stopping", finished)
-
-    def session_stopped(self, leftovers, status, error):
-        self._record("session_stopped", list(leftovers), status, error)
-
-
-class FakeBackend:
-    name = "fake"
-
-
-class FakePipeline:
-    """What the controller uses of captioner.engine.pipeline.Pipeline, without a model."""
-
-    def __init__(self, sources, model, language, task, device, transcript, progress, fail=None, gate=None):
-        self.sources, self.model, self.language, self.task, self.device = sources, model, language, task, device
-        self.transcript, self.progress = transcript, progress
-        self.fail, self.gate = fail, gate
-        self.captions: list[CaptionUpdate] = []
-        self.leftovers: list[CaptionUpdate] = []  # what stop() commits
-        self.status = status(tuple(s.stream for s in sources))
-        self.error = None
-        self.exhausted = False
-        self.backend = None
-        self.stopped = 0
-
-    def start(self):
-        if self.gate is not None:
-            assert self.gate.wait(TIMEOUT_S)
-        self.progress(f"{self.model}: building graphs", 0.5)
-        if self.fail is not None:
-            raise self.fail
-        self.progress(f"{self.model}: ready", 1.0)
-        self.backend = FakeBackend()
-
-    def drain_captions(self):
-        out, self.captions = self.captions, []
-        return out
-
-    def latest_status(self):
-        return self.status
-
-    def wait_exhausted(self, timeout_s=None):
-        return self.exhausted
-
-    def stop(self, timeout_s=60.0):
-        self.stopped += 1
-        self.captions.extend(self.leftovers)
-        self.leftovers = []
-        self.transcript.close()
-
-
-class Factory:
-    """Builds FakePipelines and keeps them, for the test to drive."""
-
-    def __init__(self, **options):
-        self.options = options
-        self.built: list[FakePipeline] = []
-
-    def __call__(self, sources, **kwargs):
-        pipeline = FakePipeline(sources, **kwargs, **self.options)
-        self.built.append(pipeline)
-        return pipeline
 
 
 @pytest.fixture
@@ -340,7 +228,7 @@ def test_gui_app_imports_and_runs_without_qt():
 
 @pytest.fixture
 def quiet_window(qtbot, settings_store):
-    """A window without dialogs, whose session slots note the thread they run on."""
+    """A window whose session slots note the thread they run on."""
     from captioner.ui.main_window import MainWindow
 
     class ThreadNotingWindow(MainWindow):
@@ -352,7 +240,7 @@ def quiet_window(qtbot, settings_store):
             self.slot_threads.append(threading.current_thread())
             super().show_session_started(transcript_path, meta)
 
-    win = ThreadNotingWindow(settings_store, interactive=False)
+    win = ThreadNotingWindow(settings_store)
     qtbot.addWidget(win)
     qtbot.addWidget(win.overlay)
     win.show()
@@ -400,18 +288,24 @@ def test_progress_then_stop_are_shown(quiet_window, qtbot):
     assert not window.controls.running and window.controls.start_button.isEnabled()
 
 
-def test_a_failed_start_closes_the_progress_and_warns(window, qtbot):
-    from PySide6.QtWidgets import QMessageBox
+def test_a_failed_start_ends_the_progress_and_says_why_in_the_banner(window, qtbot):
+    from PySide6.QtWidgets import QApplication, QDialog, QMessageBox
 
     window.session.session_starting("base")
-    qtbot.waitUntil(lambda: window._model_progress is not None, timeout=3000)
+    qtbot.waitUntil(lambda: window.progress_bar.isVisible(), timeout=3000)
+    window.session.session_progress("base: building graphs", 0.3)
+    qtbot.waitUntil(lambda: window.progress_bar.value() == 30, timeout=3000)
     window.session.session_failed("not enough free VRAM")
     qtbot.waitUntil(lambda: window.state_label.text() == "Error: not enough free VRAM", timeout=3000)
-    assert window._model_progress is None
-    (box,) = [b for b in window.findChildren(QMessageBox) if b.isVisible()]
-    assert box.text() == "not enough free VRAM" and not box.isModal()
-    box.close()
+    assert not window.progress_bar.isVisible()
+    # In the window, not in a dialog: nothing modal, no message box.
+    assert window.banner.isVisible() and window.banner.level == "error"
+    assert window.banner.text().startswith("Not enough free VRAM")
+    assert QApplication.activeModalWidget() is None
+    assert not [w for w in QApplication.topLevelWidgets() if isinstance(w, (QDialog, QMessageBox)) and w.isVisible()]
     assert not window.controls.running and window.controls.start_button.isEnabled()
+    window.banner.close_button.click()
+    assert not window.banner.isVisible()
 
 
 def test_devices_are_applied_at_once_on_the_gui_thread(quiet_window):
@@ -419,8 +313,7 @@ def test_devices_are_applied_at_once_on_the_gui_thread(quiet_window):
         name, is_monitor, open_as = "USB headset", False, 3
 
     quiet_window.session.devices_listed([Device()], "No audio devices: just testing")
-    labels = [quiet_window.controls.source_list.item(i).text() for i in range(quiet_window.controls.source_list.count())]
-    assert labels == ["[Me] Default microphone", "[Me] USB headset  (microphone)"]
+    assert [c.label for c in quiet_window.controls.source_list.choices()] == ["Default microphone", "USB headset"]
     assert quiet_window.statusBar().currentMessage() == "No audio devices: just testing"
 
 
@@ -434,7 +327,7 @@ def test_the_entry_point_wires_window_and_controller(quiet_window, qtbot, make_c
     connect_window(window, controller)
     monkeypatch.setattr(devices, "list_input_devices", lambda: [])
     window.controls.refresh_button.click()
-    assert window.controls.source_list.count() == 1
+    assert window.controls.source_list.choices() == []  # no input here: nothing to tick
 
     window.controls.add_file(str(clip_path))
     window.controls.select_only([f"file:{clip_path}"])

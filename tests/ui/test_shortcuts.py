@@ -22,6 +22,10 @@ def test_shortcuts(window, qtbot):
     qtbot.keyClick(window.caption_view, Qt.Key.Key_Minus, Qt.KeyboardModifier.ControlModifier)
     assert window.caption_view.font_pt == size
 
+    class Microphone:
+        name, is_monitor, open_as = "USB headset", False, "3"
+
+    window.show_devices([Microphone()], None)  # the default input is there, and ticked
     requested = []
     window.start_requested.connect(requested.append)
     qtbot.keyClick(window.caption_view, Qt.Key.Key_F5)

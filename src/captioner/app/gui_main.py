@@ -3,6 +3,10 @@
 The one place that knows both sides: the window (Qt, :mod:`captioner.ui`) and the controller
 (plain Python, :mod:`captioner.app.gui_app`). The window's requests are Qt signals connected to
 the controller's methods; the controller reports through the window's ``session`` view.
+
+A first run with nothing to caption (no microphone, no meeting audio, no file) starts on the
+bundled speech sample, as a demo the window's banner explains, so a new user sees live captions
+at once instead of an empty window.
 """
 
 from __future__ import annotations
@@ -46,23 +50,23 @@ def connect_window(window, controller) -> None:
     window.set_feed(controller)
 
 
-def run_app(args: argparse.Namespace) -> int:
-    from PySide6.QtCore import QCoreApplication, QEvent, QTimer
-    from PySide6.QtWidgets import QApplication
+def open_window(args: argparse.Namespace, pipeline_factory=None):
+    """GUI thread, with a QApplication: builds the window and its controller as ``args`` ask,
+    shows the window and queues the first start; returns ``(window, controller)``.
+    ``pipeline_factory``: what builds a pipeline (tests pass a fake; default: the engine's)."""
+    from PySide6.QtCore import QTimer
 
     from captioner.app.gui_app import LiveController
+    from captioner.data import SAMPLE_SPEECH_TITLE, sample_speech_path
     from captioner.ui.main_window import MainWindow
-    from captioner.ui.settings import APPLICATION, ORGANIZATION, open_settings
+    from captioner.ui.settings import open_settings
 
-    app = QApplication.instance() or QApplication([sys.argv[0]])
-    app.setOrganizationName(ORGANIZATION)
-    app.setApplicationName(APPLICATION)
-    headless = args.quit_after is not None
-    window = MainWindow(open_settings(args.settings), interactive=not headless)
+    window = MainWindow(open_settings(args.settings))
     if args.theme:
         window.dark_action.setChecked(args.theme == "dark")
         window.set_theme(args.theme)
-    controller = LiveController(window.session, device=args.device, metrics_port=args.metrics_port)
+    controller = LiveController(window.session, device=args.device, metrics_port=args.metrics_port,
+                                pipeline_factory=pipeline_factory)
     connect_window(window, controller)
     controller.refresh_devices()  # the list is applied at once: the sources below pick from it
     if args.model:
@@ -73,6 +77,10 @@ def run_app(args: argparse.Namespace) -> int:
         choices = [window.controls.add_file(str(Path(path).resolve())) for path in args.file]
         window.controls.select_only([c.key() for c in choices])
         window.remember_sources = False  # next time `captioner` starts on the usual input again
+    elif not args.trace and not window.controls.selected_sources():
+        # Nothing to caption here (no input device, nothing remembered that still exists):
+        # caption the bundled sample rather than fail, and say so in the banner.
+        window.use_demo(str(sample_speech_path()), SAMPLE_SPEECH_TITLE)
     if args.trace:
         window.open_trace(args.trace)
         if args.compare:
@@ -85,6 +93,19 @@ def run_app(args: argparse.Namespace) -> int:
     if not args.no_start and (args.file or not args.trace):
         # `captioner` alone starts captioning the chosen (default) input straight away.
         QTimer.singleShot(0, lambda: window.start_requested.emit(window.controls.run_config()))
+    return window, controller
+
+
+def run_app(args: argparse.Namespace) -> int:
+    from PySide6.QtCore import QCoreApplication, QEvent, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    from captioner.ui.settings import APPLICATION, ORGANIZATION
+
+    app = QApplication.instance() or QApplication([sys.argv[0]])
+    app.setOrganizationName(ORGANIZATION)
+    app.setApplicationName(APPLICATION)
+    window, controller = open_window(args)
 
     screenshots: list[Path] = []
 

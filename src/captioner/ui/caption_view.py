@@ -2,8 +2,10 @@
 
 Committed text is appended and never rewritten; the partial texts (one per stream) live in a
 "tail" after the last committed character, which is deleted and written again on each update, so
-an update costs the size of the tail, not of the whole session. A paragraph starts, labelled with
-its stream ("Me", "Meeting"), whenever the stream or the segment changes.
+an update costs the size of the tail, not of the whole session. A paragraph starts whenever the
+stream or the segment changes; like a chat, the stream's name ("Me", "Meeting", a file's name)
+stands on a line of its own above a run of paragraphs from that stream, once, not before every
+line. Long names and words wrap: nothing is cut off and there is no sideways scrolling.
 
 Auto-scroll: if the view was at the bottom before an update it follows the new text; once the user
 scrolls back it stays where they put it until they scroll to the bottom again.
@@ -14,7 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor, QFont, QTextCharFormat, QTextCursor
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+    QTextOption,
+)
 from PySide6.QtWidgets import QTextEdit
 
 from captioner.events import CaptionUpdate
@@ -24,6 +33,7 @@ MIN_FONT_PT = 9
 MAX_FONT_PT = 72
 DEFAULT_FONT_PT = 20
 _BOTTOM_SLACK_PX = 4
+LABEL_SCALE = 0.6  # the stream's name is smaller than the captions: it labels, it is not read
 
 
 @dataclass
@@ -43,6 +53,9 @@ class CaptionView(QTextEdit):
         self.setReadOnly(True)
         self.setUndoRedoEnabled(False)
         self.setAcceptRichText(False)
+        self.setLineWrapMode(QTextEdit.LineWrapMode.WidgetWidth)
+        self.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.setObjectName("captionView")
         self.setPlaceholderText("Captions appear here. Pick a source and press Start (F5).")
         self._theme = theme
@@ -83,6 +96,18 @@ class CaptionView(QTextEdit):
         fmt = QTextCharFormat()
         fmt.setForeground(QColor(self.stream_color(stream)))
         fmt.setFontWeight(QFont.Weight.Bold)
+        fmt.setFontPointSize(max(MIN_FONT_PT, round(self._font_pt * LABEL_SCALE)))
+        return fmt
+
+    def _block_label(self, first: bool) -> QTextBlockFormat:
+        fmt = QTextBlockFormat()
+        # A gap above a change of speaker, none above the first line of the view.
+        fmt.setTopMargin(0 if first else round(self._font_pt * 0.5))
+        return fmt
+
+    def _block_text(self) -> QTextBlockFormat:
+        fmt = QTextBlockFormat()
+        fmt.setTopMargin(round(self._font_pt * 0.2))
         return fmt
 
     def _fmt_committed(self) -> QTextCharFormat:
@@ -165,17 +190,33 @@ class CaptionView(QTextEdit):
             cursor.insertText(joiner + text, self._fmt_committed())
             last.text += joiner + text
         else:
-            if last is not None:
-                cursor.insertBlock()
-            cursor.insertText(f"{update.stream}  ", self._fmt_label(update.stream))
+            self._start_paragraph(cursor, update.stream, last.stream if last is not None else None)
             cursor.insertText(text, self._fmt_committed())
             self._paragraphs.append(_Paragraph(update.stream, update.segment, text))
         self._tail_pos = cursor.position()
+
+    def _start_paragraph(self, cursor: QTextCursor, stream: str, previous: str | None) -> None:
+        """Opens a new paragraph of ``stream`` at the end; ``previous`` is the stream of the
+        paragraph before it (None at the top of the view). The label line comes first only when
+        the stream changes."""
+        at_top = cursor.position() == 0
+        if stream != previous:
+            if at_top:
+                cursor.setBlockFormat(self._block_label(first=True))
+            else:
+                cursor.insertBlock(self._block_label(first=False))
+            cursor.insertText(stream, self._fmt_label(stream))
+            cursor.insertBlock(self._block_text())
+        elif at_top:
+            cursor.setBlockFormat(self._block_text())
+        else:
+            cursor.insertBlock(self._block_text())
 
     def _write_tail(self, cursor: QTextCursor) -> None:
         cursor.movePosition(QTextCursor.MoveOperation.End)
         self._tail_pos = cursor.position()
         last = self._paragraphs[-1] if self._paragraphs else None
+        previous = last.stream if last is not None else None
         first = True
         for stream, update in self._partials.items():
             text = " ".join(update.text.split())
@@ -183,10 +224,9 @@ class CaptionView(QTextEdit):
             if inline:
                 cursor.insertText(" " + text, self._fmt_partial())
             else:
-                if last is not None or not first:
-                    cursor.insertBlock()
-                cursor.insertText(f"{stream}  ", self._fmt_label(stream))
+                self._start_paragraph(cursor, stream, previous)
                 cursor.insertText(text, self._fmt_partial())
+            previous = stream
             first = False
 
     def _rerender(self) -> None:

@@ -22,28 +22,25 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
-    QListWidget,
-    QListWidgetItem,
     QPushButton,
     QVBoxLayout,
     QWidget,
 )
 
-from captioner.ui.run_config import RunConfig, SourceChoice
+from captioner.ui.run_config import LANGUAGES, RunConfig, SourceChoice
+from captioner.ui.source_list import SourceGroup, SourceList
 
 BUILTIN_MODELS = ("tiny.en", "base")
 ENGLISH_ONLY_SUFFIX = ".en"
-LANGUAGES = (
-    ("auto", "Detect"), ("en", "English"), ("de", "German"), ("fr", "French"), ("es", "Spanish"),
-    ("it", "Italian"), ("pt", "Portuguese"), ("nl", "Dutch"), ("pl", "Polish"), ("ru", "Russian"),
-    ("uk", "Ukrainian"), ("tr", "Turkish"), ("ar", "Arabic"), ("hi", "Hindi"), ("ja", "Japanese"),
-    ("ko", "Korean"), ("zh", "Chinese"),
-)
 AUDIO_FILE_FILTER = "Audio (*.wav *.flac *.ogg *.mp3 *.m4a *.opus);;All files (*)"
 _FOLDER_ITEM = "Folder…"
 
 
 DEFAULT_INPUT = SourceChoice("device", "Me", "Default microphone", device=None)
+DEMO_STREAM = "Demo"
+MICROPHONES = "Microphones"
+MEETING_AUDIO = "Meeting audio (what this computer plays)"
+FILES = "Files"
 
 
 def stream_label_for(device: Any) -> str:
@@ -62,10 +59,13 @@ class ControlPanel(QWidget):
         super().__init__(parent)
         self._running = False
 
+        self._listed = False  # a device listing has arrived
+        self._has_inputs = False
+        self._wanted: set[str] = set()
         sources_box = QGroupBox("Sources")
-        self.source_list = QListWidget()
-        self.source_list.setObjectName("sourceList")
+        self.source_list = SourceList()
         self.source_list.setMinimumHeight(120)
+        self.source_list.add_note("Looking for audio inputs…")
         self.add_file_button = QPushButton("Add file…")
         self.refresh_button = QPushButton("Refresh")
         self.add_file_button.clicked.connect(self._pick_file)
@@ -108,69 +108,90 @@ class ControlPanel(QWidget):
         layout.addWidget(sources_box, 1)
         layout.addWidget(model_box)
         layout.addLayout(run_row)
-        self.set_devices([])
         self._update_language_enabled()
 
     # -- sources ---------------------------------------------------------------------------
 
+    def want_sources(self, keys: Iterable[str]) -> None:
+        """The sources to tick once the devices are listed (the remembered choice); those that
+        are not there then are simply not ticked."""
+        self._wanted = set(keys)
+
+    @property
+    def has_inputs(self) -> bool:
+        """Whether the last device listing found any input (a microphone or a meeting's audio)."""
+        return self._has_inputs
+
     def set_devices(self, devices: Iterable[Any], checked_keys: Iterable[str] | None = None) -> None:
-        """Lists the default input, each device (monitors as "Meeting"), and any added files.
+        """Lists the inputs, grouped: the default input and every microphone, every monitor of an
+        output ("meeting audio"), then the files added. The default input is offered only when
+        some input exists. Ticked afterwards: ``checked_keys`` if given, else what was ticked (or,
+        on the first listing, what :meth:`want_sources` asked for) where it is still listed;
+        when that leaves nothing ticked, the default input.
 
         ``devices``: values with ``name``, ``is_monitor`` and ``open_as`` (or ``index``), such as
         ``captioner.audio.devices.InputDevice``."""
-        previous = set(checked_keys) if checked_keys is not None else {c.key() for c in self.selected_sources()}
-        files = [self.source_list.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.source_list.count())]
-        files = [c for c in files if c is not None and c.kind == "file"]
-        self.source_list.clear()
-        choices = [DEFAULT_INPUT]
+        devices = list(devices)
+        if checked_keys is not None:
+            previous = set(checked_keys)
+        elif self._listed:
+            previous = {c.key() for c in self.selected_sources()}
+        else:
+            previous = set(self._wanted)
+        files = [c for c in self.source_list.choices() if c.kind == "file"]
+        listed = {c.key() for c in files}
+        for key in sorted(previous - listed):
+            path = key[len("file:"):] if key.startswith("file:") else ""
+            if path and Path(path).is_file():  # a remembered file that is gone is not offered
+                files.append(_file_choice(path))
+        microphones = [DEFAULT_INPUT] if devices else []
+        monitors = []
         for device in devices:
-            stream = stream_label_for(device)
-            kind = "meeting audio" if stream == "Meeting" else "microphone"
             # ``open_as`` is what the audio layer opens (a PortAudio index, or "pulse:NAME").
             open_as = getattr(device, "open_as", getattr(device, "index", None))
-            choices.append(SourceChoice("device", stream, f"{device.name}  ({kind})", device=open_as))
-        for key in previous:
-            if key.startswith("file:") and not any(f.key() == key for f in files):
-                path = key[len("file:"):]
-                if path:
-                    files.append(_file_choice(path))
-        choices.extend(files)
-        for choice in choices:
-            self._add_choice(choice, choice.key() in previous)
-        if not self.selected_sources():
-            self.source_list.item(0).setCheckState(Qt.CheckState.Checked)
+            choice = SourceChoice("device", stream_label_for(device), str(device.name), device=open_as)
+            (monitors if choice.stream == "Meeting" else microphones).append(choice)
+        self.source_list.show_groups([
+            SourceGroup(MICROPHONES, tuple(microphones), "None found: plug one in, then press Refresh."),
+            SourceGroup(MEETING_AUDIO, tuple(monitors), "None found (a monitor of an output needs PulseAudio or "
+                                                        "PipeWire)."),
+            SourceGroup(FILES, tuple(files)),
+        ], previous)
+        self._listed = True
+        self._has_inputs = bool(devices)
+        if not self.selected_sources() and devices:
+            self.source_list.set_checked([DEFAULT_INPUT.key()])
 
     def add_file(self, path: str, checked: bool = True) -> SourceChoice:
-        return self._add_choice(_file_choice(path), checked)
+        choice = _file_choice(path)
+        self.source_list.add_choice(choice, checked, group_title=FILES)
+        return choice
 
-    def _add_choice(self, choice: SourceChoice, checked: bool) -> SourceChoice:
-        item = QListWidgetItem(f"[{choice.stream}] {choice.label}")
-        item.setData(Qt.ItemDataRole.UserRole, choice)
-        item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
-        item.setCheckState(Qt.CheckState.Checked if checked else Qt.CheckState.Unchecked)
-        item.setToolTip(choice.path or str(choice.device if choice.device is not None else "system default"))
-        self.source_list.addItem(item)
+    def add_demo(self, path: str, title: str) -> SourceChoice:
+        """Adds (ticked) the bundled sample ``path``, named ``title``, as the demo source."""
+        choice = SourceChoice("file", DEMO_STREAM, f"Demo: {title}", path=path, demo=True)
+        if all(c.key() != choice.key() for c in self.source_list.choices()):
+            self.source_list.add_choice(choice, True, group_title=FILES)
         return choice
 
     def select_only(self, keys: Iterable[str]) -> None:
-        wanted = set(keys)
-        for i in range(self.source_list.count()):
-            item = self.source_list.item(i)
-            on = item.data(Qt.ItemDataRole.UserRole).key() in wanted
-            item.setCheckState(Qt.CheckState.Checked if on else Qt.CheckState.Unchecked)
+        self.source_list.set_checked(keys)
 
     def selected_sources(self) -> list[SourceChoice]:
-        out = []
-        for i in range(self.source_list.count()):
-            item = self.source_list.item(i)
-            if item.checkState() == Qt.CheckState.Checked:
-                out.append(item.data(Qt.ItemDataRole.UserRole))
-        return out
+        return self.source_list.checked()
+
+    def remembered_sources(self) -> list[str]:
+        """The keys to remember of the ticked sources: the demo is never the user's choice."""
+        return [c.key() for c in self.selected_sources() if not c.demo]
 
     def _pick_file(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Caption an audio file", "", AUDIO_FILE_FILTER)
         if path:
             self.add_file(path)
+
+    def pick_file(self) -> None:
+        """Asks for an audio file to caption and lists it, ticked (the banner's "Add file…")."""
+        self._pick_file()
 
     # -- model -----------------------------------------------------------------------------
 
@@ -246,5 +267,6 @@ class ControlPanel(QWidget):
 
 
 def _file_choice(path: str) -> SourceChoice:
+    # Captions are labelled with the stem; the list names the file once, in full.
     stem = Path(path).stem or "file"
-    return SourceChoice("file", stem, os.path.basename(path), path=path)
+    return SourceChoice("file", stem, os.path.basename(path) or path, path=path)

@@ -3,8 +3,11 @@
 Every curve is one PlotDataItem created once and updated with ``setData``; values arrive into
 bounded NumPy rings (:class:`RollingSeries`) from the GUI timer, and :meth:`Dashboard.refresh`
 redraws only when something new arrived, so the cost follows the data rate (a few Hz), capped by
-the timer (~30 Hz). Without an NVIDIA GPU the GPU plots say so and the CPU-load plot carries on.
-A recorded run (:mod:`captioner.trace`) is shown with the same plots over its whole length.
+the timer (~30 Hz). Without an NVIDIA GPU the GPU plots, which would have nothing to show, are
+left out and one line of text says so; the CPU-load plot carries on. Legends sit under the
+plots, never on the curves; counts (dropped frames, streams, batch size) have whole-number axes.
+A recorded run (:mod:`captioner.trace`) is shown with the same plots over its whole length, its
+committed captions beside them, following a time cursor.
 """
 
 from __future__ import annotations
@@ -15,8 +18,16 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtCore import QEvent, Qt, QTimer
+from PySide6.QtGui import QFont
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
 
 from captioner.events import (
     MIN_FREE_VRAM_FRACTION,
@@ -25,7 +36,10 @@ from captioner.events import (
     TelemetrySample,
 )
 from captioner.trace import Trace, caption_latency_s
+from captioner.ui.plot_parts import IntegerAxis, PlotLegend, add_legend, fit_count_range
 from captioner.ui.theme import DARK, Theme
+from captioner.ui.time_cursor import TimeCursor
+from captioner.ui.trace_captions import TraceCaption, TraceCaptions
 
 VRAM_FREE_FLOOR = MIN_FREE_VRAM_FRACTION  # the engine refuses new streams below it
 
@@ -35,9 +49,17 @@ GIB = float(1 << 30)
 MAX_LEVEL_STREAMS = 4
 PLOT_MIN_INTERVAL_S = 0.5
 """Plots redraw at most twice a second, the telemetry rate: on a 60 s plot half a second is a few
-pixels, and each redraw of twelve plots costs 10-20 ms of CPU in software rendering
+pixels, and each redraw of thirteen plots costs 10-20 ms of CPU in software rendering
 (benchmarks/bench_dashboard.py). The caption view still follows the 30 Hz pump."""
 NA = "N/A"
+NO_GPU = "no GPU"
+MAX_COLUMNS = 5
+DEFAULT_COLUMNS = 4  # before the widget has a size: what a usual window gets, so it rarely changes
+MIN_PLOT_WIDTH_PX = 280  # room for a plot's title and its current value side by side
+VALUE_PT = 8.0  # the current value, a notch under the title
+PLOT_ASPECT = 1.8  # width / height a plot reads best at
+TRACE_PANEL_MIN_PX = 280  # the run's captions beside its plots
+TRACE_PANEL_MAX_PX = 380
 
 
 class RollingSeries:
@@ -94,6 +116,7 @@ class PlotSpec:
     unit: str
     curves: tuple[CurveSpec, ...]
     gpu: bool = False
+    integer: bool = False  # a count: whole-number axis from 0
 
 
 PLOTS: tuple[PlotSpec, ...] = (
@@ -111,14 +134,17 @@ PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec("sm_clock", "SM clock", "MHz", (CurveSpec("sm_clock_mhz", "SM", 3),), gpu=True),
     PlotSpec("util", "GPU utilisation", "%", (CurveSpec("utilization_pct", "util", 2),), gpu=True),
     PlotSpec("cpu", "CPU load", "%", (
-        CurveSpec("cpu_pct", "host (all cores)", 0), CurveSpec("process_cpu_pct", "captioner (1 core=100)", 1))),
+        CurveSpec("cpu_pct", "machine", 0), CurveSpec("process_cpu_pct", "captioner (per core)", 1))),
     PlotSpec("level", "Input level", "dBFS", tuple(
         CurveSpec(f"level_{i}", f"stream {i}", i) for i in range(MAX_LEVEL_STREAMS))),
-    PlotSpec("dropped", "Dropped frames", "", (CurveSpec("dropped_frames", "dropped", -1),)),
+    PlotSpec("dropped", "Dropped frames", "", (CurveSpec("dropped_frames", "dropped", -1),), integer=True),
     PlotSpec("rtf", "Real-time factor", "×", (CurveSpec("real_time_factor", "RTF", 4),)),
+    PlotSpec("load", "Streams · batch size", "", (
+        CurveSpec("stream_count", "streams", 0), CurveSpec("batch_size", "batch", 1, dashed=True)), integer=True),
 )
+GPU_PLOT_NAMES = "VRAM, temperature, power, SM clock, utilisation"  # the plots with gpu=True
 
-_STATUS_KEYS = ("frame_latency_ms", "step_latency_ms", "dropped_frames", "real_time_factor")
+_STATUS_KEYS = ("frame_latency_ms", "step_latency_ms", "dropped_frames", "real_time_factor", "batch_size")
 _TELEMETRY_KEYS = ("temperature_c", "power_w", "power_limit_w", "sm_clock_mhz", "utilization_pct",
                    "cpu_pct", "process_cpu_pct")
 # (curve in GiB, TelemetrySample field in bytes)
@@ -146,24 +172,38 @@ def percentile(values: np.ndarray, q: float) -> float | None:
     return float(np.percentile(finite, q)) if finite.size else None
 
 
-def telemetry_readout(sample: TelemetrySample | None) -> str:
-    """One line of current GPU and CPU figures, "N/A" for each value that could not be read."""
+def _of(value: float | None, limit: float | None, unit: str, digits: int = 0) -> str:
+    """"value / limit unit"; just "N/A" when neither could be read (never "N/A/N/A")."""
+    if value is None and limit is None:
+        return NA
+    return f"{_fmt(value, '', digits)} / {_fmt(limit, unit, digits)}"
+
+
+def telemetry_readout(sample: TelemetrySample | None, gpu_plots_shown: bool = False) -> str:
+    """One line of current GPU and CPU figures, "N/A" for each value that could not be read;
+    without an NVIDIA GPU it says so once, instead of a row of N/As (``gpu_plots_shown``: they
+    are on screen anyway, for a GPU run compared with this one)."""
     if sample is None:
         return "GPU: waiting for telemetry…"
+    cpu = f"CPU {_fmt(sample.cpu_pct, ' %')} (captioner {_fmt(sample.process_cpu_pct, ' %')})"
+    if sample.gpu_name is None:
+        if gpu_plots_shown:
+            return f"No NVIDIA GPU in this run: captioning ran on the CPU (the GPU plots are the compared run's)  ·  {cpu}"
+        return f"No NVIDIA GPU: captioning runs on the CPU, so the GPU plots ({GPU_PLOT_NAMES}) are left out  ·  {cpu}"
 
     def gib(b: float | None) -> float | None:
         return None if b is None else b / GIB
 
     parts = [
-        f"GPU: {sample.gpu_name or 'no NVIDIA GPU (' + NA + ')'}",
+        f"GPU: {sample.gpu_name}",
         f"temp {_fmt(sample.temperature_c, ' °C')}"
         + (f" (slowdown {_fmt(sample.slowdown_temp_c, ' °C')})" if sample.slowdown_temp_c is not None else ""),
-        f"power {_fmt(sample.power_w, '')}/{_fmt(sample.power_limit_w, ' W')}",
+        f"power {_of(sample.power_w, sample.power_limit_w, ' W')}",
         f"SM {_fmt(sample.sm_clock_mhz, ' MHz')}",
-        f"util {_fmt(sample.utilization_pct, '%')}",
-        f"VRAM {_fmt(gib(sample.vram_used_bytes), '', 1)}/{_fmt(gib(sample.vram_total_bytes), ' GiB', 1)}"
+        f"util {_fmt(sample.utilization_pct, ' %')}",
+        f"VRAM {_of(gib(sample.vram_used_bytes), gib(sample.vram_total_bytes), ' GiB', 1)}"
         f" (process {_fmt(gib(sample.vram_process_bytes), ' GiB', 2)})",
-        f"CPU {_fmt(sample.cpu_pct, '%')} (captioner {_fmt(sample.process_cpu_pct, '%')})",
+        cpu,
     ]
     return "  ·  ".join(parts)
 
@@ -180,6 +220,8 @@ def trace_curves(trace: Trace) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]]
     curves["vram_floor_gib"] = (t, _vram_floor_gib(total))
     for key in _STATUS_KEYS:
         curves[key] = trace.status_series(key)
+    t_counts, _ = trace.status_series("batch_size")
+    curves["stream_count"] = (t_counts, np.array([len(s.streams) for s in trace.statuses], dtype=np.float64))
     streams: tuple[str, ...] = ()
     for status in trace.statuses:
         if status.streams:
@@ -198,6 +240,34 @@ def trace_curves(trace: Trace) -> tuple[dict[str, tuple[np.ndarray, np.ndarray]]
         curves[key] = (np.array([c.emitted_wall_s for c in chosen], dtype=np.float64),
                        np.array([caption_latency_s(c) for c in chosen], dtype=np.float64))
     return curves, streams
+
+
+def trace_caption_entries(trace: Trace) -> list[TraceCaption]:
+    """A recorded run's committed captions at the time they were shown (the caption-latency
+    plot's x: seconds since the stream started, which is about the run's start)."""
+    return [TraceCaption(c.emitted_wall_s, c.stream, " ".join(c.text.split()))
+            for c in trace.final_captions() if c.text.strip()]
+
+
+def grid_columns(count: int, width_px: float | None = None, height_px: float | None = None) -> int:
+    """Columns for ``count`` plots in a ``width_px`` × ``height_px`` area: the plots as large as
+    possible at about :data:`PLOT_ASPECT`, none narrower than :data:`MIN_PLOT_WIDTH_PX` (its
+    title and value must fit side by side); rows filled evenly (13 plots in 4 columns: 4+4+4+1,
+    but 8 in 4: 4+4). Without a size, :data:`DEFAULT_COLUMNS` at most."""
+    if count <= 0:
+        return 1
+    if width_px is None or height_px is None:
+        most = DEFAULT_COLUMNS
+    else:
+        fitting = [c for c in range(1, MAX_COLUMNS + 1) if width_px / c >= MIN_PLOT_WIDTH_PX] or [1]
+
+        def plot_size(columns: int) -> float:
+            rows = math.ceil(count / columns)
+            return min(width_px / columns / PLOT_ASPECT, height_px / rows)
+
+        most = max(fitting, key=plot_size)
+    rows = math.ceil(count / most)
+    return math.ceil(count / rows)
 
 
 def _centre(label: pg.TextItem, view_box: pg.ViewBox) -> None:
@@ -226,6 +296,10 @@ class Dashboard(QWidget):
         self.min_interval_s = PLOT_MIN_INTERVAL_S
         self._last_redraw_s = -math.inf
         self._title_values: dict[str, str] = {}
+        self._count_tops: dict[str, float | None] = {}
+        self._shown_keys: tuple[str, ...] = ()
+        self._columns = 0
+        self._compared_gpu = False  # a run drawn for comparison has GPU telemetry
 
         self.readout = QLabel(telemetry_readout(None))
         self.readout.setObjectName("telemetryReadout")
@@ -242,27 +316,52 @@ class Dashboard(QWidget):
         pg.setConfigOptions(antialias=False)  # antialiasing costs CPU on every redraw
         self.graphics = pg.GraphicsLayoutWidget()
         self.graphics.setObjectName("dashboardPlots")
+        self.graphics.installEventFilter(self)
         self.plots: dict[str, pg.PlotItem] = {}
         self.curves: dict[str, pg.PlotDataItem] = {}
         self.na_labels: dict[str, pg.TextItem] = {}
         self.value_labels: dict[str, pg.TextItem] = {}
+        self.legends: dict[str, PlotLegend] = {}
         self.compare_curves: dict[str, pg.PlotDataItem] = {}
         self._build_plots()
+        self.cursor = TimeCursor(self.plots.values(), lambda: [self.plots[k] for k in self._shown_keys], self)
+        self.graphics.scene().sigMouseClicked.connect(self.cursor.on_scene_click)
+
+        # A recorded run's captions, beside its plots (hidden while live).
+        self.trace_captions = TraceCaptions()
+        self.trace_panel = QWidget()
+        self.trace_panel.setObjectName("traceCaptionsPanel")
+        panel_layout = QVBoxLayout(self.trace_panel)
+        panel_layout.setContentsMargins(0, 0, 0, 0)
+        self.trace_panel_title = QLabel("Captions of the run: drag the cursor in a plot, or click a line")
+        self.trace_panel_title.setWordWrap(True)
+        panel_layout.addWidget(self.trace_panel_title)
+        panel_layout.addWidget(self.trace_captions, 1)
+        self.trace_panel.setVisible(False)
+        self.trace_panel.setMinimumWidth(200)
+        self.cursor.moved.connect(self.trace_captions.follow)
+        self.trace_captions.time_picked.connect(self.cursor.set_x)
+        self.splitter = QSplitter(Qt.Orientation.Horizontal)
+        self.splitter.addWidget(self.graphics)
+        self.splitter.addWidget(self.trace_panel)
+        self.splitter.setStretchFactor(0, 3)
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setChildrenCollapsible(False)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(top)
         layout.addWidget(self.readout)
-        layout.addWidget(self.graphics, 1)
+        layout.addWidget(self.splitter, 1)
         self.set_theme(theme)
 
     # -- construction ----------------------------------------------------------------------
 
     def _build_plots(self) -> None:
-        columns = 4
         first: pg.PlotItem | None = None
-        for i, spec in enumerate(PLOTS):
-            plot = self.graphics.addPlot(row=i // columns, col=i % columns)
+        for spec in PLOTS:
+            axes = {"left": IntegerAxis("left")} if spec.integer else None
+            plot = pg.PlotItem(axisItems=axes)
             plot.setMenuEnabled(False)
             plot.hideButtons()
             # No grid: pyqtgraph draws a line per tick of every level, which in software
@@ -270,23 +369,28 @@ class Dashboard(QWidget):
             plot.setClipToView(True)
             plot.setDownsampling(auto=True, mode="peak")
             plot.setXRange(-self.window_s, 0, padding=0)
-            plot.enableAutoRange(axis="y")
+            if spec.integer:
+                self._count_tops[spec.key] = fit_count_range(plot, [], None)
+            else:
+                plot.enableAutoRange(axis="y")
             plot.getAxis("bottom").setHeight(20)
-            plot.getAxis("left").setWidth(44)
+            plot.getAxis("left").setWidth(50)  # room for "1980.5": a flat clock curve zooms to decimals
             if first is None:
                 first = plot
             else:
                 plot.setXLink(first)
-            legend = plot.addLegend(offset=(4, 2), labelTextSize="8pt", verSpacing=-6) if len(spec.curves) > 1 else None
+            if len(spec.curves) > 1:
+                self.legends[spec.key] = add_legend(plot)
             for curve_spec in spec.curves:
-                item = plot.plot(name=curve_spec.name, connect="finite")
+                item = plot.plot(connect="finite")
                 if curve_spec.key.startswith("caption_"):
                     item.setSymbol("o")  # one point per caption: sparse, so mark each
                     item.setSymbolSize(5)
-                if legend is not None and curve_spec.key.startswith("level_"):
-                    legend.removeItem(item)  # level curves are named after their streams when known
                 self.curves[curve_spec.key] = item
             value = pg.TextItem("", anchor=(1, 0))
+            font = QFont(value.textItem.font())
+            font.setPointSizeF(VALUE_PT)  # a notch under the title's: both fit one row of a narrow plot
+            value.setFont(font)
             value.setParentItem(plot)
             value.setZValue(60)
             self.value_labels[spec.key] = value
@@ -297,22 +401,68 @@ class Dashboard(QWidget):
             self.na_labels[spec.key] = na
             plot.getViewBox().sigResized.connect(lambda vb, label=na: _centre(label, vb))
             self.plots[spec.key] = plot
+        self._arrange([spec.key for spec in PLOTS])
         temp = self.plots["temp"]
         self.temp_alarm_line = pg.InfiniteLine(pos=TEMP_ALARM_C, angle=0, movable=False,
                                                label=f"{TEMP_ALARM_C:.0f} °C", labelOpts={"position": 0.08})
         self.slowdown_line = pg.InfiniteLine(pos=0, angle=0, movable=False, label="slowdown",
-                                             labelOpts={"position": 0.25})
+                                             labelOpts={"position": 0.5})
         self.slowdown_line.setVisible(False)
         temp.addItem(self.temp_alarm_line, ignoreBounds=False)
         temp.addItem(self.slowdown_line, ignoreBounds=True)
         # Percentages have a natural scale; a fixed range also spares re-rendering the axis.
         self.plots["util"].setYRange(0, 100, padding=0.02)
         self.rtf_line = pg.InfiniteLine(pos=1.0, angle=0, movable=False, label="real time",
-                                        labelOpts={"position": 0.1})
+                                        labelOpts={"position": 0.2})
         self.plots["rtf"].addItem(self.rtf_line)
         for spec in PLOTS:
             self._title_values[spec.key] = NA
             self.value_labels[spec.key].setText(NA)
+
+    def _arrange(self, keys: list[str] | tuple[str, ...]) -> None:
+        """Lays out the plots ``keys`` in a grid as wide as the widget allows (the others leave
+        the layout, so the rest grow)."""
+        size = self.graphics.size()
+        laid_out = size.width() > 100 and size.height() > 100
+        columns = grid_columns(len(keys), size.width() if laid_out else None, size.height() if laid_out else None)
+        if tuple(keys) == self._shown_keys and columns == self._columns:
+            return
+        layout = self.graphics.ci
+        for key in self._shown_keys:
+            layout.removeItem(self.plots[key])
+        for i, key in enumerate(keys):
+            layout.addItem(self.plots[key], row=i // columns, col=i % columns)
+        self._shown_keys = tuple(keys)
+        self._columns = columns
+
+    def eventFilter(self, watched, event) -> bool:  # noqa: N802 (Qt name)
+        if watched is self.graphics and event.type() == QEvent.Type.Resize:
+            self._arrange(self._shown_keys)  # a narrower dashboard (or the captions beside) takes fewer columns
+        return super().eventFilter(watched, event)
+
+    def shown_plots(self) -> tuple[str, ...]:
+        """The keys of the plots on screen, in order."""
+        return self._shown_keys
+
+    def _arrange_for_gpu(self) -> None:
+        # Without an NVIDIA GPU the GPU plots would stay empty: leave them out (the readout
+        # line says why) and give their room to the plots that have something to show.
+        no_gpu = self._gpu_present is False and not self._compared_gpu
+        self._arrange([spec.key for spec in PLOTS if not (spec.gpu and no_gpu)])
+
+    def _update_legends(self) -> None:
+        theme = self._theme
+        for spec in PLOTS:
+            legend = self.legends.get(spec.key)
+            if legend is None:
+                continue
+            if spec.key == "level":
+                # Named after the streams once they are known; nothing to say before.
+                names = self._level_streams
+                entries = [(name, _curve_color(theme, spec.curves[i]), False) for i, name in enumerate(names)]
+            else:
+                entries = [(c.name, _curve_color(theme, c), c.dashed) for c in spec.curves]
+            legend.set_entries(entries, theme.plot_foreground)
 
     def set_theme(self, theme: Theme) -> None:
         self._theme = theme
@@ -332,11 +482,11 @@ class Dashboard(QWidget):
                     curve.setSymbolBrush(color)
                     curve.setSymbolPen(None)
             self.na_labels[spec.key].setColor(theme.dim_text)
-            legend = self.plots[spec.key].legend
-            if legend is not None:
-                background = pg.mkColor(theme.plot_background)
-                background.setAlpha(200)  # readable over a curve, which still shows through
-                legend.setBrush(background)
+        self._update_legends()
+        self.cursor.set_color(theme.accent)
+        self.trace_captions.set_captions(self.trace_captions.captions, self._stream_color)  # recoloured names
+        if self.cursor.visible:
+            self.trace_captions.follow(self.cursor.x)
         alarm = pg.mkPen(theme.alarm, width=1.5, style=Qt.PenStyle.DashLine)
         self.temp_alarm_line.setPen(alarm)
         self.temp_alarm_line.label.setColor(theme.alarm)
@@ -366,6 +516,11 @@ class Dashboard(QWidget):
     def _place_value_labels(self) -> None:
         for key, label in self.value_labels.items():
             label.setPos(self.plots[key].size().width() - 4, 0)
+
+    def _stream_color(self, stream: str) -> str:
+        streams = list(dict.fromkeys(c.stream for c in self.trace_captions.captions))
+        index = streams.index(stream) if stream in streams else 0
+        return self._theme.stream_colors[index % len(self._theme.stream_colors)]
 
     def title_text(self, key: str) -> str:
         """The value part of a plot's title (e.g. "41 °C", "N/A")."""
@@ -401,6 +556,7 @@ class Dashboard(QWidget):
         t = status.time_s
         for key in _STATUS_KEYS:
             self._series_for(key).append(t, getattr(status, key))
+        self._series_for("stream_count").append(t, len(status.streams))
         if status.streams and status.streams != self._level_streams:
             self._level_streams = tuple(status.streams[:MAX_LEVEL_STREAMS])
         for i in range(MAX_LEVEL_STREAMS):
@@ -456,9 +612,21 @@ class Dashboard(QWidget):
                     continue
                 t, v = series.since(t_min)
                 self.curves[curve_spec.key].setData(t - now, v, connect="finite")
+        self._fit_counts()
+        self._arrange_for_gpu()
         self._update_titles()
         self._update_na_labels()
         return True
+
+    def _fit_counts(self) -> None:
+        for spec in PLOTS:
+            if spec.integer:
+                values: list[float] = []
+                for curve_spec in spec.curves:
+                    _, y = self.curves[curve_spec.key].getData()
+                    if y is not None and len(y):
+                        values.append(float(np.nanmax(y)) if np.isfinite(y).any() else math.nan)
+                self._count_tops[spec.key] = fit_count_range(self.plots[spec.key], values, self._count_tops.get(spec.key))
 
     def _last(self, key: str) -> float | None:
         series = self._series.get(key)
@@ -470,15 +638,23 @@ class Dashboard(QWidget):
         self._set_title(specs["frame"], _fmt(self._last("frame_latency_ms"), " ms", 2))
         self._set_title(specs["step"], _fmt(self._last("step_latency_ms"), " ms", 1))
         self._set_title(specs["caption"], self.caption_percentiles_text())
-        self._set_title(specs["temp"], _fmt(self._last("temperature_c"), " °C"))
-        self._set_title(specs["power"], f"{_fmt(self._last('power_w'), '')} / {_fmt(self._last('power_limit_w'), ' W')}")
-        self._set_title(specs["sm_clock"], _fmt(self._last("sm_clock_mhz"), " MHz"))
-        self._set_title(specs["util"], _fmt(self._last("utilization_pct"), " %"))
-        self._set_title(specs["vram"], f"process {_fmt(self._last('vram_process_gib'), '', 2)} · used "
-                                       f"{_fmt(self._last('vram_used_gib'), '', 1)} / {_fmt(self._last('vram_total_gib'), '', 0)}")
+        if self._gpu_present is False:
+            for spec in PLOTS:
+                if spec.gpu:
+                    self._set_title(spec, NO_GPU)
+        else:
+            self._set_title(specs["temp"], _fmt(self._last("temperature_c"), " °C"))
+            self._set_title(specs["power"], _of(self._last("power_w"), self._last("power_limit_w"), " W"))
+            self._set_title(specs["sm_clock"], _fmt(self._last("sm_clock_mhz"), " MHz"))
+            self._set_title(specs["util"], _fmt(self._last("utilization_pct"), " %"))
+            # Numbers only, in the legend's order (process · used / total): the plot is narrow.
+            self._set_title(specs["vram"], f"{_fmt(self._last('vram_process_gib'), '', 2)} · "
+                                           f"{_of(self._last('vram_used_gib'), self._last('vram_total_gib'), '', 1)}")
         self._set_title(specs["cpu"], f"{_fmt(self._last('cpu_pct'), ' %')} · app {_fmt(self._last('process_cpu_pct'), ' %')}")
         self._set_title(specs["dropped"], _fmt(self._last("dropped_frames"), ""))
         self._set_title(specs["rtf"], _fmt(self._last("real_time_factor"), "", 2))
+        self._set_title(specs["load"], f"{_fmt(self._last('stream_count'), '')} · {_fmt(self._last('batch_size'), '')}"
+                        if self._last("stream_count") is not None else NA)
         levels = [self._last(f"level_{i}") for i in range(len(self._level_streams))]
         # Numbers only: the legend names the streams, and file names can be long.
         self._set_title(specs["level"], " · ".join(_fmt(level, "", 0) for level in levels) or NA)
@@ -489,28 +665,20 @@ class Dashboard(QWidget):
             self.slowdown_line.label.setFormat(f"slowdown {slowdown:.0f} °C")
         if self.slowdown_line.isVisible() != (slowdown is not None):
             self.slowdown_line.setVisible(slowdown is not None)
-        readout = telemetry_readout(sample)
+        readout = telemetry_readout(sample, gpu_plots_shown=self._compared_gpu)
         if readout != self.readout.text():
             self.readout.setText(readout)
 
     def _name_level_curves(self) -> None:
-        plot = self.plots["level"]
-        legend = plot.legend
-        if legend is None:
-            return
-        if self._legend_level_names == self._level_streams:
-            return
-        for i in range(MAX_LEVEL_STREAMS):
-            legend.removeItem(self.curves[f"level_{i}"])
-        for i, name in enumerate(self._level_streams):
-            legend.addItem(self.curves[f"level_{i}"], name)
-        self._legend_level_names = self._level_streams
+        if self._legend_level_names != self._level_streams:
+            self._legend_level_names = self._level_streams
+            self._update_legends()
 
     def caption_percentiles_text(self) -> str:
         p50, p95 = self.caption_percentiles()
         if p50 is None:
-            return "p50 N/A · p95 N/A"
-        return f"p50 {p50:.2f} s · p95 {p95:.2f} s"
+            return NA
+        return f"p50 {p50:.1f} · p95 {p95:.1f}"  # short: it shares a narrow title row
 
     def caption_percentiles(self) -> tuple[float | None, float | None]:
         """p50/p95 of committed captions' latency in the visible window (or the whole trace)."""
@@ -525,20 +693,17 @@ class Dashboard(QWidget):
         return percentile(values, 50), percentile(values, 95)
 
     def _update_na_labels(self) -> None:
-        no_gpu = self._gpu_present is False
-        if self.temp_alarm_line.isVisible() == no_gpu:
-            self.temp_alarm_line.setVisible(not no_gpu)  # a limit line alone would look like data
+        """A GPU plot of a field this GPU does not report says so (without a GPU at all, the
+        GPU plots are not shown)."""
         for spec in PLOTS:
             label = self.na_labels[spec.key]
             text = ""
-            if spec.gpu and no_gpu:
-                text = "No NVIDIA GPU: N/A\n(CPU load is shown instead)"
-            elif spec.gpu and self._gpu_present and all(self._last(c.key) is None for c in spec.curves):
+            if spec.gpu and self._gpu_present and all(self._last(c.key) is None for c in spec.curves):
                 text = "N/A on this GPU"
             if label.textItem.toPlainText() != text:
                 label.setText(text)
                 label.setVisible(bool(text))
-                legend = self.plots[spec.key].legend
+                legend = self.legends.get(spec.key)
                 if legend is not None and spec.gpu:
                     legend.setVisible(not text)  # the "N/A" note replaces an empty legend
             _centre(label, self.plots[spec.key].getViewBox())
@@ -557,11 +722,14 @@ class Dashboard(QWidget):
         self._level_streams = streams
         last_sample = telemetry[-1] if telemetry else None
         self._gpu_present = any(s.gpu_name for s in telemetry) if telemetry else None
-        duration = max(trace.duration_s(), 1.0)
+        self._arrange_for_gpu()
+        captions = trace_caption_entries(trace)
+        duration = max(trace.duration_s(), max((c.time_s for c in captions), default=0.0), 1.0)
         self.plots[PLOTS[0].key].setXRange(0, duration, padding=0.01)
         for spec in PLOTS:
-            if spec.key != "util":
+            if spec.key != "util" and not spec.integer:
                 self.plots[spec.key].enableAutoRange(axis="y")
+        self._fit_counts()
         saved = self._series, self._latest_sample
         self._series = {}
         for key in list(self.curves):
@@ -582,6 +750,20 @@ class Dashboard(QWidget):
             " (x axis: seconds from the start)"
         )
         self.live_button.setVisible(True)
+        self.trace_captions.set_captions(captions, self._stream_color)
+        self.trace_panel.setVisible(True)
+        self._size_trace_panel()
+        # Once more after the window has laid out (a trace opened before the window is shown
+        # would otherwise keep the sizes of a window not yet at its size).
+        QTimer.singleShot(0, self._size_trace_panel)
+        self.cursor.set_visible(True)
+        self.cursor.set_x(captions[0].time_s if captions else 0.0)
+
+    def _size_trace_panel(self) -> None:
+        total = self.splitter.width()
+        if total > 2 * TRACE_PANEL_MIN_PX and self.trace_panel.isVisible():
+            panel = int(min(TRACE_PANEL_MAX_PX, max(TRACE_PANEL_MIN_PX, total * 0.25)))
+            self.splitter.setSizes([total - panel, panel])
 
     def compare_trace(self, trace: Trace, name: str = "") -> None:
         """Overlays a second recorded run, dashed, on the one shown (to compare two runs)."""
@@ -600,6 +782,11 @@ class Dashboard(QWidget):
                 color.setAlpha(150)
                 item.setPen(pg.mkPen(color, width=1.5, style=Qt.PenStyle.DashLine))
                 item.setData(t, v, connect="finite")
+        # A run on a GPU compared with one on the CPU: its GPU plots are worth showing.
+        self._compared_gpu = any(s.gpu_name for s in trace.telemetry)
+        self._arrange_for_gpu()
+        if self.trace.telemetry:
+            self.readout.setText(telemetry_readout(self.trace.telemetry[-1], gpu_plots_shown=self._compared_gpu))
         duration = max(self.trace.duration_s(), trace.duration_s(), 1.0)
         self.plots[PLOTS[0].key].setXRange(0, duration, padding=0.01)
         label = self.mode_label.text().split("  ·  compared with")[0]
@@ -609,10 +796,16 @@ class Dashboard(QWidget):
         for key, item in self.compare_curves.items():
             self.plots[next(s.key for s in PLOTS if any(c.key == key for c in s.curves))].removeItem(item)
         self.compare_curves.clear()
+        self._compared_gpu = False
 
     def show_live(self) -> None:
         self.clear_comparison()
         self.trace = None
+        self.trace_panel.setVisible(False)
+        self.cursor.set_visible(False)
+        sample = self._latest_sample
+        self._gpu_present = None if sample is None else sample.gpu_name is not None
+        self._arrange_for_gpu()
         self.mode_label.setText(f"Live · last {self.window_s:.0f} s (x axis: seconds from now)")
         self.live_button.setVisible(False)
         self.plots[PLOTS[0].key].setXRange(-self.window_s, 0, padding=0)

@@ -1,5 +1,10 @@
-"""The main window: captions in the middle, controls and history on the left, the performance
-dashboard below, an optional overlay, status bar with provider, model and streams.
+"""The main window: captions in the middle under a banner, controls and history on the left, the
+performance dashboard below, an optional overlay, status bar with provider, model, streams and
+the captions' language.
+
+Nothing a session reports opens a dialog: the banner at the top (:mod:`captioner.ui.banner`)
+says it in the window, from a demo running because there is no microphone to a failed start or a
+lost input, and the model's preparation shows as a progress bar in the status bar.
 
 The window pulls: a ~30 Hz QTimer drains the engine's outboxes through a *feed* (anything with
 ``drain_captions()``, ``latest_status()`` and ``latest_telemetry()``), so no engine thread ever
@@ -28,26 +33,37 @@ from PySide6.QtWidgets import (
     QFileDialog,
     QLabel,
     QMainWindow,
-    QMessageBox,
+    QProgressBar,
     QTabWidget,
+    QVBoxLayout,
+    QWidget,
 )
 
 from captioner.errors import UserError
 from captioner.events import CaptionUpdate, PipelineStatus, TelemetrySample
 from captioner.trace import load_trace, save_trace
+from captioner.ui.banner import Banner
 from captioner.ui.caption_view import DEFAULT_FONT_PT, CaptionView
-from captioner.ui.controls import ControlPanel
+from captioner.ui.controls import AUDIO_FILE_FILTER, DEFAULT_INPUT, ControlPanel
 from captioner.ui.dashboard import Dashboard
 from captioner.ui.history import HistoryPanel
+from captioner.ui.notices import (
+    demo_notice,
+    engine_notice,
+    failure_notice,
+    language_text,
+)
 from captioner.ui.overlay import CaptionOverlay
+from captioner.ui.run_config import RunConfig
 from captioner.ui.session_bridge import SessionBridge
-from captioner.ui.session_dialogs import ModelProgress, show_warning
 from captioner.ui.settings import AppSettings, load_settings, save_settings
 from captioner.ui.theme import apply_theme, theme_named
 
 PUMP_INTERVAL_MS = 33  # ~30 Hz: smooth enough for text, cheap enough for a laptop
 MAX_RECORD_EVENTS = 1_000_000
 TRACE_FILTER = "captioner traces (*.jsonl *.trace);;All files (*)"
+TRACE_DOCK_SHARE = 0.75
+PLACEHOLDER = "Captions appear here. Pick a source and press Start (F5)."
 
 
 class Feed(Protocol):
@@ -64,8 +80,7 @@ class MainWindow(QMainWindow):
     refresh_devices_requested = Signal()
     closing = Signal()
 
-    def __init__(self, settings_store: QSettings | None = None, parent=None, interactive: bool = True) -> None:
-        """``interactive``: show dialogs (model progress, a failed start); off for headless runs."""
+    def __init__(self, settings_store: QSettings | None = None, parent=None) -> None:
         super().__init__(parent)
         self.setWindowTitle("captioner")
         self.setObjectName("mainWindow")
@@ -78,12 +93,25 @@ class MainWindow(QMainWindow):
         self.record: list[Any] = []
         self.remember_sources = True  # False for one-off command-line sources (`--file`)
         self.record_meta: dict[str, Any] = {}
-        self.interactive = interactive
-        self._model_progress: ModelProgress | None = None
+        self._requested: RunConfig | None = None  # the run asked for last
+        self._start_after_stop: RunConfig | None = None
+        self._devices_error: str | None = None
+        self._engine_message = ""
+        self._finishing = False  # the session stopping is one whose files all played to the end
+        self._languages: dict[str, str] = {}
         self.session = SessionBridge(self, parent=self)  # hand this to the controller
+        self.start_requested.connect(self._note_request)
 
+        self.banner = Banner(self.theme)
         self.caption_view = CaptionView(self.theme, self.settings.font_pt)
-        self.setCentralWidget(self.caption_view)
+        self.caption_view.setPlaceholderText(PLACEHOLDER)
+        central = QWidget()
+        central_layout = QVBoxLayout(central)
+        central_layout.setContentsMargins(6, 6, 0, 0)
+        central_layout.setSpacing(6)
+        central_layout.addWidget(self.banner)
+        central_layout.addWidget(self.caption_view, 1)
+        self.setCentralWidget(central)
 
         self.controls = ControlPanel()
         self.controls.start_requested.connect(self.start_requested)
@@ -100,6 +128,8 @@ class MainWindow(QMainWindow):
         left.setWidget(self.side_tabs)
         left.setFeatures(QDockWidget.DockWidgetFeature.DockWidgetMovable | QDockWidget.DockWidgetFeature.DockWidgetFloatable)
         self.addDockWidget(Qt.DockWidgetArea.LeftDockWidgetArea, left)
+        # The controls run the full height: the source list has room for every group.
+        self.setCorner(Qt.Corner.BottomLeftCorner, Qt.DockWidgetArea.LeftDockWidgetArea)
 
         self.dashboard = Dashboard(self.theme)
         self.dashboard_dock = QDockWidget("Performance", self)
@@ -112,10 +142,17 @@ class MainWindow(QMainWindow):
         self.provider_label = QLabel("Provider: –")
         self.model_label = QLabel("Model: –")
         self.streams_label = QLabel("Streams: 0")
+        self.language_label = QLabel("")
         self.state_label = QLabel("Stopped")
+        self.progress_bar = QProgressBar()
+        self.progress_bar.setObjectName("modelProgress")
+        self.progress_bar.setMaximumWidth(160)
+        self.progress_bar.setMaximumHeight(16)
+        self.progress_bar.setVisible(False)
         # All permanent: a temporary message (showMessage) then has the left part to itself
         # instead of being drawn over a normal widget.
-        for label in (self.state_label, self.provider_label, self.model_label, self.streams_label):
+        for label in (self.progress_bar, self.state_label, self.provider_label, self.model_label,
+                      self.streams_label, self.language_label):
             self.statusBar().addPermanentWidget(label)
         self.caption_view.following_changed.connect(self._on_following_changed)
 
@@ -178,8 +215,7 @@ class MainWindow(QMainWindow):
         self.controls.set_model(s.model)
         self.controls.set_language(s.language)
         self.controls.translate_check.setChecked(s.translate)
-        if s.sources:
-            self.controls.set_devices([], checked_keys=s.sources)
+        self.controls.want_sources(s.sources)  # ticked once the device listing shows they exist
         if s.window_geometry:
             self.restoreGeometry(QByteArray(s.window_geometry))
         else:
@@ -201,7 +237,7 @@ class MainWindow(QMainWindow):
         s.language = self.controls.language_combo.currentData()
         s.translate = self.controls.translate_check.isChecked()
         if self.remember_sources:
-            s.sources = [c.key() for c in self.controls.selected_sources()]
+            s.sources = self.controls.remembered_sources()
         s.dashboard_visible = not self.dashboard_dock.isHidden()
         s.window_geometry = bytes(self.saveGeometry().data())
         s.window_state = bytes(self.saveState().data())
@@ -221,7 +257,6 @@ class MainWindow(QMainWindow):
     def closeEvent(self, event) -> None:  # noqa: N802
         self.save_settings()
         self.timer.stop()
-        self._close_model_progress()
         self.closing.emit()
         self.overlay.close()
         super().closeEvent(event)
@@ -235,6 +270,7 @@ class MainWindow(QMainWindow):
             apply_theme(app, self.theme)
         self.caption_view.set_theme(self.theme)
         self.dashboard.set_theme(self.theme)
+        self.banner.set_theme(self.theme)
 
     def _on_dark_toggled(self, checked: bool) -> None:
         self.set_theme("dark" if checked else "light")
@@ -281,38 +317,50 @@ class MainWindow(QMainWindow):
     # -- session (slots of self.session: GUI thread, in the order the controller called) ---------
 
     def show_devices(self, devices: Sequence[Any], error: str | None) -> None:
+        self._devices_error = error
         if error:
             self.statusBar().showMessage(error, 10000)
         self.controls.set_devices(devices)
+        if self.banner.kind == "demo" and self.controls.has_inputs:
+            # The demo's "Refresh" found something: offer it in one click.
+            self.banner.show_message("Found an audio input (listed in Sources).", "info", kind="inputs",
+                                     actions=(("Caption the default input", self.caption_default_input),))
 
     def show_session_starting(self, model: str) -> None:
         self.set_running(True, f"Preparing {model}…")
         self.controls.start_button.setEnabled(False)  # no stop until the model is up
-        if self.interactive:
-            self._close_model_progress()
-            self._model_progress = ModelProgress(self, model)
+        # In the status bar, not a dialog: the window stays readable and usable meanwhile.
+        self.progress_bar.setRange(0, 0)  # busy until a fraction is known
+        self.progress_bar.setVisible(True)
+        self.progress_bar.setToolTip(f"Preparing the model {model} (the first launch builds it: a minute or two)")
+        self.caption_view.setPlaceholderText(f"Preparing the model {model}… captions appear here in a few seconds.")
+        self._languages.clear()
+        self._show_languages()
 
     def show_session_progress(self, message: str, fraction: float) -> None:
         self.state_label.setText(f"{message} ({100 * fraction:.0f}%)")
-        if self._model_progress is not None:
-            self._model_progress.update(message, fraction)
+        self.progress_bar.setRange(0, 100)
+        self.progress_bar.setValue(int(100 * max(0.0, min(1.0, fraction))))
 
     def show_session_started(self, transcript_path: str | None, meta: Mapping[str, Any]) -> None:
-        self._close_model_progress()
+        self._end_progress()
         self.controls.start_button.setEnabled(True)
         self.history.set_transcript_path(transcript_path)
         self.set_running(True)
         self.record_meta.update(meta)
+        self.banner.clear("error")
+        if not self._running_demo():
+            self.banner.clear("demo")  # the user's own audio now
+            self.banner.clear("inputs")
 
     def show_session_failed(self, message: str) -> None:
-        self._close_model_progress()
+        self._end_progress()
         self.controls.start_button.setEnabled(True)
         self.set_running(False, f"Error: {message}")
-        # Not over a closed window: a failure may still be delivered while the app quits.
-        if self.interactive and self.isVisible():
-            show_warning(self, message)
+        self.banner.show_message(failure_notice(message), "error", kind="error")
 
     def show_session_stopping(self, finished: bool) -> None:
+        self._finishing = finished
         self.controls.start_button.setEnabled(False)
         self.state_label.setText("Finishing: committing the last words…" if finished else "Stopping…")
 
@@ -323,12 +371,65 @@ class MainWindow(QMainWindow):
         if status is not None:
             self.apply_status(status)
         self.controls.start_button.setEnabled(True)
-        self.set_running(False, f"Stopped: {error}" if error else "Stopped")
+        if error:
+            state = f"Stopped: {error}"
+        elif self._finishing:
+            state = "Demo finished: Start (F5) plays it again" if self._running_demo() else "Finished: every file has played"
+        else:
+            state = "Stopped"
+        self._finishing = False
+        self.set_running(False, state)
+        if error:
+            self.banner.show_message(failure_notice(error), "error", kind="error")
+        self.banner.clear("engine")  # its message was about the session that ended
+        self._engine_message = ""
+        follow_up, self._start_after_stop = self._start_after_stop, None
+        if follow_up is not None:
+            self.start_requested.emit(follow_up)
 
-    def _close_model_progress(self) -> None:
-        if self._model_progress is not None:
-            self._model_progress.close()
-            self._model_progress = None
+    def _end_progress(self) -> None:
+        self.progress_bar.setVisible(False)
+        self.caption_view.setPlaceholderText(PLACEHOLDER)
+
+    def _note_request(self, config: RunConfig) -> None:
+        self._requested = config
+
+    def _running_demo(self) -> bool:
+        config = self._requested
+        return config is not None and any(c.demo for c in config.sources)
+
+    # -- the first run: a demo when there is nothing to caption --------------------------------
+
+    def use_demo(self, path: str, title: str) -> None:
+        """Ticks the bundled sample ``path`` (called ``title``) as the source, and says in the
+        banner that it is a demo and how to caption one's own audio instead."""
+        self.controls.add_demo(path, title)
+        self.banner.show_message(demo_notice(title, self._devices_error), "info", kind="demo", actions=(
+            ("Add file…", self.caption_file_dialog),
+            ("Refresh", self.refresh_devices_requested.emit),
+        ))
+
+    def caption_file_dialog(self) -> None:
+        """Asks for an audio file and captions it instead of what runs now."""
+        path, _ = QFileDialog.getOpenFileName(self, "Caption an audio file", "", AUDIO_FILE_FILTER)
+        if path:
+            self.caption_only(self.controls.add_file(path).key())
+
+    def caption_only(self, key: str) -> None:
+        """Captions the listed source ``key`` alone: ticks only it and starts (after stopping what
+        runs now, if anything does)."""
+        self.controls.select_only([key])
+        config = self.controls.run_config()
+        if self.controls.running:
+            self._start_after_stop = config
+            self.stop_requested.emit()
+        else:
+            self.start_requested.emit(config)
+
+    def caption_default_input(self) -> None:
+        """Captions the default input alone, when there is one."""
+        if self.controls.has_inputs:
+            self.caption_only(DEFAULT_INPUT.key())
 
     def pump(self) -> None:
         """Timer tick: drain the feed into the widgets; redraw the plots if anything changed."""
@@ -354,10 +455,21 @@ class MainWindow(QMainWindow):
         self.caption_view.apply_updates(updates)
         self.history.add_updates(updates)
         self.dashboard.add_captions(updates, time.monotonic() if now_s is None else now_s)
+        languages = dict(self._languages)
         for update in updates:
             self._keep(update)
+            if update.language and update.text.strip():
+                languages[update.stream] = update.language
+        if languages != self._languages:
+            self._languages = languages
+            self._show_languages()
         if self.overlay.isVisible():
             self._update_overlay()
+
+    def _show_languages(self) -> None:
+        config = self._requested
+        detected = config is not None and config.language in ("", "auto")
+        self.language_label.setText(language_text(self._languages, detected))
 
     def _update_overlay(self) -> None:
         view = self.caption_view
@@ -385,11 +497,21 @@ class MainWindow(QMainWindow):
         self.provider_label.setToolTip(status.provider)
         self.model_label.setText(f"Model: {status.model}")
         self.streams_label.setText(f"Streams: {len(status.streams)}")
-        if status.message:
-            self.state_label.setText(status.message)
+        self._show_engine_message(status.message)
         self.record_meta.setdefault("model", status.model)
         self.record_meta.setdefault("provider", status.provider)
         self.record_meta.setdefault("device", status.device_name)
+
+    def _show_engine_message(self, message: str) -> None:
+        # Statuses repeat a message several times a second: show it when it changes, so that a
+        # message the user dismissed stays dismissed.
+        if message == self._engine_message:
+            return
+        self._engine_message = message
+        if message:
+            self.banner.show_message(engine_notice(message), "warning", kind="engine")
+        else:
+            self.banner.clear("engine")
 
     def apply_telemetry(self, sample: TelemetrySample) -> None:
         self._last_sample = sample
@@ -410,6 +532,8 @@ class MainWindow(QMainWindow):
         trace = load_trace(path)
         self.dashboard.show_trace(trace, Path(path).name)
         self.dashboard_dock.show()
+        # A recorded run is about its plots and captions, not the live view: give it the room.
+        self.resizeDocks([self.dashboard_dock], [int(self.height() * TRACE_DOCK_SHARE)], Qt.Orientation.Vertical)
         self.statusBar().showMessage(
             f"Trace {Path(path).name}: {len(trace.telemetry)} telemetry samples, {len(trace.statuses)} statuses, "
             f"{len(trace.captions)} caption updates", 10000)
@@ -429,7 +553,7 @@ class MainWindow(QMainWindow):
         try:
             self.compare_trace(path)
         except UserError as exc:
-            QMessageBox.warning(self, "Not a trace", str(exc))
+            self.banner.show_message(failure_notice(str(exc), hint=False), "error", kind="trace")
 
     def load_trace_dialog(self) -> None:
         path, _ = QFileDialog.getOpenFileName(self, "Open a recorded run", "", TRACE_FILTER)
@@ -438,7 +562,7 @@ class MainWindow(QMainWindow):
         try:
             self.open_trace(path)
         except UserError as exc:
-            QMessageBox.warning(self, "Not a trace", str(exc))
+            self.banner.show_message(failure_notice(str(exc), hint=False), "error", kind="trace")
 
     def save_trace(self, path: str | Path) -> int:
         return save_trace(path, list(self.record), meta=dict(self.record_meta, saved_by="captioner gui"))
@@ -450,6 +574,6 @@ class MainWindow(QMainWindow):
         try:
             count = self.save_trace(path)
         except (OSError, UserError) as exc:
-            QMessageBox.warning(self, "Save failed", str(exc))
+            self.banner.show_message(failure_notice(f"save failed: {exc}", hint=False), "error", kind="trace")
             return
         self.statusBar().showMessage(f"Saved {count} events to {path}", 5000)

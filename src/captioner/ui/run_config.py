@@ -8,17 +8,28 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+LANGUAGES = (
+    ("auto", "Detect"), ("en", "English"), ("de", "German"), ("fr", "French"), ("es", "Spanish"),
+    ("it", "Italian"), ("pt", "Portuguese"), ("nl", "Dutch"), ("pl", "Polish"), ("ru", "Russian"),
+    ("uk", "Ukrainian"), ("tr", "Turkish"), ("ar", "Arabic"), ("hi", "Hindi"), ("ja", "Japanese"),
+    ("ko", "Korean"), ("zh", "Chinese"),
+)
+"""The spoken languages offered (code, name); "auto" detects."""
+
 
 @dataclass(frozen=True)
 class SourceChoice:
     """One source to caption. ``kind`` is "device" (``device`` is its index or name, ``None`` for
-    the default input) or "file" (``path``)."""
+    the default input) or "file" (``path``). ``stream`` labels its captions; ``label`` names it in
+    the source list. ``demo``: the bundled sample, played when there is nothing else to caption
+    (never remembered as the user's choice)."""
 
     kind: str
     stream: str
     label: str
     device: int | str | None = None
     path: str | None = None
+    demo: bool = False
 
     def key(self) -> str:
         """Stable text form, for settings."""

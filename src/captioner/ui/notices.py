@@ -1,0 +1,56 @@
+"""The words of the window's banner and of its language indicator (plain Python, no Qt).
+
+Kept apart from the widgets so the wording can be read, and tested, in one place: what a new user
+is told when there is no microphone, when a start fails, and when the engine has something to
+say while captioning.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from html import escape
+
+from captioner.ui.run_config import LANGUAGES
+
+_LANGUAGE_NAMES = dict(LANGUAGES)
+
+
+def demo_notice(title: str, devices_error: str | None = None) -> str:
+    """The banner while the bundled sample plays because there is nothing else to caption."""
+    why = f" ({escape(devices_error)})" if devices_error else ""
+    return (
+        f"<b>Demo:</b> no microphone was found{why}, so this is a recording that comes with captioner — "
+        f"{escape(title)} — captioned live, at its real pace.<br>"
+        "To caption your own audio: plug in a microphone and press <b>Refresh</b>; or tick a meeting's audio "
+        "(an output's <i>monitor</i>, listed under “Meeting audio” in Sources) to caption what this computer plays; "
+        "or <b>Add file…</b>. Then press <b>Start</b> (F5)."
+    )
+
+
+def failure_notice(message: str, hint: bool = True) -> str:
+    """The banner for a session that could not start or stopped on an error (``hint``: say what
+    to do next), or for another failed request (a trace that would not open)."""
+    text = message.strip() or "something went wrong"
+    html = f"<b>{escape(text[0].upper() + text[1:])}</b>"
+    return html + "<br>Pick another source in Sources, then press Start (F5)." if hint else html
+
+
+def engine_notice(message: str) -> str:
+    """The banner for a message of the engine while captioning (an input lost, a language notice)."""
+    return escape(message.strip())
+
+
+def language_name(code: str) -> str:
+    return _LANGUAGE_NAMES.get(code, code)
+
+
+def language_text(languages: Mapping[str, str], detected: bool) -> str:
+    """The status bar's language indicator: the language of each stream, as the captions say it
+    (``detected``: the run asked for "auto", so these were recognised, not chosen)."""
+    if not languages:
+        return ""
+    suffix = " (detected)" if detected else ""
+    names = {stream: language_name(code) for stream, code in languages.items()}
+    if len(set(names.values())) == 1:
+        return f"Language: {next(iter(names.values()))}{suffix}"
+    return "Languages: " + " · ".join(f"{stream} {name}" for stream, name in names.items()) + suffix

@@ -1,0 +1,174 @@
+"""The first five minutes: the app as `captioner` opens it on a machine with no microphone.
+
+The window and its controller are built by the GUI entry point (``open_window``), as the app
+does, with a fake pipeline (no model): what is checked is which sources are started, what the
+window says, and that nothing modal ever stands in front of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+import pytest
+from fakes import TIMEOUT_S, Factory, final
+from PySide6.QtWidgets import QApplication, QDialog, QMessageBox, QPushButton
+
+from captioner.data import sample_speech_path
+from captioner.ui.controls import DEFAULT_INPUT
+
+WAIT_MS = int(TIMEOUT_S * 1000)
+
+
+class Microphone:
+    name, is_monitor, open_as = "USB headset", False, "3"
+
+
+@pytest.fixture
+def gui_args(tmp_path):
+    """``captioner gui`` arguments, with a settings file of the test's own."""
+    from captioner.app.commands import gui
+
+    parser = argparse.ArgumentParser()
+    gui.add_arguments(parser)
+    return lambda *argv: parser.parse_args(["--settings", str(tmp_path / "settings.ini"), *argv])
+
+
+@pytest.fixture
+def open_app(qtbot, tmp_path, monkeypatch):
+    """Opens the app's window as `captioner gui` does; ``devices``: what the device listing
+    finds (None: the real listing of this machine)."""
+    from captioner.app.gui_main import open_window
+
+    monkeypatch.setenv("CAPTIONER_TRANSCRIPT_DIR", str(tmp_path / "transcripts"))
+    opened = []
+
+    def open_(args, factory, devices=None):
+        if devices is not None:
+            import captioner.audio.devices
+
+            monkeypatch.setattr(captioner.audio.devices, "list_input_devices", lambda: list(devices))
+        window, controller = open_window(args, pipeline_factory=factory)
+        qtbot.addWidget(window)
+        qtbot.addWidget(window.overlay)
+        opened.append(controller)
+        return window, controller
+
+    yield open_
+    for controller in opened:
+        controller.shutdown(timeout_s=TIMEOUT_S)
+
+
+def no_dialog_in_front() -> bool:
+    """Nothing modal, and no dialog or message box shown at all."""
+    shown = [w for w in QApplication.topLevelWidgets() if isinstance(w, (QDialog, QMessageBox)) and w.isVisible()]
+    return QApplication.activeModalWidget() is None and not shown
+
+
+def banner_button(window, text: str) -> QPushButton:
+    def shown():
+        return [b for b in window.banner.findChildren(QPushButton) if b.text() == text and b.isVisible()]
+
+    QApplication.processEvents()  # buttons added to a shown banner appear on the next pass
+    (button,) = shown()
+    return button
+
+
+def test_without_an_input_device_the_demo_starts_under_a_banner(open_app, gui_args, qtbot):
+    """The real device listing (it finds nothing on this machine): the bundled sample is
+    captioned at real-time pace as a demo, the banner says how to caption one's own audio."""
+    from captioner.audio.devices import list_input_devices
+
+    if list_input_devices():
+        pytest.skip("this machine has an audio input: see the test with an injected empty list")
+    factory = Factory()
+    window, _ = open_app(gui_args(), factory)
+    assert no_dialog_in_front()
+    qtbot.waitUntil(lambda: window.state_label.text() == "Captioning", timeout=WAIT_MS)
+    assert no_dialog_in_front()  # also not while the model was prepared (a status-bar progress)
+    (pipeline,) = factory.built
+    (source,) = pipeline.sources
+    assert Path(source.info.path) == sample_speech_path() and source.stream == "Demo" and source.realtime
+    banner = window.banner
+    assert banner.isVisible() and banner.kind == "demo" and banner.level == "info"
+    said = banner.text()
+    assert said.startswith("Demo: no microphone was found")
+    assert "Refresh" in said and "monitor" in said and "Meeting audio" in said and "Add file" in said
+    # nothing that is not there is ticked: no "Default microphone" at all, just the demo
+    assert "Default microphone" not in window.controls.source_list.texts()
+    assert [c.stream for c in window.controls.selected_sources()] == ["Demo"]
+
+    pipeline.captions = [final("Demo", "And so, my fellow Americans,")]
+    qtbot.waitUntil(lambda: window.caption_view.toPlainText().splitlines() == ["Demo", "And so, my fellow Americans,"],
+                    timeout=WAIT_MS)
+    pipeline.exhausted = True  # the sample has played to its end: the app stops by itself
+    qtbot.waitUntil(lambda: window.state_label.text() == "Demo finished: Start (F5) plays it again", timeout=WAIT_MS)
+    assert window.banner.kind == "demo"  # still says how to caption one's own audio
+    assert no_dialog_in_front()
+    window.save_settings()
+    assert window.settings.sources == []  # the demo is not the user's choice: not remembered
+
+
+def test_a_remembered_microphone_that_is_gone_is_not_ticked(open_app, gui_args, qtbot, tmp_path):
+    from captioner.ui.settings import open_settings
+
+    store = open_settings(str(tmp_path / "settings.ini"))
+    store.setValue("sources", ["device:", "device:3"])  # last time: the default input and a headset
+    store.sync()
+    factory = Factory()
+    window, _ = open_app(gui_args(), factory, devices=[])
+    qtbot.waitUntil(lambda: bool(factory.built), timeout=WAIT_MS)
+    assert [s.stream for s in factory.built[0].sources] == ["Demo"]  # not a microphone that is not there
+    assert all(c.demo for c in window.controls.selected_sources())
+    assert no_dialog_in_front()
+
+
+def test_with_a_microphone_there_is_no_demo(open_app, gui_args):
+    window, _ = open_app(gui_args("--no-start"), Factory(), devices=[Microphone()])
+    assert window.controls.selected_sources() == [DEFAULT_INPUT]
+    assert not window.banner.isVisible()
+    assert not any(c.demo for c in window.controls.source_list.choices())
+
+
+def test_a_failed_start_is_told_in_the_banner(open_app, gui_args, qtbot):
+    window, _ = open_app(gui_args(), Factory(fail=RuntimeError("the model file is damaged")), devices=[])
+    qtbot.waitUntil(lambda: window.banner.kind == "error", timeout=WAIT_MS)
+    assert window.banner.level == "error"
+    assert window.banner.text().startswith("Could not start: RuntimeError: the model file is damaged")
+    assert window.state_label.text().startswith("Error:")
+    assert no_dialog_in_front()
+
+
+def test_add_file_in_the_banner_captions_that_file_instead(open_app, gui_args, qtbot, monkeypatch, tmp_path):
+    from PySide6.QtWidgets import QFileDialog
+
+    talk = tmp_path / "talk.flac"
+    shutil.copy(sample_speech_path(), talk)
+    factory = Factory()
+    window, _ = open_app(gui_args(), factory, devices=[])
+    qtbot.waitUntil(lambda: window.state_label.text() == "Captioning", timeout=WAIT_MS)
+    monkeypatch.setattr(QFileDialog, "getOpenFileName", lambda *a, **k: (str(talk), ""))
+    banner_button(window, "Add file…").click()
+    # the demo stops, then the file is captioned on its own, and the demo's banner goes
+    qtbot.waitUntil(lambda: len(factory.built) == 2 and window.state_label.text() == "Captioning", timeout=WAIT_MS)
+    assert factory.built[0].stopped == 1
+    assert [(s.stream, Path(s.info.path)) for s in factory.built[1].sources] == [("talk", talk)]
+    assert not window.banner.isVisible()
+    assert [c.label for c in window.controls.selected_sources()] == ["talk.flac"]
+
+
+def test_refresh_in_the_banner_offers_a_microphone_that_appeared(open_app, gui_args, qtbot, monkeypatch):
+    import captioner.audio.devices
+
+    window, _ = open_app(gui_args("--no-start"), Factory(), devices=[])
+    assert window.banner.kind == "demo"
+    monkeypatch.setattr(captioner.audio.devices, "list_input_devices", lambda: [Microphone()])
+    banner_button(window, "Refresh").click()
+    assert window.banner.kind == "inputs" and "Found an audio input" in window.banner.text()
+    assert [c.label for c in window.controls.source_list.choices()][:2] == ["Default microphone", "USB headset"]
+    requested = []
+    window.start_requested.connect(requested.append)
+    banner_button(window, "Caption the default input").click()
+    (config,) = requested
+    assert config.sources == (DEFAULT_INPUT,)
