@@ -239,30 +239,39 @@ def check_audio_samples(path: str | os.PathLike) -> AudioFileInfo:
     return info
 
 
+def audio_16k_blocks(path: str | os.PathLike) -> tuple[AudioFileInfo, Iterator[np.ndarray]]:
+    """The file's header, and its audio as a stream of 16 kHz mono float32 blocks (a few
+    thousand samples each), decoded and resampled as they are taken: any length in bounded
+    memory. The header is checked at once; NaN/Inf samples and a file that turns out shorter
+    than its header says are a :class:`UserError` when the iteration reaches them."""
+    info = open_audio_file(path)
+
+    def blocks() -> Iterator[np.ndarray]:
+        resampler = Resampler(info.rate_hz)
+        with _open_sound_file(info) as sound_file:
+            for block in _native_blocks(sound_file, info):
+                yield resampler.process(block)
+        yield resampler.flush()
+
+    return info, blocks()
+
+
 def read_audio_16k(path: str | os.PathLike) -> np.ndarray:
     """The whole file, validated, mixed to mono and resampled to 16 kHz: ``[n]`` float32.
 
     Raises :class:`UserError` for anything :func:`open_audio_file` refuses, for NaN/Inf
     samples and for a file that turns out shorter than its header says.
     """
-    info = open_audio_file(path)
-    resampler = Resampler(info.rate_hz)
+    info, blocks = audio_16k_blocks(path)
     # Filled in place: a list of pieces joined at the end would hold the audio twice (a 2-hour
     # file is 460 MB at 16 kHz), and the resampler gives out about rate_out/rate_in of its input.
     out = np.empty(info.frames * SAMPLE_RATE_HZ // info.rate_hz + SAMPLE_RATE_HZ, dtype=np.float32)
     filled = 0
-
-    def put(samples: np.ndarray) -> None:
-        nonlocal out, filled
+    for samples in blocks:
         if filled + samples.shape[0] > out.shape[0]:  # never expected; stay correct anyway
             out = np.concatenate([out[:filled], np.empty(samples.shape[0] + SAMPLE_RATE_HZ, np.float32)])
         out[filled:filled + samples.shape[0]] = samples
         filled += samples.shape[0]
-
-    with _open_sound_file(info) as sound_file:
-        for block in _native_blocks(sound_file, info):
-            put(resampler.process(block))
-    put(resampler.flush())
     return out[:filled]
 
 

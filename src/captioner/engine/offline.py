@@ -29,6 +29,7 @@ from captioner.engine.language_check import (
     check_features,
     load_detector,
 )
+from captioner.engine.offline_audio import AudioWindows
 from captioner.errors import UserError
 from captioner.events import FRAME_SAMPLES, FRAMES_PER_S, SAMPLE_RATE_HZ
 from captioner.formats import Caption
@@ -138,29 +139,11 @@ def _window_features(audio: np.ndarray, n_mels: int) -> np.ndarray:
     return whisper_input_features(audio, n_mels)[None].astype(np.float32, copy=False)
 
 
-VAD_CHUNK_FRAMES = 6000
-"""The VAD's log-mel frames are computed a minute at a time: the spectrogram of a whole 2-hour
-file would take gigabytes, for one bool per frame."""
-
-
 def voice_activity(audio: np.ndarray, n_mels: int) -> np.ndarray:
-    """Per 10 ms frame: does the engine's VAD hear speech there? ``[len(audio) // 160]`` bool.
-
-    The VAD is streaming, so it carries across the chunks; only a chunk's outermost frames see
-    its edge instead of the neighbouring audio, which no speech decision notices."""
-    from captioner.engine.vad import VoiceActivity, band_energy_db, speech_band
-    from captioner.gpu.features_ref import log_mel_spectrogram
-
-    n_frames = len(audio) // FRAME_SAMPLES
-    band = speech_band(n_mels)
-    vad = VoiceActivity()
-    flags = np.zeros(n_frames, dtype=bool)
-    for first in range(0, n_frames, VAD_CHUNK_FRAMES):
-        last = min(n_frames, first + VAD_CHUNK_FRAMES)
-        log_mel = log_mel_spectrogram(audio[first * FRAME_SAMPLES:last * FRAME_SAMPLES], n_mels)
-        chunk_flags = vad.push(band_energy_db(np, log_mel, band))
-        flags[first:first + min(len(chunk_flags), last - first)] = chunk_flags[:last - first]
-    return flags
+    """Per 10 ms frame: does the engine's VAD hear speech there? ``[len(audio) // 160]`` bool."""
+    windows = AudioWindows([audio], n_mels)
+    windows.frames_from(0, len(audio) // FRAME_SAMPLES + 1)
+    return windows.speech_flags()[: len(audio) // FRAME_SAMPLES]
 
 
 def transcribe_audio(
@@ -176,6 +159,22 @@ def transcribe_audio(
     audio = np.asarray(audio_16k, dtype=np.float32)
     if audio.ndim != 1:
         raise UserError(f"transcription needs mono audio, got shape {audio.shape}")
+    windows = AudioWindows([audio], decoder.n_mels, vad=options.vad_filter)
+    return transcribe_windows(decoder, windows, len(audio) / SAMPLE_RATE_HZ, options, progress=progress,
+                              detector_loader=detector_loader)
+
+
+def transcribe_windows(
+    decoder: WindowDecoder,
+    windows: AudioWindows,
+    duration_hint_s: float,
+    options: TranscribeOptions = TranscribeOptions(),
+    *,
+    progress: ProgressFn | None = None,
+    detector_loader: DetectorLoader = load_detector,
+) -> Transcription:
+    """Transcribe a recording read as it goes (:class:`AudioWindows`), window by window;
+    ``duration_hint_s`` (the header's length) dates the progress reports."""
     tok = decoder.tokenizer
     check_request(tok, options.language, options.task)  # UserError now rather than mid-file
     language: str | None = None if options.language in ("auto", "", None) else options.language
@@ -183,8 +182,7 @@ def transcribe_audio(
         language = "en"
     dec_options = replace(options.decoding, task=options.task)
 
-    total_frames = len(audio) // FRAME_SAMPLES
-    duration_s = len(audio) / SAMPLE_RATE_HZ
+    duration_s = duration_hint_s
     seek = 0
     all_tokens: list[int] = []
     prompt_from = 0
@@ -196,24 +194,22 @@ def transcribe_audio(
     # does not make German come out right.
     check_language = options.language_check and not decoder.is_multilingual and language == "en"
     language_notice: LanguageNotice | None = None
-    speech = voice_activity(audio, decoder.n_mels) if options.vad_filter else None
-    while total_frames - seek >= MIN_WINDOW_FRAMES:
-        window_frames = min(WINDOW_FRAMES, total_frames - seek)
+    while (window_frames := windows.frames_from(seek, WINDOW_FRAMES)) >= MIN_WINDOW_FRAMES:
         offset_s = seek / FRAMES_PER_S
         window_s = window_frames / FRAMES_PER_S
-        if speech is not None:
+        if options.vad_filter:
             # Start the window shortly before the next speech: Whisper's first timestamp may
             # be at most 1 s into a window, so speech after a long pause would otherwise be
             # dated to the start of the window.
-            ahead = np.flatnonzero(speech[seek:])
-            start = total_frames if ahead.size == 0 else max(seek, seek + int(ahead[0]) - VAD_LEAD_FRAMES)
+            speech_at = windows.next_speech(seek, keep_frames=2 * VAD_LEAD_FRAMES)
+            start = windows.frames_read if speech_at is None else max(seek, speech_at - VAD_LEAD_FRAMES)
             if start > seek:
                 skipped.append(SkippedWindow(offset_s, start / FRAMES_PER_S, "no_voice_activity"))
                 seek = start
                 if progress is not None:
                     progress(min(seek / FRAMES_PER_S, duration_s), duration_s)
                 continue
-        chunk = audio[seek * FRAME_SAMPLES:(seek + window_frames) * FRAME_SAMPLES]
+        chunk = windows.samples(seek, window_frames)
         mel = _window_features(chunk, decoder.n_mels)
         if check_language:
             check_language = False  # the first window with speech only
@@ -260,7 +256,7 @@ def transcribe_audio(
     info = TranscriptionInfo(
         language=language or ("" if decoder.is_multilingual else "en"),
         language_probability=language_probability,
-        duration_s=duration_s,
+        duration_s=windows.frames_read / FRAMES_PER_S if windows.ended else duration_s,
         model=decoder.name,
         n_windows=n_windows,
         skipped=tuple(skipped),
@@ -316,12 +312,13 @@ def transcribe_file(
     """Read an audio file (any format libsndfile reads; resampled to 16 kHz mono) and
     transcribe it. ``decoder`` reuses a loaded model; otherwise ``options.model`` is loaded
     (converted on first use, reporting to ``model_progress``)."""
-    from captioner.audio.file_source import read_audio_16k
+    from captioner.audio.file_source import audio_16k_blocks
 
-    audio = read_audio_16k(Path(path))
+    info, blocks = audio_16k_blocks(Path(path))  # the header now; the audio as it is decoded
     if decoder is None:
         decoder = load_decoder(options.model, options.device, model_progress, language=options.language, task=options.task)
-    return transcribe_audio(decoder, audio, options, progress=progress)
+    windows = AudioWindows(blocks, decoder.n_mels, vad=options.vad_filter)
+    return transcribe_windows(decoder, windows, info.duration_s, options, progress=progress)
 
 
 def transcribe(audio, model: str = "tiny.en", language: str | None = "auto", task: str = "transcribe",
