@@ -86,7 +86,10 @@ def open_window(args: argparse.Namespace, pipeline_factory=None):
         if args.compare:
             window.compare_trace(args.compare)
     if controller.metrics is not None:
-        window.statusBar().showMessage(f"Prometheus metrics on http://127.0.0.1:{controller.metrics.port}/metrics", 10000)
+        where = f"http://127.0.0.1:{controller.metrics.port}/metrics"
+        # On stderr too: with --metrics-port 0 the port is known only now, and a scraper needs it.
+        print(f"captioner: Prometheus metrics on {where}", file=sys.stderr, flush=True)
+        window.statusBar().showMessage(f"Prometheus metrics on {where}", 10000)
     window.show()
     if args.overlay:
         window.set_overlay_visible(True)
