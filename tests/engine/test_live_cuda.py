@@ -1,0 +1,76 @@
+"""The public API on a GPU: live captions of real recordings, several streams batched, on the
+CUDA provider, as accurate as the offline path on the same device (marked `gpu`)."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+def _words(text: str) -> list[str]:
+    return re.sub(r"[^\w' ]+", " ", text.lower()).split()
+
+
+def word_error_rate(references: list[str], hypotheses: list[str]) -> float:
+    """Word-level edit distance over the reference length, pooled (a plain normaliser: case and
+    punctuation; the CPU tests use Whisper's English normaliser through jiwer)."""
+    errors = total = 0
+    for ref, hyp in zip(references, hypotheses):
+        r, h = _words(ref), _words(hyp)
+        row = np.arange(len(h) + 1)
+        for i, word in enumerate(r, 1):
+            prev, row = row, np.empty_like(row)
+            row[0] = i
+            for j in range(1, len(h) + 1):
+                row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (word != h[j - 1]))
+        errors += int(row[-1])
+        total += len(r)
+    return errors / max(total, 1)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_live_streams_on_cuda_match_offline(speech_clips):
+    import soundfile as sf
+
+    import captioner
+
+    clips = sorted((c for c in speech_clips.values() if c.language == "en" and c.duration_s <= 35),
+                   key=lambda c: c.id)[:8]
+    live = captioner.LiveCaptioner(model="tiny.en", device="cuda:0")
+    assert live.provider == "CUDAExecutionProvider"
+    audio = {c.id: sf.read(c.wav, dtype="float32") for c in clips}
+    streams = {c.id: live.open_stream(c.id) for c in clips}
+    finals: dict[str, list[str]] = {c.id: [] for c in clips}
+    batch_sizes = []
+    longest_s = max(len(samples) / rate for samples, rate in audio.values())
+    for tenth in range(int(longest_s * 10) + 1):
+        for clip_id, (samples, rate) in audio.items():
+            chunk = samples[tenth * rate // 10:(tenth + 1) * rate // 10]
+            if chunk.size:
+                streams[clip_id].accept_waveform(rate, chunk)
+        for u in live.step():
+            if u.kind == "final":
+                finals[u.stream].append(u.text)
+        batch_sizes.append(live.status().batch_size)
+    for stream in streams.values():
+        stream.finish()
+    while any(not s.done for s in streams.values()):
+        for u in live.step():
+            if u.kind == "final":
+                finals[u.stream].append(u.text)
+    live.close()
+    references = [c.reference for c in clips]
+    live_wer = word_error_rate(references, [" ".join(finals[c.id]) for c in clips])
+    offline = [captioner.transcribe(c.wav, model="tiny.en", language="en", device="cuda:0").text for c in clips]
+    offline_wer = word_error_rate(references, offline)
+    print(f"{len(clips)} clips on CUDA: live WER {live_wer:.3f}, offline {offline_wer:.3f}, "
+          f"largest batch {max(batch_sizes)}")
+    assert max(batch_sizes) >= 2
+    assert live_wer <= offline_wer + 0.02
+
+
+def test_word_error_rate_counts_edits():
+    assert word_error_rate(["the cat sat"], ["the cat sat"]) == 0.0
+    assert word_error_rate(["the cat sat"], ["the bat sat down"]) == pytest.approx(2 / 3)
