@@ -8,6 +8,7 @@ import re
 import numpy as np
 import pytest
 
+
 def _words(text: str) -> list[str]:
     return re.sub(r"[^\w' ]+", " ", text.lower()).split()
 
