@@ -3,9 +3,12 @@ give back the text and times we wrote, including text that breaks naive writers.
 
 from __future__ import annotations
 
+import errno
 import html
 import io
 import json
+import os
+import stat
 
 import pytest
 import srt
@@ -17,6 +20,7 @@ from captioner.formats import (
     Caption,
     CaptionStreamWriter,
     captions_from_updates,
+    check_writable,
     cue_lines,
     format_timestamp,
     render,
@@ -25,6 +29,7 @@ from captioner.formats import (
     render_txt,
     render_vtt,
     write_captions,
+    write_file_atomically,
     write_srt,
     write_vtt,
 )
@@ -151,6 +156,77 @@ def test_write_to_path_and_file(tmp_path):
         assert target.read_text(encoding="utf-8") == render(NASTY, fmt)
     with pytest.raises(ValueError):
         render(NASTY, "docx")
+
+
+class _DiskFills:
+    """``os.write``: a few bytes of the first write to a file in ``folder`` land, then the disk
+    is full (ENOSPC), as a real full disk tears a write."""
+
+    def __init__(self, monkeypatch, folder) -> None:
+        self.folder = os.path.realpath(folder)
+        self._real_write = os.write
+        self._torn = False
+        monkeypatch.setattr(os, "write", self._write)
+
+    def _write(self, fd, data):
+        try:
+            name = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            name = ""
+        if os.path.dirname(name) != self.folder:
+            return self._real_write(fd, data)
+        if not self._torn and len(data) > 5:
+            self._torn = True
+            return self._real_write(fd, bytes(data[:5]))
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def test_a_file_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    new, old = tmp_path / "new.srt", tmp_path / "old.srt"
+    old.write_text("the old cues\n", encoding="utf-8")
+    with monkeypatch.context() as patch:
+        _DiskFills(patch, tmp_path)
+        for path in (new, old):
+            with pytest.raises(OSError) as failed:
+                write_file_atomically(path, render_srt(NASTY))
+            assert failed.value.errno == errno.ENOSPC
+    # Neither a 0-byte new.srt nor the temporary file; old.srt as it was.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["old.srt"]
+    assert old.read_text(encoding="utf-8") == "the old cues\n"
+
+
+def test_a_rewritten_file_keeps_its_mode_and_a_link_stays_a_link(tmp_path):
+    target = tmp_path / "real.txt"
+    target.write_text("old\n", encoding="utf-8")
+    target.chmod(0o640)
+    link = tmp_path / "link.txt"
+    link.symlink_to(target)
+    write_file_atomically(link, "new\n")
+    assert link.is_symlink() and target.read_text(encoding="utf-8") == "new\n"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.txt", "real.txt"]
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="no /dev/full here")
+def test_a_device_is_written_in_place():
+    with pytest.raises(OSError) as failed:
+        write_file_atomically("/dev/full", "hello\n")
+    assert failed.value.errno == errno.ENOSPC
+    assert stat.S_ISCHR(os.stat("/dev/full").st_mode)  # not replaced by a plain file
+    write_file_atomically(os.devnull, "hello\n")
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+
+
+def test_check_writable_finds_a_full_disk_and_leaves_nothing(tmp_path, monkeypatch):
+    check_writable(tmp_path / "out.txt")
+    assert list(tmp_path.iterdir()) == []
+    with monkeypatch.context() as patch:
+        _DiskFills(patch, tmp_path)
+        with pytest.raises(OSError, match="No space left on device"):
+            check_writable(tmp_path / "out.txt")
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(OSError):
+        check_writable(tmp_path / "no" / "folder.txt")
 
 
 def test_txt_labels_and_skips_empty():

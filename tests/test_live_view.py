@@ -1,9 +1,13 @@
 """Terminal rendering of live captions: in place on a TTY, plain committed lines otherwise."""
 
+import errno
 import io
 import re
 
+import pytest
+
 from captioner.app.live_view import TerminalView
+from captioner.errors import UserError
 from captioner.events import CaptionUpdate
 
 
@@ -83,3 +87,36 @@ def test_a_note_goes_above_the_live_area_which_is_drawn_again():
     assert screen(out.getvalue()) == ["captioner: detected language: German (de)", "[Me] guten Tag"]
     view.show([u("Me", "final", "Tag"), u("Me", "partial", "")])
     assert screen(out.getvalue()) == ["captioner: detected language: German (de)", "[Me] guten Tag"]
+
+
+class _Refusing(io.StringIO):
+    """A stdout that refuses every write with ``error`` (a full disk, a reader gone)."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__()
+        self.error = error
+        self.writes = 0
+
+    def write(self, text):
+        self.writes += 1
+        raise self.error
+
+
+def test_an_output_that_refuses_a_write_is_one_line_and_then_left_alone():
+    for tty in (False, True):
+        out = _Refusing(OSError(errno.ENOSPC, "No space left on device"))
+        view = TerminalView(out, tty=tty)
+        with pytest.raises(UserError, match=r"^cannot write standard output: No space left on device$"):
+            view.show([u("Me", "final", "hello")])
+        view.show([u("Me", "final", "again")])  # a stop drains the last captions: nothing is tried
+        view.close()
+        assert out.writes == 1
+
+
+def test_a_reader_that_went_away_is_left_to_the_cli():
+    out = _Refusing(BrokenPipeError(32, "Broken pipe"))
+    view = TerminalView(out, tty=False)
+    with pytest.raises(BrokenPipeError):  # the CLI ends quietly with exit status 141
+        view.show([u("Me", "final", "hello")])
+    view.close()
+    assert out.writes == 1

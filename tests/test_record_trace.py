@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from captioner.app import record_trace
@@ -42,3 +44,12 @@ def test_a_run_that_cannot_start_leaves_no_trace_file(tmp_path, speech_clips, ca
     # A GPU that is not there is refused before the trace is opened at all.
     assert record_trace.main(["--file", wav, "--device", "cuda:63", "--out", str(out)]) == 2
     assert "cuda:63" in capsys.readouterr().err and not out.exists()
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full here")
+def test_a_trace_on_a_full_disk_is_one_line(tmp_path, speech_clips, capsys):
+    wav = str(speech_clips["en_ls_7902-96591-0000"].wav)
+    assert record_trace.main(["--file", wav, "--device", "cpu", "--out", "/dev/full"]) == 2
+    err = capsys.readouterr().err
+    assert err == "record_trace: error: cannot write the trace /dev/full: No space left on device\n"
+    assert Path("/dev/full").is_char_device()

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
+
+import pytest
 
 from captioner.app.transcript import (
     TranscriptWriter,
     default_transcript_dir,
     format_line,
 )
+from captioner.errors import UserError
 from captioner.events import CaptionUpdate
 
 
@@ -115,3 +120,30 @@ def test_a_full_disk_holds_lines_whole_and_resumes(tmp_path, monkeypatch):
     lines = w.path.read_text(encoding="utf-8").splitlines()[1:]
     assert [line.split(": ", 1)[1] for line in lines] == ["Before the disk filled.", "He holds the floor.",
                                                            "And another line."]
+
+
+def test_a_path_that_cannot_hold_a_transcript_is_one_line_before_any_session(tmp_path, monkeypatch):
+    refused = {
+        "is a folder; give a file name": dict(path=tmp_path),
+        "/proc is not a disk": dict(path=Path("/proc/self/comm")),  # as root, a write would rename us
+        "(set by CAPTIONER_TRANSCRIPT_DIR): /proc is not a disk": dict(env="/proc/captioner"),
+        "a file has that name": dict(directory=tmp_path / "a-file"),
+    }
+    if os.path.exists("/dev/full"):
+        refused["is not a regular file"] = dict(path=Path("/dev/full"))
+    (tmp_path / "a-file").write_text("", encoding="utf-8")
+    for message, how in refused.items():
+        with monkeypatch.context() as patch:
+            if "env" in how:
+                patch.setenv("CAPTIONER_TRANSCRIPT_DIR", how.pop("env"))
+            with pytest.raises(UserError) as error:
+                TranscriptWriter(**how)
+        assert message in str(error.value) and "\n" not in str(error.value)
+    assert not os.path.exists("/proc/captioner")
+
+    def full_disk(path, flags, *args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), path)
+
+    monkeypatch.setattr(os, "open", full_disk)
+    with pytest.raises(UserError, match=r"^cannot write the transcript .*: disk full$"):
+        TranscriptWriter(directory=tmp_path / "new")

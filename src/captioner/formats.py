@@ -9,9 +9,12 @@ as it is.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
+import secrets
+import stat
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TextIO
@@ -21,6 +24,7 @@ __all__ = [
     "CaptionStreamWriter",
     "FORMATS",
     "captions_from_updates",
+    "check_writable",
     "cue_lines",
     "format_timestamp",
     "render",
@@ -28,6 +32,7 @@ __all__ = [
     "write_jsonl",
     "write_srt",
     "write_txt",
+    "write_file_atomically",
     "write_vtt",
 ]
 
@@ -206,11 +211,103 @@ def render_jsonl(items: Iterable[Any], *, label_streams: bool | None = None) -> 
     return "".join(json.dumps(item.to_json_dict(), ensure_ascii=False) + "\n" for item in items)
 
 
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _temp_beside(target: str) -> tuple[int, str]:
+    """A new, empty file in ``target``'s folder (so a rename onto ``target`` is atomic), made
+    with the usual permissions (0o666 less the umask), and its path."""
+    folder, name = os.path.split(target)
+    while True:
+        temp = os.path.join(folder, f".{name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), temp
+        except FileExistsError:
+            continue
+
+
+def _special_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` exists and is not a regular file (``/dev/full``, ``/dev/stdout``, a
+    FIFO): written in place, since a rename would put a plain file where the device was."""
+    try:
+        return not stat.S_ISREG(os.stat(path).st_mode)
+    except FileNotFoundError:
+        return False
+
+
+def check_writable(path: str | os.PathLike) -> None:
+    """Raise the ``OSError`` that :func:`write_file_atomically` would meet at ``path`` (no
+    permission, a read-only or full disk, a folder that takes no new files such as ``/proc``),
+    without touching ``path`` itself: one byte is written to a new file beside it, then removed.
+    A special file (a device, a FIFO) is only checked for write permission."""
+    if _special_file(path):
+        if not os.access(path, os.W_OK):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(path))
+        return
+    fd, temp = _temp_beside(os.path.realpath(path))
+    try:
+        _write_all(fd, b"\n")  # a full disk takes an empty file but not a byte
+    finally:
+        os.close(fd)
+        os.unlink(temp)
+
+
+def write_file_atomically(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` (UTF-8, "\n" line ends) to ``path`` whole or not at all: into a new file
+    beside it, fsync'ed, then renamed over ``path``. A failure (a full disk, Ctrl-C) removes the
+    new file and leaves ``path`` as it was: never a 0-byte or half-written file. A symlink stays
+    a link (its target is replaced); an existing file keeps its permission bits; a special file
+    (``/dev/full``, a FIFO) is written in place."""
+    data = text.encode("utf-8")
+    if _special_file(path):
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC)
+        try:
+            _write_all(fd, data)
+        finally:
+            os.close(fd)
+        return
+    target = os.path.realpath(path)
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        mode = None
+    fd, temp = _temp_beside(target)
+    try:
+        if mode is not None:
+            os.fchmod(fd, mode)
+        _write_all(fd, data)
+        os.fsync(fd)  # the data on disk before the name points at it: a crash leaves old or new
+        os.close(fd)
+        fd = -1
+        os.replace(temp, target)
+    except BaseException:
+        if fd >= 0:
+            os.close(fd)
+        os.unlink(temp)
+        raise
+    _fsync_folder(os.path.dirname(target))
+
+
+def _fsync_folder(folder: str) -> None:
+    # Makes the rename itself durable; a file system that cannot fsync a folder still renamed.
+    try:
+        fd = os.open(folder or ".", os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
 def _write_text(text: str, out: str | os.PathLike | TextIO) -> None:
     if isinstance(out, (str, os.PathLike)):
-        # newline="" so the file holds "\n" on every platform, as SRT/WebVTT readers expect.
-        with open(out, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
+        write_file_atomically(out, text)
     else:
         out.write(text)
 
@@ -250,7 +347,8 @@ def render(captions: Iterable[Any], fmt: str, **options: Any) -> str:
 
 
 def write_captions(captions: Iterable[Any], out: str | os.PathLike | TextIO, fmt: str, **options: Any) -> None:
-    """Write captions in ``fmt`` to a path or an open text file."""
+    """Write captions in ``fmt`` to a path (whole or not at all: :func:`write_file_atomically`)
+    or an open text file."""
     _write_text(render(captions, fmt, **options), out)
 
 

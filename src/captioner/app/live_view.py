@@ -7,6 +7,11 @@ as plain committed text and the live area redraws below it. Anywhere else (a pip
 each committed update is printed as one plain line, ``[stream] text``; partials are not shown.
 ``label_streams=False`` leaves the ``[stream]`` label out (one file, one stream: it says nothing).
 Notes for the person (a detected language, a lost input) go above the live area (:meth:`note`).
+
+Output that cannot be written (``> /dev/full``, a full disk) is a one-line
+:class:`~captioner.errors.UserError` (:func:`stdout_failure`); a reader that went away
+(``| head -n 2``) raises ``BrokenPipeError``, which the CLI ends quietly. Either way the view
+writes nothing more.
 """
 
 from __future__ import annotations
@@ -15,12 +20,19 @@ import shutil
 import sys
 from dataclasses import dataclass
 
+from captioner.errors import UserError
 from captioner.events import CaptionUpdate
 
 _DIM = "\x1b[2m"
 _RESET = "\x1b[0m"
 _CLEAR_LINE = "\r\x1b[K"
 _CLEAR_DOWN = "\x1b[J"
+
+
+def stdout_failure(error: OSError) -> UserError:
+    """Standard output refused the captions (``> /dev/full``, a full disk), as one line. A
+    closed pipe is not this: ``BrokenPipeError`` ends the command quietly (``captioner.app.cli``)."""
+    return UserError(f"cannot write standard output: {error.strerror or error}")
 
 
 @dataclass
@@ -39,6 +51,20 @@ class TerminalView:
         self.label_streams = label_streams
         self._lines: dict[str, _Line] = {}
         self._drawn = 0  # lines of the live area on screen
+        self._failed = False  # the output refused a write: nothing more is tried (close, a stop)
+
+    def _write(self, text: str) -> None:
+        if self._failed:
+            return
+        try:
+            self.out.write(text)
+            self.out.flush()
+        except BrokenPipeError:
+            self._failed = True
+            raise
+        except OSError as error:
+            self._failed = True
+            raise stdout_failure(error) from None
 
     def _width(self) -> int:
         return max(20, shutil.get_terminal_size((100, 24)).columns - 1)
@@ -51,8 +77,7 @@ class TerminalView:
         taken off the screen first and drawn again below the note, so the two do not mix."""
         err = err if err is not None else sys.stderr
         if self.tty and self._drawn:
-            self.out.write(self._erase_live_area())
-            self.out.flush()
+            self._write(self._erase_live_area())
             self._drawn = 0
         err.write(text + "\n")
         err.flush()
@@ -70,10 +95,8 @@ class TerminalView:
         if not updates:
             return
         if not self.tty:
-            for u in updates:
-                if u.kind == "final" and u.text.strip():
-                    self.out.write(f"{self._label(u.stream)}{u.text.strip()}\n")
-            self.out.flush()
+            self._write("".join(f"{self._label(u.stream)}{u.text.strip()}\n" for u in updates
+                                if u.kind == "final" and u.text.strip()))
             return
         scrolled: list[str] = []
         width = self._width()
@@ -117,8 +140,7 @@ class TerminalView:
             live.append(text)
         parts.append("\n".join(live))
         self._drawn = len(live)
-        self.out.write("".join(parts))
-        self.out.flush()
+        self._write("".join(parts))
 
     def close(self) -> None:
         """Scroll whatever is still live as committed text (partials are dropped)."""

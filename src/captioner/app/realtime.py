@@ -13,12 +13,18 @@ Output streams as the captions are made, never only at the end:
   language).
 
 Every piece is flushed as it is written, so Ctrl-C (or SIGTERM) keeps everything committed
-until then; the text still open is committed on the way out, and the exit status is 130.
+until then; the text still open is committed on the way out, and the exit status is 130. The
+``-o`` file is therefore written in place, not renamed into place at the end as the offline path
+does; a write it refuses (a full disk) is cut back to the last whole caption and ends the run
+with one line, exit status 2 (:class:`_FileOutput`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
+import stat
 import sys
 import threading
 
@@ -53,35 +59,131 @@ class _TerminalOutput:
 
 
 class _FormatOutput:
-    """Committed captions in a caption format, to stdout or a file, each flushed when written."""
+    """Committed captions in a caption format to stdout, each flushed when written."""
 
-    def __init__(self, out, fmt: str) -> None:
+    def __init__(self, fmt: str) -> None:
         from captioner.formats import CaptionStreamWriter
 
-        self.out = out
-        self.writer = CaptionStreamWriter(out, fmt, label_streams=False)
+        self.writer = _stdout_guard(lambda: CaptionStreamWriter(sys.stdout, fmt, label_streams=False))
 
     def show(self, updates) -> None:
-        self.writer.write(updates)
+        _stdout_guard(lambda: self.writer.write(updates))
 
     def note(self, text: str) -> None:
         print(text, file=sys.stderr, flush=True)
 
     def close(self) -> None:
-        if self.out is not sys.stdout:
-            self.out.close()
+        pass
+
+
+def _stdout_guard(write):
+    """``write()``, a failure of stdout said on one line (a closed pipe passes through: the CLI
+    ends quietly)."""
+    from captioner.app.live_view import stdout_failure
+
+    try:
+        return write()
+    except BrokenPipeError:
+        raise
+    except OSError as error:
+        raise stdout_failure(error) from None
+
+
+class _CueFile:
+    """The ``-o`` file of a live replay, written in place as captions are committed (a file
+    renamed into place at the end would hold nothing after a kill). Each flush appends its
+    text whole or not at all: a write the disk refuses is cut back, so the file never ends in
+    a torn cue. Quacks as the text file :class:`~captioner.formats.CaptionStreamWriter` wants."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+        # A device or a FIFO (/dev/full, /dev/stdout) cannot be cut back, nor removed.
+        self.regular = stat.S_ISREG(os.fstat(self._fd).st_mode)
+        self._pending: list[str] = []
+        self.bytes_written = 0
+
+    def write(self, text: str) -> None:
+        self._pending.append(text)
+
+    def flush(self) -> None:
+        data = "".join(self._pending).encode("utf-8")
+        self._pending.clear()
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._fd, view):]
+            if self.regular:
+                os.fsync(self._fd)  # a network or quota file system may say "full" only here
+        except OSError:
+            if self.regular:
+                try:
+                    os.ftruncate(self._fd, self.bytes_written)
+                    os.lseek(self._fd, self.bytes_written, os.SEEK_SET)
+                except OSError:
+                    pass  # the error being raised says the file is incomplete
+            raise
+        self.bytes_written += len(data)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class _FileOutput:
+    """Committed captions in a caption format to ``-o``, each on disk the moment it is
+    committed. A write that fails (a full disk, ``/dev/full``) ends the run with one line; the
+    file keeps the whole captions written before it, and is removed when it holds none."""
+
+    def __init__(self, path: str, fmt: str) -> None:
+        from captioner.formats import CaptionStreamWriter
+
+        self.path = path
+        self.captions_kept = 0
+        try:
+            self.file = _CueFile(path)
+        except OSError as error:  # no permission, a missing folder: as the offline path says it
+            raise UserError(f"cannot write {path}: {error.strerror or error}") from None
+        try:
+            self.writer = CaptionStreamWriter(self.file, fmt, label_streams=False)  # WebVTT's header
+        except OSError as error:
+            raise self._failed(error) from None
+
+    def show(self, updates) -> None:
+        from captioner.formats import captions_from_updates
+
+        try:
+            self.writer.write(updates)
+        except OSError as error:
+            raise self._failed(error) from None
+        self.captions_kept += sum(1 for c in captions_from_updates(updates) if c.text.strip())
+
+    def note(self, text: str) -> None:
+        print(text, file=sys.stderr, flush=True)
+
+    def _failed(self, error: OSError) -> UserError:
+        self.file.close()
+        reason = error.strerror or str(error)
+        if not self.file.regular:
+            return UserError(f"cannot write {self.path}: {reason}")
+        if self.captions_kept == 0:
+            with contextlib.suppress(OSError):  # nothing worth keeping: no empty or header-only file
+                os.unlink(self.path)
+            return UserError(f"cannot write {self.path}: {reason}")
+        return UserError(f"cannot write {self.path}: {reason}; it keeps the {self.captions_kept} "
+                         f"caption(s) committed before")
+
+    def close(self) -> None:
+        self.file.close()
 
 
 def _open_output(args):
     if args.output is None:
         if args.format == "txt" and sys.stdout.isatty():
             return _TerminalOutput()
-        return _FormatOutput(sys.stdout, args.format)
-    try:
-        out = open(args.output, "w", encoding="utf-8", newline="")
-    except OSError as error:  # no permission, a missing folder: one line, as the offline path says it
-        raise UserError(f"cannot write {args.output}: {error.strerror or error}") from None
-    return _FormatOutput(out, args.format)
+        return _FormatOutput(args.format)
+    return _FileOutput(args.output, args.format)
 
 
 def run_realtime(args) -> int:

@@ -60,6 +60,10 @@ def record(args: argparse.Namespace) -> int:
     }
     try:
         recorder = TraceRecorder(args.out, meta=meta)
+    except OSError as error:  # the header did not fit (a full disk, /dev/full)
+        sampler.stop()
+        _remove_if_file(args.out)
+        raise UserError(f"cannot write the trace {args.out}: {error.strerror or error}") from None
     except BaseException:
         sampler.stop()
         raise
@@ -91,8 +95,20 @@ def record(args: argparse.Namespace) -> int:
             Path(args.out).unlink(missing_ok=True)  # the run never started: no trace of nothing
     if pipeline.failure is not None:
         raise UserError(f"the pipeline failed: {pipeline.failure}")
-    print(f"recorded {recorder.events} events in {elapsed_s:.1f} s to {args.out}")
+    try:
+        print(f"recorded {recorder.events} events in {elapsed_s:.1f} s to {args.out}", flush=True)
+    except BrokenPipeError:
+        raise
+    except OSError as error:  # `> /dev/full`
+        raise UserError(f"cannot write standard output: {error.strerror or error}") from None
     return 0
+
+
+def _remove_if_file(path: str) -> None:
+    # Only a regular file we just made: never a device such as /dev/full.
+    p = Path(path)
+    if p.is_file() and p.stat().st_size == 0:
+        p.unlink()
 
 
 class _Sampling:
@@ -122,6 +138,17 @@ def main(argv: list[str] | None = None) -> int:
         return error.exit_code
     except KeyboardInterrupt:
         return 130  # the trace keeps what was recorded until then
+    except BrokenPipeError:  # the reader of stdout went away: quietly, as `captioner` does
+        from captioner.app.cli import PIPE_CLOSED_EXIT, silence_stdout
+
+        silence_stdout()
+        return PIPE_CLOSED_EXIT
+    except OSError as error:
+        # Mid-run, the trace is the one file written (a disk that filled); an error on another
+        # file names it.
+        what = error.filename if error.filename else f"cannot write the trace {args.out}"
+        print(f"record_trace: error: {what}: {error.strerror or error}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

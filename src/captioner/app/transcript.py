@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import threading
 import time
 from collections import deque
 from pathlib import Path
 
+from captioner.errors import UserError
 from captioner.events import CaptionUpdate
 from captioner.formats import format_timestamp
 
@@ -42,6 +44,49 @@ def _reason(error: OSError) -> str:
     return os.strerror(error.errno) if error.errno else str(error)
 
 
+def _pseudo_filesystem(folder: Path) -> str:
+    """``/proc`` or ``/sys`` when ``folder`` (or the part of it that exists) is on that kernel
+    file system, else "". Their files look regular, and some take writes as commands (as root,
+    a transcript at /proc/self/comm would rename the process), so none may hold a transcript."""
+    existing = folder
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    try:
+        device = existing.stat().st_dev
+    except OSError:
+        return ""
+    for mount in ("/proc", "/sys"):
+        try:
+            if os.stat(mount).st_dev == device:
+                return mount
+        except OSError:
+            continue
+    return ""
+
+
+def _check_transcript_path(path: Path) -> None:
+    if path.is_dir():
+        raise UserError(f"the transcript {path} is a folder; give a file name")
+    if path.exists() and not stat.S_ISREG(path.stat().st_mode):
+        raise UserError(f"the transcript {path} is not a regular file (a device or a pipe cannot hold one)")
+    mount = _pseudo_filesystem(path.parent)
+    if mount:
+        raise UserError(f"cannot write the transcript {path}: {mount} is not a disk")
+
+
+def _make_folder(folder: Path, named_by: str = "") -> None:
+    mount = _pseudo_filesystem(folder)
+    why = f" (set by {named_by})" if named_by else ""
+    if mount:
+        raise UserError(f"cannot make the transcript folder {folder}{why}: {mount} is not a disk")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise UserError(f"cannot make the transcript folder {folder}{why}: a file has that name") from None
+    except OSError as error:
+        raise UserError(f"cannot make the transcript folder {folder}{why}: {_reason(error)}") from None
+
+
 class TranscriptWriter:
     """Appends committed captions to one file. ``write`` may be called from any thread.
 
@@ -52,19 +97,29 @@ class TranscriptWriter:
     space returns."""
 
     def __init__(self, path: Path | None = None, directory: Path | None = None, title: str = "") -> None:
-        if path is None:
-            directory = Path(directory) if directory is not None else default_transcript_dir()
-            stamp = time.strftime("%Y-%m-%dT%H-%M-%SZ", time.gmtime())
-            path = directory / f"transcript-{stamp}.txt"
-            n = 1
-            while path.exists():
-                n += 1
-                path = directory / f"transcript-{stamp}-{n}.txt"
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """Opens the file (appending to one that exists) and writes its first line. A path
+        that cannot hold a transcript (a folder, a device, no permission, /proc, a folder that
+        cannot be made) is a one-line :class:`~captioner.errors.UserError` here, before any
+        session starts; a full disk later only pauses the writing (see :attr:`paused`)."""
+        try:
+            if path is None:
+                from_env = directory is None and bool(os.environ.get("CAPTIONER_TRANSCRIPT_DIR"))
+                directory = Path(directory) if directory is not None else default_transcript_dir()
+                _make_folder(directory, "CAPTIONER_TRANSCRIPT_DIR" if from_env else "")
+                stamp = time.strftime("%Y-%m-%dT%H-%M-%SZ", time.gmtime())
+                path = directory / f"transcript-{stamp}.txt"
+                n = 1
+                while path.exists():
+                    n += 1
+                    path = directory / f"transcript-{stamp}-{n}.txt"
+            self.path = Path(path)
+            _check_transcript_path(self.path)
+            _make_folder(self.path.parent)
+            # O_APPEND: every write lands whole at the end even if another process appends too.
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError as error:  # no permission, a full disk, a name too long: one line
+            raise UserError(f"cannot write the transcript {path or directory}: {_reason(error)}") from None
         self._lock = threading.Lock()
-        # O_APPEND: every write lands whole at the end even if another process appends too.
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         self.lines_written = 0
         self.paused: str | None = None
         """``None`` while lines reach the disk; else why they are held (e.g. "disk full")."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 
 def add_arguments(parser) -> None:
     parser.add_argument(
@@ -41,10 +43,21 @@ def run(args) -> int:
     from captioner.gpu.backend import describe_gpus  # noqa: PLC0415
 
     devices = list_input_devices(include_pulse=not args.no_pulse)
-    print("Audio input devices (caption one with `captioner listen --input INDEX`, a part of its name, "
-          "or pulse:SOURCE):")
-    print("\n".join(format_input_devices(devices)))
-    print()
-    print("GPUs (run on one with --device cuda:N):")
-    print("\n".join(format_gpus(describe_gpus())))
+    lines = [
+        "Audio input devices (caption one with `captioner listen --input INDEX`, a part of its name, "
+        "or pulse:SOURCE):",
+        *format_input_devices(devices),
+        "",
+        "GPUs (run on one with --device cuda:N):",
+        *format_gpus(describe_gpus()),
+    ]
+    try:
+        sys.stdout.write("\n".join(lines) + "\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise  # the reader went away (`| head -n 1`): the CLI ends quietly
+    except OSError as error:  # `> /dev/full`, a full disk
+        from captioner.app.live_view import stdout_failure  # noqa: PLC0415
+
+        raise stdout_failure(error) from None
     return 0

@@ -66,16 +66,26 @@ def check_long_enough(info) -> None:
 
 
 def _check_writable(path: Path) -> None:
-    """Refuse an output that cannot be written before the work starts, not after it is done."""
+    """Refuse an output that cannot be written before the work starts, not after it is done:
+    a folder, a missing folder, no permission, and (by writing a byte to a file made beside it
+    and removed) a read-only or full disk or a folder such as /proc that takes no files."""
     import os
+
+    from captioner.formats import check_writable
 
     if path.is_dir():
         raise UserError(f"-o {path} is a folder; give a file name")
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise UserError(f"cannot write {path}: the folder {folder} does not exist")
+    # os.access first for its plain message; it says yes to everything for root, so the byte
+    # written beside the file is the check that counts.
     if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
         raise UserError(f"cannot write {path}: permission denied")
+    try:
+        check_writable(path)
+    except OSError as error:
+        raise UserError(f"cannot write {path}: {error.strerror or error}") from None
 
 
 def run(args) -> int:
@@ -128,11 +138,18 @@ def _run_offline(args, fmt: str) -> int:
     stream = Path(args.file).stem
     captions = result.captions(stream)
     if args.output:
-        try:
+        try:  # a new file renamed into place: a failure leaves no 0-byte or half-written file
             write_captions(captions, args.output, fmt, label_streams=False)
         except OSError as error:
             raise UserError(f"cannot write {args.output}: {error.strerror or error}") from None
     else:
-        write_captions(captions, sys.stdout, fmt, label_streams=False)
-        sys.stdout.flush()
+        try:
+            write_captions(captions, sys.stdout, fmt, label_streams=False)
+            sys.stdout.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as error:
+            from captioner.app.live_view import stdout_failure
+
+            raise stdout_failure(error) from None
     return 0
