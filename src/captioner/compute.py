@@ -39,8 +39,9 @@ def parse_device(device: str) -> tuple[str, int | None]:
 
 
 def requested_device(device: str | None) -> str:
-    """The device asked for: ``device`` itself, else ``CAPTIONER_DEVICE``, else "auto"."""
-    wanted = device if device not in (None, "") else os.environ.get(DEVICE_ENV, "")
+    """The device asked for: ``device`` itself, else (for ``None`` or "auto", the default of
+    every command) ``CAPTIONER_DEVICE``, else "auto"."""
+    wanted = device if device not in (None, "", "auto") else os.environ.get(DEVICE_ENV, "")
     wanted = wanted.strip()
     return "auto" if wanted.lower() in ("", "auto") else wanted
 
