@@ -36,6 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from captioner.events import FRAME_SAMPLES, FRAMES_PER_S, SAMPLE_RATE_HZ
+from captioner.languages import language_name
 
 log = logging.getLogger(__name__)
 
@@ -64,29 +65,6 @@ LEAD_S = 0.5
 WINDOW_S = 30.0
 """Whisper's window: the most audio one check can look at."""
 
-LANGUAGE_NAMES = {
-    "en": "English", "zh": "Chinese", "de": "German", "es": "Spanish", "ru": "Russian",
-    "ko": "Korean", "fr": "French", "ja": "Japanese", "pt": "Portuguese", "tr": "Turkish",
-    "pl": "Polish", "ca": "Catalan", "nl": "Dutch", "ar": "Arabic", "sv": "Swedish",
-    "it": "Italian", "id": "Indonesian", "hi": "Hindi", "fi": "Finnish", "vi": "Vietnamese",
-    "he": "Hebrew", "uk": "Ukrainian", "el": "Greek", "ms": "Malay", "cs": "Czech",
-    "ro": "Romanian", "da": "Danish", "hu": "Hungarian", "ta": "Tamil", "no": "Norwegian",
-    "th": "Thai", "ur": "Urdu", "hr": "Croatian", "bg": "Bulgarian", "lt": "Lithuanian",
-    "la": "Latin", "mi": "Maori", "ml": "Malayalam", "cy": "Welsh", "sk": "Slovak",
-    "te": "Telugu", "fa": "Persian", "lv": "Latvian", "bn": "Bengali", "sr": "Serbian",
-    "az": "Azerbaijani", "sl": "Slovenian", "kn": "Kannada", "et": "Estonian", "mk": "Macedonian",
-    "br": "Breton", "eu": "Basque", "is": "Icelandic", "hy": "Armenian", "ne": "Nepali",
-    "mn": "Mongolian", "bs": "Bosnian", "kk": "Kazakh", "sq": "Albanian", "sw": "Swahili",
-    "gl": "Galician", "mr": "Marathi", "pa": "Punjabi", "si": "Sinhala", "km": "Khmer",
-    "sn": "Shona", "yo": "Yoruba", "so": "Somali", "af": "Afrikaans", "oc": "Occitan",
-    "ka": "Georgian", "be": "Belarusian", "tg": "Tajik", "sd": "Sindhi", "gu": "Gujarati",
-    "am": "Amharic", "yi": "Yiddish", "lo": "Lao", "uz": "Uzbek", "fo": "Faroese",
-    "ht": "Haitian Creole", "ps": "Pashto", "tk": "Turkmen", "nn": "Norwegian Nynorsk",
-    "mt": "Maltese", "sa": "Sanskrit", "lb": "Luxembourgish", "my": "Burmese", "bo": "Tibetan",
-    "tl": "Tagalog", "mg": "Malagasy", "as": "Assamese", "tt": "Tatar", "haw": "Hawaiian",
-    "ln": "Lingala", "ha": "Hausa", "ba": "Bashkir", "jw": "Javanese", "su": "Sundanese",
-    "yue": "Cantonese",
-}
 
 
 # -- the notice ---------------------------------------------------------------------------------
@@ -119,7 +97,7 @@ def language_notice(stream: str, probabilities: dict[str, float], model: str,
     probability, code = max(others)
     if probability < min_probability:
         return None
-    name = LANGUAGE_NAMES.get(code, code)
+    name = language_name(code)
     return LanguageNotice(stream, code, name, float(probability), notice_message(name, model))
 
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from html import escape
 
-from captioner.ui.run_config import LANGUAGES
-
-_LANGUAGE_NAMES = dict(LANGUAGES)
+from captioner.languages import language_name
 
 
 def demo_notice(title: str, devices_error: str | None = None) -> str:
@@ -38,10 +36,6 @@ def failure_notice(message: str, hint: bool = True) -> str:
 def engine_notice(message: str) -> str:
     """The banner for a message of the engine while captioning (an input lost, a language notice)."""
     return escape(message.strip())
-
-
-def language_name(code: str) -> str:
-    return _LANGUAGE_NAMES.get(code, code)
 
 
 def language_text(languages: Mapping[str, str], detected: bool) -> str:
