@@ -10,10 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from live_feed import caption_live
 
 import captioner
 
-DOC = Path(__file__).resolve().parent.parent / "docs" / "api.md"
+DOC = Path(__file__).resolve().parents[2] / "docs" / "api.md"
 
 
 def _first_python_block(markdown: str) -> str:
@@ -82,41 +83,6 @@ def _wer(references: list[str], hypotheses: list[str]) -> float:
     return jiwer.wer([norm(r) for r in references], [norm(h) for h in hypotheses])
 
 
-def _caption_live(clips, streams_at_once: int = 4) -> dict[str, str]:
-    """Each clip's committed text, the clips captioned ``streams_at_once`` at a time as streams
-    of one captioner, fed 100 ms at a time with a step after each (as a microphone would)."""
-    import soundfile as sf
-
-    live = captioner.LiveCaptioner(model="tiny.en", device="cpu")
-    finals: dict[str, list[str]] = {c.id: [] for c in clips}
-    batch_sizes = [0]
-
-    def collect(updates):
-        for u in updates:
-            if u.kind == "final":
-                finals[u.stream].append(u.text)
-        batch_sizes.append(live.status().batch_size)
-
-    for first in range(0, len(clips), streams_at_once):
-        group = clips[first:first + streams_at_once]
-        audio = {c.id: sf.read(c.wav, dtype="float32") for c in group}
-        streams = {c.id: live.open_stream(c.id) for c in group}
-        longest_s = max(len(samples) / rate for samples, rate in audio.values())
-        for tenth in range(int(longest_s * 10) + 1):
-            for clip_id, (samples, rate) in audio.items():
-                chunk = samples[tenth * rate // 10:(tenth + 1) * rate // 10]
-                if chunk.size:
-                    streams[clip_id].accept_waveform(rate, chunk)
-            collect(live.step())
-        for stream in streams.values():
-            stream.finish()
-        while any(not s.done for s in streams.values()):
-            collect(live.step())
-    live.close()
-    assert len(clips) < 2 or max(batch_sizes) >= 2  # streams shared model steps
-    return {clip_id: " ".join(texts) for clip_id, texts in finals.items()}
-
-
 @pytest.mark.slow
 def test_live_streams_match_offline_accuracy(speech_clips):
     """Every English recording up to 35 s, four at a time as streams of one captioner: the
@@ -126,7 +92,7 @@ def test_live_streams_match_offline_accuracy(speech_clips):
                    key=lambda c: c.id)
     if len(clips) < 3:
         pytest.skip("needs at least three English recordings")
-    live_text = _caption_live(clips)
+    live_text = caption_live(clips, device="cpu")
     references = [c.reference for c in clips]
     offline_text = [captioner.transcribe(c.wav, model="tiny.en", language="en", device="cpu").text for c in clips]
     live_wer = _wer(references, [live_text[c.id] for c in clips])
