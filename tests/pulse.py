@@ -131,6 +131,41 @@ class PulseServer:
         self.pactl("set-default-sink", self.sink.name)
         self.pactl("set-default-source", self.sink.monitor)
 
+    # -- faults: a sink unplugged and plugged back, the server killed, frozen, started again -------
+    def unload_sink(self, sink: NullSink) -> None:
+        """Unloads ``sink``'s module, as unplugging a device does: its monitor source leaves."""
+        for line in self.pactl("list", "short", "modules").splitlines():
+            fields = line.split("\t")
+            if len(fields) >= 3 and fields[1] == "module-null-sink" and f"sink_name={sink.name} " in f"{fields[2]} ":
+                self.pactl("unload-module", fields[0])
+                return
+        raise RuntimeError(f"no module-null-sink named {sink.name} is loaded")
+
+    def load_sink(self, sink: NullSink) -> None:
+        """Loads ``sink`` again (same name, rate and channels), as plugging the device back does."""
+        self.pactl("load-module", "module-null-sink", f"sink_name={sink.name}", f"rate={sink.rate_hz}", "channels=2")
+
+    def kill(self) -> None:
+        """SIGKILL of the daemon (``kill -9``): every client's connection breaks at once."""
+        assert self.process is not None
+        self.process.kill()
+        self.process.wait(timeout=10)
+
+    def freeze(self) -> None:
+        """SIGSTOP: the daemon stays, connected, and answers nothing (a hung sound server)."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
+
+    def restart(self) -> None:
+        """Starts the daemon again, on the same socket with the same sinks, after :meth:`kill`."""
+        if self.process is not None and self.process.poll() is None:
+            raise RuntimeError("the daemon still runs")
+        self.start()
+
     def play(self, wav_path: str | os.PathLike, sink: NullSink | None = None) -> subprocess.Popen:
         """Starts ``paplay`` of ``wav_path`` into ``sink`` (default: the default sink)."""
         target = sink or self.sink
@@ -145,6 +180,7 @@ class PulseServer:
         for process in [*self.players, self.process]:
             if process is None or process.poll() is not None:
                 continue
+            process.send_signal(signal.SIGCONT)  # a frozen daemon cannot act on SIGTERM
             process.send_signal(signal.SIGTERM)
             try:
                 process.wait(timeout=5)

@@ -149,6 +149,8 @@ class PipelineStatus:
 
     Latencies are the most recent measurements; ``None`` where nothing was measured yet.
     ``real_time_factor`` is processing time over audio time (below 1 keeps up).
+    ``lost_inputs`` are the streams whose live input device stopped and is being waited for
+    (their streams stay open, in ``streams``; ``message`` says why).
     """
 
     time_s: float
@@ -168,3 +170,4 @@ class PipelineStatus:
     state: str = "running"
     message: str = ""
     extra: tuple[tuple[str, float], ...] = field(default=())
+    lost_inputs: tuple[str, ...] = ()

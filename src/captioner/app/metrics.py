@@ -7,6 +7,11 @@ Caption latency is a histogram, observed once per caption update.
 
 Values are read at scrape time from the newest sample/status (a custom collector), so a figure
 that is N/A is simply absent from the scrape instead of a stale or fake number.
+
+Lost inputs: ``captioner_inputs_lost`` is how many inputs are away now, and
+``captioner_input_lost_total{stream}`` counts each stream's losses, from the statuses handed to
+:meth:`MetricsExporter.update_status` (a stream counts once each time it turns up lost; a loss
+lasts at least the 0.5 s before its device is looked for, and statuses come several times a second).
 """
 
 from __future__ import annotations
@@ -62,6 +67,7 @@ class _Collector:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
         sample, status = self._exporter.snapshot()
+        input_losses = self._exporter.input_losses()
         if sample is not None and sample.gpu_name is not None:
             labels = ["gpu", "modelName"]
             values = [str(sample.gpu_index if sample.gpu_index is not None else 0), sample.gpu_name]
@@ -105,6 +111,8 @@ class _Collector:
             dropped = CounterMetricFamily("captioner_dropped_frames", "Audio frames dropped since the start.")
             dropped.add_metric([], float(status.dropped_frames))
             yield dropped
+            yield GaugeMetricFamily("captioner_inputs_lost", "Inputs whose device stopped and is waited for.",
+                                    value=float(len(status.lost_inputs)))
             if status.input_levels_dbfs:
                 levels = GaugeMetricFamily(
                     "captioner_input_level_dbfs", "Audio input level per stream (dBFS).", labels=["stream"]
@@ -113,6 +121,13 @@ class _Collector:
                     stream = status.streams[i] if i < len(status.streams) else str(i)
                     levels.add_metric([stream], float(level))
                 yield levels
+        if input_losses:
+            # The family is "captioner_input_lost"; Prometheus names its sample ..._total.
+            losses = CounterMetricFamily("captioner_input_lost", "Times an input's device stopped, per stream.",
+                                         labels=["stream"])
+            for stream, count in sorted(input_losses.items()):
+                losses.add_metric([stream], float(count))
+            yield losses
 
 
 class MetricsExporter:
@@ -133,6 +148,7 @@ class MetricsExporter:
         self._lock = threading.Lock()
         self._sample: TelemetrySample | None = None
         self._status: PipelineStatus | None = None
+        self._input_losses: dict[str, int] = {}
         self.registry.register(_Collector(self))
         self._latency = Histogram(
             "captioner_caption_latency_seconds",
@@ -176,7 +192,18 @@ class MetricsExporter:
 
     def update_status(self, status: PipelineStatus) -> None:
         with self._lock:
+            was_lost = set(self._status.lost_inputs) if self._status is not None else set()
+            for stream in status.streams:
+                self._input_losses.setdefault(stream, 0)  # a counter starts at 0, before its first loss
+            for stream in status.lost_inputs:
+                if stream not in was_lost:
+                    self._input_losses[stream] = self._input_losses.get(stream, 0) + 1
             self._status = status
+
+    def input_losses(self) -> dict[str, int]:
+        """Each stream seen so far, with how many times it was lost."""
+        with self._lock:
+            return dict(self._input_losses)
 
     def observe_caption(self, update: CaptionUpdate) -> None:
         self._latency.labels(kind=update.kind).observe(caption_latency_s(update))

@@ -4,6 +4,10 @@ A source pushes, from its device's callback or its own thread, :class:`RawChunk`
 native rate and, once it will deliver nothing more, one :class:`SourceEnd`. It never resamples
 or frames: that happens in one place, :class:`~captioner.audio.ingest.StreamIngest`, on the
 consumer's thread. So no thread polls: the consumer blocks on what the sinks fill.
+
+A live device can go away mid-stream (unplugged, its sound server killed) and come back. A
+source that can tell, and be opened again, is a :class:`RecoverableSource`: its owner asks
+``health()`` a few times a second and, after a loss, ``reopen()`` until the device is back.
 """
 
 from __future__ import annotations
@@ -109,3 +113,18 @@ class AudioSource(Protocol):
 
     def stats(self) -> SourceStats:
         """Counters so far; cheap, callable from any thread."""
+
+
+@runtime_checkable
+class RecoverableSource(AudioSource, Protocol):
+    """A live source whose device may stop and come back (a microphone, a sound server's
+    monitor). Both methods are called by the owner's watch thread, never from the sink."""
+
+    def health(self) -> str | None:
+        """Why the started source has stopped delivering (one line: the device went away,
+        no audio for a second), or ``None`` while it delivers, before ``start`` and after
+        ``stop``. Cheap enough to ask a few times a second."""
+
+    def reopen(self) -> RecoverableSource | None:
+        """A new, unstarted source with the same label on the same device once the device is
+        there again, else ``None``. May take a moment (it asks the system), never long."""

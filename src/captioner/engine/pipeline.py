@@ -11,7 +11,12 @@ One path, no polling:
   resampling and framing happen) and steps it;
 - ``captioner-transcript`` appends and fsyncs every committed line before the update reaches
   the outbox (a caption on screen is a caption on disk), so a slow disk never holds up the
-  thread that drives the GPU.
+  thread that drives the GPU;
+- ``captioner-inputs`` (:class:`_InputWatch`) keeps the live inputs that can come back
+  (:class:`~captioner.audio.source.RecoverableSource`, e.g. a microphone or a sound server's
+  monitor) alive: it asks each one's health a few times a second, tells the worker when one is
+  lost (its stream stays open and runs on in silence; the others go on), and looks for the
+  device again after 0.5 s, then 1, 2, 4 and every 5 s, until a fresh source for it delivers.
 
 The GUI or the CLI drains the outboxes without blocking (:meth:`Pipeline.drain_captions`,
 :meth:`Pipeline.latest_status`); the methods that change a running session (add or remove a
@@ -23,16 +28,20 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from captioner.audio.source import RawChunk, SourceEnd
+from captioner.audio.source import RawChunk, RecoverableSource, SourceEnd
 from captioner.engine.core import EngineConfig
 from captioner.engine.live import LiveCaptioner
 from captioner.engine.worker import (
     CloseStream,
     InboxItem,
+    InputBack,
+    InputLoss,
+    InputLost,
     OpenStream,
     SetLanguage,
     SwapModel,
@@ -47,6 +56,15 @@ audio is dropped (and counted) or a replay waits."""
 
 _WAIT_FOR_ROOM_S = 0.1
 _RETRY_TRANSCRIPT_S = 2.0
+
+WATCH_PERIOD_S = 0.2
+"""How often the live inputs' health is asked (a stall shows after ``STALL_S`` plus this)."""
+RECOVERY_FIRST_S = 0.5
+RECOVERY_MAX_S = 5.0
+"""A lost input's device is looked for after 0.5 s, then at twice the previous wait, at most 5 s."""
+_CLOSE_WAIT_S = 1.0
+"""How long ``stop`` waits for lost sources still being closed (a frozen sound server holds a
+close for a minute: those are left to finish on their own daemon threads)."""
 
 
 def check_room_for_stream(status: PipelineStatus | None) -> None:
@@ -120,6 +138,174 @@ class _TranscriptThread(threading.Thread):
         self.transcript.close()
 
 
+class _Feed:
+    """The sink of one started source of a recoverable input, called by its PortAudio callback.
+
+    Chunks go to the worker's inbox without waiting (a full inbox refuses them; the source
+    counts the drop). The source's end (its device went away) goes to the watch thread, which
+    tells the worker. A retired feed takes everything and passes nothing on: a lost source's
+    last blocks must not run into the clock of the source that replaces it."""
+
+    __slots__ = ("_inbox", "_wake", "ended", "retired")
+
+    def __init__(self, inbox: queue.Queue, wake: threading.Event) -> None:
+        self._inbox = inbox
+        self._wake = wake
+        self.ended: str | None = None
+        self.retired = False
+
+    def __call__(self, item: RawChunk | SourceEnd) -> bool:
+        if self.retired:
+            return True
+        if isinstance(item, SourceEnd):
+            self.ended = item.error or "input device stopped"
+            self._wake.set()
+            return True
+        try:
+            self._inbox.put_nowait(item)
+            return True
+        except queue.Full:
+            return False
+
+
+class _Recovery:
+    """One recoverable input as the watch thread keeps it: the source delivering now, and after
+    a loss why, and when to look for its device again."""
+
+    __slots__ = ("label", "source", "feed", "lost", "retry_at_s", "delay_s")
+
+    def __init__(self, source: RecoverableSource, feed: _Feed) -> None:
+        self.label = source.stream
+        self.source = source
+        self.feed = feed
+        self.lost: str | None = None
+        self.retry_at_s = 0.0
+        self.delay_s = RECOVERY_FIRST_S
+
+
+class _InputWatch(threading.Thread):
+    """``captioner-inputs``: notices a recoverable input that stopped, tells the worker
+    (:class:`~captioner.engine.worker.InputLost`), and opens a fresh source for it once its
+    device is back (:class:`~captioner.engine.worker.InputBack` goes first, so the worker knows
+    where the fresh source's clock starts). The lost source is closed on a short-lived thread of
+    its own: on a frozen sound server a close waits a minute, and nothing here may wait on it.
+
+    ``retire(source)`` and ``adopt(fresh)`` are the pipeline's: they take a lost source out of
+    its list and put the fresh one in (``adopt`` says False once the pipeline is stopping; the
+    fresh source is then stopped again)."""
+
+    def __init__(self, inbox: queue.Queue, stopping: threading.Event,
+                 retire: Callable[[object], None], adopt: Callable[[object], bool]) -> None:
+        super().__init__(name="captioner-inputs", daemon=True)
+        self.wake = threading.Event()
+        self._inbox = inbox
+        self._stopping = stopping
+        self._retire = retire
+        self._adopt = adopt
+        self._lock = threading.Lock()
+        self._inputs: dict[str, _Recovery] = {}
+        self._closers: list[threading.Thread] = []
+
+    # -- the pipeline's thread ---------------------------------------------------------------------
+    def feed_for(self, source: RecoverableSource) -> _Feed:
+        """A sink for ``source`` that reports its end here; from now on it is watched."""
+        feed = _Feed(self._inbox, self.wake)
+        with self._lock:
+            self._inputs[source.stream] = _Recovery(source, feed)
+        return feed
+
+    def forget(self, label: str) -> None:
+        """The input was removed: no more watching, no reopening."""
+        with self._lock:
+            entry = self._inputs.pop(label, None)
+        if entry is not None:
+            entry.feed.retired = True
+
+    def close(self, timeout_s: float) -> None:
+        """Stops watching (``stopping`` is already set); waits a little for lost sources
+        still being closed."""
+        self.wake.set()
+        if self.is_alive():
+            self.join(timeout_s)
+        deadline_s = time.monotonic() + _CLOSE_WAIT_S
+        for closer in self._closers:
+            closer.join(max(0.0, deadline_s - time.monotonic()))
+
+    # -- the watch thread ----------------------------------------------------------------------------
+    def run(self) -> None:
+        while not self._stopping.is_set():
+            self.wake.wait(WATCH_PERIOD_S)
+            self.wake.clear()
+            with self._lock:
+                entries = list(self._inputs.values())
+            for entry in entries:
+                if self._stopping.is_set():
+                    break
+                if entry.lost is None:
+                    why = entry.feed.ended or self._health(entry.source)
+                    if why is not None:
+                        self._lose(entry, why)
+                elif time.monotonic() >= entry.retry_at_s:
+                    self._reopen(entry)
+
+    @staticmethod
+    def _health(source: RecoverableSource) -> str | None:
+        try:
+            return source.health()
+        except Exception as error:  # a source that cannot tell is taken at its word next time
+            return f"its health check failed: {one_line(error)}"
+
+    def _lose(self, entry: _Recovery, why: str) -> None:
+        entry.feed.retired = True  # nothing more from this source reaches the worker
+        # An end from PortAudio says only "stopped": the source may know better now.
+        if entry.feed.ended is not None and why == entry.feed.ended:
+            why = self._health(entry.source) or why
+        entry.lost = why
+        entry.delay_s = RECOVERY_FIRST_S
+        entry.retry_at_s = time.monotonic() + entry.delay_s
+        self._send(InputLost(entry.label, why))
+        old = entry.source
+        self._retire(old)
+        closer = threading.Thread(target=old.stop, name=f"captioner-close-{entry.label}", daemon=True)
+        closer.start()
+        self._closers = [t for t in self._closers if t.is_alive()] + [closer]
+
+    def _reopen(self, entry: _Recovery) -> None:
+        try:
+            fresh = entry.source.reopen()
+        except Exception:  # the system could not say: as if not back yet
+            fresh = None
+        if fresh is not None and not self._stopping.is_set():
+            feed = _Feed(self._inbox, self.wake)
+            self._send(InputBack(entry.label))  # before any of its chunks
+            try:
+                fresh.start(feed)
+            except Exception:  # listed but not openable yet (a server still starting)
+                feed.retired = True
+                fresh = None
+            if fresh is not None:
+                with self._lock:
+                    current = self._inputs.get(entry.label) is entry
+                if not current or not self._adopt(fresh):
+                    feed.retired = True
+                    fresh.stop()
+                    return
+                entry.source, entry.feed, entry.lost = fresh, feed, None
+                entry.delay_s = RECOVERY_FIRST_S
+                return
+        entry.delay_s = min(2 * entry.delay_s, RECOVERY_MAX_S)
+        entry.retry_at_s = time.monotonic() + entry.delay_s
+
+    def _send(self, message) -> None:
+        """Into the inbox, waiting for room: a loss must reach the worker (chunks may be dropped, this may not)."""
+        while not self._stopping.is_set():
+            try:
+                self._inbox.put(message, timeout=_WAIT_FOR_ROOM_S)
+                return
+            except queue.Full:
+                continue
+
+
 class Pipeline:
     """Owns the sources and threads of one captioning session.
 
@@ -162,6 +348,9 @@ class Pipeline:
         self._status_lock = threading.Lock()
         self._worker: Worker | None = None
         self._writer: _TranscriptThread | None = None
+        self._watch: _InputWatch | None = None
+        self._sources_lock = threading.Lock()  # self.sources changes on the watch thread too
+        self._retired_drops = 0  # blocks dropped by sources that were lost and replaced
         self._stopping = threading.Event()
         self._started = False
         self.backend = None
@@ -190,6 +379,7 @@ class Pipeline:
                               source_drops=self._source_drops)
         for source in self.sources:  # before any audio: the inbox keeps the order
             self._inbox.put(OpenStream(source.stream))
+        self._watch = _InputWatch(self._inbox, self._stopping, self._retire, self._adopt)
         self._worker.start()
         self._worker.ready.wait(timeout_s)
         if self._worker.error is not None:
@@ -205,17 +395,21 @@ class Pipeline:
                 source.start(self._sink_for(source))
                 started.append(source)
         except BaseException:
+            self._stopping.set()
             for source in started:
                 source.stop()
             self._worker.stop_event.set()
             self._worker.join(10)
             self._close_writer(10)
             raise
+        self._watch.start()
         self._started = True
 
     def _sink_for(self, source) -> Callable[[RawChunk | SourceEnd], bool]:
         inbox = self._inbox
         stopping = self._stopping
+        if getattr(source, "live", True) and isinstance(source, RecoverableSource) and self._watch is not None:
+            return self._watch.feed_for(source)  # its end goes to the watch thread, not the worker
         if getattr(source, "live", True):
             def live_sink(item) -> bool:  # the PortAudio callback: never wait
                 try:
@@ -248,7 +442,11 @@ class Pipeline:
         self._started = False
         assert self._worker is not None
         self._stopping.set()
-        for source in self.sources:
+        if self._watch is not None:
+            self._watch.close(timeout_s=5.0)  # no source is reopened from here on
+        with self._sources_lock:
+            sources = list(self.sources)
+        for source in sources:
             source.stop()  # no source calls its sink after this returns
         self._worker.stop_event.set()
         self._worker.join(timeout_s)
@@ -280,9 +478,20 @@ class Pipeline:
 
     @property
     def source_errors(self) -> dict[str, str]:
-        """Streams whose source ended early, with the one-line reason (a damaged file, a lost
-        device); their streams were committed, the others go on."""
+        """Streams whose source ended early for good, with the one-line reason (a damaged file,
+        a device that cannot be opened again); their streams were committed, the others go on."""
+        return dict(self._worker.source_errors) if self._worker is not None else {}
+
+    @property
+    def lost_inputs(self) -> dict[str, str]:
+        """Live inputs whose device stopped and is being looked for, with the one-line reason;
+        their streams stay open (the others go on) and take audio again once it is back."""
         return dict(self._worker.lost_inputs) if self._worker is not None else {}
+
+    @property
+    def input_losses(self) -> dict[str, InputLoss]:
+        """Per stream, how often its live input was lost so far and for how long in all."""
+        return dict(self._worker.input_losses) if self._worker is not None else {}
 
     @property
     def failure(self) -> str | None:
@@ -310,19 +519,25 @@ class Pipeline:
 
     def add_source(self, source) -> None:
         """Caption another source from now on (refused while the GPU is short of memory)."""
-        if source.stream in (s.stream for s in self.sources):
+        with self._sources_lock:
+            taken = {s.stream for s in self.sources} | set(self.lost_inputs)
+        if source.stream in taken:
             raise UserError(f"a source labelled {source.stream!r} is already captioned")
         check_room_for_stream(self.latest_status())
         self._send(OpenStream(source.stream))
         source.start(self._sink_for(source))
-        self.sources.append(source)
+        with self._sources_lock:
+            self.sources.append(source)
 
     def remove_source(self, label: str) -> None:
         """Stop a source; what its stream shows is committed."""
-        for source in list(self.sources):
-            if source.stream == label:
-                source.stop()
-                self.sources.remove(source)
+        if self._watch is not None:
+            self._watch.forget(label)  # a lost input is no longer looked for
+        with self._sources_lock:
+            leaving = [s for s in self.sources if s.stream == label]
+            self.sources[:] = [s for s in self.sources if s.stream != label]
+        for source in leaving:
+            source.stop()
         self._send(CloseStream(label))
 
     def set_language(self, language: str | None) -> None:
@@ -376,4 +591,22 @@ class Pipeline:
             self._status = status
 
     def _source_drops(self) -> int:
-        return sum(source.stats().dropped_blocks for source in list(self.sources))
+        with self._sources_lock:
+            sources = list(self.sources)
+        return self._retired_drops + sum(source.stats().dropped_blocks for source in sources)
+
+    # -- watch-thread callbacks ----------------------------------------------------------------------
+    def _retire(self, source) -> None:
+        """A lost source leaves the list (its drops are kept); the watch thread closes it."""
+        with self._sources_lock:
+            if source in self.sources:
+                self.sources.remove(source)
+                self._retired_drops += source.stats().dropped_blocks
+
+    def _adopt(self, fresh) -> bool:
+        """The fresh source of a lost input joins the list, unless the pipeline is stopping."""
+        with self._sources_lock:
+            if self._stopping.is_set():
+                return False
+            self.sources.append(fresh)
+            return True

@@ -5,6 +5,11 @@ anything else "Me" (numbered when there are several); ``--label`` overrides, in 
 committed line also goes to a transcript file in the user data dir, written as it is committed.
 Ctrl-C stops cleanly: pending text is committed and the transcript is closed. ``--device`` is
 the compute device, as in every command.
+
+An input whose device goes away (unplugged, its sound server killed) is said on one line the
+moment it is noticed, and again when it is back; the other inputs go on captioning, and the
+session waits for the lost one (it ends only with Ctrl-C or ``--duration``). How often each
+input was lost, and for how long, is said at the end.
 """
 
 from __future__ import annotations
@@ -138,16 +143,13 @@ def run(args) -> int:
         view.show(updates)
 
     deadline = None if args.duration is None else time.monotonic() + args.duration
-    reported: set[str] = set()
+    inputs_report = _InputsReport(view)
     try:
         while pipeline.running and (deadline is None or time.monotonic() < deadline):
             show(pipeline.drain_captions())
-            for label, why in pipeline.source_errors.items():
-                if label not in reported:  # said once, the moment it happens; other inputs go on
-                    reported.add(label)
-                    view.note(f"captioner: input {label!r} lost ({why})")
-            if len(reported) == len(labels):
-                break  # every input is gone: nothing more can be captioned
+            inputs_report.update(pipeline.lost_inputs, pipeline.source_errors)
+            if len(pipeline.source_errors) == len(labels):
+                break  # every input has ended for good: nothing more can be captioned
             time.sleep(0.05)
     except KeyboardInterrupt:
         pass  # Ctrl-C is how a session ends
@@ -162,18 +164,56 @@ def run(args) -> int:
     if error is not None:
         raise UserError(one_line(error))
     status = pipeline.latest_status()
+    losses = pipeline.input_losses
+    for line in _loss_lines(losses):
+        print(line, file=sys.stderr)
     if args.status and status is not None:
-        print(_status_line(status), file=sys.stderr)
+        print(_status_line(status, losses), file=sys.stderr)
     if transcript is not None:
         print(f"captioner: transcript saved to {transcript.path} ({transcript.lines_written} lines)", file=sys.stderr)
     return 0  # Ctrl-C is the normal way to stop: a clean stop, not a failure
 
 
-def _status_line(status) -> str:
+class _InputsReport:
+    """Says, once each, when an input is lost, when it is back, and when one ended for good
+    (main thread, from the pipeline's state as it is polled)."""
+
+    def __init__(self, view) -> None:
+        self._view = view
+        self._lost: set[str] = set()
+        self._ended: set[str] = set()
+
+    def update(self, lost: dict[str, str], ended: dict[str, str]) -> None:
+        for label, why in lost.items():
+            if label not in self._lost:
+                self._lost.add(label)
+                self._view.note(f"captioner: input {label!r} lost ({why}); waiting for it to come back")
+        for label in sorted(self._lost - lost.keys()):
+            self._lost.discard(label)
+            if label not in ended:
+                self._view.note(f"captioner: input {label!r} is back")
+        for label, why in ended.items():
+            if label not in self._ended:
+                self._ended.add(label)
+                self._view.note(f"captioner: input {label!r} lost ({why})")
+
+
+def _loss_lines(losses) -> list[str]:
+    """One line per input that was lost during the session: how often, how long in all."""
+    return [
+        f"captioner: input {label!r} was lost {loss.count} time{'s' if loss.count != 1 else ''} "
+        f"({loss.lost_s:.1f} s without audio)"
+        for label, loss in losses.items() if loss.count
+    ]
+
+
+def _status_line(status, losses=None) -> str:
     def f(value, fmt):
         return "n/a" if value is None else format(value, fmt)
 
+    lost = sum(loss.count for loss in (losses or {}).values())
+    lost_s = sum(loss.lost_s for loss in (losses or {}).values())
     return (f"captioner: {status.model} on {status.provider} ({status.device_name}); "
             f"frame latency {f(status.frame_latency_ms, '.1f')} ms, step {f(status.step_latency_ms, '.0f')} ms, "
             f"lag {status.lag_s:.2f} s, real-time factor {f(status.real_time_factor, '.2f')}, "
-            f"drops {status.dropped_frames}")
+            f"drops {status.dropped_frames}, inputs lost {lost}" + (f" ({lost_s:.1f} s)" if lost else ""))

@@ -1,0 +1,157 @@
+"""MicrophoneSource when its device goes away: health() names the fault (a source that left the
+server, a stream PulseAudio moved to another source, a frozen server), reopen() finds the same
+device once it is back, and PortAudio's own stderr lines never reach the terminal.
+
+Each test breaks a private PulseAudio server of its own (tests/pulse.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from captioner.audio.microphone import STALL_S, MicrophoneSource, refresh_portaudio
+
+FIRST_CHUNK_TIMEOUT_S = 20.0
+
+
+@pytest.fixture
+def own_server(pulse_helper, monkeypatch):
+    server = pulse_helper.start_pulse_server()
+    try:
+        monkeypatch.setenv("PULSE_SERVER", server.server)
+        monkeypatch.delenv("PULSE_SOURCE", raising=False)
+        monkeypatch.delenv("PULSE_PROP", raising=False)
+        yield server
+    finally:
+        server.stop()
+
+
+def health_within(source, timeout_s: float) -> tuple[str, float]:
+    """The first reason health() gives, and after how many seconds."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout_s:
+        why = source.health()
+        if why is not None:
+            return why, time.monotonic() - started
+        time.sleep(0.05)
+    pytest.fail(f"health() said nothing for {timeout_s:g} s")
+
+
+def started(source, sinks):
+    sink = sinks.Collector()
+    source.start(sink)
+    sink.wait(lambda c: len(c.chunks) >= 5, FIRST_CHUNK_TIMEOUT_S, "audio from the monitor")
+    assert source.health() is None
+    return sink
+
+
+@pytest.mark.pulse
+def test_a_source_that_leaves_is_gone_and_reopens_once_it_is_back(own_server, sinks):
+    sink_0 = own_server.sinks[0]
+    source = MicrophoneSource(sink_0.device, stream="Me")
+    started(source, sinks)
+    try:
+        own_server.unload_sink(sink_0)
+        why, after_s = health_within(source, 5)
+        assert why == "PulseAudio source 'captioner_test.monitor' is gone"
+        assert after_s < 1.5
+        assert source.reopen() is None  # not back yet
+    finally:
+        source.stop()
+    assert source.health() is None  # stopped: nothing to say
+
+    own_server.load_sink(sink_0)
+    fresh = source.reopen()
+    assert fresh is not None and fresh is not source
+    assert (fresh.stream, fresh.device.pulse_source, fresh.rate_hz) == ("Me", "captioner_test.monitor", 48_000)
+    again = sinks.Collector()
+    fresh.start(again)
+    try:
+        again.wait(lambda c: c.chunks, FIRST_CHUNK_TIMEOUT_S, "audio from the reopened source")
+    finally:
+        fresh.stop()
+    assert again.chunks[0].first_sample == 0 and again.chunks[0].stream == "Me"
+
+
+@pytest.mark.pulse
+def test_a_stream_pulseaudio_moves_to_another_source_is_noticed(own_server, sinks):
+    """The ALSA plug-in's streams follow the server's default source: with sink 0 gone, the
+    default falls back to sink 1's monitor, and when sink 0 comes back PulseAudio moves the
+    streams sitting on that fallback (ours, of sink 1) to it — someone else's audio."""
+    sink_0, sink_1 = own_server.sinks
+    source = MicrophoneSource(sink_1.device, stream="Meeting")
+    started(source, sinks)
+    try:
+        own_server.unload_sink(sink_0)
+        time.sleep(1.5)
+        assert source.health() is None  # our source is still there; nothing moved yet
+        own_server.load_sink(sink_0)
+        why, after_s = health_within(source, 5)
+    finally:
+        source.stop()
+    assert why == "PulseAudio moved it to 'captioner_test.monitor'"
+    assert after_s < 2.0
+
+
+@pytest.mark.pulse
+def test_a_frozen_server_is_noticed_and_stop_elsewhere_does_not_hold_anyone(own_server, sinks):
+    source = MicrophoneSource(own_server.sink.device, stream="Me")
+    started(source, sinks)
+    stopper = None
+    try:
+        own_server.freeze()  # no callback, no finished callback: PortAudio is not told
+        why, after_s = health_within(source, 5)
+        assert why == "no answer from the PulseAudio server"
+        assert STALL_S <= after_s < STALL_S + 1.0
+        assert source.reopen() is None  # the server does not answer: nothing is opened on it
+        # The close waits on the frozen plug-in; the owner runs it on a thread of its own.
+        stopper = threading.Thread(target=source.stop, daemon=True)
+        stopper.start()
+        stopper.join(1.0)
+        assert stopper.is_alive()
+    finally:
+        own_server.thaw()
+        if stopper is not None:
+            stopper.join(90)
+            assert not stopper.is_alive()
+        source.stop()
+
+
+@pytest.mark.pulse
+def test_a_rescan_between_resolving_and_opening_reopens_the_same_device(pulse_server, sinks):
+    source = MicrophoneSource(pulse_server.sinks[1].device, stream="Meeting")
+    assert refresh_portaudio()  # PortAudio's indices are renumbered: the choice is re-found by name
+    sink = sinks.Collector()
+    source.start(sink)
+    try:
+        sink.wait(lambda c: c.chunks, FIRST_CHUNK_TIMEOUT_S, "audio")
+    finally:
+        source.stop()
+    assert source.device.pulse_source == "captioner_test_44k.monitor"
+
+
+def test_portaudio_lines_on_c_stderr_are_dropped_and_ours_are_not():
+    """What PortAudio and alsa-lib print goes through C stdio's stderr (a PortAudio thread's
+    ``Expression '...' failed in 'src/hostapi/alsa/pa_linux_alsa.c'``): dropped while PortAudio
+    works; Python's own sys.stderr writes fd 2 and still shows."""
+    code = textwrap.dedent("""
+        import ctypes, sys
+        from captioner.audio.microphone import quiet_portaudio
+        libc = ctypes.CDLL(None)
+        with quiet_portaudio():
+            with quiet_portaudio():  # nested (two open streams)
+                libc.perror(b"C stderr while quiet")
+            libc.perror(b"C stderr while still quiet")
+            print("python stderr while quiet", file=sys.stderr, flush=True)
+        libc.perror(b"C stderr afterwards")
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "while quiet" not in done.stderr.replace("python stderr while quiet", "")
+    assert "python stderr while quiet" in done.stderr
+    assert "C stderr afterwards" in done.stderr
