@@ -99,3 +99,17 @@ def test_live_streams_match_offline_accuracy(speech_clips):
     offline_wer = _wer(references, offline_text)
     print(f"{len(clips)} clips: live WER {live_wer:.3f}, offline {offline_wer:.3f}")
     assert live_wer <= offline_wer + 0.02, (live_wer, offline_wer, live_text, offline_text)
+
+
+@pytest.mark.slow
+def test_the_api_starts_no_thread_unless_asked():
+    """The caller drives the captioner: loading it, opening streams and stepping start no thread
+    (the language check, which runs on one, is asked for with ``language_check=True``)."""
+    import threading
+
+    before = set(threading.enumerate())
+    with captioner.LiveCaptioner(model="tiny.en", device="cpu") as live:
+        me = live.open_stream("Me")
+        me.accept_waveform(16000, np.zeros(16000 * 4, np.float32) + 0.01 * np.sin(np.arange(16000 * 4)))
+        live.step()
+        assert set(threading.enumerate()) <= before

@@ -241,7 +241,7 @@ def test_tiny_en_live_on_german_says_so_once(speech_clips, base_detector):
     from captioner.audio.file_source import read_audio_16k
 
     audio = read_audio_16k(speech_clips["de_simplicissimus_librivox"].wav)[:6 * SAMPLE_RATE_HZ]
-    with LiveCaptioner("tiny.en", device="cpu") as live:
+    with LiveCaptioner("tiny.en", device="cpu", language_check=True) as live:
         stream = live.open_stream("Meeting")
         for at in range(0, audio.shape[0], 1600):
             stream.accept_waveform(SAMPLE_RATE_HZ, audio[at:at + 1600])

@@ -150,9 +150,9 @@ class LiveCaptioner:
     simulated replay passes its own).
 
     ``language_check``: whether streams heard by an English-only model are checked for another
-    language (see the module docstring). ``None`` (the default): when the captioner loads its
-    model itself, not for a ``recognizer`` handed in; ``True``/``False``; or a function that
-    returns the detector (``None`` to skip), which also turns it on. Streams opened with a
+    language (see the module docstring) — on a background thread, so off by default: the API has
+    no threads of its own unless asked. ``True`` (the app and the CLI ask for it), ``False``, or
+    a function that returns the detector (``None`` to skip), which also turns it on. Streams opened with a
     language other than English are never checked (an English-only model refuses them), nor are
     streams of a multilingual model. Bad arguments raise ``ValueError`` with a one-line message
     (:class:`~captioner.errors.UserError`, which the CLI prints as it is).
@@ -162,15 +162,13 @@ class LiveCaptioner:
                  task: str = "transcribe", config: EngineConfig | None = None, progress=None,
                  recognizer: Recognizer | None = None, backend=None,
                  clock_ns: Callable[[], int] = time.monotonic_ns, timer_ns: Callable[[], int] | None = None,
-                 language_check: bool | DetectorLoader | None = None) -> None:
+                 language_check: bool | DetectorLoader = False) -> None:
         if task not in ("transcribe", "translate"):
             raise ValueError(f"unknown task {task!r}: use 'transcribe' or 'translate'")
         self.model = model
         self.device = device
         self.task = task
         self.clock_ns = clock_ns
-        if language_check is None:
-            language_check = recognizer is None
         self._detector_loader: DetectorLoader | None = (
             language_check if callable(language_check) else load_detector if language_check else None)
         self._language_check: LiveLanguageCheck | None = None

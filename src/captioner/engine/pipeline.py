@@ -368,7 +368,9 @@ class Pipeline:
                 backend, recognizer = self._factory()
             live = LiveCaptioner(self.model, self.device, language=self.language, task=self.task,
                                  config=self.config, progress=self._progress, recognizer=recognizer,
-                                 backend=backend)
+                                 backend=backend,
+                                 # A person is watching: tell them when tiny.en hears German.
+                                 language_check=self._factory is None)
             self.backend = live.backend
             return live
 
