@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import os
 from dataclasses import dataclass
@@ -195,12 +196,28 @@ def pulse_server(pulse_helper):
     points at it while the fixture lives, so PortAudio's ALSA ``pulse``/``default`` devices
     reach it. Skips only when the PulseAudio binaries are absent; the daemon is killed on
     teardown whatever happened."""
+    with _private_pulse_server(pulse_helper) as server:
+        yield server
+
+
+@pytest.fixture()
+def own_server(pulse_helper):
+    """Like ``pulse_server``, but a server for one test alone (the test breaks it: unloads its
+    sink, kills or freezes it)."""
+    with _private_pulse_server(pulse_helper) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def _private_pulse_server(pulse_helper):
+    """A fresh server with ``PULSE_SERVER`` pointing at it (and no stray source, sink or stream
+    properties from the environment) while it lives; killed afterwards whatever happened."""
     server = pulse_helper.start_pulse_server()
     try:
         with pytest.MonkeyPatch.context() as env:
             env.setenv("PULSE_SERVER", server.server)
-            env.delenv("PULSE_SOURCE", raising=False)
-            env.delenv("PULSE_SINK", raising=False)
+            for name in ("PULSE_SOURCE", "PULSE_SINK", "PULSE_PROP"):
+                env.delenv(name, raising=False)
             yield server
     finally:
         server.stop()

@@ -54,18 +54,6 @@ def play_to_end(server, clip, sink) -> None:
         pytest.fail("paplay did not finish")
 
 
-@pytest.fixture
-def own_server(pulse_helper, monkeypatch):
-    """A private server for one test (the test breaks it), ``PULSE_SERVER`` pointing at it."""
-    server = pulse_helper.start_pulse_server()
-    try:
-        monkeypatch.setenv("PULSE_SERVER", server.server)
-        monkeypatch.delenv("PULSE_SOURCE", raising=False)
-        monkeypatch.delenv("PULSE_PROP", raising=False)
-        yield server
-    finally:
-        server.stop()
-
 
 class Captions:
     """Drains a pipeline's captions into a list on the test's thread, and notes each change of

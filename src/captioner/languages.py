@@ -29,6 +29,12 @@ WHISPER_LANGUAGES: dict[str, str] = {
 """Code -> English name, in the order of Whisper's language tokens."""
 
 
+def language_code(language: str | None) -> str | None:
+    """A requested language as a code, or ``None`` where the model is left to decide ("auto",
+    empty or ``None``)."""
+    return None if language in (None, "", "auto") else str(language)
+
+
 def language_name(code: str) -> str:
     """The English name of a language code ("de" -> "German"); the code itself when unknown."""
     return WHISPER_LANGUAGES.get(code, code)

@@ -19,17 +19,6 @@ from captioner.audio.microphone import STALL_S, MicrophoneSource, refresh_portau
 FIRST_CHUNK_TIMEOUT_S = 20.0
 
 
-@pytest.fixture
-def own_server(pulse_helper, monkeypatch):
-    server = pulse_helper.start_pulse_server()
-    try:
-        monkeypatch.setenv("PULSE_SERVER", server.server)
-        monkeypatch.delenv("PULSE_SOURCE", raising=False)
-        monkeypatch.delenv("PULSE_PROP", raising=False)
-        yield server
-    finally:
-        server.stop()
-
 
 def health_within(source, timeout_s: float) -> tuple[str, float]:
     """The first reason health() gives, and after how many seconds."""

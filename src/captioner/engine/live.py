@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 import numpy as np
 
@@ -44,13 +45,20 @@ from captioner.engine.language_check import (
 )
 from captioner.engine.recognizer import Recognizer
 from captioner.errors import one_line
-from captioner.events import FRAME_SAMPLES, AudioBlock, CaptionUpdate, PipelineStatus
+from captioner.events import (
+    FRAME_SAMPLES,
+    SAMPLE_RATE_HZ,
+    AudioBlock,
+    CaptionUpdate,
+    PipelineStatus,
+)
+from captioner.languages import language_code
 
 FEED_S = 0.1
 """Audio of one stream fed to the engine between two scheduler ticks: fine enough that updates
 and segment ends fall where they would in a live session (the scheduler's own granularity)."""
 
-_FEED_SAMPLES = int(FEED_S * 16_000) // FRAME_SAMPLES * FRAME_SAMPLES
+_FEED_SAMPLES = int(FEED_S * SAMPLE_RATE_HZ) // FRAME_SAMPLES * FRAME_SAMPLES
 
 
 def load_recognizer(model: str, device: str | None, task: str = "transcribe", progress=None):
@@ -68,9 +76,6 @@ def load_recognizer(model: str, device: str | None, task: str = "transcribe", pr
     return backend, WhisperRecognizer(runtime, tokenizer, xp=backend.xp, task=task,
                                       synchronize=backend.synchronize if backend.is_cuda else None)
 
-
-def _language_code(language: str | None) -> str | None:
-    return None if language in (None, "", "auto") else str(language)
 
 
 class CaptionStream:
@@ -96,7 +101,7 @@ class CaptionStream:
     @property
     def pending_s(self) -> float:
         """Audio accepted but not yet fed to the engine (a backlog)."""
-        return sum(b.n_samples for b in self._pending) / 16_000
+        return sum(b.n_samples for b in self._pending) / SAMPLE_RATE_HZ
 
     def accept_waveform(self, sample_rate: int, samples, capture_ns: int | None = None,
                         first_sample: int | None = None) -> None:
@@ -196,9 +201,10 @@ class LiveCaptioner:
         return getattr(self.engine.recognizer, "provider", "")
 
     @property
-    def streams(self) -> dict[str, CaptionStream]:
-        """The open streams by label (finished ones leave once done)."""
-        return dict(self._streams)
+    def streams(self) -> Mapping[str, CaptionStream]:
+        """The open streams by label (finished ones leave once done): a read-only view, not a
+        copy, since the worker looks a stream up for every chunk it hands on."""
+        return MappingProxyType(self._streams)
 
     @property
     def pending_s(self) -> float:
@@ -217,7 +223,7 @@ class LiveCaptioner:
         code = self._checked_language(language)
         self.engine.add_stream(label, language=code)
         stream = CaptionStream(self, label, code)
-        if self._wants_language_check(_language_code(language)):
+        if self._wants_language_check(language_code(language)):
             stream._language_watch = self._checker().watch(label)
         self._streams[label] = stream
         return stream
@@ -262,7 +268,7 @@ class LiveCaptioner:
         return self.set_recognizer(recognizer)
 
     def _checked_language(self, language: str | None) -> str | None:
-        code = _language_code(language)
+        code = language_code(language)
         check = getattr(self.engine.recognizer, "check_language", None)
         return code if check is None else check(code)  # UserError (a ValueError) when unsupported
 

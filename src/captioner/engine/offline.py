@@ -31,8 +31,9 @@ from captioner.engine.language_check import (
 )
 from captioner.engine.offline_audio import AudioWindows
 from captioner.errors import UserError
-from captioner.events import FRAME_SAMPLES, FRAMES_PER_S, SAMPLE_RATE_HZ
+from captioner.events import FRAMES_PER_S, SAMPLE_RATE_HZ
 from captioner.formats import Caption
+from captioner.languages import language_code
 from captioner.models.decoding import WINDOW_S, DecodedWindow, DecodingOptions
 from captioner.models.tokenizer import WhisperTokenizer
 
@@ -139,11 +140,6 @@ def _window_features(audio: np.ndarray, n_mels: int) -> np.ndarray:
     return whisper_input_features(audio, n_mels)[None].astype(np.float32, copy=False)
 
 
-def voice_activity(audio: np.ndarray, n_mels: int) -> np.ndarray:
-    """Per 10 ms frame: does the engine's VAD hear speech there? ``[len(audio) // 160]`` bool."""
-    windows = AudioWindows([audio], n_mels)
-    windows.frames_from(0, len(audio) // FRAME_SAMPLES + 1)
-    return windows.speech_flags()[: len(audio) // FRAME_SAMPLES]
 
 
 def transcribe_audio(
@@ -177,7 +173,7 @@ def transcribe_windows(
     ``duration_hint_s`` (the header's length) dates the progress reports."""
     tok = decoder.tokenizer
     check_request(tok, options.language, options.task)  # UserError now rather than mid-file
-    language: str | None = None if options.language in ("auto", "", None) else options.language
+    language = language_code(options.language)
     if language is None and not decoder.is_multilingual:
         language = "en"
     dec_options = replace(options.decoding, task=options.task)
@@ -281,9 +277,7 @@ def _kept_tokens(result: DecodedWindow, tok: WhisperTokenizer) -> list[int]:
 
 def check_request(tokenizer: WhisperTokenizer, language: str | None, task: str) -> None:
     """Raise UserError when the model cannot do ``task`` in ``language`` (``auto``/None: any)."""
-    if language in ("auto", "", None):
-        language = None
-    tokenizer.sot_sequence(language, task)
+    tokenizer.sot_sequence(language_code(language), task)
 
 
 def load_decoder(model: str, device: str | None = None, progress: Callable | None = None, *,

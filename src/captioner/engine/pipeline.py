@@ -49,6 +49,7 @@ from captioner.engine.worker import (
 )
 from captioner.errors import UserError, one_line
 from captioner.events import MIN_FREE_VRAM_FRACTION, CaptionUpdate, PipelineStatus
+from captioner.languages import language_code
 
 INBOX_ITEMS = 3000
 """Chunks that may wait for the worker (about a minute of 20 ms chunks) before a live source's
@@ -334,7 +335,7 @@ class Pipeline:
         if len(set(names)) != len(names):
             raise UserError(f"two sources have the same label: {names}")
         self.model = model
-        self.language = None if language in (None, "", "auto") else language
+        self.language = language_code(language)
         self.task = task
         self.device = device
         self.config = config or EngineConfig()
@@ -544,7 +545,7 @@ class Pipeline:
 
     def set_language(self, language: str | None) -> None:
         """A language code or "auto"; refused at once (``UserError``) when the model lacks it."""
-        code = None if language in (None, "", "auto") else str(language)
+        code = language_code(language)
         live = self.captioner
         check = getattr(live.recognizer, "check_language", None) if live is not None else None
         self._send(SetLanguage(check(code) if check is not None else code))

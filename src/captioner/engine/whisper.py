@@ -17,6 +17,7 @@ from dataclasses import replace
 import numpy as np
 
 from captioner.engine.policy import Hypothesis, words_from_segments
+from captioner.languages import language_code
 from captioner.models.decoding import DecodingOptions, decode
 from captioner.models.registry import N_AUDIO_FRAMES
 
@@ -57,9 +58,8 @@ class WhisperRecognizer:
     def check_language(self, language: str | None) -> str | None:
         """The language code to decode with (``None``: detect / English), or a ``UserError``
         naming what this model cannot do."""
-        if language in (None, "", "auto"):
-            return None
-        if not self.is_multilingual and language == "en":
+        language = language_code(language)
+        if language is None or (not self.is_multilingual and language == "en"):
             return None
         self.tokenizer.sot_sequence(language, self.options.task)  # raises UserError when unsupported
         return language

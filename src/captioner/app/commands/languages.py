@@ -8,12 +8,12 @@ speech was taken for the wrong language (and can name the right one, or the righ
 
 from __future__ import annotations
 
-from captioner.languages import WHISPER_LANGUAGES
+from captioner.languages import WHISPER_LANGUAGES, language_code
 
 
 def is_auto(language: str | None) -> bool:
     """Whether the language was left to the model to detect."""
-    return language in (None, "", "auto")
+    return language_code(language) is None
 
 
 def detected_language_line(code: str, stream: str | None = None) -> str:
