@@ -12,6 +12,7 @@ import pytest
 
 from captioner.audio.ingest import StreamIngest
 from captioner.audio.source import RawChunk, SourceEnd
+from captioner.events import NS_PER_S
 
 
 class Collector:
@@ -63,6 +64,40 @@ class Collector:
         return self.ends[0]
 
 
+class FakeClock:
+    """A clock that moves only when slept on, so a realtime replay runs at full speed and
+    deterministically; records every sleep."""
+
+    def __init__(self, start_ns: int = 5 * NS_PER_S):
+        self.now_ns = start_ns
+        self.sleeps_s: list[float] = []
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps_s.append(seconds)
+        self.now_ns += max(1, round(seconds * NS_PER_S))
+
+
+def run_timed(source, clock: FakeClock, timeout_s: float = 30.0) -> tuple[Collector, list[int]]:
+    """Runs a replay made on ``clock`` to its end: what it delivered, and the clock's time at
+    each delivery."""
+    arrivals: list[int] = []
+    sink = Collector()
+
+    def timed_sink(item):
+        arrivals.append(clock.now_ns)
+        return sink(item)
+
+    source.start(timed_sink)
+    try:
+        sink.wait_end(timeout_s)
+    finally:
+        source.stop()
+    return sink, arrivals
+
+
 def run_to_end(source, timeout_s: float = 60.0) -> Collector:
     """Starts ``source`` with a collecting sink, waits for its SourceEnd, stops it."""
     sink = Collector()
@@ -93,5 +128,7 @@ def joined(items) -> np.ndarray:
 
 @pytest.fixture
 def sinks() -> SimpleNamespace:
-    """``Collector``, ``run_to_end``, ``frame`` and ``joined`` (see this module)."""
-    return SimpleNamespace(Collector=Collector, run_to_end=run_to_end, frame=frame, joined=joined)
+    """``Collector``, ``FakeClock``, ``run_timed``, ``run_to_end``, ``frame`` and ``joined`` (see
+    this module)."""
+    return SimpleNamespace(Collector=Collector, FakeClock=FakeClock, run_timed=run_timed, run_to_end=run_to_end,
+                           frame=frame, joined=joined)

@@ -15,20 +15,6 @@ from captioner.events import FRAME_SAMPLES, NS_PER_S, SAMPLE_RATE_HZ
 CLIP_ID = "en_ls_1089-134686-0001"
 
 
-class FakeClock:
-    """A clock that moves only when slept on (so a realtime replay runs at full speed and
-    deterministically), recording every sleep."""
-
-    def __init__(self, start_ns: int = 5 * NS_PER_S):
-        self.now_ns = start_ns
-        self.sleeps_s: list[float] = []
-
-    def __call__(self) -> int:
-        return self.now_ns
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps_s.append(seconds)
-        self.now_ns += max(1, round(seconds * NS_PER_S))
 
 
 @pytest.fixture(scope="module")
@@ -90,19 +76,10 @@ def test_formats_rates_and_channels_replay_at_the_native_rate_in_mono(tmp_path, 
 
 
 def test_realtime_replay_is_paced_by_the_injected_clock(speech_clips, sinks, speech):
-    clock = FakeClock()
+    clock = sinks.FakeClock()
     source = FileSource(speech_clips[CLIP_ID].wav, realtime=True, clock_ns=clock, sleep=clock.sleep)
-    arrivals = []
-    sink = sinks.Collector()
-
-    def timed_sink(item):
-        arrivals.append(clock.now_ns)
-        return sink(item)
-
     start_ns = clock.now_ns
-    source.start(timed_sink)
-    sink.wait_end(30)
-    source.stop()
+    sink, arrivals = sinks.run_timed(source, clock)
 
     chunks = sink.chunks
     np.testing.assert_array_equal(sinks.joined(chunks), speech)

@@ -16,22 +16,6 @@ from captioner.errors import UserError
 from captioner.events import FRAME_SAMPLES, NS_PER_S, SAMPLE_RATE_HZ
 
 
-class FakeClock:
-    """A clock that only moves when slept on: a realtime replay then runs at full speed and
-    deterministically. Records every sleep."""
-
-    def __init__(self, start_ns: int = 5 * NS_PER_S):
-        self.now_ns = start_ns
-        self.sleeps_s: list[float] = []
-
-    def __call__(self) -> int:
-        return self.now_ns
-
-    def sleep(self, seconds: float) -> None:
-        self.sleeps_s.append(seconds)
-        self.now_ns += max(1, round(seconds * NS_PER_S))
-
-
 def peak_hz(x, rate_hz=SAMPLE_RATE_HZ):
     spectrum = np.abs(np.fft.rfft(x * np.hanning(len(x))))
     return np.fft.rfftfreq(len(x), 1 / rate_hz)[np.argmax(spectrum)]
@@ -89,19 +73,10 @@ def test_stereo_signal_is_delivered_mixed_down(sinks):
 
 
 def test_realtime_releases_each_chunk_when_its_last_sample_is_due(sinks):
-    clock = FakeClock()
+    clock = sinks.FakeClock()
     source = SyntheticSource.tone(500.0, 0.5, rate_hz=44_100, realtime=True, clock_ns=clock, sleep=clock.sleep)
-    arrivals = []
-    sink = sinks.Collector()
-
-    def timed_sink(item):
-        arrivals.append(clock.now_ns)
-        return sink(item)
-
     start_ns = clock.now_ns
-    source.start(timed_sink)
-    sink.wait_end(30)
-    source.stop()
+    sink, arrivals = sinks.run_timed(source, clock)
     chunks = sink.chunks
     assert sum(c.n_samples for c in chunks) == 22_050
     for chunk, arrived_ns in zip(chunks, arrivals):
@@ -127,7 +102,7 @@ def test_realtime_on_the_real_clock_takes_as_long_as_the_audio_and_sleeps_meanwh
 
 
 def test_loop_keeps_going_until_the_sink_refuses(sinks):
-    clock = FakeClock()
+    clock = sinks.FakeClock()
     signal = tone(500.0, 0.05)  # 800 samples: chunks of 320 straddle the loop points
     source = SyntheticSource(signal, loop=True, realtime=True, clock_ns=clock, sleep=clock.sleep)
     sink = sinks.Collector(limit=150)  # 3 s of chunks, then "the consumer is shutting down"
