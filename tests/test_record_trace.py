@@ -19,7 +19,10 @@ def test_records_a_real_run(tmp_path, speech_clips, monkeypatch):
                               "--settle-s", "0.5"]) == 0
     trace = load_trace(out)
     assert trace.meta["files"] == [a.wav.name, b.wav.name] and trace.meta["model"] == "tiny.en"
-    finals = {c.stream: c.text.lower() for c in trace.final_captions()}
+    # A stream's caption may commit as several lines (where it breaks depends on CPU load): join them.
+    finals: dict[str, str] = {}
+    for c in trace.final_captions():
+        finals[c.stream] = (finals.get(c.stream, "") + " " + c.text.lower()).strip()
     assert "wait no longer" in finals[b.wav.stem]
     assert "belly" in finals[a.wav.stem]
     # Both streams were captioned side by side (a file's stream leaves once its audio is committed).
