@@ -32,6 +32,7 @@ _EXPORTS = {
     "PipelineStatus": "captioner.events",
     "EngineConfig": "captioner.engine.core",
     "UserError": "captioner.errors",
+    "StreamRefused": "captioner.errors",
 }
 
 __all__ = ["__version__", *_EXPORTS]

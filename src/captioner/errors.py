@@ -15,3 +15,9 @@ def one_line(error: object) -> str:
     the exception's type name when it has no text."""
     text = " ".join(str(error).split())
     return text or (type(error).__name__ if isinstance(error, BaseException) else "")
+
+
+class StreamRefused(UserError):
+    """A new stream was refused because the engine is at capacity (GPU memory under its floor,
+    or the step time would push existing streams past their update-interval limit). Streams
+    already running are never degraded to make room; the server answers it with close code 1013."""

@@ -25,6 +25,7 @@ from captioner.engine.policy import LocalAgreementPolicy, PolicyConfig
 from captioner.engine.recognizer import Recognizer, WindowRequest
 from captioner.engine.scheduler import Scheduler, SchedulerConfig, StreamView
 from captioner.engine.vad import VadConfig, VoiceActivity, band_energy_db, speech_band
+from captioner.errors import StreamRefused
 from captioner.events import (
     FRAME_SAMPLES,
     FRAMES_PER_S,
@@ -150,7 +151,7 @@ class Engine:
         if name in self._streams:
             return
         if not self._free_slots:
-            raise ValueError(f"no free stream slot for {name!r}: this engine holds {self.config.max_streams} streams")
+            raise StreamRefused(f"no free stream slot for {name!r}: this engine holds {self.config.max_streams} streams")
         slot = self._free_slots.pop(0)
         self.features.reset(slot)
         self._streams[name] = _Stream(

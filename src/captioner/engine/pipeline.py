@@ -47,7 +47,7 @@ from captioner.engine.worker import (
     SwapModel,
     Worker,
 )
-from captioner.errors import UserError, one_line
+from captioner.errors import StreamRefused, UserError, one_line
 from captioner.events import MIN_FREE_VRAM_FRACTION, CaptionUpdate, PipelineStatus
 from captioner.languages import language_code
 
@@ -73,7 +73,7 @@ def check_room_for_stream(status: PipelineStatus | None) -> None:
     (as the worker last measured it); the CPU, or no measurement yet, never refuses."""
     free = dict(status.extra).get("vram_free_fraction") if status is not None else None
     if free is not None and free < MIN_FREE_VRAM_FRACTION:
-        raise UserError(
+        raise StreamRefused(
             f"GPU memory is {100 * free:.0f}% free, under the {100 * MIN_FREE_VRAM_FRACTION:.0f}% kept "
             "for the streams already captioned: close another program on the GPU or stop a stream first"
         )
