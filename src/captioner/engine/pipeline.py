@@ -520,14 +520,16 @@ class Pipeline:
             raise RuntimeError("pipeline not started")
         self._inbox.put(message)
 
-    def add_source(self, source) -> None:
-        """Caption another source from now on (refused while the GPU is short of memory)."""
+    def add_source(self, source, language: str | None = None) -> None:
+        """Caption another source from now on (refused while the GPU is short of memory);
+        ``language``: its stream's own language (a code the model has: check it first),
+        else the session's."""
         with self._sources_lock:
             taken = {s.stream for s in self.sources} | set(self.lost_inputs)
         if source.stream in taken:
             raise UserError(f"a source labelled {source.stream!r} is already captioned")
         check_room_for_stream(self.latest_status())
-        self._send(OpenStream(source.stream))
+        self._send(OpenStream(source.stream, language_code(language)))
         source.start(self._sink_for(source))
         with self._sources_lock:
             self.sources.append(source)
