@@ -30,3 +30,40 @@ def test_interval_stretches_when_steps_are_slow_and_relaxes_after():
     for _ in range(40):
         s.record_step(0.01)
     assert s.interval_s == 0.5 and not s.stretched
+
+
+def test_a_full_step_takes_higher_priority_first_then_the_longest_wait():
+    """max_batch 2, four due streams: the live one (priority 10) goes first whatever its wait,
+    then the replay that waited longest; the others are due again next tick. The batch comes
+    back in view order."""
+    s = Scheduler(SchedulerConfig(base_interval_s=1.0, max_batch=2))
+    views = [
+        StreamView("replay-a", 5.0, 3.0, True, priority=0),  # waited 2.0 s
+        StreamView("replay-b", 5.0, 3.5, True, priority=0),  # 1.5 s
+        StreamView("replay-c", 5.0, 2.5, True, priority=0),  # 2.5 s
+        StreamView("live", 5.0, 3.9, True, priority=10),     # 1.1 s
+    ]
+    assert s.due(views) == ["replay-c", "live"]
+    rest = [v for v in views if v.name not in ("replay-c", "live")]
+    assert s.due(rest) == ["replay-a", "replay-b"]
+
+
+def test_a_closing_segment_goes_before_an_equal_priority_update_and_riders_only_fill_room():
+    s = Scheduler(SchedulerConfig(base_interval_s=1.0, max_batch=2))
+    views = [
+        StreamView("due", 5.0, 3.0, True),                       # 2.0 s waiting
+        StreamView("closing", 5.0, 4.9, True, close_pending=True),
+        StreamView("rider", 5.0, 4.3, True),                     # 0.7 s: would ride along
+    ]
+    assert s.due(views) == ["due", "closing"]
+    assert Scheduler(SchedulerConfig(base_interval_s=1.0, max_batch=3)).due(views) == ["due", "closing", "rider"]
+
+
+def test_the_interval_stretches_by_a_whole_round_when_it_takes_several_steps():
+    """Five active streams in batches of 2 are three steps a round: steps of 0.3 s need
+    0.9 s of every interval, so at target_busy 0.5 the interval stretches to 1.8 s."""
+    s = Scheduler(SchedulerConfig(base_interval_s=1.0, max_batch=2, target_busy=0.5))
+    s.due([StreamView(f"s{i}", 5.0, 4.5, True) for i in range(5)])
+    for _ in range(30):
+        s.record_step(0.3)
+    assert abs(s.interval_s - 1.8) < 0.01

@@ -150,7 +150,9 @@ class PipelineStatus:
     Latencies are the most recent measurements; ``None`` where nothing was measured yet.
     ``real_time_factor`` is processing time over audio time (below 1 keeps up).
     ``lost_inputs`` are the streams whose live input device stopped and is being waited for
-    (their streams stay open, in ``streams``; ``message`` says why).
+    (their streams stay open, in ``streams``; ``message`` says why). ``streams`` are the streams
+    held; ``admitted_load``, ``streams_refused`` and ``light_model`` are admission's figures
+    (docs/capacity.md).
     """
 
     time_s: float
@@ -171,3 +173,11 @@ class PipelineStatus:
     message: str = ""
     extra: tuple[tuple[str, float], ...] = field(default=())
     lost_inputs: tuple[str, ...] = ()
+    worker_restarts: int = 0
+    admitted_load: float | None = None
+    """The engine's time budget in use by the open streams (model time per round of updates over
+    what the scheduler allows; 1.0 is where intervals start to stretch); ``None`` before any step."""
+    streams_refused: int = 0
+    """New streams refused at capacity so far (memory floor or update-interval limit)."""
+    light_model: str = ""
+    """The light model new segments of English streams go to under load; empty when not in use."""

@@ -250,9 +250,16 @@ def assert_one_line_value_error(call, match: str) -> None:
     assert message and "\n" not in message
 
 
-def test_more_streams_than_max_streams_is_a_one_line_value_error():
-    """Opening a stream beyond ``EngineConfig.max_streams`` is refused; the open ones stay."""
-    live = make_live(ScriptedRecognizer({}), SimClock(), EngineConfig(max_streams=2))
+def test_a_stream_past_capacity_is_a_one_line_value_error():
+    """A stream that does not fit (here: a memory budget for two streams' rings above the 15 %
+    floor) is refused; the open ones stay."""
+    from captioner.engine.admission import AdmissionConfig
+    from captioner.gpu.features import bank_bytes
+
+    config = EngineConfig(block_streams=1)
+    ring_bytes = bank_bytes(1, 80, 13, config.ring_frames, 100)
+    config.admission = AdmissionConfig(vram_budget_bytes=3 * ring_bytes)
+    live = make_live(ScriptedRecognizer({}), SimClock(), config)
     live.open_stream("A")
     live.open_stream("B")
     assert_one_line_value_error(lambda: live.open_stream("C"), "2 streams")

@@ -7,6 +7,13 @@ their windows to the recognizer in ONE batched model step, and folds each hypoth
 stream's streaming policy. It reads time only through an injected ``clock_ns``, so a replay
 with a simulated clock gives the same captions on every run.
 
+How many streams one engine holds is bounded by measurement, not by a fixed number: the
+feature rings live in a :class:`~captioner.gpu.features.FeaturePool` that grows in banks, and
+:mod:`captioner.engine.admission` refuses a new stream when device memory would fall under its
+floor or when the timed model steps say the running streams' update interval would pass its
+limit. With a light model beside the main one (``tiny.en`` beside ``base``), new segments of
+English streams go to the light one while the admitted load is high.
+
 Two drivers run it: the public API (:class:`~captioner.engine.live.LiveCaptioner`, stepped by its
 caller) and the worker thread that owns one GPU (:mod:`captioner.engine.worker`).
 """
@@ -21,11 +28,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from captioner.engine.admission import (
+    Admission,
+    AdmissionConfig,
+    LoadEstimate,
+    Memory,
+    Priority,
+    StepCost,
+    parse_priority,
+    predict,
+)
 from captioner.engine.policy import LocalAgreementPolicy, PolicyConfig
 from captioner.engine.recognizer import Recognizer, WindowRequest
 from captioner.engine.scheduler import Scheduler, SchedulerConfig, StreamView
 from captioner.engine.vad import VadConfig, VoiceActivity, band_energy_db, speech_band
-from captioner.errors import StreamRefused
 from captioner.events import (
     FRAME_SAMPLES,
     FRAMES_PER_S,
@@ -47,12 +63,23 @@ class EngineConfig:
     """A segment with less speech than this is dropped without a model step (a click, a cough)."""
     first_update_speech_s: float = 0.3
     """Speech a new segment needs before its first update (a hypothesis of a syllable is noise)."""
-    max_streams: int = 8
     ring_frames: int = 4096
+    block_streams: int = 64
+    """Feature-ring slots allocated at once when the pool grows (there is no stream cap:
+    :attr:`admission` decides)."""
     language: str | None = None
     policy: PolicyConfig = field(default_factory=PolicyConfig)
     vad: VadConfig = field(default_factory=VadConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    policy_factory: Callable[[str, PolicyConfig], LocalAgreementPolicy] | None = None
+    """Makes a stream's streaming policy from its name and :attr:`policy` (``None``:
+    LocalAgreement-2); the one place to swap the commit policy per engine."""
+
+    @property
+    def max_streams(self) -> None:
+        raise AttributeError("EngineConfig.max_streams is gone: streams are admitted by measurement "
+                             "(EngineConfig.admission)")
 
 
 @dataclass(slots=True)
@@ -84,6 +111,17 @@ class _Stream:
     segment_language: str | None = None
     """Language detected for the open segment: kept until it closes, so that updates of one
     sentence are not decoded as different languages."""
+    priority: int = Priority.LIVE
+    last_language: str | None = None
+    """The language detected on the stream's last segment (decides whether an ``auto`` stream
+    may go to an English-only light model)."""
+    segment_model: str | None = None
+    """``"main"`` or ``"light"``: the model that decodes the open segment, chosen at its first
+    update and kept until it closes, so one sentence is never heard by two models."""
+    last_update_ns: int | None = None
+    """Clock time of the stream's last update within the open segment (update intervals)."""
+    intervals_s: deque = field(default_factory=lambda: deque(maxlen=64))
+    """Recent update intervals of this stream (clock time between updates of one segment)."""
 
     def capture_ns_at(self, sample: int) -> int | None:
         for end_sample, capture_ns in reversed(self.captures):
@@ -106,12 +144,16 @@ class Engine:
         config: EngineConfig | None = None,
         clock_ns: Callable[[], int] = time.monotonic_ns,
         timer_ns: Callable[[], int] | None = None,
+        light_recognizer: Recognizer | None = None,
     ) -> None:
         self.backend = backend
         if hasattr(backend, "use"):
             backend.use()  # the thread that makes the engine is the one that works its GPU
         self.recognizer = recognizer
         self.config = config or EngineConfig()
+        self.light_recognizer: Recognizer | None = None
+        if light_recognizer is not None:
+            self.set_light_recognizer(light_recognizer)
         self.clock_ns = clock_ns
         # Compute cost is timed on a real counter; a simulated replay passes its own clock here
         # so that scheduling decisions do not depend on the machine.
@@ -121,7 +163,9 @@ class Engine:
         self.scheduler = Scheduler(self.config.scheduler)
         self.language = self.config.language
         self._streams: dict[str, _Stream] = {}
-        self._free_slots = list(range(self.config.max_streams))
+        self.admission = Admission(self.config.admission)
+        self._costs = {"main": StepCost(), "light": StepCost()}
+        self.light_steps = 0
         self._frame_latency_ms: deque[float] = deque(maxlen=200)
         self._step_latency_ms: float | None = None
         self._lag_s = 0.0
@@ -133,31 +177,99 @@ class Engine:
         self.last_batch_size = 0
 
     def _build_features(self, n_mels: int) -> None:
-        """Fresh feature rings for every stream slot, and the VAD's speech band, for a model
-        with ``n_mels`` mel bands."""
-        from captioner.gpu.features import StreamingFeatures
+        """A fresh, empty pool of feature rings and the VAD's speech band, for a model with
+        ``n_mels`` mel bands."""
+        from captioner.gpu.features import FeaturePool
 
-        self.features = StreamingFeatures(self.backend, n_mels=n_mels, max_streams=self.config.max_streams,
-                                          ring_frames=self.config.ring_frames)
+        self.features = FeaturePool(self.backend, n_mels=n_mels, ring_frames=self.config.ring_frames,
+                                    block_streams=self.config.block_streams)
         self._band = speech_band(n_mels)
+
+    def set_light_recognizer(self, recognizer: Recognizer | None) -> None:
+        """The model that takes new segments of English streams under load (``None``: none).
+        It reads the same feature rings, so it needs the main model's number of mel bands."""
+        if recognizer is not None and recognizer.n_mels != self.recognizer.n_mels:
+            raise ValueError(f"the light model {recognizer.name} takes {recognizer.n_mels} mel bands, "
+                             f"{self.recognizer.name} {self.recognizer.n_mels}: they cannot share feature rings")
+        self.light_recognizer = recognizer
+        self._costs = {**getattr(self, "_costs", {}), "light": StepCost()}
 
     # -- streams ---------------------------------------------------------------------------------
     @property
     def streams(self) -> tuple[str, ...]:
         return tuple(self._streams)
 
-    def add_stream(self, name: str, language: str | None = None) -> None:
-        """A new stream (a no-op for one already open); ``language`` overrides the engine's."""
+    def add_stream(self, name: str, language: str | None = None, priority: int | str = Priority.LIVE) -> None:
+        """A new stream (a no-op for one already open); ``language`` overrides the engine's;
+        ``priority`` ranks it when compute is short (:class:`~captioner.engine.admission.Priority`).
+
+        Raises :class:`~captioner.errors.StreamRefused` when admission says it does not fit
+        (see :mod:`captioner.engine.admission`); nothing running changes then."""
         if name in self._streams:
             return
-        if not self._free_slots:
-            raise StreamRefused(f"no free stream slot for {name!r}: this engine holds {self.config.max_streams} streams")
-        slot = self._free_slots.pop(0)
-        self.features.reset(slot)
-        self._streams[name] = _Stream(
-            name, slot, VoiceActivity(self.config.vad), LocalAgreementPolicy(name, self.config.policy),
-            language=language,
-        )
+        rank = parse_priority(priority)
+        self.admission.check_memory(name, self.memory(), self.features.block_bytes if self.features.needs_block else 0,
+                                    len(self._streams))
+        base_s = self.config.scheduler.base_interval_s
+        self.admission.check_time(name, rank, self.load_estimate(extra=(language, rank)),
+                                  self.measured_interval_p99_s(), base_s)
+        slot = self.features.acquire()
+        self._streams[name] = _Stream(name, slot, VoiceActivity(self.config.vad), self._make_policy(name),
+                                      language=language, priority=rank)
+
+    def _make_policy(self, name: str):
+        factory = self.config.policy_factory or LocalAgreementPolicy
+        return factory(name, self.config.policy)
+
+    # -- admission -------------------------------------------------------------------------------
+    def memory(self) -> Memory | None:
+        """Device memory for admission: the configured budget less what the pools hold, else
+        the back-end's measurement (``None`` on the CPU)."""
+        budget = self.config.admission.vram_budget_bytes
+        if budget is not None:
+            return Memory(budget - self.features.bytes_allocated, budget)
+        measure = getattr(self.backend, "vram_bytes", None)
+        measured = measure() if measure is not None else None
+        return Memory(*measured) if measured is not None else None
+
+    def _english(self, s_language: str | None, last_language: str | None = None) -> bool:
+        language = s_language or self.language or last_language
+        return language == "en" or (language is None and not getattr(self.recognizer, "is_multilingual", False))
+
+    def _light_eligible(self, s: _Stream) -> bool:
+        """Whether the stream's new segments may go to the (English-only) light model."""
+        if self.light_recognizer is None:
+            return False
+        if getattr(self.light_recognizer, "is_multilingual", False):
+            return True
+        return self._english(s.language, s.last_language)
+
+    def load_estimate(self, extra: tuple[str | None, int] | None = None, all_main: bool = False) -> LoadEstimate:
+        """The time budget's estimate for the open streams (and one more, ``(language,
+        priority)``, when ``extra`` is given), each on the model that serves it; with
+        ``all_main``, as if every stream were on the main model (what decides the light model,
+        so that moving streams to it does not move them straight back)."""
+        light_on = self.admission.light_active and not all_main
+        n_light = 0 if not light_on else sum(
+            1 for s in self._streams.values()
+            if s.segment_model == "light" or (s.segment_model is None and self._light_eligible(s)))
+        n_main = len(self._streams) - n_light
+        if extra is not None and all_main:
+            n_main += 1
+        elif extra is not None:
+            new_light = light_on and self.light_recognizer is not None and (
+                getattr(self.light_recognizer, "is_multilingual", False) or self._english(extra[0]))
+            n_light, n_main = (n_light + 1, n_main) if new_light else (n_light, n_main + 1)
+        cfg = self.config.scheduler
+        main, light = self._costs["main"], self._costs["light"]
+        if not light.measured:
+            light = main  # until the light model has run, charge it like the main one (the safe side)
+        return predict([(main, n_main), (light, n_light)], cfg.base_interval_s, cfg.target_busy, cfg.max_batch)
+
+    def measured_interval_p99_s(self) -> float | None:
+        """p99 of the recent update intervals of the open streams (``None`` before 20)."""
+        recent = [i for s in self._streams.values() for i in s.intervals_s]
+        return float(np.percentile(recent, 99)) if len(recent) >= 20 else None
 
     def remove_stream(self, name: str) -> list[CaptionUpdate]:
         """Close a stream: its pending text is committed first."""
@@ -166,8 +278,7 @@ class Engine:
             return []
         updates = self._finish_stream(s)
         del self._streams[name]
-        self._free_slots.append(s.slot)
-        self._free_slots.sort()
+        self.features.release(s.slot)
         return updates
 
     # -- audio in --------------------------------------------------------------------------------
@@ -260,6 +371,7 @@ class Engine:
                     s.speech_since_update
                     and s.segment_speech_frames >= self.config.first_update_speech_s * FRAMES_PER_S),
                 close_pending=self._close_pending(s),
+                priority=s.priority,
             )
             for s in self._streams.values()
         ]
@@ -288,23 +400,46 @@ class Engine:
         first = max(first, ready - WINDOW_FRAMES + 1, self.features.oldest_frame(s.slot), 0)
         return first, ready
 
+    def _choose_model(self, s: _Stream) -> str:
+        """The model of the stream's open segment, chosen at its first update."""
+        if s.segment_model is None:
+            load = self.load_estimate(all_main=True).load if self._costs["main"].measured else None
+            light = self.admission.light_wanted(load) and self._light_eligible(s)
+            s.segment_model = "light" if light else "main"
+        if s.segment_model == "light" and self.light_recognizer is None:
+            s.segment_model = "main"
+        return s.segment_model
+
     def _step(self, streams: list[_Stream], closing: dict[str, bool]) -> list[CaptionUpdate]:
         t0 = self.timer_ns()
-        requests = []
         spans = []
-        for s in streams:
+        groups: dict[str, list[int]] = {}
+        requests = []
+        for i, s in enumerate(streams):
             first, ready = self._window(s)
             spans.append((first, ready))
+            groups.setdefault(self._choose_model(s), []).append(i)
             requests.append(WindowRequest(
                 s.name, self.features.log_mel_window(s.slot, first, ready - first),
                 (first + s.frame_offset) / FRAMES_PER_S, s.policy.prompt_text(),
                 s.language or self.language or s.segment_language,
             ))
-        hypotheses = self.recognizer.decode(requests)
+        hypotheses: list = [None] * len(streams)
+        for model, rows in groups.items():
+            recognizer = self.light_recognizer if model == "light" else self.recognizer
+            m0 = self.timer_ns()
+            for i, hyp in zip(rows, recognizer.decode([requests[i] for i in rows])):
+                hypotheses[i] = hyp
+            self._costs[model].record(len(rows), (self.timer_ns() - m0) / 1e9)
+            if model == "light":
+                self.light_steps += 1
         step_s = (self.timer_ns() - t0) / 1e9
         t1 = self.clock_ns()
         updates: list[CaptionUpdate] = []
         for s, (_, ready), hyp in zip(streams, spans, hypotheses):
+            if s.last_update_ns is not None:
+                s.intervals_s.append((t1 - s.last_update_ns) / 1e9)
+            s.last_update_ns = t1
             end_s = (ready + s.frame_offset) / FRAMES_PER_S
             wall_s = (t1 - s.start_ns) / 1e9 if s.start_ns is not None else end_s
             if (s.language or self.language) is None and s.segment_language is None and hyp.language and not hyp.rejected \
@@ -335,7 +470,11 @@ class Engine:
         return updates
 
     def _reset_segment(self, s: _Stream, at_s: float | None) -> None:
+        if s.segment_language is not None:
+            s.last_language = s.segment_language
         s.segment_language = None
+        s.segment_model = None
+        s.last_update_ns = None  # the next update starts a segment: no interval to count
         if at_s is not None:
             s.policy.advance_idle(max(0.0, at_s - self.config.lead_in_s))
         s.speech_since_update = False
@@ -357,11 +496,15 @@ class Engine:
         """Switch models between steps: open text is committed by the old model first; a model
         with another number of mel bands gets fresh feature rings (stream clocks go on)."""
         updates = self.finish()
+        self._costs["main"] = StepCost()  # another model, another cost: measure it afresh
+        if self.light_recognizer is not None and recognizer.n_mels != self.light_recognizer.n_mels:
+            self.light_recognizer = None  # it could not read the new rings
         if recognizer.n_mels != self.recognizer.n_mels:
             old = self.features
             self._build_features(recognizer.n_mels)
             for s in self._streams.values():
                 s.frame_offset += old.frames_ready(s.slot)
+                s.slot = self.features.acquire()
                 s.vad_frames = 0
                 # The new ring starts at the old ring's first unfinished frame: hand it the audio
                 # taken in since that frame began, so no sample is lost or counted as a gap.
@@ -397,6 +540,16 @@ class Engine:
         rtf = (sum(b for _, b in self._busy) / span_s) if span_s > 0.5 else None
         frame_ms = float(np.median(self._frame_latency_ms)) if self._frame_latency_ms else None
         gaps = sum(s.gap_samples for s in self._streams.values()) // FRAME_SAMPLES
+        estimate = self.load_estimate()
+        main_cost = self._costs["main"]
+        fixed_s, per_update_s = main_cost.fit()
+        interval_p99_s = self.measured_interval_p99_s()
+        capacity = (
+            ("stream_slots", float(self.features.capacity)), ("feature_pool_bytes", float(self.features.bytes_allocated)),
+            ("predicted_interval_s", estimate.interval_s),
+            ("step_fixed_s", fixed_s), ("step_per_update_s", per_update_s),
+        ) + ((("update_interval_p99_s", interval_p99_s),) if interval_p99_s is not None else ()) \
+          + ((("light_steps", float(self.light_steps)),) if self.light_recognizer is not None else ())
         return PipelineStatus(
             time_s=now_ns / 1e9,
             provider=self.recognizer.provider,
@@ -414,7 +567,11 @@ class Engine:
             batch_size=self.last_batch_size,
             state=state,
             message=message,
+            admitted_load=estimate.load if main_cost.measured else None,
+            streams_refused=self.admission.refusals,
+            light_model=(self.light_recognizer.name if self.light_recognizer is not None and self.admission.light_active
+                         else ""),
             extra=(("update_interval_s", self.scheduler.interval_s), ("steps", float(self.steps)),
-                   ("step_s_total", self.step_s_total), ("dropped_blocks", float(dropped_blocks)))
+                   ("step_s_total", self.step_s_total), ("dropped_blocks", float(dropped_blocks))) + capacity
             + ((("vram_free_fraction", vram_free),) if (vram_free := self.backend.vram_free_fraction()) is not None else ()),
         )

@@ -23,6 +23,12 @@ seconds of each stream's speech go to a :class:`~captioner.engine.language_check
 a daemon thread of its own that asks ``base`` on the CPU, so ``step`` never waits for it. A
 stream in another language gets one :class:`~captioner.engine.language_check.LanguageNotice`
 (:meth:`LiveCaptioner.notices`), and its message joins :meth:`LiveCaptioner.status`'s.
+
+There is no fixed number of streams: :meth:`LiveCaptioner.open_stream` raises
+:class:`~captioner.errors.StreamRefused` (one line) when the engine's measured memory or step
+time says one more would not fit (:mod:`captioner.engine.admission`, docs/capacity.md); a
+stream opened with ``priority="live"`` (the default) is served before ``"replay"`` streams when
+compute is short.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from types import MappingProxyType
 import numpy as np
 
 from captioner.audio.ingest import StreamIngest
+from captioner.engine.admission import Priority, parse_priority
 from captioner.engine.core import Engine, EngineConfig
 from captioner.engine.language_check import (
     DetectorLoader,
@@ -83,10 +90,11 @@ class CaptionStream:
 
     Made by :meth:`LiveCaptioner.open_stream`; called by the captioner's thread."""
 
-    def __init__(self, owner: LiveCaptioner, label: str, language: str | None) -> None:
+    def __init__(self, owner: LiveCaptioner, label: str, language: str | None, priority: int = Priority.LIVE) -> None:
         self._owner = owner
         self.label = label
         self.language = language
+        self.priority = priority
         self._ingest = StreamIngest(label)
         self._pending: deque[AudioBlock] = deque()
         self._finishing = False
@@ -161,13 +169,19 @@ class LiveCaptioner:
     language other than English are never checked (an English-only model refuses them), nor are
     streams of a multilingual model. Bad arguments raise ``ValueError`` with a one-line message
     (:class:`~captioner.errors.UserError`, which the CLI prints as it is).
+
+    ``light_model`` (e.g. "tiny.en" beside "base"), or ``light_recognizer``: a second model on
+    the same device that takes new segments of English streams while the admitted load is high
+    (``EngineConfig.admission.light_on_load``) and gives them back when it falls; ``tiny.en`` is
+    English-only, so streams in other languages stay on the main model.
     """
 
     def __init__(self, model: str = "tiny.en", device: str | None = None, *, language: str | None = None,
                  task: str = "transcribe", config: EngineConfig | None = None, progress=None,
                  recognizer: Recognizer | None = None, backend=None,
                  clock_ns: Callable[[], int] = time.monotonic_ns, timer_ns: Callable[[], int] | None = None,
-                 language_check: bool | DetectorLoader = False) -> None:
+                 language_check: bool | DetectorLoader = False, light_model: str | None = None,
+                 light_recognizer: Recognizer | None = None) -> None:
         if task not in ("transcribe", "translate"):
             raise ValueError(f"unknown task {task!r}: use 'transcribe' or 'translate'")
         self.model = model
@@ -185,7 +199,10 @@ class LiveCaptioner:
             backend = cpu_backend()
         self.backend = backend
         config = config or EngineConfig()
-        self.engine = Engine(backend, recognizer, config, clock_ns=clock_ns, timer_ns=timer_ns)
+        if light_recognizer is None and light_model is not None:
+            _, light_recognizer = load_recognizer(light_model, backend.name, task, progress)
+        self.engine = Engine(backend, recognizer, config, clock_ns=clock_ns, timer_ns=timer_ns,
+                             light_recognizer=light_recognizer)
         self.set_language(language)
         self._streams: dict[str, CaptionStream] = {}
         self._closed = False
@@ -212,17 +229,24 @@ class LiveCaptioner:
         return max((s.pending_s for s in self._streams.values()), default=0.0)
 
     # -- streams ---------------------------------------------------------------------------------
-    def open_stream(self, label: str, language: str | None = None) -> CaptionStream:
+    def open_stream(self, label: str, language: str | None = None, *,
+                    priority: int | str = Priority.LIVE) -> CaptionStream:
         """A new stream named ``label`` (unique among the open streams). ``language``: a code
-        ("en", "de", …), "auto"/``None`` for the captioner's default."""
+        ("en", "de", …), "auto"/``None`` for the captioner's default. ``priority``: ``"live"``
+        (a microphone, a meeting; the default), ``"replay"`` (a file) or an integer, higher
+        served first when a model step cannot take every due stream.
+
+        Raises :class:`~captioner.errors.StreamRefused` (a one-line ``ValueError``) when the
+        engine is at capacity; the streams already open are not touched."""
         self._check_open()
         if not isinstance(label, str) or not label.strip():
             raise ValueError(f"a stream needs a non-empty label, got {label!r}")
         if label in self._streams:
             raise ValueError(f"a stream labelled {label!r} is already open")
         code = self._checked_language(language)
-        self.engine.add_stream(label, language=code)
-        stream = CaptionStream(self, label, code)
+        rank = parse_priority(priority)
+        self.engine.add_stream(label, language=code, priority=rank)
+        stream = CaptionStream(self, label, code, rank)
         if self._wants_language_check(language_code(language)):
             stream._language_watch = self._checker().watch(label)
         self._streams[label] = stream

@@ -8,6 +8,12 @@ work). After each step the worker reports how long it took; the interval stretch
 model steps take at most ``target_busy`` of the wall time, and shrinks back when compute frees
 up — a slow machine gets fewer, larger updates instead of a growing backlog.
 
+A step takes at most ``max_batch`` streams (a bounded batch keeps the device's working memory
+and a step's duration bounded). When more are due, streams of higher ``priority`` go first
+(live microphones and meetings before file replays), then those that waited longest; the rest
+are due again on the next tick. With more active streams than one batch holds, a round of
+updates takes several steps, and the interval stretches by the time of the whole round.
+
 Decisions depend only on the stream views and the reported step times, never on a clock read
 here, so a replay with a simulated clock is deterministic. Pure Python; the worker thread calls it.
 """
@@ -28,6 +34,8 @@ class StreamView:
     """Speech in the buffer that the captions do not cover yet (VAD), or text still open."""
     close_pending: bool = False
     """A pause was seen after speech: the segment must be closed with a final update."""
+    priority: int = 0
+    """Higher is served first when a step cannot take every due stream."""
 
 
 @dataclass(slots=True)
@@ -42,6 +50,9 @@ class SchedulerConfig:
     merge_fraction: float = 0.5
     min_new_audio_s: float = 0.1
     """A closing update still needs this much new audio... unless the segment is closing."""
+    max_batch: int = 64
+    """Most streams in one model step (the seed's batch of 64; benchmarks/bench_capacity.py
+    measures others)."""
 
 
 class Scheduler:
@@ -49,32 +60,39 @@ class Scheduler:
 
     def __init__(self, config: SchedulerConfig | None = None) -> None:
         self.config = config or SchedulerConfig()
+        if self.config.max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {self.config.max_batch}")
         self.interval_s = self.config.base_interval_s
         self._step_s_ema: float | None = None
+        self._steps_per_round = 1
 
     def due(self, views: list[StreamView]) -> list[str]:
         cfg = self.config
         waiting = {v.name: v.audio_end_s - v.last_update_s for v in views}
-        due = [v.name for v in views if v.close_pending]
-        due += [
-            v.name for v in views
-            if not v.close_pending and v.speech_pending and waiting[v.name] >= self.interval_s
-        ]
+        active = sum(1 for v in views if v.speech_pending or v.close_pending)
+        self._steps_per_round = max(1, -(-active // cfg.max_batch))
+        due = [v for v in views if v.close_pending or (v.speech_pending and waiting[v.name] >= self.interval_s)]
         if not due:
             return []
-        merge_s = cfg.merge_fraction * self.interval_s
-        for v in views:
-            if v.name not in due and v.speech_pending and waiting[v.name] >= max(merge_s, cfg.min_new_audio_s):
-                due.append(v.name)
+        # Higher priority first, then a closing segment (its speaker paused: the final is what
+        # they wait for), then the longest wait.
+        rank = lambda v: (-v.priority, not v.close_pending, -waiting[v.name])  # noqa: E731
+        chosen = sorted(due, key=rank)[:cfg.max_batch]
+        if len(chosen) < cfg.max_batch:
+            merge_s = max(cfg.merge_fraction * self.interval_s, cfg.min_new_audio_s)
+            taken = {v.name for v in due}
+            riders = [v for v in views if v.name not in taken and v.speech_pending and waiting[v.name] >= merge_s]
+            chosen += sorted(riders, key=rank)[:cfg.max_batch - len(chosen)]
         order = {v.name: i for i, v in enumerate(views)}
-        return sorted(due, key=order.__getitem__)
+        return sorted((v.name for v in chosen), key=order.__getitem__)
 
     def record_step(self, step_s: float) -> None:
         """Fold in the duration of one batched step; stretch or relax the interval."""
         cfg = self.config
         alpha = 0.3
         self._step_s_ema = step_s if self._step_s_ema is None else (1 - alpha) * self._step_s_ema + alpha * step_s
-        needed_s = self._step_s_ema / cfg.target_busy
+        # A round of updates (one per active stream) takes several steps past one batch.
+        needed_s = self._step_s_ema * self._steps_per_round / cfg.target_busy
         self.interval_s = min(cfg.max_interval_s, max(cfg.base_interval_s, needed_s))
 
     @property

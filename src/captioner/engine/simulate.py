@@ -9,7 +9,12 @@ on the clock is chosen:
   machine, so the captions are the same on every run — the mode for tests;
 - ``compute="measured"``: the clock advances by the step's real duration, so audio keeps
   arriving while the model works, as in a live session, but idle waiting costs no wall time —
-  the mode for latency measurements faster than real time.
+  the mode for latency measurements faster than real time;
+- a function of the batch size (``compute=lambda n: 0.05 + 0.01 * n``): a modelled device, so
+  that tests of admission and scheduling under load see steps that grow with the batch.
+
+:class:`ChargedRecognizer` is the piece that charges a step to the clock; the capacity benchmark
+(benchmarks/bench_capacity.py) wraps the engine's models in it too.
 """
 
 from __future__ import annotations
@@ -38,6 +43,24 @@ class SimClock:
         self.now_ns += max(0, int(round(seconds * NS_PER_S)))
 
 
+Compute = str | float | Callable[[int], float]
+"""``"free"``, ``"measured"``, seconds per step, or seconds for a batch of ``n`` windows."""
+
+
+@dataclass(frozen=True, slots=True)
+class StepRecord:
+    """One batched model call as :class:`ChargedRecognizer` saw it."""
+
+    model: str
+    batch: int
+    wall_s: float
+    """Real duration of the call."""
+    cpu_s: float
+    """CPU time of the whole process during the call (every thread: ONNX Runtime's too)."""
+    charged_s: float
+    """What the simulated clock advanced by."""
+
+
 @dataclass
 class ReplayResult:
     updates: list[CaptionUpdate] = field(default_factory=list)
@@ -48,30 +71,42 @@ class ReplayResult:
     statuses: list = field(default_factory=list)
 
 
-class _ChargedRecognizer:
-    """The engine's recognizer, with each step's cost charged to the simulated clock while the
-    step runs (so the engine dates its updates after the work, as in a live session)."""
+class ChargedRecognizer:
+    """A recognizer with each step's cost charged to the simulated clock while the step runs
+    (so the engine dates its updates after the work, as in a live session). ``records`` keeps
+    every call when given a list. Called by the engine's thread."""
 
-    def __init__(self, inner, clock: SimClock, compute) -> None:
+    def __init__(self, inner, clock: SimClock, compute: Compute, records: list[StepRecord] | None = None) -> None:
         self._inner = inner
         self._clock = clock
         self._compute = compute
+        self.records = records
 
     def __getattr__(self, name):
         return getattr(self._inner, name)
 
     def decode(self, requests):
         t0 = time.perf_counter()
+        c0 = time.process_time()
         out = self._inner.decode(requests)
-        cost_s = time.perf_counter() - t0 if self._compute == "measured" else float(self._compute)
+        wall_s = time.perf_counter() - t0
+        if self._compute == "measured":
+            cost_s = wall_s
+        elif callable(self._compute):
+            cost_s = float(self._compute(len(requests)))
+        else:
+            cost_s = float(self._compute)
         self._clock.advance(cost_s)
+        if self.records is not None:
+            self.records.append(StepRecord(self._inner.name, len(requests), wall_s, time.process_time() - c0, cost_s))
         return out
+
 
 
 def replay(
     make_captioner: Callable[[SimClock, Callable[[], int]], LiveCaptioner],
     audio: dict[str, object],
-    compute: str | float = "free",
+    compute: Compute = "free",
     tick_s: float = 0.01,
 ) -> ReplayResult:
     """Replay ``audio`` (stream label -> a file path or 16 kHz float32 samples) through a
@@ -84,7 +119,9 @@ def replay(
     clock = SimClock()
     live = make_captioner(clock, time.perf_counter_ns if compute == "measured" else clock)
     if compute != "free":
-        live.engine.recognizer = _ChargedRecognizer(live.engine.recognizer, clock, compute)
+        live.engine.recognizer = ChargedRecognizer(live.engine.recognizer, clock, compute)
+        if live.engine.light_recognizer is not None:
+            live.engine.light_recognizer = ChargedRecognizer(live.engine.light_recognizer, clock, compute)
     samples = {label: (np.asarray(a, dtype=np.float32) if isinstance(a, np.ndarray) else read_audio_16k(a))
                for label, a in audio.items()}
     streams = {label: live.open_stream(label) for label in samples}

@@ -107,6 +107,36 @@ class Backend:
             free_bytes, total_bytes = self._cupy.cuda.runtime.memGetInfo()
         return free_bytes / total_bytes if total_bytes else None
 
+    def vram_bytes(self) -> tuple[int, int] | None:
+        """``(free_bytes, total_bytes)`` of this back-end's GPU, as :meth:`vram_free_fraction`
+        measures them; ``None`` on the CPU. Called by the thread that works this GPU."""
+        if self._cupy is None:
+            return None
+        with self.activate():
+            free_bytes, total_bytes = self._cupy.cuda.runtime.memGetInfo()
+        return int(free_bytes), int(total_bytes)
+
+    def inject_fault(self) -> None:
+        """A real device fault, for the fault-injection hook only (``CAPTIONER_FAULT_INJECT``,
+        read by the test suite and ``benchmarks/bench_hot_restart.py``). On CUDA a kernel
+        writes through an invalid address: an illegal memory access, the sticky error that
+        poisons this process's CUDA context for good; the synchronisation raises it here. On
+        the CPU nothing can poison anything: a ``RuntimeError`` stands for the failed step."""
+        if self._cupy is None:
+            raise RuntimeError("injected fault in the model step (CAPTIONER_FAULT_INJECT)")
+        kernel = self._cupy.RawKernel(
+            r"""
+            extern "C" __global__ void captioner_fault(unsigned long long address) {
+                *((volatile float*) address) = 1.0f;  // nothing is mapped there
+            }
+            """,
+            "captioner_fault",
+        )
+        with self.activate():
+            kernel((1,), (1,), (np.uint64(0x10),))
+            self._cupy.cuda.Device(self.device_index).synchronize()
+        raise RuntimeError("the injected CUDA fault did not fault")  # a driver that let it pass
+
     def synchronize(self) -> None:
         """Wait for all work queued on the device (no-op on the CPU); used around timings."""
         if self._cupy is not None:

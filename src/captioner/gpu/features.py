@@ -416,3 +416,129 @@ class _CudaPath:
     def order_after_pushes(self) -> None:
         """Make the caller's current stream wait for the pushes queued on ours."""
         self.cp.cuda.get_current_stream().wait_event(self.stream.record())
+
+
+def bank_bytes(n_streams: int, n_mels: int, n_mfcc: int, ring_frames: int, max_push_frames: int) -> int:
+    """Memory one :class:`StreamingFeatures` of ``n_streams`` slots holds on its back-end
+    (histories, log-mel and MFCC rings, the CUDA path's device staging buffers), worked out from
+    the shapes alone, so that a caller can count a bank's cost before allocating it."""
+    per_stream = HISTORY + ring_frames * n_mels + ring_frames * max(n_mfcc, 1)
+    staging = max_push_frames * HOP + 3 * 2  # samples (float32) and params (int64, as 2 floats)
+    return 4 * n_streams * (per_stream + staging)
+
+
+class FeaturePool:
+    """Feature rings for any number of streams, in banks of ``block_streams`` slots.
+
+    A bank is a :class:`StreamingFeatures` allocated whole when the pool grows (on the GPU and
+    the CPU alike), so a stream opened later never allocates inside a step; banks are kept once
+    made (a stream that closes frees its slot for the next one). Slot ``s`` lives in bank
+    ``s // block_streams``; a batched push is one call per bank it touches.
+
+    Called only by the thread that owns the back-end (the engine's).
+    """
+
+    def __init__(self, backend: Backend, n_mels: int = 80, n_mfcc: int = 13, ring_frames: int = 3200,
+                 block_streams: int = 64, **bank_options) -> None:
+        if block_streams < 1:
+            raise ValueError(f"block_streams must be >= 1, got {block_streams}")
+        self.backend = backend
+        self.n_mels = n_mels
+        self.n_mfcc = int(n_mfcc)
+        self.ring_frames = ring_frames
+        self.block_streams = block_streams
+        self._options = bank_options
+        self._max_push_frames = bank_options.get("max_push_frames") or min(100, ring_frames)
+        self.banks: list[StreamingFeatures] = []
+        self._free: list[int] = []  # free slots, kept sorted: the lowest is handed out first
+
+    # -- slots -------------------------------------------------------------------------------
+    @property
+    def capacity(self) -> int:
+        """Slots allocated (in use or free)."""
+        return len(self.banks) * self.block_streams
+
+    @property
+    def in_use(self) -> int:
+        return self.capacity - len(self._free)
+
+    @property
+    def bytes_allocated(self) -> int:
+        return len(self.banks) * self.block_bytes
+
+    @property
+    def block_bytes(self) -> int:
+        """What one more bank costs on the back-end (see :func:`bank_bytes`)."""
+        return bank_bytes(self.block_streams, self.n_mels, self.n_mfcc, self.ring_frames, self._max_push_frames)
+
+    @property
+    def needs_block(self) -> bool:
+        """Whether the next :meth:`acquire` allocates a new bank."""
+        return not self._free
+
+    @property
+    def path(self) -> str:
+        return self.banks[0].path if self.banks else "none"
+
+    def grow(self) -> None:
+        """Allocate one more bank of ``block_streams`` slots."""
+        first = self.capacity
+        self.banks.append(StreamingFeatures(self.backend, n_mels=self.n_mels, n_mfcc=self.n_mfcc,
+                                            max_streams=self.block_streams, ring_frames=self.ring_frames,
+                                            **self._options))
+        self._free = sorted(self._free + list(range(first, first + self.block_streams)))
+
+    def acquire(self) -> int:
+        """A free slot, reset (the pool grows by a bank when none is free)."""
+        if not self._free:
+            self.grow()
+        slot = self._free.pop(0)
+        self.reset(slot)
+        return slot
+
+    def release(self, slot: int) -> None:
+        bank, _ = self._where(slot)
+        if slot in self._free:
+            raise ValueError(f"slot {slot} is already free")
+        self._free.append(slot)
+        self._free.sort()
+
+    # -- the StreamingFeatures interface, per slot -------------------------------------------
+    def _where(self, slot: int) -> tuple[StreamingFeatures, int]:
+        if not 0 <= slot < self.capacity:
+            raise ValueError(f"stream slot must be in 0..{self.capacity - 1}, got {slot}")
+        return self.banks[slot // self.block_streams], slot % self.block_streams
+
+    def frames_ready(self, slot: int) -> int:
+        bank, local = self._where(slot)
+        return bank.frames_ready(local)
+
+    def oldest_frame(self, slot: int) -> int:
+        bank, local = self._where(slot)
+        return bank.oldest_frame(local)
+
+    def reset(self, slot: int) -> None:
+        bank, local = self._where(slot)
+        bank.reset(local)
+
+    def log_mel_window(self, slot: int, first_frame: int, n_frames: int, out=None):
+        bank, local = self._where(slot)
+        return bank.log_mel_window(local, first_frame, n_frames, out)
+
+    def push_batch(self, slots, samples) -> None:
+        """``samples[i]`` to slot ``slots[i]`` (as :meth:`StreamingFeatures.push_batch`): one
+        batched push per bank."""
+        slots = np.asarray(slots, dtype=np.int64).reshape(-1)
+        if samples.shape[0] != slots.shape[0]:
+            raise ValueError(f"samples must be [len(slots), n], got {samples.shape}")
+        banks = slots // self.block_streams
+        for b in np.unique(banks):
+            rows = np.nonzero(banks == b)[0]
+            if int(b) >= len(self.banks) or slots.min() < 0:
+                raise ValueError(f"stream slots must be in 0..{self.capacity - 1}")
+            chunk = samples if rows.size == slots.size else samples[rows]
+            self.banks[int(b)].push_batch(slots[rows] % self.block_streams, chunk)
+
+    def synchronize(self) -> None:
+        for bank in self.banks:
+            bank.synchronize()

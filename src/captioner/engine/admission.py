@@ -1,0 +1,225 @@
+"""Admission: whether one more stream fits, decided by measurement rather than a fixed cap.
+
+Two budgets bound the streams of one engine (one GPU, or the CPU):
+
+* **Memory.** A stream's feature rings live in pools that grow in banks
+  (:class:`~captioner.gpu.features.FeaturePool`); a new stream that needs a new bank is refused
+  when the free device memory, less that bank's cost counted before allocating it, would fall
+  under ``min_free_vram_fraction`` (15 %) of the total. Memory is measured through the back-end;
+  ``vram_budget_bytes`` instead makes the engine act as if its device had that much memory, of
+  which it uses what its pools hold (tests, and an operator sharing a GPU).
+* **Time.** Every batched model step is timed; :class:`StepCost` fits the step time as a fixed
+  cost plus a cost per stream-update (exponentially weighted least squares, so it follows a
+  warming or throttling device). From that fit, :func:`predict` estimates the update interval
+  the open streams would see with one more, and a stream is refused when it would pass the
+  limit (default 1.5 × the scheduler's base interval), or when the interval measured on the
+  running streams already does.
+
+Priorities: live streams (a microphone, a meeting) come before file replays. The scheduler serves
+them first when a step cannot take every due stream, and admission keeps ``live_reserve`` of
+the interval headroom for them: a replay is refused earlier than a live stream.
+
+A refusal is a :class:`~captioner.errors.StreamRefused` with one line that says which budget
+ran out; nothing already running changes. Pure logic: the engine hands in what it measured.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+from captioner.errors import StreamRefused
+from captioner.events import MIN_FREE_VRAM_FRACTION
+
+
+class Priority(enum.IntEnum):
+    """How a stream ranks when compute is short: higher first. Any int works; these are the two
+    the app uses."""
+
+    REPLAY = 0
+    """A file replayed through the live path: it can wait."""
+    LIVE = 10
+    """A microphone or a meeting: people are reading along."""
+
+
+def parse_priority(priority: int | str | Priority) -> int:
+    """``"live"``, ``"replay"``, a :class:`Priority` or any int -> an int; a one-line
+    ``ValueError`` otherwise."""
+    if isinstance(priority, str):
+        try:
+            return int(Priority[priority.strip().upper()])
+        except KeyError:
+            raise ValueError(f"unknown stream priority {priority!r}: use 'live', 'replay' or an integer") from None
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise ValueError(f"a stream priority is 'live', 'replay' or an integer, got {priority!r}")
+    return int(priority)
+
+
+@dataclass(slots=True)
+class AdmissionConfig:
+    min_free_vram_fraction: float = MIN_FREE_VRAM_FRACTION
+    """New streams are refused while free device memory would fall under this share."""
+    vram_budget_bytes: int | None = None
+    """Act as if the device had this much memory, used only by the engine's pools (``None``:
+    measure the device)."""
+    max_interval_factor: float = 1.5
+    """Limit on the update interval (p99) of running streams, in base intervals."""
+    max_interval_s: float | None = None
+    """The limit in seconds (overrides the factor)."""
+    live_reserve: float = 0.2
+    """Share of the headroom between the base interval and the limit kept for live streams."""
+    light_on_load: float = 0.6
+    """Load (:attr:`LoadEstimate.load`, counting every stream on the main model) from which
+    new segments of English streams go to the light model, when the engine has one; under the
+    load where a single batch would reach the interval limit (about 0.7 at the defaults)."""
+    light_off_load: float = 0.4
+    """...and under which they go back (the gap keeps it from flapping)."""
+
+
+class StepCost:
+    """Step time as ``fixed_s + per_update_s × batch``, fitted from measured steps.
+
+    Exponentially weighted least squares: each step's weight decays by ``1 - alpha`` per later
+    step, so about the last ``1 / alpha`` steps count. With one batch size seen so far the
+    intercept cannot be told apart, and the whole time is charged per update (which
+    over-estimates larger batches: the safe side)."""
+
+    def __init__(self, alpha: float = 0.05) -> None:
+        self.alpha = alpha
+        self.steps = 0
+        self._w = self._x = self._y = self._xx = self._xy = 0.0
+        self.step_s_ema: float | None = None
+
+    def record(self, batch: int, step_s: float) -> None:
+        if batch < 1 or not math.isfinite(step_s) or step_s < 0:
+            return
+        keep = 1.0 - self.alpha
+        self._w = keep * self._w + 1.0
+        self._x = keep * self._x + batch
+        self._y = keep * self._y + step_s
+        self._xx = keep * self._xx + batch * batch
+        self._xy = keep * self._xy + batch * step_s
+        self.step_s_ema = step_s if self.step_s_ema is None else keep * self.step_s_ema + self.alpha * step_s
+        self.steps += 1
+
+    @property
+    def measured(self) -> bool:
+        return self.steps > 0
+
+    def fit(self) -> tuple[float, float]:
+        """``(fixed_s, per_update_s)``; ``(0, 0)`` before any step."""
+        if not self._w:
+            return 0.0, 0.0
+        mean_x, mean_y = self._x / self._w, self._y / self._w
+        var_x = self._xx / self._w - mean_x * mean_x
+        if var_x > 1e-9 * max(1.0, mean_x * mean_x):
+            per = (self._xy / self._w - mean_x * mean_y) / var_x
+            fixed = mean_y - per * mean_x
+            if per > 0 and fixed >= 0:
+                return fixed, per
+            if per > 0:  # a negative intercept is noise: pass the line through zero instead
+                return 0.0, (self._xy / self._w) / (self._xx / self._w)
+        return 0.0, mean_y / mean_x
+
+    def step_s(self, batch: int) -> float:
+        fixed, per = self.fit()
+        return fixed + per * batch if batch > 0 else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class LoadEstimate:
+    """What the time budget says for a number of streams."""
+
+    streams: int
+    busy_s: float
+    """Model time one round of updates (one per stream) takes."""
+    load: float
+    """``busy_s`` over the scheduler's busy budget for one base interval (1.0: the scheduler
+    starts stretching the interval)."""
+    interval_s: float
+    """Predicted update interval, counting a wait for one step in progress."""
+
+
+def predict(costs: list[tuple[StepCost, int]], base_interval_s: float, target_busy: float,
+            max_batch: int) -> LoadEstimate:
+    """The update interval the streams would see. ``costs``: for each model, its cost fit and
+    how many streams it serves. Every stream counts as speaking (a refusal must hold when the
+    quiet ones start talking)."""
+    busy_s = 0.0
+    longest_step_s = 0.0
+    streams = 0
+    for cost, n in costs:
+        if n <= 0:
+            continue
+        streams += n
+        fixed, per = cost.fit()
+        busy_s += math.ceil(n / max_batch) * fixed + n * per
+        longest_step_s = max(longest_step_s, cost.step_s(min(n, max_batch)))
+    # The scheduler stretches the interval until steps take at most target_busy of the time.
+    interval_s = max(base_interval_s, busy_s / target_busy) + longest_step_s
+    return LoadEstimate(streams, busy_s, busy_s / (target_busy * base_interval_s), interval_s)
+
+
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """Device memory as the engine sees it for one decision."""
+
+    free_bytes: int
+    total_bytes: int
+
+
+class Admission:
+    """Decides on new streams; counts refusals. Called by the engine's thread."""
+
+    def __init__(self, config: AdmissionConfig | None = None) -> None:
+        self.config = config or AdmissionConfig()
+        self.refusals = 0
+        self.last_refusal = ""
+        self.light_active = False
+
+    def interval_limit_s(self, base_interval_s: float) -> float:
+        cfg = self.config
+        return cfg.max_interval_s if cfg.max_interval_s is not None else cfg.max_interval_factor * base_interval_s
+
+    def check_memory(self, name: str, memory: Memory | None, new_block_bytes: int, running: int) -> None:
+        """Refuse ``name`` if allocating ``new_block_bytes`` would leave under the floor free."""
+        if memory is None or memory.total_bytes <= 0:
+            return  # the CPU with no budget: host memory is the operating system's business
+        floor = self.config.min_free_vram_fraction
+        free_after = memory.free_bytes - new_block_bytes
+        if free_after < floor * memory.total_bytes:
+            self._refuse(
+                f"stream {name!r} refused: GPU memory would be {100 * max(0, free_after) / memory.total_bytes:.0f}% "
+                f"free ({max(0, free_after) / 2**20:.0f} MiB of {memory.total_bytes / 2**20:.0f} MiB), under the "
+                f"{100 * floor:.0f}% kept for the {running} streams running")
+
+    def check_time(self, name: str, priority: int, with_new: LoadEstimate, measured_p99_s: float | None,
+                   base_interval_s: float) -> None:
+        """Refuse ``name`` if the update interval would pass its limit (less the live reserve
+        for a replay), predicted from the step-cost fit or already measured."""
+        limit_s = self.interval_limit_s(base_interval_s)
+        if measured_p99_s is not None and measured_p99_s > limit_s:
+            self._refuse(f"stream {name!r} refused: the running streams' update interval is already "
+                         f"{measured_p99_s:.2f} s at p99, over the {limit_s:.2f} s limit")
+        if priority < Priority.LIVE:
+            limit_s = base_interval_s + (limit_s - base_interval_s) * (1.0 - self.config.live_reserve)
+        if with_new.interval_s > limit_s:
+            self._refuse(f"stream {name!r} refused: with it the update interval would be about "
+                         f"{with_new.interval_s:.2f} s, over the {limit_s:.2f} s limit"
+                         + (" kept for replays (live streams may use the rest)" if priority < Priority.LIVE else ""))
+
+    def light_wanted(self, load: float | None) -> bool:
+        """Whether new segments of English streams go to the light model: on from
+        ``light_on_load``, off again under ``light_off_load``."""
+        if load is not None:
+            if load >= self.config.light_on_load:
+                self.light_active = True
+            elif load < self.config.light_off_load:
+                self.light_active = False
+        return self.light_active
+
+    def _refuse(self, message: str) -> None:
+        self.refusals += 1
+        self.last_refusal = message
+        raise StreamRefused(message)

@@ -1,0 +1,294 @@
+"""Capacity without a fixed cap (issue 12): streams are admitted by measured memory and step
+time, served by priority, and moved to a light model under load.
+
+Driven through the public API. The model is the scripted recognizer; where a step must cost
+time, :class:`~captioner.engine.simulate.ChargedRecognizer` charges it to the simulated clock as
+a modelled device would take it (a fixed cost plus a cost per window), and the engine times its
+steps on that same clock, so admission fits exactly what the device "measured".
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scripted import (
+    ScriptedRecognizer,
+    feed,
+    finals,
+    finish_all,
+    keys,
+    phrase,
+    render_speech,
+)
+
+from captioner.engine.admission import AdmissionConfig, Priority, StepCost, predict
+from captioner.engine.core import EngineConfig
+from captioner.engine.live import LiveCaptioner
+from captioner.engine.scheduler import SchedulerConfig
+from captioner.engine.simulate import ChargedRecognizer, SimClock
+from captioner.errors import StreamRefused
+from captioner.gpu.features import bank_bytes
+
+
+def committed(updates, stream: str) -> list[str]:
+    return keys(" ".join(u.text for u in finals(updates, stream)))
+
+
+def one_line_refusal(call, match: str) -> str:
+    with pytest.raises(StreamRefused, match=match) as info:
+        call()
+    message = str(info.value)
+    assert message and "\n" not in message
+    return message
+
+
+def charged(recognizer, clock: SimClock, fixed_s: float, per_window_s: float) -> ChargedRecognizer:
+    return ChargedRecognizer(recognizer, clock, lambda n: fixed_s + per_window_s * n)
+
+
+# -- no fixed cap ---------------------------------------------------------------------------------
+def test_256_streams_opened_through_the_public_api_all_produce_their_captions():
+    """256 concurrent streams (4 banks of 64 feature rings) each get exactly their own words."""
+    n = 256
+    script = {f"s{i:03d}": phrase(f"stream {i} says hello world", 0.5 + 0.01 * (i % 50)) for i in range(n)}
+    recognizer = ScriptedRecognizer(script)
+    clock = SimClock()
+    live = LiveCaptioner(recognizer=recognizer, clock_ns=clock, timer_ns=clock)
+    for label in script:
+        live.open_stream(label)
+    status = live.status()
+    assert len(status.streams) == n and dict(status.extra)["stream_slots"] == n
+    audio = {label: render_speech(words, 3.8, seed=i % 7) for i, (label, words) in enumerate(script.items())}
+    updates = feed(live, clock, audio, chunk_s=0.1)
+    updates += finish_all(live, clock)
+    for label, words in script.items():
+        assert committed(updates, label) == keys(words), label
+    # Steps were batched, at most max_batch streams each.
+    sizes = [len(call) for call in recognizer.calls]
+    assert max(sizes) == SchedulerConfig().max_batch and len(recognizer.calls) < n
+    assert live.status().streams_refused == 0
+
+
+# -- refusal by step time -------------------------------------------------------------------------
+def _speaking_captioner(n_live: int, fixed_s: float, per_window_s: float, config: EngineConfig | None = None):
+    """A captioner with ``n_live`` streams that have spoken (so steps were timed), on a device
+    modelled as ``fixed_s + per_window_s × batch`` per step."""
+    words = phrase("one two three four five six", 0.5)
+    # The running streams speak again 3.5 s later (a second round of the same audio).
+    again = words + phrase("one two three four five six", 4.0)
+    script = {f"L{i}": again for i in range(n_live)} | {f"X{i}": words for i in range(8)}
+    recognizer = ScriptedRecognizer(script)
+    clock = SimClock()
+    live = LiveCaptioner(recognizer=recognizer, clock_ns=clock, timer_ns=clock, config=config)
+    live.engine.recognizer = charged(recognizer, clock, fixed_s, per_window_s)
+    for i in range(n_live):
+        live.open_stream(f"L{i}")
+    audio = render_speech(words, 3.5)
+    updates = feed(live, clock, {f"L{i}": audio for i in range(n_live)})
+    return live, clock, audio, updates, words
+
+
+def test_a_stream_past_the_update_interval_limit_is_refused_and_the_running_ones_go_on():
+    """Steps cost 0.05 s + 0.1 s per window: 4 streams predict a 1.45 s interval (limit 1.5 s
+    at the 1 s base), so the 4th is admitted and the 5th refused with one line; the running
+    streams keep all their words and their update interval stays within the limit."""
+    live, clock, audio, updates, words = _speaking_captioner(3, 0.05, 0.1)
+    fixed_s, per_s = live.engine._costs["main"].fit()
+    assert per_s > 0 and fixed_s + 3 * per_s == pytest.approx(0.35, rel=1e-6)  # the 3-stream steps, exactly
+    live.open_stream("X0")
+    message = one_line_refusal(lambda: live.open_stream("X1"), "update interval")
+    assert "X1" in message and "1.50 s limit" in message
+    assert list(live.streams) == ["L0", "L1", "L2", "X0"]
+    assert live.status().streams_refused == 1
+    updates += feed(live, clock, {label: audio for label in live.streams})
+    updates += finish_all(live, clock)
+    for label in ("L0", "L1", "L2", "X0"):
+        assert committed(updates, label) == keys(words) * (2 if label.startswith("L") else 1), label
+    assert live.engine.measured_interval_p99_s() is None  # the streams closed: nothing left to measure
+    intervals = [i for s in (live.engine._streams.values()) for i in s.intervals_s]
+    assert intervals == []
+
+
+def test_a_replay_is_refused_before_a_live_stream_the_reserve_is_for_live_streams():
+    """The 4th stream (1.45 s predicted) fits the live limit (1.5 s) but not the replay limit
+    (1.5 s less 20 % of the 0.5 s headroom = 1.4 s)."""
+    live, *_ = _speaking_captioner(3, 0.05, 0.1)
+    one_line_refusal(lambda: live.open_stream("X0", priority="replay"), "1.40 s limit kept for replays")
+    live.open_stream("X0", priority="live")
+    assert live.streams["X0"].priority == Priority.LIVE
+
+
+def test_the_interval_measured_on_running_streams_refuses_new_ones_once_over_the_limit():
+    """Steps of 2 s whatever the batch: the prediction for one more stream is over the limit,
+    and so is what the running streams measured — either way a new stream is refused, and the
+    message says which figure."""
+    live, *_ = _speaking_captioner(2, 2.0, 0.0)
+    p99 = live.engine.measured_interval_p99_s()
+    if p99 is not None:
+        assert p99 > 1.5
+    one_line_refusal(lambda: live.open_stream("X0"), "update interval")
+
+
+def test_bad_priorities_are_one_line_value_errors():
+    live = LiveCaptioner(recognizer=ScriptedRecognizer({}), clock_ns=SimClock())
+    for bad in ("urgent", 1.5, None):
+        with pytest.raises(ValueError, match="priority") as info:
+            live.open_stream("A", priority=bad)
+        assert "\n" not in str(info.value)
+    assert live.open_stream("A", priority=3).priority == 3
+
+
+# -- refusal by memory ----------------------------------------------------------------------------
+def _budget_config(blocks: float, block_streams: int = 4) -> EngineConfig:
+    config = EngineConfig(block_streams=block_streams)
+    block = bank_bytes(block_streams, 80, 13, config.ring_frames, 100)
+    config.admission = AdmissionConfig(vram_budget_bytes=int(blocks * block))
+    return config
+
+
+def test_the_memory_floor_with_a_small_budget_refuses_a_new_bank_not_a_free_slot():
+    """A budget of 3.2 banks of 4 rings: two banks fit above the 15 % floor, a third would
+    leave 6 %. The 9th stream is refused before anything is allocated; once a stream closes,
+    its slot takes a new stream without a new bank."""
+    config = _budget_config(3.2)
+    clock = SimClock()
+    live = LiveCaptioner(recognizer=ScriptedRecognizer({}), clock_ns=clock, timer_ns=clock, config=config)
+    for i in range(8):
+        live.open_stream(f"s{i}")
+    pool_before = live.engine.features.bytes_allocated
+    message = one_line_refusal(lambda: live.open_stream("s8"), "GPU memory")
+    assert "15% kept for the 8 streams running" in message
+    assert live.engine.features.bytes_allocated == pool_before and live.engine.features.capacity == 8
+    live.streams["s3"].finish()
+    live.step()
+    assert "s3" not in live.streams
+    live.open_stream("s8")
+    assert live.engine.features.capacity == 8
+    assert live.status().streams_refused == 1
+
+
+@pytest.mark.gpu
+def test_the_memory_floor_on_the_gpu_budget_and_measured():
+    """On CUDA: the same budget refusal with the rings in VRAM, and the floor measured on the
+    device itself (a floor of 100 % refuses the first bank)."""
+    from captioner.gpu.backend import cuda_usable, get_backend
+
+    if not cuda_usable():
+        pytest.skip("no usable CUDA device")
+    backend = get_backend("cuda")
+    backend.use()
+
+    class HostCopy:
+        """The scripted listener reads NumPy; the rings are CuPy arrays."""
+
+        def __init__(self, inner):
+            self._inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self._inner, name)
+
+        def decode(self, requests):
+            from dataclasses import replace
+
+            return self._inner.decode([replace(r, log_mel=backend.asnumpy(r.log_mel)) for r in requests])
+
+    clock = SimClock()
+    live = LiveCaptioner(recognizer=HostCopy(ScriptedRecognizer({})), backend=backend, clock_ns=clock,
+                         timer_ns=clock, config=_budget_config(3.2))
+    for i in range(8):
+        live.open_stream(f"s{i}")
+    one_line_refusal(lambda: live.open_stream("s8"), "GPU memory")
+    config = EngineConfig()
+    config.admission = AdmissionConfig(min_free_vram_fraction=1.0)
+    measured = LiveCaptioner(recognizer=HostCopy(ScriptedRecognizer({})), backend=backend, clock_ns=clock,
+                             timer_ns=clock, config=config)
+    one_line_refusal(lambda: measured.open_stream("a"), "GPU memory")
+    assert measured.engine.features.capacity == 0
+
+
+# -- priorities -----------------------------------------------------------------------------------
+def test_live_streams_are_served_before_replays_when_a_step_cannot_take_both():
+    """One window per step: the live stream, opened after the replay, gets its updates first;
+    both are captioned whole."""
+    words = phrase("priority matters here today", 0.5)
+    recognizer = ScriptedRecognizer({"replay": words, "live": words})
+    clock = SimClock()
+    config = EngineConfig(scheduler=SchedulerConfig(max_batch=1))
+    live = LiveCaptioner(recognizer=recognizer, clock_ns=clock, timer_ns=clock, config=config)
+    live.open_stream("replay", priority="replay")
+    live.open_stream("live")
+    audio = render_speech(words, 3.0)
+    updates = feed(live, clock, {"replay": audio, "live": audio})
+    updates += finish_all(live, clock)
+    order = [call[0].stream for call in recognizer.calls]
+    assert order[0] == "live" and all(len(call) == 1 for call in recognizer.calls)
+    first_final = {s: min(u.emitted_wall_s for u in finals(updates, s)) for s in ("live", "replay")}
+    assert first_final["live"] <= first_final["replay"]
+    assert committed(updates, "live") == committed(updates, "replay") == keys(words)
+
+
+# -- the light model under load -------------------------------------------------------------------
+def test_new_segments_of_english_streams_go_to_the_light_model_under_load_and_come_back():
+    """base costs 0.08 s per window, the light model 0.02 s. Two streams (load 0.23) stay on
+    base; with six (load 0.69 ≥ 0.6) the new segments of English streams go to the light model
+    — not the German one, which it cannot hear — and status shows it; back at two (0.23 < 0.4)
+    new segments are on base again. Every stream is captioned whole throughout."""
+    words = phrase("light model switch test", 0.5)
+    three_times = words + phrase("light model switch test", 3.5) + phrase("light model switch test", 6.5)
+    script = {f"en{i}": words for i in range(5)} | {"de0": words} | {"en0": three_times, "en1": three_times}
+    base = ScriptedRecognizer(script, name="base", is_multilingual=True)
+    light = ScriptedRecognizer(script, name="tiny.en")
+    clock = SimClock()
+    live = LiveCaptioner(recognizer=base, light_recognizer=light, clock_ns=clock, timer_ns=clock)
+    live.engine.recognizer = charged(base, clock, 0.0, 0.08)
+    live.engine.light_recognizer = charged(light, clock, 0.0, 0.02)
+    audio = render_speech(words, 3.0)
+
+    def speak(labels):
+        before_base, before_light = len(base.requests), len(light.requests)
+        updates = feed(live, clock, {label: audio for label in labels})
+        return updates, {r.stream for r in base.requests[before_base:]}, {r.stream for r in light.requests[before_light:]}
+
+    for label in ("en0", "en1"):
+        live.open_stream(label, language="en")
+    updates, on_base, on_light = speak(["en0", "en1"])
+    assert on_base == {"en0", "en1"} and on_light == set() and live.status().light_model == ""
+
+    for label in ("en2", "en3", "en4"):
+        live.open_stream(label, language="en")
+    live.open_stream("de0", language="de")
+    more, on_base, on_light = speak(list(live.streams))
+    updates += more
+    assert on_light == {"en0", "en1", "en2", "en3", "en4"} and on_base == {"de0"}
+    assert live.status().light_model == "tiny.en"
+    assert dict(live.status().extra)["light_steps"] > 0
+
+    for label in ("en2", "en3", "en4", "de0"):
+        live.streams[label].finish()
+    more, on_base, on_light = speak(["en0", "en1"])
+    updates += more
+    assert on_base == {"en0", "en1"} and on_light == set()
+    assert live.status().light_model == ""
+    updates += finish_all(live, clock)
+    for label in script:
+        assert committed(updates, label) == keys(words) * (3 if label in ("en0", "en1") else 1), label
+
+
+def test_a_light_model_with_other_mel_bands_is_refused():
+    with pytest.raises(ValueError, match="mel bands"):
+        LiveCaptioner(recognizer=ScriptedRecognizer({}), light_recognizer=ScriptedRecognizer({}, n_mels=128),
+                      clock_ns=SimClock())
+
+
+# -- the cost fit ---------------------------------------------------------------------------------
+def test_the_step_cost_fit_recovers_fixed_and_per_update_costs():
+    cost = StepCost()
+    rng = np.random.default_rng(0)
+    for batch in rng.integers(1, 65, 200):
+        cost.record(int(batch), 0.013 + 0.0065 * int(batch))
+    fixed_s, per_s = cost.fit()
+    assert fixed_s == pytest.approx(0.013, rel=1e-6) and per_s == pytest.approx(0.0065, rel=1e-6)
+    # 1,500 streams in batches of 64 at 1 s: 24 steps.
+    estimate = predict([(cost, 1500)], 1.0, 0.7, 64)
+    assert estimate.busy_s == pytest.approx(24 * 0.013 + 1500 * 0.0065)
+    assert estimate.interval_s == pytest.approx(max(1.0, estimate.busy_s / 0.7) + 0.013 + 64 * 0.0065)
