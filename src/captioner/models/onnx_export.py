@@ -38,7 +38,7 @@ import numpy as np
 from captioner.errors import UserError
 from captioner.models.registry import ModelFiles
 
-CONVERTER_VERSION = 5
+CONVERTER_VERSION = 6  # 6: decoder graphs output the alignment heads' cross-attention
 PRECISIONS = {"fp32": np.float32, "fp16": np.float16}
 # fp32 runs on the CPU with the concatenating decoder; fp16 runs on CUDA with the fixed-cache
 # decoder step that is captured as a CUDA graph (see onnx_graphs).
@@ -286,17 +286,17 @@ def _build_into(files: ModelFiles, precision: str, out: Path, report: ProgressFn
         _save(onnx, onnx_graphs.build_cross_kv(weights, files.dims, dtype, fused_attention), out / "cross_kv.onnx")
         if "decoder" in GRAPHS[precision]:
             report(f"{files.name}: building decoder", 0.55)
-            dec = onnx_graphs.build_decoder(weights, files.dims, dtype)
+            dec = onnx_graphs.build_decoder(weights, files.dims, dtype, files.alignment_heads)
         else:
             report(f"{files.name}: building decoder step (fixed cache)", 0.55)
-            dec = onnx_graphs.build_decoder_step(weights, files.dims, dtype, fused_attention)
+            dec = onnx_graphs.build_decoder_step(weights, files.dims, dtype, fused_attention, files.alignment_heads)
         report(f"{files.name}: saving decoder", 0.7)
         name = "decoder" if "decoder" in GRAPHS[precision] else "decoder_step"
         _save(onnx, dec, out / f"{name}.onnx")
         del dec
         if "decoder_prefill" in GRAPHS[precision]:
             report(f"{files.name}: building prompt prefill", 0.85)
-            _save(onnx, onnx_graphs.build_decoder_prefill(weights, files.dims, dtype, fused_attention), out / "decoder_prefill.onnx")
+            _save(onnx, onnx_graphs.build_decoder_prefill(weights, files.dims, dtype, fused_attention, files.alignment_heads), out / "decoder_prefill.onnx")
     finally:
         weights.close()
     manifest = {

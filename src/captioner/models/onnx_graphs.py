@@ -8,6 +8,15 @@
   (P + T). T > 1 prefills a prompt (causal mask); T == 1 is one step. The position offset is the
   cache length P, read off the cache's shape, so it can never disagree with the cache.
 
+Alignment heads (optional, every decoder graph): given the model's ``alignment_heads`` (pairs of
+decoder layer and head from its ``config.json``, the heads whose cross-attention follows the
+audio), a decoder graph also outputs ``alignment_attn`` [B, A, T, 1500] float32: the
+cross-attention weights of those A heads (in the order of ``sorted(alignment_heads)``) for each
+new position over the encoder frames (20 ms each). Streaming policies read where a token
+"looks" in the audio from it, and word times come from it by DTW (as Whisper's word timestamps).
+The fixed-cache prefill outputs only its last position (T = 1), so step and prefill share one
+output buffer.
+
 Cache layout, and why it grows by concatenation rather than living in a fixed-capacity buffer:
 standard ONNX has no in-place update, so a fixed [.., 448, ..] cache would be rewritten (Scatter
 into a new output) at every step anyway, and attention over it would need a mask and a full 448
@@ -124,11 +133,26 @@ class _Graph:
         return self.op("Reshape", [self.op("Transpose", [x_bhtd], perm=[0, 2, 1, 3]), shape_n_d])
 
     def attend(self, q_bhtd: str, k_bhdp: str, v_bhpd: str, mask: str | None = None) -> str:
+        return self.attend_probs(q_bhtd, k_bhdp, v_bhpd, mask)[0]
+
+    def attend_probs(self, q_bhtd: str, k_bhdp: str, v_bhpd: str, mask: str | None = None) -> tuple[str, str]:
+        """The attention's context and its weights [B, H, T, P] (what alignment heads read)."""
         scores = self.op("MatMul", [q_bhtd, k_bhdp], hint="scores")
         if mask is not None:
             scores = self.op("Add", [scores, mask])
         probs = self.op("Softmax", [scores], axis=-1, hint="probs")
-        return self.op("MatMul", [probs, v_bhpd], hint="ctx")
+        return self.op("MatMul", [probs, v_bhpd], hint="ctx"), probs
+
+    def alignment_output(self, per_layer: list[str], n_heads: int, n_frames: int, last_only: bool = False) -> onnx.ValueInfoProto:
+        """Concatenate the selected heads' weights ([B, a_l, T, S] per layer) into the float32
+        output ``alignment_attn`` [B, A, T, S] (``last_only``: the last position, T = 1)."""
+        attn = per_layer[0] if len(per_layer) == 1 else self.op("Concat", per_layer, axis=1, hint="align")
+        if last_only:
+            attn = self.op("Slice", [attn, self.ints([-1]), self.ints([np.iinfo(np.int64).max]), self.ints([2])], hint="align_last")
+        if self.dtype != np.float32:
+            attn = self.op("Cast", [attn], to=TensorProto.FLOAT)
+        self.nodes.append(helper.make_node("Identity", [attn], ["alignment_attn"]))
+        return helper.make_tensor_value_info("alignment_attn", TensorProto.FLOAT, ["batch", n_heads, 1 if last_only else "new", n_frames])
 
     def model(self, name: str, inputs, outputs, doc: str) -> onnx.ModelProto:
         graph = helper.make_graph(self.nodes, name, inputs, outputs, initializer=list(self.inits.values()))
@@ -142,6 +166,16 @@ class _Graph:
 
 def _scale(head_dim: int) -> float:
     return 1.0 / math.sqrt(head_dim)
+
+
+def _heads_by_layer(alignment_heads, n_layers: int, n_heads: int) -> dict[int, list[int]]:
+    """Layer -> its alignment heads, each checked against the model's shape."""
+    by_layer: dict[int, list[int]] = {}
+    for layer, head in sorted((int(a), int(b)) for a, b in alignment_heads):
+        if not (0 <= layer < n_layers and 0 <= head < n_heads):
+            raise ValueError(f"alignment head ({layer}, {head}) is outside the decoder's {n_layers} layers x {n_heads} heads")
+        by_layer.setdefault(layer, []).append(head)
+    return by_layer
 
 
 def build_encoder(
@@ -213,8 +247,11 @@ def build_cross_kv(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_atte
     return g.model("whisper_cross_kv", [enc], outputs, "Whisper cross-attention keys/values of every decoder layer")
 
 
-def build_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype) -> onnx.ModelProto:
+def build_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, alignment_heads=()) -> onnx.ModelProto:
+    """``alignment_heads``: (layer, head) pairs whose cross-attention weights are output too."""
     g = _Graph(weights, float_dtype)
+    align = _heads_by_layer(alignment_heads, dims.n_text_layer, dims.n_text_head)
+    align_attn: list[str] = []
     dt, h = dims.n_text_state, dims.n_text_head
     dh = dt // h
     s = dims.n_audio_ctx
@@ -273,10 +310,15 @@ def build_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype) -> onnx.Mod
 
         y = g.layer_norm(x, f"{p}/attention/layer_norm")
         q = g.heads(g.linear(y, f"{p}/attention/linear_0", _scale(dh)), shape_bthd, [0, 2, 1, 3])
-        ctx = g.merge_heads(g.attend(q, f"cross_k_{i}", f"cross_v_{i}"), shape_n_d)
+        ctx, probs = g.attend_probs(q, f"cross_k_{i}", f"cross_v_{i}")
+        if i in align:
+            align_attn.append(g.op("Gather", [probs, g.ints(align[i], "heads")], axis=1))
+        ctx = g.merge_heads(ctx, shape_n_d)
         x = g.op("Add", [x, g.linear(ctx, f"{p}/attention/linear_2")], hint="res")
         x = g.ffn(x, p)
 
+    if align_attn:
+        outputs.append(g.alignment_output(align_attn, sum(map(len, align.values())), s))
     x = g.layer_norm(x, "decoder/layer_norm")
     # Only the last position's logits are needed (prefill and step alike): project one row per item.
     last = g.op("Gather", [g.op("Reshape", [x, g.op("Concat", [bt, g.ints([dt])], axis=0)]), g.const(np.asarray(-1, np.int64), "last")], axis=1)
@@ -288,7 +330,8 @@ def build_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype) -> onnx.Mod
     return g.model("whisper_decoder", inputs, outputs, "Whisper decoder step/prefill with a concatenated self-attention cache")
 
 
-def build_decoder_step(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_attention: bool = False) -> onnx.ModelProto:
+def build_decoder_step(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_attention: bool = False,
+                       alignment_heads=()) -> onnx.ModelProto:
     """One decoder step over a fixed-capacity cache, for CUDA graph capture.
 
     Every shape is static for a given batch (no Shape/Range nodes, which ONNX Runtime would run on
@@ -303,20 +346,25 @@ def build_decoder_step(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_
     ``fused_attention``: both attentions are ONNX Runtime's MultiHeadAttention contrib op over
     [B, H, positions, dh] keys and values (cache keys then share the values' layout, and cross keys
     come from ``build_cross_kv(fused_attention=True)``), a few kernels instead of about ten each.
+    The alignment heads' weights are then computed beside the fused op, for those heads only.
     """
-    return _fixed_cache_decoder(weights, dims, float_dtype, fused_attention, prefill=False)
+    return _fixed_cache_decoder(weights, dims, float_dtype, fused_attention, prefill=False, alignment_heads=alignment_heads)
 
 
-def build_decoder_prefill(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_attention: bool = False) -> onnx.ModelProto:
+def build_decoder_prefill(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_attention: bool = False,
+                          alignment_heads=()) -> onnx.ModelProto:
     """The step graph's twin for a whole prompt: tokens [B, T] at positions offset .. offset+T-1,
     written into the same fixed cache in place (a one-hot [T, n_text_ctx] matrix places each new
     key/value in its column, exactly: one product by 1 plus zeros), causal mask, logits of the last
     position. Its shapes depend on T, so it is run normally, not captured."""
-    return _fixed_cache_decoder(weights, dims, float_dtype, fused_attention, prefill=True)
+    return _fixed_cache_decoder(weights, dims, float_dtype, fused_attention, prefill=True, alignment_heads=alignment_heads)
 
 
-def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fused: bool, prefill: bool) -> onnx.ModelProto:
+def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fused: bool, prefill: bool,
+                         alignment_heads=()) -> onnx.ModelProto:
     g = _Graph(weights, float_dtype)
+    align = _heads_by_layer(alignment_heads, dims.n_text_layer, dims.n_text_head)
+    align_attn: list[str] = []
     dt, h = dims.n_text_state, dims.n_text_head
     dh = dt // h
     s, cap = dims.n_audio_ctx, dims.n_text_ctx
@@ -415,12 +463,22 @@ def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fuse
         q2d = g.linear(y, f"{p}/attention/linear_0", _scale(dh))
         if fused:
             ctx = mha(q2d, f"cross_k_{i}", f"cross_v_{i}")
+            if i in align:  # the fused op keeps its weights to itself: the chosen heads again, plainly
+                heads = g.ints(align[i], "heads")
+                q = g.op("Gather", [g.heads(q2d, shape_bthd, [0, 2, 1, 3]), heads], axis=1)  # [B, a, T, dh]
+                k = g.op("Transpose", [g.op("Gather", [f"cross_k_{i}", heads], axis=1)], perm=[0, 1, 3, 2])  # [B, a, dh, S]
+                align_attn.append(g.op("Softmax", [g.op("MatMul", [q, k])], axis=-1, hint="probs"))
         else:
             q = g.heads(q2d, shape_bthd, [0, 2, 1, 3])
-            ctx = g.merge_heads(g.attend(q, f"cross_k_{i}", f"cross_v_{i}"), shape_n_d)
+            ctx, probs = g.attend_probs(q, f"cross_k_{i}", f"cross_v_{i}")
+            if i in align:
+                align_attn.append(g.op("Gather", [probs, g.ints(align[i], "heads")], axis=1))
+            ctx = g.merge_heads(ctx, shape_n_d)
         x = g.op("Add", [x, g.linear(ctx, f"{p}/attention/linear_2")], hint="res")
         x = g.ffn(x, p)
 
+    if align_attn:
+        outputs.append(g.alignment_output(align_attn, sum(map(len, align.values())), s, last_only=prefill))
     x = g.layer_norm(x, "decoder/layer_norm")
     if prefill:  # logits of the last position only
         x = g.op("Gather", [g.op("Reshape", [x, shape_btd]), g.const(np.asarray(-1, np.int64), "last")], axis=1)

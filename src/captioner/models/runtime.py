@@ -5,7 +5,9 @@ picks the provider (CUDA when it really works, else the CPU — see :mod:`captio
 builds or reuses the cached ONNX graphs (fp16 on CUDA, fp32 on the CPU) and opens three sessions.
 
 Data stays where it is produced: encoder states, cross K/V and the self-attention cache are
-device-resident ``OrtValue`` handles on CUDA; only logits ([B, n_vocab] float32) come to the host.
+device-resident ``OrtValue`` handles on CUDA; only logits ([B, n_vocab] float32) come to the host,
+and, when a caller asks (``attention=True``), the alignment heads' cross-attention of the newest
+position ([B, A, 1500] float32, see :mod:`captioner.models.onnx_graphs`).
 A runtime is driven by one thread at a time (the GPU worker or the CLI's main thread).
 """
 
@@ -74,6 +76,11 @@ class _Slot:
         self.step.bind("tokens", self.tokens)
         self.step.bind("offset", self.offset)
         self.step.bind_output_value("logits", self.logits)
+        # Bound always, so the captured graph is the same whether a caller reads it or not.
+        self.attention = None
+        if rt.has_alignment:
+            self.attention = m.zeros((batch, len(rt.alignment_heads), 1, d.n_audio_ctx), np.float32)
+            self.step.bind_output_value("alignment_attn", self.attention)
         self.buffers: dict[str, Any] = {}
         # Buffer shapes follow the step graph's declared inputs (the key layout differs between
         # the MatMul and the fused-attention variants).
@@ -97,6 +104,8 @@ class _Slot:
                 if name.startswith("cache_"):
                     self.prefill.bind_output_value("new_" + name, value)
             self.prefill.bind_output_value("logits", self.logits)
+            if self.attention is not None and "alignment_attn" in rt.prefill_model.output_names:
+                self.prefill.bind_output_value("alignment_attn", self.attention)
 
 
 class WhisperRuntime:
@@ -136,6 +145,10 @@ class WhisperRuntime:
         self.provider_note = choice.note
         d = files.dims
         self.dims = d
+        self.alignment_heads = tuple(sorted(files.alignment_heads))
+        decoder_model = self.step_model if self.step_model is not None else self.decoder
+        # Graphs from an older cache (or a model without heads in its config) have no such output.
+        self.has_alignment = bool(self.alignment_heads) and "alignment_attn" in decoder_model.output_names
         self.n_mels = d.n_mels
         self.n_vocab = d.n_vocab
         self.n_text_ctx = d.n_text_ctx
@@ -172,9 +185,12 @@ class WhisperRuntime:
 
     # --- decoder -----------------------------------------------------------------------------
 
-    def start(self, enc: EncoderOutput, prompt_tokens: np.ndarray) -> tuple[np.ndarray, DecoderState]:
+    def start(self, enc: EncoderOutput, prompt_tokens: np.ndarray, attention: bool = False):
         """Compute cross K/V once and prefill the cache with ``prompt_tokens`` [B, T] (same T for
-        all items). Returns the logits [B, n_vocab] float32 after the last prompt token."""
+        all items). Returns the logits [B, n_vocab] float32 after the last prompt token and the
+        state: ``(logits, state)``, or with ``attention`` ``(logits, state, attention)``, the
+        alignment heads' cross-attention of the last prompt token [B, A, 1500] float32."""
+        self._check_attention(attention)
         tokens = np.ascontiguousarray(np.asarray(prompt_tokens, dtype=np.int64))
         if tokens.ndim == 1:
             tokens = tokens[None]
@@ -183,7 +199,8 @@ class WhisperRuntime:
         if tokens.shape[1] > self.n_text_ctx:
             raise ValueError(f"prompt of {tokens.shape[1]} tokens exceeds the text context of {self.n_text_ctx}")
         if self.step_model is not None:
-            return self._start_fixed(enc, tokens)
+            logits, state = self._start_fixed(enc, tokens)
+            return (logits, state, self._slot_attention(state.slot)) if attention else (logits, state)
         cross = self.cross_kv.run({"encoder_out": enc.value})
         d = self.dims
         empty_k = np.zeros((enc.batch, d.n_text_head, self._head_dim, 0), self._float)
@@ -195,10 +212,16 @@ class WhisperRuntime:
         binding = self.decoder.binding()
         binding.bind_all(cross)
         state = DecoderState(cross=cross, past=past, binding=binding, batch=enc.batch, length=0)
+        if attention:
+            logits, attn = self._run_decoder(state, tokens, attention=True)
+            return logits, state, attn
         return self._run_decoder(state, tokens), state
 
-    def step(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:
-        """Append one token per item ([B] int64) and return the next logits [B, n_vocab]."""
+    def step(self, state: DecoderState, tokens: np.ndarray, attention: bool = False):
+        """Append one token per item ([B] int64) and return the next logits [B, n_vocab]; with
+        ``attention``, ``(logits, attention)``: the alignment heads' cross-attention of this
+        token over the encoder frames, [B, A, 1500] float32 (A = ``len(alignment_heads)``)."""
+        self._check_attention(attention)
         t = np.asarray(tokens, dtype=np.int64).reshape(-1)
         if t.shape[0] != state.batch:
             raise ValueError(f"step needs {state.batch} tokens, got {t.shape[0]}")
@@ -212,8 +235,18 @@ class WhisperRuntime:
                 )
             logits = self._step_fixed(state.slot, t[:, None], state.length, fetch=True)
             state.length += 1
-            return logits
-        return self._run_decoder(state, np.ascontiguousarray(t[:, None]))
+            return (logits, self._slot_attention(state.slot)) if attention else logits
+        return self._run_decoder(state, np.ascontiguousarray(t[:, None]), attention=attention)
+
+    def _check_attention(self, attention: bool) -> None:
+        if attention and not self.has_alignment:
+            raise ValueError(f"{self.name}: its decoder graph has no alignment-head output "
+                             "(no alignment_heads in config.json)")
+
+    @staticmethod
+    def _slot_attention(slot: _Slot) -> np.ndarray:
+        # A copy: on the CPU the OrtValue's memory is the buffer the next step writes into.
+        return np.array(ort_session.to_numpy(slot.attention)[:, :, 0])
 
     def _start_fixed(self, enc: EncoderOutput, tokens: np.ndarray) -> tuple[np.ndarray, DecoderState]:
         batch = tokens.shape[0]
@@ -266,15 +299,17 @@ class WhisperRuntime:
         slot.step.run_bound(slot.graph_id)
         return ort_session.to_numpy(slot.logits) if fetch else None
 
-    def _run_decoder(self, state: DecoderState, tokens: np.ndarray) -> np.ndarray:
+    def _run_decoder(self, state: DecoderState, tokens: np.ndarray, attention: bool = False):
         binding = state.binding
         binding.bind("tokens", tokens)
         binding.bind_all(state.past)
-        out = binding.run(host_outputs=("logits",))
+        out = binding.run(host_outputs=("logits", "alignment_attn") if attention else ("logits",))
         for i in range(self.dims.n_text_layer):
             state.past[f"past_k_{i}"] = out[f"present_k_{i}"]
             state.past[f"past_v_{i}"] = out[f"present_v_{i}"]
         state.length += tokens.shape[1]
+        if attention:
+            return out["logits"], np.ascontiguousarray(out["alignment_attn"][:, :, -1])
         return out["logits"]
 
 

@@ -1,0 +1,54 @@
+"""Where each sampled token looked in the audio: the alignment heads' cross-attention, recorded
+while a window is decoded.
+
+:class:`AttentionRecorder` stands in for a runtime in :mod:`captioner.models.decoding` (it has
+the same ``encode``/``start``/``step``): it asks the runtime for the alignment heads' weights at
+every decoder run and keeps them, and hands the decoder the logits as before, so the decoding
+loop itself does not change. Row k of a window's :meth:`AttentionRecorder.token_rows` is the
+attention of the run whose logits chose token k (Whisper's convention for word timestamps:
+the query that predicts a token says where that token is heard).
+
+Called by the thread that owns the runtime; one recorder per decode call.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class AttentionRecorder:
+    """A runtime wrapper that records ``[B, A, frames]`` attention per decoder run."""
+
+    def __init__(self, runtime) -> None:
+        if not getattr(runtime, "has_alignment", False):
+            raise ValueError(f"{getattr(runtime, 'name', 'this model')}: its decoder graphs output no alignment-head attention")
+        self.runtime = runtime
+        self.runs: list[np.ndarray] = []
+        self.batch = 0
+
+    def __getattr__(self, name):
+        return getattr(self.runtime, name)
+
+    def start(self, enc, prompt_tokens, **kwargs):
+        logits, state, attention = self.runtime.start(enc, prompt_tokens, attention=True, **kwargs)
+        self.runs = [attention]  # a new pass (a fallback re-decode) starts over
+        self.batch = int(attention.shape[0])
+        return logits, state
+
+    def step(self, state, tokens, **kwargs):
+        logits, attention = self.runtime.step(state, tokens, attention=True, **kwargs)
+        self.runs.append(attention)
+        return logits
+
+    def token_rows(self, row: int, n_tokens: int, ended: bool, n_choices: int) -> np.ndarray:
+        """``[n_tokens (+1 when ``ended`` with <|endoftext|>), A, frames]`` for batch row ``row``.
+
+        ``n_choices``: how many tokens the decoding loop chose per row in the pass (the longest
+        row's count, its end token included). The loop stops stepping once every row is done,
+        so the runs are the prompt's (start + forced tokens) and then one per choice but the
+        last: the first choice came from run ``len(runs) - n_choices``."""
+        first = len(self.runs) - n_choices
+        count = n_tokens + (1 if ended else 0)
+        if first < 0 or first + count > len(self.runs):
+            raise ValueError(f"{count} tokens do not fit the {len(self.runs)} recorded decoder runs")
+        return np.stack([self.runs[first + k][row] for k in range(count)]) if count else np.zeros((0,) + self.runs[0].shape[1:], np.float32)

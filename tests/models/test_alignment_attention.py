@@ -1,0 +1,124 @@
+"""The alignment heads' cross-attention as an extra decoder output (issue 14): the concatenating
+decoder (the CPU's) and the fixed-cache step and prefill (CUDA's graphs, plain and fused
+attention, run here on the CPU) give the same weights; they are distributions over the encoder
+frames that follow the speech; and graphs built without heads still work as before."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from graph_fixtures import tiny_files  # noqa: F401 - fixture
+from mel_helper import load_audio_16k, whisper_features
+
+from captioner.models import onnx_export, onnx_graphs, session
+from captioner.models.alignment import AttentionRecorder
+from captioner.models.decoding import DecodingOptions, decode
+from captioner.models.runtime import WhisperRuntime
+from captioner.models.tokenizer import WhisperTokenizer
+
+CLIP = "en_ljspeech_LJ001-0001"
+FRAMES_PER_S = 50  # encoder frames: 20 ms each
+CPU = session.ProviderChoice(session.CPU, None, "cpu")
+
+
+@pytest.fixture(scope="module")
+def concat(tiny_files, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("concat")
+    onnx_export._build_into(tiny_files, "fp32", folder, lambda message, fraction: None)
+    return WhisperRuntime(tiny_files, CPU, onnx_export.OnnxFiles(folder, "fp32", built=True))
+
+
+@pytest.fixture(scope="module", params=["matmul", "fused"])
+def fixed(request, tiny_files, tmp_path_factory):
+    fused = request.param == "fused"
+    folder = tmp_path_factory.mktemp(request.param)
+    heads = tiny_files.alignment_heads
+    weights = tiny_files.open_weights()
+    try:
+        d = tiny_files.dims
+        graphs = {
+            "encoder": onnx_graphs.build_encoder(weights, d, np.float32, fused_attention=fused),
+            "cross_kv": onnx_graphs.build_cross_kv(weights, d, np.float32, fused_attention=fused),
+            "decoder_step": onnx_graphs.build_decoder_step(weights, d, np.float32, fused, alignment_heads=heads),
+            "decoder_prefill": onnx_graphs.build_decoder_prefill(weights, d, np.float32, fused, alignment_heads=heads),
+        }
+    finally:
+        weights.close()
+    for name, graph in graphs.items():
+        onnx.save_model(graph, str(folder / f"{name}.onnx"))
+    return WhisperRuntime(tiny_files, CPU, onnx_export.OnnxFiles(folder, "fp32", built=True), fixed_cache=True)
+
+
+def _greedy_with_attention(rt, mel, limit=60):
+    s = rt.special
+    logits, state, attn = rt.start(rt.encode(mel), np.array([[s.sot, s.no_timestamps]]), attention=True)
+    tokens, rows = [], []
+    while len(tokens) < limit:
+        row = logits[0].copy()
+        row[list(rt.suppress_ids)] = -np.inf
+        token = int(row.argmax())
+        rows.append(attn[0])
+        if token == s.eot:
+            break
+        tokens.append(token)
+        logits, attn = rt.step(state, np.array([token]), attention=True)
+    return tokens, np.stack(rows)
+
+
+def test_config_lists_the_heads(tiny_files, concat):
+    # tiny.en's config.json ships 8 (layer, head) pairs; the runtime reads them sorted.
+    assert len(tiny_files.alignment_heads) == 8
+    assert concat.has_alignment and concat.alignment_heads == tuple(sorted(tiny_files.alignment_heads))
+
+
+def test_fixed_cache_attention_matches_the_concatenating_decoder(concat, fixed, speech_clips):
+    audio = load_audio_16k(speech_clips[CLIP].wav)
+    mel = whisper_features(audio)[None]
+    tokens_c, attn_c = _greedy_with_attention(concat, mel)
+    tokens_f, attn_f = _greedy_with_attention(fixed, mel)
+    assert tokens_f == tokens_c and len(tokens_c) > 10
+    assert attn_c.shape == (len(tokens_c) + 1, 8, 1500)
+    np.testing.assert_allclose(attn_f, attn_c, atol=2e-4)
+    np.testing.assert_allclose(attn_c.sum(axis=-1), 1.0, atol=1e-4)
+    # The heads follow the speech: the attended frame moves forward through the clip and stays
+    # inside its audio (the rest of the window is padding) until the sentence is over: the final
+    # full stop and the end token look past the audio, into the padding.
+    frames = np.median(attn_c, axis=1).argmax(axis=-1)
+    audio_frames = len(audio) / 16_000 * FRAMES_PER_S
+    assert frames[:-2].max() <= audio_frames + 25
+    assert frames[-1] > audio_frames + 25
+    frames = frames[:-2]
+    assert frames[-1] > 0.7 * audio_frames
+    assert np.mean(np.diff(frames) >= 0) > 0.8
+
+
+def test_decode_through_the_recorder_keeps_one_row_per_token(concat, speech_clips):
+    mels = np.concatenate([whisper_features(load_audio_16k(speech_clips[c].wav))[None]
+                           for c in (CLIP, "en_ls_1089-134686-0001")])
+    tok = WhisperTokenizer(concat.files.tokenizer_path, concat.files.config_path, n_vocab=concat.n_vocab)
+    options = DecodingOptions(temperatures=(0.0,))
+    recorder = AttentionRecorder(concat)
+    recorded = decode(recorder, tok, mels, options)
+    plain = decode(concat, tok, mels, options)
+    assert [w.tokens for w in recorded] == [w.tokens for w in plain]  # recording changes nothing
+    n_choices = max(len(w.tokens) + (not w.hit_length_limit) for w in recorded)
+    for b, w in enumerate(recorded):
+        rows = recorder.token_rows(b, len(w.tokens), not w.hit_length_limit, n_choices)
+        assert rows.shape == (len(w.tokens) + 1, 8, 1500)
+        # The same rows as a one-row greedy run with the same prompt and rules.
+        assert np.isfinite(rows).all() and np.allclose(rows.sum(-1), 1.0, atol=1e-4)
+    # A runtime without the output cannot be recorded.
+    with pytest.raises(ValueError, match="no alignment"):
+        AttentionRecorder(object())
+
+
+def test_graphs_without_heads_have_no_output(tiny_files, concat):
+    weights = tiny_files.open_weights()
+    try:
+        plain = onnx_graphs.build_decoder_step(weights, tiny_files.dims, np.float32)
+    finally:
+        weights.close()
+    assert "alignment_attn" not in [o.name for o in plain.graph.output]
+    with pytest.raises(ValueError, match="outside"):
+        onnx_graphs._heads_by_layer([(9, 0)], tiny_files.dims.n_text_layer, tiny_files.dims.n_text_head)
