@@ -28,7 +28,7 @@ import numpy as np
 
 from captioner.audio.source import RawChunk, SourceEnd
 from captioner.engine.live import LiveCaptioner
-from captioner.errors import one_line
+from captioner.errors import StreamRefused, one_line
 from captioner.events import SAMPLE_RATE_HZ, CaptionUpdate, PipelineStatus
 
 MAX_ITEMS_PER_STEP = 200
@@ -257,7 +257,13 @@ class Worker(threading.Thread):
             if clock is not None:
                 clock.waiting = True
         elif isinstance(item, OpenStream):
-            live.open_stream(item.label, item.language)
+            try:
+                live.open_stream(item.label, item.language)
+            except StreamRefused as refused:
+                # At capacity: this stream only is refused (its audio that follows is dropped,
+                # as for any stream that is not open); the running ones go on.
+                self.source_errors = {**self.source_errors, item.label: one_line(refused)}
+                return
             self._clocks[item.label] = _InputClock()
             self._opened += 1
             self.all_ended.clear()
