@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "devices": ("devices", "list audio input devices (monitors marked) and GPUs"),
     "transcribe": ("transcribe", "transcribe an audio file (offline, or --realtime through the live engine)"),
     "listen": ("listen", "caption live audio from one or more inputs in the terminal"),
+    "serve": ("serve", "caption clients' audio over WebSockets on this machine's GPU(s) (docs/serve.md)"),
 }
 
 
@@ -75,7 +76,7 @@ def _hold_closed_std_fds() -> None:
 
 def _needs_stdout(args) -> bool:
     """Whether the command's results go to stdout (so with stdout closed they would be lost)."""
-    if args.command == "gui":
+    if args.command in ("gui", "serve"):
         return False
     if args.command == "transcribe":
         return args.output is None

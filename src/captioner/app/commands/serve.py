@@ -1,0 +1,176 @@
+"""`captioner serve`: caption many clients' audio on this machine's GPU(s) over WebSockets.
+
+The protocol is docs/protocol.md; running it, its security and what was measured, docs/serve.md.
+Checks that need no model (the bind address against the token, the token and TLS files, the
+port) are made before the model loads; each refusal is one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from captioner.errors import UserError
+
+DEFAULT_PORT = 8765
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to bind (default 127.0.0.1; any other address needs --token-file)")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0 picks a free one)")
+    parser.add_argument("--model", "-m", default="tiny.en", help="tiny.en, base, or a CTranslate2 Whisper folder")
+    parser.add_argument("--language", "-l", default=None,
+                        help="default language of the streams (a client may ask for its own)")
+    parser.add_argument("--device", default=None, metavar="cpu|cuda|cuda:N|all",
+                        help="where the model runs; all: one worker per GPU, new connections to the least loaded")
+    parser.add_argument("--token-file", metavar="PATH",
+                        help="file holding the bearer token clients must send (its first line)")
+    parser.add_argument("--certfile", metavar="PEM", help="TLS certificate chain (serve wss://)")
+    parser.add_argument("--keyfile", metavar="PEM", help="TLS private key (with --certfile)")
+    parser.add_argument("--transcripts", metavar="DIR",
+                        help="write each connection's committed lines here (default: nothing is written)")
+    parser.add_argument("--metrics-port", type=int, metavar="N", help="serve Prometheus metrics on 127.0.0.1:N")
+    parser.add_argument("--max-streams", type=int, metavar="N",
+                        help="streams per device at most (default: as many as the engine admits by "
+                             "measured GPU memory and step time)")
+    parser.add_argument("--ray", action="store_true",
+                        help="run as a Ray Serve application instead (needs captioner[cluster]; docs/cluster.md)")
+    parser.add_argument("--replicas", type=int, default=None, metavar="N",
+                        help="with --ray: replicas (default: one per GPU in the cluster, else 1)")
+    parser.add_argument("--quiet", action="store_true", help="no line per connection on stderr")
+
+
+def read_token(path: str) -> str:
+    """The token in ``path`` (its first line, stripped); refuses an empty or unreadable file."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        raise UserError(f"cannot read the token file {path}: {getattr(error, 'strerror', None) or error}") from None
+    lines = text.strip().splitlines()
+    token = lines[0].strip() if lines else ""
+    if len(token) < 16:
+        raise UserError(f"the token in {path} is {'empty' if not token else 'under 16 characters'}: "
+                        "make one with `python -c 'import secrets; print(secrets.token_urlsafe(32))'`")
+    return token
+
+
+def tls_context(certfile: str | None, keyfile: str | None):
+    if certfile is None and keyfile is None:
+        return None
+    if certfile is None:
+        raise UserError("--keyfile needs --certfile")
+    import ssl
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        context.load_cert_chain(certfile, keyfile)
+    except (OSError, ssl.SSLError) as error:
+        raise UserError(f"cannot load the TLS certificate {certfile}: {getattr(error, 'strerror', None) or error}") from None
+    return context
+
+
+def serve_devices(device: str | None) -> list[str | None]:
+    """``--device`` as the list of devices to run a worker on: ``all`` is every GPU NVML sees
+    (the CPU when there is none); anything else is one device, checked like in every command."""
+    if device == "all":
+        from captioner.gpu.telemetry import nvml_gpu_names
+
+        names = nvml_gpu_names()
+        return [f"cuda:{i}" for i in range(len(names))] if names else ["cpu"]
+    from captioner.app.commands.device_option import engine_device
+
+    return [engine_device(device)]
+
+
+def check_arguments(args) -> tuple[str | None, object]:
+    from captioner.serve.server import is_loopback
+
+    if not 0 <= args.port <= 65535:
+        raise UserError(f"--port must be 0..65535, not {args.port}")
+    if args.metrics_port is not None and not 0 <= args.metrics_port <= 65535:
+        raise UserError(f"--metrics-port must be 0..65535, not {args.metrics_port}")
+    if args.max_streams is not None and args.max_streams < 1:
+        raise UserError(f"--max-streams must be at least 1, not {args.max_streams}")
+    token = read_token(args.token_file) if args.token_file else None
+    if token is None and not is_loopback(args.host):
+        raise UserError(f"refusing to serve on {args.host} without a token: anyone who can reach it could use "
+                        "the GPU; give --token-file, or bind 127.0.0.1")
+    context = tls_context(args.certfile, args.keyfile)
+    if args.transcripts is not None:
+        Path(args.transcripts).mkdir(parents=True, exist_ok=True)
+    return token, context
+
+
+def _sigterm_as_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def run(args) -> int:
+    token, context = check_arguments(args)
+    if args.ray:
+        from captioner.serve.ray_app import run_ray
+
+        return run_ray(args, token)
+    devices = serve_devices(args.device)
+
+    from captioner.engine.core import EngineConfig
+    from captioner.engine.pipeline import Pipeline, telemetry_gpu_index
+    from captioner.gpu.telemetry import TelemetrySampler
+    from captioner.serve.engine_link import EngineLink
+    from captioner.serve.server import CaptionServer, ServerThread
+
+    def make_pipeline(device):
+        return Pipeline([], model=args.model, language=args.language, device=device, config=EngineConfig())
+
+    link = EngineLink(devices, make_pipeline, lambda device: TelemetrySampler(gpu_index=telemetry_gpu_index(device)),
+                      max_streams_per_device=args.max_streams)
+    transcripts = None
+    if args.transcripts is not None:
+        from captioner.app.transcript import TranscriptWriter
+
+        folder = Path(args.transcripts)
+        transcripts = lambda title: TranscriptWriter(directory=folder, title=title)
+    metrics = None
+    if args.metrics_port is not None:
+        from captioner.app.metrics import MetricsExporter
+
+        metrics = MetricsExporter(args.metrics_port)
+    log = (lambda line: None) if args.quiet else (lambda line: print(f"captioner: {line}", file=sys.stderr, flush=True))
+    server = CaptionServer(link, args.host, args.port, token=token, ssl_context=context, transcripts=transcripts,
+                           metrics=metrics, log=log)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    print(f"captioner: loading {args.model} on {', '.join(d or 'auto' for d in devices)} …", file=sys.stderr, flush=True)
+    thread = None
+    try:
+        link.start()
+        if metrics is not None:
+            metrics.start()
+        thread = ServerThread(server)
+        try:
+            port = thread.start()
+        except OSError as error:
+            raise UserError(f"cannot listen on {args.host}:{args.port}: {error.strerror or error}") from None
+        print(f"captioner: serving {args.model} on {thread.url}/v1/listen"
+              + (" (token required)" if token else "") + "; Ctrl-C stops", file=sys.stderr, flush=True)
+        if args.port == 0:
+            print(port, flush=True)  # for scripts that asked for a free port
+        while not thread.wait(0.5):
+            pass
+        if thread.error is not None:
+            raise UserError(f"the server stopped: {thread.error}")
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if thread is not None:
+            thread.stop()
+        link.stop()
+        if metrics is not None:
+            metrics.stop()
+    c = server.counts
+    print(f"captioner: served {c['accepted']} connection(s), refused {c['refused']}", file=sys.stderr, flush=True)
+    return 0

@@ -1,0 +1,316 @@
+"""The server's one link to the engine: a :class:`~captioner.engine.pipeline.Pipeline` per device,
+each connection a source of it.
+
+The server drives the engine the way the desktop app and ``captioner listen`` do, through the
+pipeline's worker and its typed messages (a connection's stream is opened with ``add_source``,
+its audio arrives as ``RawChunk``\\ s in the worker's inbox, ``remove_source`` commits and closes
+it), so whatever runs behind the pipeline (a worker thread today, a worker process tomorrow)
+serves the network clients too. This module is all the server knows of the engine.
+
+Threads: the asyncio loop thread calls :meth:`Lease.push`, :meth:`EngineLink.poll` and
+:meth:`EngineLink.least_loaded`; :meth:`EngineLink.open`, :meth:`EngineLink.close` and
+:meth:`EngineLink.start`/``stop`` may block (a full inbox, a model load) and run on other
+threads (``asyncio.to_thread``). The engine's work runs on each pipeline's own worker thread.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from captioner.audio.source import RawChunk, SourceStats
+from captioner.errors import StreamRefused, UserError, one_line
+from captioner.events import CaptionUpdate, PipelineStatus, TelemetrySample
+
+_INT16_SCALE = np.float32(1.0 / 32768.0)
+
+
+class NetworkSource:
+    """One connection's audio as an engine source: int16 PCM received on the loop thread becomes
+    ``RawChunk``\\ s put into the worker's inbox without waiting (``live``: a full inbox drops the
+    chunk and counts it, the engine fills the gap with silence, the loop never blocks)."""
+
+    live = True
+
+    def __init__(self, stream: str, rate_hz: int) -> None:
+        self.stream = stream
+        self.rate_hz = rate_hz
+        self._sink = None
+        self._lock = threading.Lock()  # push (loop thread) against stop (a helper thread)
+        self._next_sample = 0
+        self._dropped = 0
+
+    def start(self, sink) -> None:
+        with self._lock:
+            self._sink = sink
+
+    def stop(self) -> None:
+        """After this returns no chunk of this source reaches the inbox (the stream's close goes
+        after them: audio after a stream's end would be refused by the engine)."""
+        with self._lock:
+            self._sink = None
+
+    @property
+    def exhausted(self) -> bool:
+        return False
+
+    def stats(self) -> SourceStats:
+        return SourceStats(delivered_samples=self._next_sample, dropped_blocks=self._dropped)
+
+    def push(self, pcm: bytes, capture_ns: int) -> bool:
+        """Loop thread: hands ``pcm`` (whole little-endian int16 samples) to the worker; False
+        when it was dropped (a full inbox) or the source is stopped."""
+        samples = np.frombuffer(pcm, dtype="<i2").astype(np.float32) * _INT16_SCALE
+        with self._lock:
+            if self._sink is None:
+                return False
+            chunk = RawChunk(self.stream, self.rate_hz, self._next_sample, capture_ns, samples)
+            self._next_sample += samples.shape[0]
+            taken = self._sink(chunk)
+            if not taken:
+                self._dropped += 1
+            return taken
+
+
+@dataclass(eq=False)
+class Lease:
+    """One connection's stream on one engine. ``label`` is the client's, ``key`` the engine's
+    (unique on the server). ``state`` goes opening -> open (the engine lists the stream) ->
+    closing (its end was sent) -> done (the engine no longer lists it: every final was drained),
+    or to ``refused``/``failed`` with ``reason``."""
+
+    label: str
+    key: str
+    language: str | None
+    source: NetworkSource
+    worker: EngineWorker
+    state: str = "opening"
+    reason: str = ""
+    seen: bool = False
+    """Whether the engine's status has listed the stream (it is "done" only once it has, and no
+    longer does)."""
+    on_change: Callable[[Lease], None] | None = None
+    opened_s: float = field(default_factory=time.monotonic)
+
+    def push(self, pcm: bytes) -> bool:
+        return self.source.push(pcm, time.monotonic_ns())
+
+    def _set(self, state: str, reason: str = "") -> None:
+        self.state, self.reason = state, reason
+        if self.on_change is not None:
+            self.on_change(self)
+
+
+class EngineWorker:
+    """One device: its pipeline, its telemetry and the leases on it."""
+
+    def __init__(self, device: str | None, index: int, make_pipeline: Callable[[str | None], object],
+                 make_sampler: Callable[[str | None], object] | None) -> None:
+        self.device = device
+        self.index = index
+        self.pipeline = make_pipeline(device)
+        self.sampler = make_sampler(device) if make_sampler is not None else None
+        self.leases: dict[str, Lease] = {}
+        self.failed = ""
+
+    def status(self) -> PipelineStatus | None:
+        return self.pipeline.latest_status()
+
+    def telemetry(self) -> TelemetrySample | None:
+        return self.sampler.latest() if self.sampler is not None else None
+
+
+class EngineLink:
+    """The engines behind the server: one worker (pipeline) per device in ``devices``.
+
+    ``make_pipeline(device)`` builds an unstarted pipeline with no sources (the command passes
+    ``Pipeline`` with its model, language and config); ``make_sampler(device)`` a started-later
+    telemetry sampler for that device's GPU (``None``: no telemetry). The engine admits streams
+    by measurement and refuses what does not fit (:class:`StreamRefused`, reported by the worker);
+    ``max_streams_per_device`` is an operator's cap on top of that."""
+
+    def __init__(self, devices: list[str | None], make_pipeline: Callable[[str | None], object],
+                 make_sampler: Callable[[str | None], object] | None = None,
+                 max_streams_per_device: int | None = None) -> None:
+        if not devices:
+            raise UserError("no device to serve from")
+        self.max_streams_per_device = max_streams_per_device
+        self.workers = [EngineWorker(d, i, make_pipeline, make_sampler) for i, d in enumerate(devices)]
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()  # leases change on the loop thread and in open()
+
+    # -- lifecycle (any thread but the loop's) -----------------------------------------------------
+    def start(self) -> None:
+        """Loads the model on every device (in each worker thread); raises ``UserError``."""
+        started = []
+        try:
+            for worker in self.workers:
+                if worker.sampler is not None:
+                    worker.sampler.start()
+                worker.pipeline.start()
+                started.append(worker)
+        except BaseException:
+            for worker in started:
+                worker.pipeline.stop()
+            for worker in self.workers:
+                if worker.sampler is not None:
+                    worker.sampler.stop()
+            raise
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        for worker in self.workers:
+            worker.pipeline.stop(timeout_s)
+            if worker.sampler is not None:
+                worker.sampler.stop()
+
+    @property
+    def model(self) -> str:
+        status = self.workers[0].status()
+        return status.model if status is not None else str(getattr(self.workers[0].pipeline, "model", ""))
+
+    # -- streams -------------------------------------------------------------------------------------
+    def least_loaded(self) -> EngineWorker:
+        """The worker for a new stream: the one holding the fewest streams (its status's
+        real-time factor breaks ties), among those that have not failed."""
+        alive = [w for w in self.workers if not w.failed] or self.workers
+
+        def load(worker: EngineWorker) -> tuple[int, float]:
+            status = worker.status()
+            rtf = status.real_time_factor if status is not None and status.real_time_factor is not None else 0.0
+            return len(worker.leases), rtf
+        return min(alive, key=load)
+
+    def open(self, label: str, language: str | None, rate_hz: int,
+             on_change: Callable[[Lease], None] | None = None) -> Lease:
+        """A new stream for a connection (blocks while the inbox is full: not on the loop thread).
+        Raises :class:`StreamRefused` when the engine has no room, ``UserError`` for a language
+        the model lacks."""
+        with self._lock:
+            worker = self.least_loaded()
+            if worker.failed:
+                raise StreamRefused(f"the engine failed: {worker.failed}")
+            limit = self.max_streams_per_device
+            if limit is not None and len(worker.leases) >= limit:
+                raise StreamRefused(f"the server is full: it takes {limit} stream{'s' if limit != 1 else ''} "
+                                    f"per device (--max-streams)")
+            key = f"{label}#{next(self._ids)}"
+            lease = Lease(label, key, self._checked_language(worker, language), NetworkSource(key, rate_hz),
+                          worker, on_change=on_change)
+            worker.leases[key] = lease
+        try:
+            worker.pipeline.add_source(lease.source, language=lease.language)
+        except BaseException:
+            with self._lock:
+                worker.leases.pop(key, None)
+            raise
+        return lease
+
+    @staticmethod
+    def _checked_language(worker: EngineWorker, language: str | None) -> str | None:
+        if language is None:
+            return None
+        live = getattr(worker.pipeline, "captioner", None)
+        check = getattr(getattr(live, "recognizer", None), "check_language", None)
+        return check(language) if check is not None else language  # UserError when the model lacks it
+
+    def close(self, lease: Lease) -> None:
+        """The connection's audio has ended (or the connection is gone): what its stream shows
+        is committed (blocks while the inbox is full: not on the loop thread). The lease turns
+        ``done`` in :meth:`poll` once the engine no longer lists the stream."""
+        if lease.state in ("closing", "done", "refused", "failed"):
+            return
+        lease.state = "closing"
+        lease.worker.pipeline.remove_source(lease.key)
+
+    # -- the loop's pump ----------------------------------------------------------------------------
+    def poll(self) -> list[tuple[Lease, CaptionUpdate]]:
+        """Loop thread, a few dozen times a second: the caption updates made since the last call,
+        each with its lease (the update's ``stream`` is the client's label again); the leases'
+        states move on as the engine's status shows (their ``on_change`` is called)."""
+        out: list[tuple[Lease, CaptionUpdate]] = []
+        for worker in self.workers:
+            pipeline = worker.pipeline
+            # Status first, then the captions: every update the worker made before the status
+            # that no longer lists a stream is already in the outbox, so its finals are drained here.
+            status = pipeline.latest_status()
+            error = pipeline.error
+            updates = pipeline.drain_captions()
+            listed = set(status.streams) if status is not None else set()
+            refusals = pipeline.source_errors
+            for update in updates:
+                lease = worker.leases.get(update.stream)
+                if lease is not None:
+                    out.append((lease, _relabelled(update, lease.label)))
+            if error is not None and not worker.failed:
+                worker.failed = one_line(error)
+            for lease in list(worker.leases.values()):
+                if worker.failed:
+                    self._end(lease, "failed", f"the engine failed: {worker.failed}")
+                    continue
+                if lease.key in refusals and not lease.seen:
+                    self._end(lease, "refused", refusals[lease.key])
+                    continue
+                if lease.key in listed:
+                    lease.seen = True
+                    if lease.state == "opening":
+                        lease._set("open")
+                elif lease.state == "closing" and lease.seen:
+                    self._end(lease, "done")
+        return out
+
+    def _end(self, lease: Lease, state: str, reason: str = "") -> None:
+        with self._lock:
+            lease.worker.leases.pop(lease.key, None)
+        lease._set(state, reason)
+
+    def streams(self) -> int:
+        return sum(len(w.leases) for w in self.workers)
+
+
+def _relabelled(update: CaptionUpdate, label: str) -> CaptionUpdate:
+    from dataclasses import replace
+
+    return replace(update, stream=label)
+
+
+def status_fields(worker: EngineWorker, connections: int) -> dict:
+    """The ``status`` message's fields for connections on ``worker``: the engine's status and
+    the GPU's telemetry as the app's dashboard shows them (``null`` where not measured)."""
+    status = worker.status()
+    sample = worker.telemetry()
+    fields: dict = {
+        "time_s": round(time.time(), 3),
+        "device": worker.device or "auto",
+        "connections": connections,
+        "streams": len(status.streams) if status is not None else 0,
+    }
+    if status is not None:
+        fields.update({
+            "model": status.model, "provider": status.provider, "device_name": status.device_name,
+            "step_latency_ms": _round(status.step_latency_ms), "frame_latency_ms": _round(status.frame_latency_ms),
+            "caption_latency_s": _round(status.caption_latency_s), "lag_s": _round(status.lag_s),
+            "real_time_factor": _round(status.real_time_factor), "batch_size": status.batch_size,
+            "dropped_frames": status.dropped_frames, "queue_depth": status.queue_depth, "state": status.state,
+        })
+    gpu_fields = ("gpu_index", "gpu_name", "temperature_c", "slowdown_temp_c", "power_w", "power_limit_w",
+                  "sm_clock_mhz", "mem_clock_mhz", "utilization_pct", "vram_used_bytes", "vram_total_bytes",
+                  "vram_process_bytes", "cpu_pct", "process_cpu_pct")
+    fields["gpu"] = {name: _round(getattr(sample, name, None)) for name in gpu_fields}
+    return fields
+
+
+def _round(value):
+    return round(value, 3) if isinstance(value, float) else value
+
+
+def telemetry_from_status(fields: dict, time_s: float) -> TelemetrySample:
+    """A ``status`` message's GPU readings as a :class:`TelemetrySample` (what the dashboard
+    plots), stamped ``time_s`` on the receiver's clock."""
+    gpu = fields.get("gpu") or {}
+    known = TelemetrySample.__dataclass_fields__
+    return TelemetrySample(time_s=time_s, **{k: v for k, v in gpu.items() if k in known and k != "time_s"})

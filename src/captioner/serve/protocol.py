@@ -1,0 +1,227 @@
+"""The captioning protocol between ``captioner serve`` and its clients (docs/protocol.md).
+
+Pure values and checks, no I/O: the server, the clients and the tests share them, so both ends
+agree on one set of names, limits and close codes.
+
+A client connects to ``/v1/listen?label=..&language=..&sample_rate=..`` (with
+``Authorization: Bearer TOKEN`` when the server has a token), sends binary messages of
+little-endian int16 mono PCM at ``sample_rate`` and, when its audio ends, the text message
+``{"type": "end"}``. The server sends text messages, one JSON object each: ``ready`` once the
+stream is admitted, ``caption`` updates, ``status`` every second; after ``end`` the remaining
+finals, then a close with code 1000.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import math
+from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlsplit
+
+PATH = "/v1/listen"
+"""The one endpoint."""
+
+MIN_SAMPLE_RATE_HZ = 8_000
+MAX_SAMPLE_RATE_HZ = 48_000
+DEFAULT_SAMPLE_RATE_HZ = 16_000
+MAX_MESSAGE_BYTES = 1 << 20
+"""A message over 1 MiB (about 33 s of 16 kHz audio) is refused with close code 1009."""
+MAX_LABEL_CHARS = 64
+STATUS_PERIOD_S = 1.0
+"""The server sends a ``status`` message this often to every connection."""
+MAX_AHEAD_S = 10.0
+"""How far a client's audio may run ahead of the wall clock (counted from its first audio)
+before the connection is closed with 1008: a live source cannot do that, and a client that
+does would take a real-time stream's share of the GPU for a file upload."""
+
+# Close codes (RFC 6455 section 7.4.1, the IANA registry); docs/protocol.md lists when each is used.
+CLOSE_NORMAL = 1000
+"""After ``end``: every final was sent."""
+CLOSE_GOING_AWAY = 1001
+"""The server is shutting down (what was captioned so far was sent first)."""
+CLOSE_UNSUPPORTED = 1003
+"""A text message other than ``{"type": "end"}`` where audio was expected."""
+CLOSE_BAD_PAYLOAD = 1007
+"""A binary message that is not whole int16 samples (an odd number of bytes)."""
+CLOSE_POLICY = 1008
+"""An unknown or bad query parameter, audio much faster than real time, audio after ``end``."""
+CLOSE_TOO_BIG = 1009
+"""A message over :data:`MAX_MESSAGE_BYTES`."""
+CLOSE_INTERNAL = 1011
+"""The engine failed."""
+CLOSE_TRY_LATER = 1013
+"""The server is at capacity (no room for another stream): try later or another server."""
+
+RETRYABLE_CLOSE_CODES = frozenset({CLOSE_GOING_AWAY, CLOSE_INTERNAL, CLOSE_TRY_LATER, 1006, 1012})
+"""Codes after which a client may connect again (1006: the connection broke without a close;
+1012: service restart). Every other code means the client's request itself was refused."""
+
+KNOWN_PARAMETERS = ("label", "language", "sample_rate")
+
+
+class ProtocolError(ValueError):
+    """A client broke the protocol: ``code`` is the close code, the message its one-line reason."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class StreamParams:
+    """What a client asked for in its query string."""
+
+    label: str = "Me"
+    language: str | None = None
+    """A language code, or ``None`` (the server's default: English for English-only models,
+    detection per segment for multilingual ones)."""
+    sample_rate_hz: int = DEFAULT_SAMPLE_RATE_HZ
+
+
+def parse_path(path: str) -> StreamParams:
+    """The request path (``/v1/listen?...``) as :class:`StreamParams`; raises
+    :class:`ProtocolError` (1008) for another path, an unknown or repeated parameter, a label
+    that is empty, too long or not printable, or a sample rate that is not a whole number of Hz
+    in 8000..48000."""
+    parts = urlsplit(path)
+    if parts.path != PATH:
+        raise ProtocolError(CLOSE_POLICY, f"unknown path {parts.path!r}: connect to {PATH}")
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    seen: dict[str, str] = {}
+    for name, value in pairs:
+        if name not in KNOWN_PARAMETERS:
+            raise ProtocolError(CLOSE_POLICY, f"unknown parameter {name!r}: the parameters are "
+                                              + ", ".join(KNOWN_PARAMETERS))
+        if name in seen:
+            raise ProtocolError(CLOSE_POLICY, f"parameter {name!r} given twice")
+        seen[name] = value
+    label = seen.get("label", "Me").strip()
+    if not label or len(label) > MAX_LABEL_CHARS or not label.isprintable():
+        raise ProtocolError(CLOSE_POLICY, f"label must be 1 to {MAX_LABEL_CHARS} printable characters")
+    language = seen.get("language", "").strip().lower() or None
+    if language == "auto":
+        language = None
+    if language is not None and not (language.isascii() and language.isalpha() and len(language) <= 8):
+        raise ProtocolError(CLOSE_POLICY, f"language must be a code such as 'en' or 'de', or 'auto', not {language!r}")
+    return StreamParams(label, language, parse_sample_rate(seen.get("sample_rate")))
+
+
+def parse_sample_rate(text: str | None) -> int:
+    if text is None or text == "":
+        return DEFAULT_SAMPLE_RATE_HZ
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = math.nan
+    if not math.isfinite(rate) or not rate.is_integer():
+        raise ProtocolError(CLOSE_POLICY, f"sample_rate must be a whole number of Hz, not {text!r}")
+    if not MIN_SAMPLE_RATE_HZ <= rate <= MAX_SAMPLE_RATE_HZ:
+        raise ProtocolError(CLOSE_POLICY, f"sample_rate {int(rate)} Hz is outside "
+                                          f"{MIN_SAMPLE_RATE_HZ}..{MAX_SAMPLE_RATE_HZ} Hz")
+    return int(rate)
+
+
+def listen_path(label: str = "Me", language: str | None = None, sample_rate_hz: int = DEFAULT_SAMPLE_RATE_HZ) -> str:
+    """The request path a client connects to (the inverse of :func:`parse_path`)."""
+    from urllib.parse import urlencode
+
+    query = {"label": label, "sample_rate": str(int(sample_rate_hz))}
+    if language:
+        query["language"] = language
+    return f"{PATH}?{urlencode(query)}"
+
+
+def check_audio(message: bytes | str) -> int:
+    """A client message where audio is expected: its sample count; raises :class:`ProtocolError`
+    for text that is not ``end`` (1003) or bytes that are not whole int16 samples (1007).
+    Returns -1 for the ``end`` message."""
+    if isinstance(message, str):
+        if is_end(message):
+            return -1
+        raise ProtocolError(CLOSE_UNSUPPORTED, 'text message where audio was expected: the only text '
+                                               'message a client sends is {"type": "end"}')
+    if len(message) % 2:
+        raise ProtocolError(CLOSE_BAD_PAYLOAD, f"binary message of {len(message)} bytes: audio is whole "
+                                               "little-endian int16 samples (an even number of bytes)")
+    return len(message) // 2
+
+
+def is_end(text: str) -> bool:
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and value.get("type") == "end" and len(value) == 1
+
+
+END_MESSAGE = json.dumps({"type": "end"})
+
+
+class Pace:
+    """Whether a client's audio keeps to real time: it may run at most ``max_ahead_s`` ahead of
+    the wall clock, counted from its first audio message (a reconnecting client may send what it
+    held during the break, a burst; a file uploaded at full speed is refused)."""
+
+    __slots__ = ("max_ahead_s", "_first_s", "audio_s")
+
+    def __init__(self, max_ahead_s: float = MAX_AHEAD_S) -> None:
+        self.max_ahead_s = max_ahead_s
+        self._first_s: float | None = None
+        self.audio_s = 0.0
+
+    def add(self, seconds: float, now_s: float) -> None:
+        """Counts ``seconds`` of audio received at ``now_s``; raises :class:`ProtocolError` (1008)
+        once the audio is more than ``max_ahead_s`` ahead of the clock."""
+        if self._first_s is None:
+            self._first_s = now_s
+        self.audio_s += seconds
+        ahead_s = self.audio_s - (now_s - self._first_s)
+        if ahead_s > self.max_ahead_s:
+            raise ProtocolError(CLOSE_POLICY, f"audio arrives faster than real time ({ahead_s:.0f} s ahead "
+                                              f"of the clock, {self.max_ahead_s:g} s allowed): send it as it is captured")
+
+
+# -- authorization ---------------------------------------------------------------------------------
+
+def bearer_token(header: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer TOKEN`` header, else ``None``."""
+    if not header:
+        return None
+    scheme, _, token = header.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
+
+
+def token_matches(header: str | None, token: str) -> bool:
+    """Whether the header carries ``token``; compared in constant time (``hmac.compare_digest``),
+    so the time a wrong guess takes says nothing about how much of it was right."""
+    given = bearer_token(header)
+    return hmac.compare_digest((given or "").encode(), token.encode()) and given is not None
+
+
+# -- server messages -------------------------------------------------------------------------------
+
+def ready_message(label: str, model: str, sample_rate_hz: int, language: str | None) -> str:
+    return json.dumps({"type": "ready", "stream": label, "model": model, "sample_rate": sample_rate_hz,
+                       "language": language or "auto"})
+
+
+def caption_message(fields: dict) -> str:
+    """A caption update: the fields of ``transcribe --format jsonl`` (``CaptionUpdate.to_json_dict``)
+    with ``"type": "caption"`` in front."""
+    return json.dumps({"type": "caption", **fields})
+
+
+def status_message(fields: dict) -> str:
+    return json.dumps({"type": "status", **fields})
+
+
+def parse_server_message(text: str) -> dict:
+    """A server message as a dict with a ``type``; raises ``ValueError`` for anything else."""
+    value = json.loads(text)
+    if not isinstance(value, dict) or value.get("type") not in ("ready", "caption", "status"):
+        raise ValueError(f"not a server message: {text[:80]!r}")
+    return value

@@ -1,0 +1,98 @@
+"""Helpers of the serve tests: a plain WebSocket client that streams a recording the way the
+protocol says (int16 PCM at real-time pace, then ``{"type": "end"}``) and keeps what came back."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+TOKEN = "test-token-0123456789abcdef"
+MAX_STREAMS = 6
+MAX_AHEAD_S = 3.0
+
+
+@dataclass
+class Session:
+    """What one client saw."""
+
+    ready: dict | None = None
+    captions: list[dict] = field(default_factory=list)
+    statuses: list[dict] = field(default_factory=list)
+    close_code: int | None = None
+    close_reason: str = ""
+
+    @property
+    def committed(self) -> str:
+        return " ".join(c["text"] for c in self.captions if c["kind"] == "final").strip()
+
+
+def connect(url: str, token: str | None = TOKEN, path: str | None = None, **params):
+    """An open connection, entered as its context (the caller closes it, or leaves the ``with``)."""
+    from websockets.sync.client import connect as ws_connect
+
+    from captioner.serve import protocol
+
+    target = url + (path if path is not None else protocol.listen_path(**params))
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    ws = ws_connect(target, additional_headers=headers, open_timeout=30, max_size=None, compression=None)
+    return ws.__enter__()  # what ``with`` does: the connection as a context, no legacy warning
+
+
+def receive_all(ws, session: Session) -> None:
+    """Every server message until the close (the caller's thread or a helper thread)."""
+    from websockets.exceptions import ConnectionClosed
+
+    try:
+        for text in ws:
+            message = json.loads(text)
+            kind = message["type"]
+            if kind == "ready":
+                session.ready = message
+            elif kind == "caption":
+                session.captions.append(message)
+            elif kind == "status":
+                session.statuses.append(message)
+    except ConnectionClosed:
+        pass
+    session.close_code, session.close_reason = ws.close_code, ws.close_reason or ""
+
+
+def pcm_of(path) -> tuple[np.ndarray, int]:
+    import soundfile as sf
+
+    audio, rate = sf.read(str(path), dtype="float32", always_2d=True)
+    mono = audio.mean(axis=1)
+    return np.clip(np.rint(mono * 32767), -32768, 32767).astype("<i2"), int(rate)
+
+
+def stream_recording(url: str, path, label: str, chunk_s: float = 0.1, token: str = TOKEN,
+                     timeout_s: float = 240.0) -> Session:
+    """Streams ``path`` at real-time pace as one connection; returns what came back."""
+    from captioner.serve import protocol
+
+    pcm, rate = pcm_of(path)
+    session = Session()
+    ws = connect(url, token, label=label, sample_rate_hz=rate)
+    receiver = threading.Thread(target=receive_all, args=(ws, session), daemon=True)
+    receiver.start()
+    step = max(1, int(rate * chunk_s))
+    start_s = time.monotonic()
+    for first in range(0, len(pcm), step):
+        ws.send(pcm[first:first + step].tobytes())
+        time.sleep(max(0.0, start_s + (first + step) / rate - time.monotonic()))
+    ws.send(protocol.END_MESSAGE)
+    receiver.join(timeout_s)
+    ws.close()
+    return session
+
+
+def wer(references: list[str], hypotheses: list[str]) -> float:
+    import jiwer
+    from whisper_normalizer.english import EnglishTextNormalizer
+
+    norm = EnglishTextNormalizer()
+    return jiwer.wer([norm(r) for r in references], [norm(h) for h in hypotheses])

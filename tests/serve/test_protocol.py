@@ -1,0 +1,88 @@
+"""The protocol's pure parts: parameters, messages, pace, tokens, close reasons, URLs."""
+
+from __future__ import annotations
+
+import pytest
+
+from captioner.errors import UserError
+from captioner.serve import protocol
+from captioner.serve.client import stream_url
+from captioner.serve.protocol import ProtocolError
+from captioner.serve.server import close_reason, is_loopback
+
+
+def test_parameters_parse_with_defaults():
+    assert protocol.parse_path("/v1/listen") == protocol.StreamParams("Me", None, 16000)
+    params = protocol.parse_path("/v1/listen?label=Anna%20B&language=DE&sample_rate=48000")
+    assert params == protocol.StreamParams("Anna B", "de", 48000)
+    assert protocol.parse_path("/v1/listen?language=auto").language is None
+    assert protocol.parse_path(protocol.listen_path("Me", "en", 8000)) == protocol.StreamParams("Me", "en", 8000)
+
+
+@pytest.mark.parametrize("path, words", [
+    ("/v1/listen?rate=16000", "unknown parameter 'rate'"),
+    ("/v1/listen?label=a&label=b", "given twice"),
+    ("/v1/listen?sample_rate=7999", "outside 8000..48000"),
+    ("/v1/listen?sample_rate=96000", "outside 8000..48000"),
+    ("/v1/listen?sample_rate=16000.5", "whole number"),
+    ("/v1/listen?sample_rate=nan", "whole number"),
+    ("/v1/listen?label=", "label must be"),
+    ("/v1/listen?label=" + "x" * 65, "label must be"),
+    ("/v1/listen?language=en-US;", "language must be"),
+    ("/v2/listen", "unknown path"),
+])
+def test_bad_parameters_are_policy_closes(path, words):
+    with pytest.raises(ProtocolError) as caught:
+        protocol.parse_path(path)
+    assert caught.value.code == protocol.CLOSE_POLICY
+    assert words in caught.value.reason and "\n" not in caught.value.reason
+
+
+def test_audio_and_end_messages():
+    assert protocol.check_audio(b"\x00\x01" * 160) == 160
+    assert protocol.check_audio(protocol.END_MESSAGE) == -1
+    assert protocol.check_audio('{ "type" : "end" }') == -1
+    with pytest.raises(ProtocolError) as caught:
+        protocol.check_audio(b"\x00" * 3)
+    assert caught.value.code == protocol.CLOSE_BAD_PAYLOAD
+    for text in ("hello", '{"type": "start"}', '{"type": "end", "x": 1}', "[]"):
+        with pytest.raises(ProtocolError) as caught:
+            protocol.check_audio(text)
+        assert caught.value.code == protocol.CLOSE_UNSUPPORTED
+
+
+def test_pace_allows_real_time_and_a_burst_but_not_an_upload():
+    pace = protocol.Pace(max_ahead_s=10.0)
+    for i in range(600):  # 60 s at real time, 100 ms a message
+        pace.add(0.1, now_s=i * 0.1)
+    burst = protocol.Pace(max_ahead_s=10.0)
+    burst.add(9.0, now_s=0.0)  # a reconnecting client's backlog
+    fast = protocol.Pace(max_ahead_s=10.0)
+    with pytest.raises(ProtocolError) as caught:
+        for i in range(1000):
+            fast.add(0.1, now_s=i * 0.01)  # ten times real time
+    assert caught.value.code == protocol.CLOSE_POLICY and "faster than real time" in caught.value.reason
+    assert 10.0 < fast.audio_s < 12.0
+
+
+def test_tokens_match_only_exactly():
+    token = "s3cret-token-0123456789"
+    assert protocol.token_matches(f"Bearer {token}", token)
+    assert protocol.token_matches(f"bearer  {token} ", token)
+    for header in (None, "", token, f"Basic {token}", f"Bearer {token}x", f"Bearer {token[:-1]}", "Bearer "):
+        assert not protocol.token_matches(header, token), header
+
+
+def test_close_reasons_fit_the_frame():
+    reason = close_reason("é" * 100 + "\nmore")
+    assert len(reason.encode()) <= 123 and "\n" not in reason and reason.startswith("é")
+
+
+def test_loopback_and_urls():
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("10.1.2.3") and not is_loopback("example.org")
+    assert stream_url("ws://h:8765", "Me", None) == "ws://h:8765/v1/listen?label=Me&sample_rate=16000"
+    assert stream_url("wss://h/v1/listen", "A B", "de").startswith("wss://h/v1/listen?label=A+B&sample_rate=16000&language=de")
+    for bad in ("http://h:1", "h:8765", "ws://", "ws://h:port"):
+        with pytest.raises(UserError):
+            stream_url(bad, "Me", None)

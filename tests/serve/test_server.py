@@ -1,0 +1,160 @@
+"""`captioner serve` for real: tiny.en on the CPU behind a WebSocket server on a loopback port,
+clients streaming real recordings at real-time pace."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import pytest
+from serve_helpers import (
+    MAX_STREAMS,
+    Session,
+    connect,
+    receive_all,
+    stream_recording,
+    wer,
+)
+
+from captioner.serve import protocol
+
+pytestmark = pytest.mark.slow
+
+CLIPS = ("en_ls_1089-134691-0001", "en_ami_ES2011a_hs0_40-46s", "en_ljspeech_LJ001-0001")
+
+
+def test_three_clients_get_their_own_captions(served, speech_clips):
+    """Three recordings at once, each its own connection: each client's committed text is its
+    own recording's (pooled WER within 2 points of the offline transcription), status messages
+    arrive every second, and ``end`` brings the last finals and a 1000 close."""
+    import captioner
+
+    clips = [speech_clips[c] for c in CLIPS]
+    sessions: dict[str, Session] = {}
+
+    def run(clip):
+        sessions[clip.id] = stream_recording(served.url, clip.wav, label=clip.id[:20])
+
+    threads = [threading.Thread(target=run, args=(clip,)) for clip in clips]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    offline = [captioner.transcribe(c.wav, model="tiny.en", language="en", device="cpu").text for c in clips]
+    live = [sessions[c.id].committed for c in clips]
+    live_wer, offline_wer = wer([c.reference for c in clips], live), wer([c.reference for c in clips], offline)
+    print(f"served WER {live_wer:.3f}, offline {offline_wer:.3f}: {live}")
+    assert live_wer <= offline_wer + 0.02, (live, offline)
+    for clip in clips:
+        session = sessions[clip.id]
+        assert session.close_code == protocol.CLOSE_NORMAL, (session.close_code, session.close_reason)
+        assert session.ready == {"type": "ready", "stream": clip.id[:20], "model": "tiny.en",
+                                 "sample_rate": session.ready["sample_rate"], "language": "auto"}
+        assert {c["stream"] for c in session.captions} == {clip.id[:20]}
+        fields = set(session.captions[0])
+        assert fields == {"type", "stream", "kind", "text", "start_s", "end_s", "emitted_audio_s",
+                          "emitted_wall_s", "segment", "language"}
+        last_final = max(i for i, c in enumerate(session.captions) if c["kind"] == "final")
+        assert all(not c["text"] for c in session.captions[last_final + 1:]), "the end commits everything shown"
+        assert len(session.statuses) >= 3, "one status a second while the recording plays"
+        status = session.statuses[-1]
+        assert status["model"] == "tiny.en" and status["provider"] == "CPUExecutionProvider"
+        assert status["connections"] >= 1 and status["step_latency_ms"] is not None
+        assert {"temperature_c", "power_w", "vram_used_bytes", "vram_total_bytes", "utilization_pct"} <= set(status["gpu"])
+    # --transcripts: one file per connection, each committed line in it.
+    files = sorted(served.transcripts.glob("*.txt"))
+    assert len(files) >= 3
+    written = " ".join(f.read_text(encoding="utf-8") for f in files)
+    for clip in clips:
+        for caption in sessions[clip.id].captions:
+            if caption["kind"] == "final":
+                assert caption["text"] in written
+
+
+def test_auth_missing_or_wrong_token_is_refused(served):
+    from websockets.exceptions import InvalidStatus
+
+    for token in (None, "wrong-token-0123456789abcdef", served.token[:-1]):
+        with pytest.raises(InvalidStatus) as caught:
+            connect(served.url, token=token)
+        assert caught.value.response.status_code == 401
+    with pytest.raises(InvalidStatus) as caught:
+        connect(served.url, path="/other")
+    assert caught.value.response.status_code == 404
+
+
+def _bad(served, path=None, send=(), **params) -> Session:
+    """One connection that breaks the protocol: what it was told."""
+    session = Session()
+    ws = connect(served.url, path=path, **params)
+    try:
+        for message in send:
+            ws.send(message)
+            time.sleep(0.001)
+    except Exception:  # the server may close while we are still sending: that is the point
+        pass
+    receive_all(ws, session)
+    return session
+
+
+def test_bad_inputs_are_closed_with_their_codes_while_another_stream_captions(served, speech_clips):
+    clip = speech_clips["en_ls_1089-134691-0001"]  # "for a full hour he had paced up and down ..."
+    good: dict[str, Session] = {}
+    streaming = threading.Thread(target=lambda: good.update(s=stream_recording(served.url, clip.wav, label="Good")))
+    streaming.start()
+    time.sleep(1.0)
+    second = np.zeros(16000, "<i2").tobytes()  # silence: costs the engine no model step
+    cases = {
+        "unknown parameter": (_bad(served, path="/v1/listen?label=X&rate=16000"), protocol.CLOSE_POLICY, "unknown parameter"),
+        "rate too low": (_bad(served, path="/v1/listen?sample_rate=4000"), protocol.CLOSE_POLICY, "outside 8000..48000"),
+        "rate too high": (_bad(served, path="/v1/listen?sample_rate=96000"), protocol.CLOSE_POLICY, "outside"),
+        "language": (_bad(served, path="/v1/listen?language=de"), protocol.CLOSE_POLICY, "English-only"),
+        "text": (_bad(served, send=[second, "hello"], label="T"), protocol.CLOSE_UNSUPPORTED, "text message"),
+        "odd bytes": (_bad(served, send=[b"\x00\x01\x02"], label="O"), protocol.CLOSE_BAD_PAYLOAD, "even number of bytes"),
+        "too big": (_bad(served, send=[b"\x00" * (protocol.MAX_MESSAGE_BYTES + 2)], label="B"), protocol.CLOSE_TOO_BIG, ""),
+        "too fast": (_bad(served, send=[second] * 8, label="F"), protocol.CLOSE_POLICY, "faster than real time"),
+    }
+    streaming.join(300)
+    for name, (session, code, words) in cases.items():
+        assert session.close_code == code, (name, session.close_code, session.close_reason)
+        assert words in session.close_reason, (name, session.close_reason)
+        assert not session.captions, name
+    session = good["s"]
+    assert session.close_code == protocol.CLOSE_NORMAL, session.close_reason
+    words = set(session.committed.lower().replace(",", "").replace(".", "").split())
+    assert {"full", "hour", "paced", "waiting", "longer"} <= words, session.committed
+
+
+def test_capacity_refusal_is_1013(served):
+    """The engine holds MAX_STREAMS streams: the next connection is closed with 1013 and a
+    one-line reason, the streams held go on and end normally."""
+    held = [connect(served.url, label=f"H{i}") for i in range(MAX_STREAMS)]
+    try:
+        for ws in held:
+            assert '"ready"' in ws.recv(timeout=30)
+        refused = Session()
+        receive_all(connect(served.url, label="Over"), refused)
+        assert refused.close_code == protocol.CLOSE_TRY_LATER, refused.close_reason
+        assert "refused" in refused.close_reason and "memory" in refused.close_reason
+        assert refused.ready is None
+    finally:
+        ended = []
+        for ws in held:
+            ws.send(np.zeros(1600, "<i2").tobytes())
+            ws.send(protocol.END_MESSAGE)
+        for ws in held:
+            session = Session()
+            receive_all(ws, session)
+            ended.append(session.close_code)
+    assert ended == [protocol.CLOSE_NORMAL] * MAX_STREAMS
+    # The slots are free again once the engine has let the streams go.
+    deadline = time.monotonic() + 60
+    while served.link.streams() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    again = connect(served.url, label="Again")
+    assert '"ready"' in again.recv(timeout=30)
+    again.send(protocol.END_MESSAGE)
+    session = Session()
+    receive_all(again, session)
+    assert session.close_code == protocol.CLOSE_NORMAL
