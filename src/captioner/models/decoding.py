@@ -17,6 +17,12 @@ tokens are unlikely is silence; a window whose text compresses too well (zlib) o
 n-gram loop has looped. Failed windows are decoded again at rising temperatures (real sampling,
 best of N) and, if every attempt fails, their text is dropped and the reason reported.
 
+Greedy passes run the same rules as array code over the decoder's array module
+(:mod:`captioner.models.device_rules`, ``DecodingOptions.decode_on="device"``): with CuPy on
+CUDA the logits stay on the GPU and per step only the chosen token ids and their
+log-probabilities reach the host. ``LogitRules`` here stays the specification (and the path of
+``decode_on="host"`` and of sampling); tests hold the two to the same tokens.
+
 All functions here run on whichever thread owns the runtime (the GPU worker, or the CLI's
 main thread); nothing here keeps state between calls.
 """
@@ -30,10 +36,12 @@ from typing import Protocol
 
 import numpy as np
 
+from captioner.models.device_rules import DeviceRules, to_host, token_logprobs
 from captioner.models.tokenizer import TIME_PRECISION_S, WhisperTokenizer
 
 WINDOW_S = 30.0
 N_TEXT_CTX = 448
+DECODE_ON = ("device", "host")
 
 
 class Runtime(Protocol):
@@ -45,9 +53,9 @@ class Runtime(Protocol):
 
     def encode(self, mel): ...
 
-    def start(self, enc, prompt_tokens: np.ndarray): ...
+    def start(self, enc, prompt_tokens: np.ndarray, xp=None): ...
 
-    def step(self, state, tokens: np.ndarray) -> np.ndarray: ...
+    def step(self, state, tokens: np.ndarray, xp=None) -> np.ndarray: ...
 
 
 @dataclass(frozen=True)
@@ -75,6 +83,15 @@ class DecodingOptions:
     repetition_min_tokens: int = 16
     """A loop counts when its repeats cover at least this many tokens (and 3 repeats)."""
     max_previous_tokens: int = 223
+    decode_on: str = "device"
+    """Where greedy passes apply the rules and choose tokens: ``"device"`` (vectorised array
+    code over the decoder's array module, :mod:`captioner.models.device_rules`: on CUDA the
+    logits never leave the GPU) or ``"host"`` (``LogitRules`` row by row in NumPy, the
+    specification). Sampling passes (temperature > 0) always run on the host."""
+
+    def __post_init__(self) -> None:
+        if self.decode_on not in DECODE_ON:
+            raise ValueError(f"decode_on must be one of {', '.join(DECODE_ON)}, not {self.decode_on!r}")
 
 
 @dataclass(frozen=True)
@@ -274,10 +291,19 @@ def split_segments(tokens: Sequence[int], tokenizer: WhisperTokenizer, window_s:
     return segments, None
 
 
-def _detect(logits: np.ndarray, tokenizer: WhisperTokenizer) -> list[dict[str, float]]:
+def _language_ids(tokenizer: WhisperTokenizer) -> tuple[list[str], np.ndarray]:
     codes = list(tokenizer.language_ids)
-    ids = np.array([tokenizer.language_ids[c] for c in codes], dtype=np.int64)
-    probs = softmax(logits[:, ids])
+    return codes, np.array([tokenizer.language_ids[c] for c in codes], dtype=np.int64)
+
+
+def _detect(logits: np.ndarray, tokenizer: WhisperTokenizer) -> list[dict[str, float]]:
+    codes, ids = _language_ids(tokenizer)
+    return _language_probs(logits[:, ids], codes)
+
+
+def _language_probs(language_logits: np.ndarray, codes: list[str]) -> list[dict[str, float]]:
+    """Per row, language code -> probability (most likely first), from the language tokens' logits."""
+    probs = softmax(language_logits)
     return [dict(sorted(zip(codes, map(float, row)), key=lambda kv: -kv[1])) for row in probs]
 
 
@@ -330,24 +356,36 @@ def _decode_once(
     languages: Sequence[str | None],
     temperature: float,
     rng: np.random.Generator,
+    xp=None,
 ) -> list[RawDecode]:
-    """One pass over a batch whose prompts have equal lengths (the caller groups them)."""
+    """One pass over a batch whose prompts have equal lengths (the caller groups them).
+
+    Greedy passes with ``options.decode_on == "device"`` rule and choose on ``xp`` (the array
+    module the runtime's logits are asked to stay on; NumPy when ``None``); the rest on the host."""
     special = tokenizer.special
     batch = int(mel.shape[0])
     head_len = {len(p) for p in previous}
     assert len(head_len) == 1, "rows of one pass need prompts of one length"
     head = [list(p) + [special.sot] for p in previous]  # up to <|startoftranscript|>
+    on_device = options.decode_on == "device" and temperature <= 0
+    xp = (xp if xp is not None else np) if on_device else None
     enc = runtime.encode(mel)
-    logits, state = runtime.start(enc, np.array(head, dtype=np.int64))
-    logits = np.array(logits, dtype=np.float32)
-    # <|nospeech|> probability at <|startoftranscript|>, from the raw logits (as Whisper).
-    no_speech = softmax(logits)[:, special.no_speech]
+    logits, state = runtime.start(enc, np.array(head, dtype=np.int64), **_where(xp))
+    if on_device:
+        # <|nospeech|> probability at <|startoftranscript|>, from the raw logits (as Whisper),
+        # with the same float32 operations as softmax() below, on the logits' device.
+        no_speech = to_host(xp.exp(token_logprobs(xp, logits, xp.full((batch,), special.no_speech, dtype=xp.int64))))
+    else:
+        logits = np.array(logits, dtype=np.float32)
+        no_speech = softmax(logits)[:, special.no_speech]
 
     language_probs: list[dict[str, float] | None] = [None] * batch
     langs: list[str] = [lang or "en" for lang in languages]
     if tokenizer.is_multilingual:
         if any(lang is None for lang in languages):
-            detected = _detect(logits, tokenizer)
+            codes, ids = _language_ids(tokenizer)
+            # Only the language tokens' logits ([B, ~100]) are needed on the host.
+            detected = _language_probs(to_host(logits[:, xp.asarray(ids)]) if on_device else logits[:, ids], codes)
             for b, lang in enumerate(languages):
                 if lang is None:
                     language_probs[b] = detected[b]
@@ -357,10 +395,30 @@ def _decode_once(
         forced = [f + [special.no_timestamps] for f in forced]
     prompt_len = len(head[0]) + len(forced[0])
     for column in range(len(forced[0])):
-        logits = np.array(runtime.step(state, np.array([f[column] for f in forced], dtype=np.int64)), dtype=np.float32)
+        logits = runtime.step(state, np.array([f[column] for f in forced], dtype=np.int64), **_where(xp))
+        if not on_device:
+            logits = np.array(logits, dtype=np.float32)
 
-    rules = LogitRules(tokenizer, options, logits.shape[1])
     max_new = _max_new_tokens(options, getattr(runtime, "n_text_ctx", N_TEXT_CTX), prompt_len)
+    if on_device:
+        sampled, sums, hit_limit = _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, max_new)
+    else:
+        sampled, sums, hit_limit = _sample_on_host(runtime, tokenizer, options, state, logits, batch, max_new, temperature, rng)
+    return [
+        RawDecode(sampled[b], float(sums[b]), float(no_speech[b]), langs[b], language_probs[b], bool(hit_limit[b]))
+        for b in range(batch)
+    ]
+
+
+def _where(xp) -> dict:
+    """Keyword arguments asking the runtime for logits on ``xp`` (none: host NumPy, as before)."""
+    return {} if xp is None else {"xp": xp}
+
+
+def _sample_on_host(runtime, tokenizer, options, state, logits, batch, max_new, temperature, rng):
+    """The specification: ``LogitRules`` row by row on host logits, then argmax or sampling."""
+    eot = tokenizer.special.eot
+    rules = LogitRules(tokenizer, options, logits.shape[1])
     sampled: list[list[int]] = [[] for _ in range(batch)]
     sums = np.zeros(batch, dtype=np.float64)
     done = np.zeros(batch, dtype=bool)
@@ -369,26 +427,51 @@ def _decode_once(
         rules.apply(logits, sampled, active=~done)
         chosen = _choose(logits, temperature, rng)
         chosen_logprobs = _token_logprobs(logits, chosen)
-        for b in range(batch):
-            if done[b]:
-                continue
-            token = int(chosen[b])
-            sums[b] += float(chosen_logprobs[b])
-            if token == special.eot:
-                done[b] = True
-            else:
-                sampled[b].append(token)
-                if step == max_new - 1:
-                    hit_limit[b] = True
-                    done[b] = True
+        _record(chosen, chosen_logprobs, eot, step == max_new - 1, sampled, sums, done, hit_limit)
         if done.all():
             break
-        feed = np.where(done, special.eot, chosen).astype(np.int64)
+        feed = np.where(done, eot, chosen).astype(np.int64)
         logits = np.array(runtime.step(state, feed), dtype=np.float32)
-    return [
-        RawDecode(sampled[b], float(sums[b]), float(no_speech[b]), langs[b], language_probs[b], bool(hit_limit[b]))
-        for b in range(batch)
-    ]
+    return sampled, sums, hit_limit
+
+
+def _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, max_new):
+    """Greedy search with the rules applied where the logits lie: per step only the chosen
+    tokens and their log-probabilities ([B] each, in one copy) come to the host."""
+    eot = tokenizer.special.eot
+    rules = DeviceRules(xp, tokenizer, options, int(logits.shape[1]))
+    rows = rules.new_state(batch)
+    sampled: list[list[int]] = [[] for _ in range(batch)]
+    sums = np.zeros(batch, dtype=np.float64)
+    done = np.zeros(batch, dtype=bool)
+    hit_limit = np.zeros(batch, dtype=bool)
+    for step in range(max_new):
+        last_step = step == max_new - 1
+        tokens, logprobs = rules.choose(logits, rows)
+        both = to_host(xp.stack([tokens.astype(xp.float64), logprobs.astype(xp.float64)]))
+        chosen = both[0].astype(np.int64)
+        _record(chosen, both[1], eot, last_step, sampled, sums, done, hit_limit)
+        if done.all():
+            break
+        rules.advance(rows, tokens, last_step)
+        feed = np.where(done, eot, chosen).astype(np.int64)
+        logits = runtime.step(state, feed, xp=xp)
+    return sampled, sums, hit_limit
+
+
+def _record(chosen, chosen_logprobs, eot, last_step, sampled, sums, done, hit_limit) -> None:
+    """Add one step's choices to the rows still decoding (in place); a row ends on
+    ``<|endoftext|>`` or when it reaches the length limit."""
+    for b in np.flatnonzero(~done):
+        token = int(chosen[b])
+        sums[b] += float(chosen_logprobs[b])
+        if token == eot:
+            done[b] = True
+        else:
+            sampled[b].append(token)
+            if last_step:
+                hit_limit[b] = True
+                done[b] = True
 
 
 def _finish(raw: RawDecode, tokenizer: WhisperTokenizer, options: DecodingOptions, window_s: float, temperature: float) -> DecodedWindow:
@@ -531,9 +614,12 @@ def decode_with_fallback(
 class RuntimeDecoder:
     """Decodes windows with a ``WhisperRuntime`` (our ONNX Runtime model)."""
 
-    def __init__(self, runtime: Runtime, tokenizer: WhisperTokenizer):
+    def __init__(self, runtime: Runtime, tokenizer: WhisperTokenizer, xp=None):
+        """``xp``: the array module greedy passes rule on with ``decode_on="device"`` (CuPy keeps
+        the logits on the GPU; ``None`` or NumPy: the same vectorised rules on host arrays)."""
         self.runtime = runtime
         self.tokenizer = tokenizer
+        self.xp = xp
         self.n_mels = int(getattr(runtime, "n_mels", 80))
         self.is_multilingual = tokenizer.is_multilingual
         self.name = str(getattr(runtime, "name", "model"))
@@ -559,7 +645,7 @@ class RuntimeDecoder:
 
         def decode_pass(rows, heads, langs, temperature, rng):
             sub_mel = mel if rows == list(range(batch)) else mel[rows]
-            return _decode_once(self.runtime, self.tokenizer, sub_mel, options, heads, langs, temperature, rng)
+            return _decode_once(self.runtime, self.tokenizer, sub_mel, options, heads, langs, temperature, rng, self.xp)
 
         return decode_with_fallback(
             decode_pass, self.tokenizer, batch, options,
@@ -570,6 +656,7 @@ class RuntimeDecoder:
         return detect_language(self.runtime, self.tokenizer, mel)
 
 
-def decode(runtime: Runtime, tokenizer: WhisperTokenizer, mel, options: DecodingOptions = DecodingOptions(), **kwargs) -> list[DecodedWindow]:
-    """``RuntimeDecoder(runtime, tokenizer).decode(mel, options, **kwargs)``."""
-    return RuntimeDecoder(runtime, tokenizer).decode(mel, options, **kwargs)
+def decode(runtime: Runtime, tokenizer: WhisperTokenizer, mel, options: DecodingOptions = DecodingOptions(), *, xp=None,
+           **kwargs) -> list[DecodedWindow]:
+    """``RuntimeDecoder(runtime, tokenizer, xp).decode(mel, options, **kwargs)``."""
+    return RuntimeDecoder(runtime, tokenizer, xp).decode(mel, options, **kwargs)

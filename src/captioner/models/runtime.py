@@ -61,7 +61,9 @@ class _Slot:
     """Fixed device buffers for one batch size, bound once to the step graph (and to the cross
     K/V graph's outputs), so the step can be captured as a CUDA graph and replayed."""
 
-    def __init__(self, rt: WhisperRuntime, batch: int, graph_id: int):
+    def __init__(self, rt: WhisperRuntime, batch: int, graph_id: int, xp=None):
+        """``xp``: a device array module (CuPy) whose array receives the logits, so that decoding
+        rules on them where they are; ``None``: an OrtValue, fetched to the host."""
         d, m, f = rt.dims, rt.step_model, rt._float
         self.graph_id = graph_id
         self.generation = 0
@@ -75,7 +77,13 @@ class _Slot:
         self.cross_binding = rt.cross_kv.binding()
         self.step.bind("tokens", self.tokens)
         self.step.bind("offset", self.offset)
-        self.step.bind_output_value("logits", self.logits)
+        self.device_logits = None
+        if xp is not None:
+            # A fixed address too, so the captured CUDA graph writes into it at every replay.
+            self.device_logits = xp.zeros((batch, d.n_vocab), dtype=xp.float32)
+            self.step.bind_output_array("logits", self.device_logits)
+        else:
+            self.step.bind_output_value("logits", self.logits)
         # Bound always, so the captured graph is the same whether a caller reads it or not.
         self.attention = None
         if rt.has_alignment:
@@ -103,9 +111,19 @@ class _Slot:
                 self.prefill.bind(name, value)
                 if name.startswith("cache_"):
                     self.prefill.bind_output_value("new_" + name, value)
-            self.prefill.bind_output_value("logits", self.logits)
+            if self.device_logits is not None:
+                self.prefill.bind_output_array("logits", self.device_logits)
+            else:
+                self.prefill.bind_output_value("logits", self.logits)
             if self.attention is not None and "alignment_attn" in rt.prefill_model.output_names:
                 self.prefill.bind_output_value("alignment_attn", self.attention)
+
+    def fetch_logits(self):
+        """The logits of the last run: the device array itself (the next run overwrites it), or
+        a host copy."""
+        if self.device_logits is not None:
+            return self.device_logits
+        return ort_session.to_numpy(self.logits)
 
 
 class WhisperRuntime:
@@ -136,7 +154,7 @@ class WhisperRuntime:
         else:
             self.decoder = ort_session.OrtModel(onnx_files.path("decoder"), choice, intra_threads)
             decoder_provider = self.decoder.provider
-        self._slots: dict[int, list[_Slot]] = {}
+        self._slots: dict[tuple[int, bool], list[_Slot]] = {}  # (batch, logits on a device array)
         self._n_graphs = 0
         self._starts = 0
         providers = {self.encoder.provider, self.cross_kv.provider, decoder_provider}
@@ -185,11 +203,16 @@ class WhisperRuntime:
 
     # --- decoder -----------------------------------------------------------------------------
 
-    def start(self, enc: EncoderOutput, prompt_tokens: np.ndarray, attention: bool = False):
+    def start(self, enc: EncoderOutput, prompt_tokens: np.ndarray, attention: bool = False, xp=None):
         """Compute cross K/V once and prefill the cache with ``prompt_tokens`` [B, T] (same T for
         all items). Returns the logits [B, n_vocab] float32 after the last prompt token and the
         state: ``(logits, state)``, or with ``attention`` ``(logits, state, attention)``, the
-        alignment heads' cross-attention of the last prompt token [B, A, 1500] float32."""
+        alignment heads' cross-attention of the last prompt token [B, A, 1500] float32.
+
+        ``xp`` (NumPy, CuPy; ``None``: NumPy) is the array module this state's logits are wanted
+        on, here and at every :meth:`step`. With CuPy on CUDA the step graph writes them into a
+        device array that the next step overwrites (read them before stepping again), so they
+        never cross to the host; otherwise they come to the host as before."""
         self._check_attention(attention)
         tokens = np.ascontiguousarray(np.asarray(prompt_tokens, dtype=np.int64))
         if tokens.ndim == 1:
@@ -199,7 +222,8 @@ class WhisperRuntime:
         if tokens.shape[1] > self.n_text_ctx:
             raise ValueError(f"prompt of {tokens.shape[1]} tokens exceeds the text context of {self.n_text_ctx}")
         if self.step_model is not None:
-            logits, state = self._start_fixed(enc, tokens)
+            logits, state = self._start_fixed(enc, tokens, self._device_xp(xp))
+            logits = _on(xp, logits)
             return (logits, state, self._slot_attention(state.slot)) if attention else (logits, state)
         cross = self.cross_kv.run({"encoder_out": enc.value})
         d = self.dims
@@ -214,13 +238,21 @@ class WhisperRuntime:
         state = DecoderState(cross=cross, past=past, binding=binding, batch=enc.batch, length=0)
         if attention:
             logits, attn = self._run_decoder(state, tokens, attention=True)
-            return logits, state, attn
-        return self._run_decoder(state, tokens), state
+            return _on(xp, logits), state, attn
+        return _on(xp, self._run_decoder(state, tokens)), state
 
-    def step(self, state: DecoderState, tokens: np.ndarray, attention: bool = False):
+    def _device_xp(self, xp):
+        """``xp`` when the step graph can write logits straight into its arrays (a device array
+        module on CUDA), else ``None`` (host logits)."""
+        if xp is None or xp is np or self.provider != ort_session.CUDA:
+            return None
+        return xp
+
+    def step(self, state: DecoderState, tokens: np.ndarray, attention: bool = False, xp=None):
         """Append one token per item ([B] int64) and return the next logits [B, n_vocab]; with
         ``attention``, ``(logits, attention)``: the alignment heads' cross-attention of this
-        token over the encoder frames, [B, A, 1500] float32 (A = ``len(alignment_heads)``)."""
+        token over the encoder frames, [B, A, 1500] float32 (A = ``len(alignment_heads)``).
+        Logits come on ``xp``, as for :meth:`start` (pass the same ``xp`` as the state's start)."""
         self._check_attention(attention)
         t = np.asarray(tokens, dtype=np.int64).reshape(-1)
         if t.shape[0] != state.batch:
@@ -233,10 +265,11 @@ class WhisperRuntime:
                     f"this DecoderState's cache was taken over by a newer start() (more than {MAX_SLOTS_PER_BATCH} "
                     f"live states of batch size {state.batch}); drop finished states"
                 )
-            logits = self._step_fixed(state.slot, t[:, None], state.length, fetch=True)
+            logits = _on(xp, self._step_fixed(state.slot, t[:, None], state.length, fetch=True))
             state.length += 1
             return (logits, self._slot_attention(state.slot)) if attention else logits
-        return self._run_decoder(state, np.ascontiguousarray(t[:, None]), attention=attention)
+        out = self._run_decoder(state, np.ascontiguousarray(t[:, None]), attention=attention)
+        return (_on(xp, out[0]), out[1]) if attention else _on(xp, out)
 
     def _check_attention(self, attention: bool) -> None:
         if attention and not self.has_alignment:
@@ -248,9 +281,9 @@ class WhisperRuntime:
         # A copy: on the CPU the OrtValue's memory is the buffer the next step writes into.
         return np.array(ort_session.to_numpy(slot.attention)[:, :, 0])
 
-    def _start_fixed(self, enc: EncoderOutput, tokens: np.ndarray) -> tuple[np.ndarray, DecoderState]:
+    def _start_fixed(self, enc: EncoderOutput, tokens: np.ndarray, xp=None) -> tuple[Any, DecoderState]:
         batch = tokens.shape[0]
-        slot = self._free_slot(batch)
+        slot = self._free_slot(batch, xp)
         slot.generation += 1
         self._starts += 1
         slot.last_used = self._starts
@@ -264,7 +297,7 @@ class WhisperRuntime:
                 slot.prefill.bind("tokens", tokens)
                 slot.prefill.bind("offset", np.zeros(1, np.int64))
                 slot.prefill.run_bound()
-                logits = ort_session.to_numpy(slot.logits)
+                logits = slot.fetch_logits()
             except Exception as e:  # an ORT build whose fused attention rejects this shape, say
                 warnings.warn(f"prompt prefill failed ({str(e).splitlines()[0]}); feeding prompts token by token", RuntimeWarning, stacklevel=2)
                 for other in self._slots.values():
@@ -278,15 +311,15 @@ class WhisperRuntime:
         slot.owner = weakref.ref(state)
         return logits, state
 
-    def _free_slot(self, batch: int) -> _Slot:
+    def _free_slot(self, batch: int, xp=None) -> _Slot:
         """A slot whose last state is gone (dropped by the caller), a new one while the pool for
-        this batch size is small, else the least recently started one."""
-        pool = self._slots.setdefault(batch, [])
+        this batch size (and logits destination) is small, else the least recently started one."""
+        pool = self._slots.setdefault((batch, xp is not None), [])
         for slot in pool:
             if slot.owner is None or slot.owner() is None:
                 return slot
         if len(pool) < MAX_SLOTS_PER_BATCH:
-            slot = _Slot(self, batch, graph_id=self._n_graphs)
+            slot = _Slot(self, batch, graph_id=self._n_graphs, xp=xp)
             self._n_graphs += 1
             pool.append(slot)
             return slot
@@ -297,7 +330,7 @@ class WhisperRuntime:
         slot.position[0] = position
         ort_session.write(slot.offset, slot.position)
         slot.step.run_bound(slot.graph_id)
-        return ort_session.to_numpy(slot.logits) if fetch else None
+        return slot.fetch_logits() if fetch else None
 
     def _run_decoder(self, state: DecoderState, tokens: np.ndarray, attention: bool = False):
         binding = state.binding
@@ -311,6 +344,13 @@ class WhisperRuntime:
         if attention:
             return out["logits"], np.ascontiguousarray(out["alignment_attn"][:, :, -1])
         return out["logits"]
+
+
+def _on(xp, logits):
+    """Logits as an array of ``xp`` (no copy when they are one already, or ``xp`` is NumPy)."""
+    if xp is None or xp is np or not isinstance(logits, np.ndarray):
+        return logits
+    return xp.asarray(logits)
 
 
 def _open_step_model(path: Path, choice: ort_session.ProviderChoice) -> ort_session.OrtModel:

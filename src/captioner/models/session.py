@@ -265,6 +265,18 @@ class Binding:
         """Bind an output to an existing OrtValue (written in place at every run)."""
         self.io.bind_ortvalue_output(name, value)
 
+    def bind_output_array(self, name: str, value: Any) -> None:
+        """Bind an output to a device array (``__cuda_array_interface__``, e.g. CuPy) of the
+        output's shape and type: the graph writes into it in place at every run, so the result
+        stays on the GPU for the array code that reads it next (CUDA sessions only)."""
+        model = self.model
+        cai = getattr(value, "__cuda_array_interface__", None)
+        if cai is None or model.provider != CUDA:
+            raise ValueError(f"{name}: an output can be bound to a device array only on a CUDA session")
+        if cai.get("strides") is not None and not _c_contiguous(cai):
+            raise ValueError(f"{name}: device array must be C-contiguous")
+        self.io.bind_output(name, "cuda", model._device[1], np.dtype(cai["typestr"]).type, list(cai["shape"]), cai["data"][0])
+
     def run_bound(self, graph_id: int | None = None) -> None:
         """Run with every input and output already bound (fixed buffers). ``graph_id`` selects the
         CUDA graph to capture/replay when the session was made with ``cuda_graph=True``."""
