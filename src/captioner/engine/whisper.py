@@ -36,13 +36,19 @@ class WhisperRecognizer:
     """Adapts a ``WhisperRuntime`` + tokenizer to the engine's ``Recognizer`` protocol."""
 
     def __init__(self, runtime, tokenizer, xp=np, task: str = "transcribe",
-                 options: DecodingOptions | None = None, prompt_tokens: int = 48, synchronize=None) -> None:
+                 options: DecodingOptions | None = None, prompt_tokens: int = 48, synchronize=None,
+                 decode_on: str | None = None) -> None:
+        """``decode_on``: ``"device"`` (the token rules and greedy choice run on ``xp`` where the
+        logits lie; on CUDA only token ids and log-probabilities reach the host) or ``"host"``
+        (NumPy row by row, the specification); ``None`` keeps ``options.decode_on``."""
         self.runtime = runtime
         self.tokenizer = tokenizer
         self.xp = xp
         self.options = options or default_streaming_options(task)
         if self.options.task != task:
             self.options = replace(self.options, task=task)
+        if decode_on is not None:
+            self.options = replace(self.options, decode_on=decode_on)  # ValueError when unknown
         self.prompt_tokens = prompt_tokens
         # ONNX Runtime reads the input on its own CUDA stream: the array work that built it
         # must be finished first.
@@ -98,7 +104,7 @@ class WhisperRecognizer:
         if not self.is_multilingual:
             languages = [None] * len(requests)
         windows = decode(
-            self.runtime, self.tokenizer, mel, self.options,
+            self.runtime, self.tokenizer, mel, self.options, xp=self.xp,
             previous_tokens=self._prompts([r.prompt for r in requests]),
             languages=languages, window_s=spans_s,
         )
