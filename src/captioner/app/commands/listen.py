@@ -56,6 +56,9 @@ def add_arguments(parser) -> None:
                         help="stop after this many seconds (default: until Ctrl-C)")
     parser.add_argument("--status", action="store_true",
                         help="print the pipeline status (latency, lag, real-time factor) to stderr on exit")
+    parser.add_argument("--server", metavar="ws://HOST:PORT", default=None,
+                        help="caption on a `captioner serve` server instead of here (docs/serve.md)")
+    parser.add_argument("--token-file", metavar="PATH", default=None, help="with --server: the server's bearer token")
 
 
 def _labels(choices: list, labels: list[str] | None) -> list[str]:
@@ -86,6 +89,11 @@ def _check_arguments(args) -> None:
     """What can be refused before any device is opened or any model loaded."""
     if args.duration is not None and not args.duration > 0:  # also NaN
         raise UserError(f"--duration must be a positive number of seconds, not {args.duration:g}")
+    if args.server is not None or args.token_file is not None:
+        from captioner.app.remote_listen import check_server_arguments
+
+        check_server_arguments(args)  # the URL and the token, before any device is opened
+        return
     try:
         args.device = engine_device(args.device)
     except UserError as error:
@@ -116,11 +124,17 @@ def run(args) -> int:
         transcript = TranscriptWriter(Path(args.transcript) if args.transcript else None,
                                       title=", ".join(labels))
     view = TerminalView(sys.stdout)
-    pipeline = Pipeline(sources, model=args.model, language=args.language, task=args.task,
-                        device=args.device, transcript=transcript)
+    if args.server is not None:
+        from captioner.app.remote_listen import remote_pipeline
+
+        pipeline = remote_pipeline(sources, args, transcript)
+    else:
+        pipeline = Pipeline(sources, model=args.model, language=args.language, task=args.task,
+                            device=args.device, transcript=transcript)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
-    print(f"captioner: loading {args.model} …", file=sys.stderr, flush=True)
+    print(f"captioner: connecting to {args.server} …" if args.server else f"captioner: loading {args.model} …",
+          file=sys.stderr, flush=True)
     try:
         pipeline.start()
     except BaseException:
@@ -129,7 +143,8 @@ def run(args) -> int:
             if transcript.lines_written == 0:
                 transcript.path.unlink(missing_ok=True)  # no session happened: leave no empty file
         raise
-    print(f"captioner: listening to {', '.join(labels)} ({args.model} on {pipeline.provider}); Ctrl-C stops"
+    where = pipeline.provider if args.server else f"{args.model} on {pipeline.provider}"
+    print(f"captioner: listening to {', '.join(labels)} ({where}); Ctrl-C stops"
           + (f"; transcript: {transcript.path}" if transcript else ""), file=sys.stderr, flush=True)
     recognizer = pipeline.captioner.recognizer if pipeline.captioner is not None else None
     languages = LanguageReport(args.language, getattr(recognizer, "is_multilingual", False),

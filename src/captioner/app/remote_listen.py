@@ -1,0 +1,30 @@
+"""`captioner listen --server URL`: the inputs captured here, captioned by `captioner serve`.
+
+The terminal side of `listen` stays as it is: a :class:`~captioner.serve.client.RemotePipeline`
+has the shape of the local pipeline (captions, status, lost inputs — here a connection being
+retried — and the transcript written as lines are committed), so the same loop drives either.
+"""
+
+from __future__ import annotations
+
+from captioner.errors import UserError
+
+
+def check_server_arguments(args) -> None:
+    """The server URL and the token file, refused on one line before any device is opened."""
+    if args.server is None:
+        raise UserError("--token-file needs --server")
+    from captioner.app.commands.serve import read_token
+    from captioner.serve.client import stream_url
+
+    stream_url(args.server, "Me", None)
+    args.token = read_token(args.token_file) if args.token_file else None
+    if args.device is not None:
+        raise UserError("--device picks where a local model runs; with --server the server's device is used")
+
+
+def remote_pipeline(sources, args, transcript):
+    from captioner.serve.client import RemotePipeline
+
+    return RemotePipeline(sources, server=args.server, token=getattr(args, "token", None),
+                          language=args.language, transcript=transcript)
