@@ -79,6 +79,8 @@ def _speaking_captioner(n_live: int, fixed_s: float, per_window_s: float, config
     script = {f"L{i}": again for i in range(n_live)} | {f"X{i}": words for i in range(8)}
     recognizer = ScriptedRecognizer(script)
     clock = SimClock()
+    config = config or EngineConfig()
+    config.admission.time_budget = "on"  # on the CPU too, as on a GPU
     live = LiveCaptioner(recognizer=recognizer, clock_ns=clock, timer_ns=clock, config=config)
     live.engine.recognizer = charged(recognizer, clock, fixed_s, per_window_s)
     for i in range(n_live):
@@ -116,6 +118,17 @@ def test_a_replay_is_refused_before_a_live_stream_the_reserve_is_for_live_stream
     one_line_refusal(lambda: live.open_stream("X0", priority="replay"), "1.40 s limit kept for replays")
     live.open_stream("X0", priority="live")
     assert live.streams["X0"].priority == Priority.LIVE
+
+
+def test_on_the_cpu_the_time_budget_is_off_unless_asked_for():
+    """The default budget is for GPU engines: a CPU engine admits the 5th stream that the same
+    measured steps refuse when the budget is on (the scheduler stretches its interval instead)."""
+    live, *_ = _speaking_captioner(3, 0.05, 0.1)
+    live.engine.admission.time_budget_on = False  # what "gpu" resolves to on the CPU
+    for label in ("X0", "X1", "X2"):
+        live.open_stream(label)
+    assert EngineConfig().admission.time_budget == "gpu"
+    assert LiveCaptioner(recognizer=ScriptedRecognizer({}), clock_ns=SimClock()).engine.admission.time_budget_on is False
 
 
 def test_the_interval_measured_on_running_streams_refuses_new_ones_once_over_the_limit():
@@ -292,3 +305,31 @@ def test_the_step_cost_fit_recovers_fixed_and_per_update_costs():
     estimate = predict([(cost, 1500)], 1.0, 0.7, 64)
     assert estimate.busy_s == pytest.approx(24 * 0.013 + 1500 * 0.0065)
     assert estimate.interval_s == pytest.approx(max(1.0, estimate.busy_s / 0.7) + 0.013 + 64 * 0.0065)
+
+
+# -- real models ----------------------------------------------------------------------------------
+@pytest.mark.slow
+def test_four_tiny_en_streams_on_the_cpu_all_produce_captions(speech_clips):
+    """Four recordings as four concurrent streams of one tiny.en captioner on the CPU, replayed
+    on a simulated clock that charges every model step its measured time: every stream commits
+    most of its reference words, the steps were batched, and status carries admission's figures."""
+    from captioner.engine.live import load_recognizer
+    from captioner.engine.simulate import replay
+
+    clips = sorted((c for c in speech_clips.values() if c.language == "en" and c.duration_s <= 12),
+                   key=lambda c: c.duration_s)[:4]
+    if len(clips) < 4:
+        pytest.skip("needs four English recordings of at most 12 s")
+    backend, recognizer = load_recognizer("tiny.en", "cpu")
+    result = replay(lambda clock, timer: LiveCaptioner(recognizer=recognizer, backend=backend, clock_ns=clock,
+                                                        timer_ns=timer),
+                    {c.id: str(c.wav) for c in clips}, compute="measured")
+    for c in clips:
+        said = keys(" ".join(u.text for u in finals(result.updates, c.id)))
+        reference = keys(c.reference)
+        heard = sum(1 for w in set(reference) if w in said)
+        assert heard >= 0.6 * len(set(reference)), (c.id, said, reference)
+    busiest = max(result.statuses, key=lambda s: s.batch_size)
+    assert busiest.batch_size >= 2
+    assert any(s.admitted_load is not None and len(s.streams) == 4 for s in result.statuses)
+    assert all(s.streams_refused == 0 for s in result.statuses)

@@ -63,6 +63,12 @@ class AdmissionConfig:
     vram_budget_bytes: int | None = None
     """Act as if the device had this much memory, used only by the engine's pools (``None``:
     measure the device)."""
+    time_budget: str = "gpu"
+    """Where the step-time budget refuses streams: ``"gpu"`` (the default: on an engine whose
+    features run on a GPU), ``"on"`` or ``"off"``. A CPU engine is slow for the 1 s base
+    interval whatever its stream count (a tiny.en step of one window takes most of a second on
+    two cores), so the 1.5 × limit would refuse its second stream; there the scheduler stretches
+    the interval instead (docs/capacity.md)."""
     max_interval_factor: float = 1.5
     """Limit on the update interval (p99) of running streams, in base intervals."""
     max_interval_s: float | None = None
@@ -169,11 +175,17 @@ class Memory:
     total_bytes: int
 
 
+TIME_BUDGETS = ("gpu", "on", "off")
+
+
 class Admission:
     """Decides on new streams; counts refusals. Called by the engine's thread."""
 
-    def __init__(self, config: AdmissionConfig | None = None) -> None:
+    def __init__(self, config: AdmissionConfig | None = None, on_gpu: bool = False) -> None:
         self.config = config or AdmissionConfig()
+        if self.config.time_budget not in TIME_BUDGETS:
+            raise ValueError(f"time_budget must be one of {', '.join(TIME_BUDGETS)}, got {self.config.time_budget!r}")
+        self.time_budget_on = self.config.time_budget == "on" or (self.config.time_budget == "gpu" and on_gpu)
         self.refusals = 0
         self.last_refusal = ""
         self.light_active = False
@@ -198,6 +210,8 @@ class Admission:
                    base_interval_s: float) -> None:
         """Refuse ``name`` if the update interval would pass its limit (less the live reserve
         for a replay), predicted from the step-cost fit or already measured."""
+        if not self.time_budget_on:
+            return
         limit_s = self.interval_limit_s(base_interval_s)
         if measured_p99_s is not None and measured_p99_s > limit_s:
             self._refuse(f"stream {name!r} refused: the running streams' update interval is already "

@@ -41,7 +41,8 @@ from captioner.engine.admission import (
 from captioner.engine.policy import LocalAgreementPolicy, PolicyConfig
 from captioner.engine.recognizer import Recognizer, WindowRequest
 from captioner.engine.scheduler import Scheduler, SchedulerConfig, StreamView
-from captioner.engine.vad import VadConfig, VoiceActivity, band_energy_db, speech_band
+from captioner.engine.vad import VadConfig, band_energy_db, speech_band
+from captioner.engine.vad_bank import VadBank
 from captioner.events import (
     FRAME_SAMPLES,
     FRAMES_PER_S,
@@ -86,7 +87,8 @@ class EngineConfig:
 class _Stream:
     name: str
     slot: int
-    vad: VoiceActivity
+    vad_row: int
+    """The stream's row of the engine's :class:`~captioner.engine.vad_bank.VadBank`."""
     policy: LocalAgreementPolicy
     next_sample: int = 0
     """Samples pushed so far (stream clock), gaps filled with zeros."""
@@ -163,7 +165,8 @@ class Engine:
         self.scheduler = Scheduler(self.config.scheduler)
         self.language = self.config.language
         self._streams: dict[str, _Stream] = {}
-        self.admission = Admission(self.config.admission)
+        self.admission = Admission(self.config.admission, on_gpu=bool(getattr(backend, "is_cuda", False)))
+        self.vad = VadBank(self.config.vad)
         self._costs = {"main": StepCost(), "light": StepCost()}
         self.light_steps = 0
         self._frame_latency_ms: deque[float] = deque(maxlen=200)
@@ -214,7 +217,7 @@ class Engine:
         self.admission.check_time(name, rank, self.load_estimate(extra=(language, rank)),
                                   self.measured_interval_p99_s(), base_s)
         slot = self.features.acquire()
-        self._streams[name] = _Stream(name, slot, VoiceActivity(self.config.vad), self._make_policy(name),
+        self._streams[name] = _Stream(name, slot, self.vad.acquire(), self._make_policy(name),
                                       language=language, priority=rank)
 
     def _make_policy(self, name: str):
@@ -279,6 +282,7 @@ class Engine:
         updates = self._finish_stream(s)
         del self._streams[name]
         self.features.release(s.slot)
+        self.vad.release(s.vad_row)
         return updates
 
     # -- audio in --------------------------------------------------------------------------------
@@ -301,9 +305,9 @@ class Engine:
         for names in by_length.values():
             slots = [self._streams[n].slot for n in names]
             self.features.push_batch(slots, np.stack([pending[n] for n in names]))
+        self._run_vad([self._streams[name] for name in by_stream])
         now_ns = self.clock_ns()
-        for name, stream_blocks in by_stream.items():
-            self._run_vad(self._streams[name])
+        for stream_blocks in by_stream.values():
             self._frame_latency_ms.append((now_ns - stream_blocks[-1].capture_ns) / 1e6)
 
     def _take_block(self, s: _Stream, block: AudioBlock) -> np.ndarray | None:
@@ -330,30 +334,41 @@ class Engine:
         s.level_dbfs = 20 * math.log10(max(rms, 1e-6))
         return samples
 
-    def _run_vad(self, s: _Stream) -> None:
-        ready = self.features.frames_ready(s.slot)
-        # Frames that fell out of the ring were never looked at; skip them.
-        first = max(s.vad_frames, self.features.oldest_frame(s.slot))
-        if ready <= first:
-            return
-        log_mel = self.features.log_mel_window(s.slot, first, ready - first)
-        energy = self.backend.asnumpy(band_energy_db(self.backend.xp, log_mel, self._band))
-        if first > s.vad_frames:
-            s.vad.push(np.full(first - s.vad_frames, -120.0))
-        voiced_before = s.vad.voiced_frames
-        flags = s.vad.push(energy)
-        s.vad_frames = ready
-        if flags.any():
-            s.speech_since_update = True
-            # Only frames that sounded like speech: the hangover would make every click 0.3 s long.
-            s.segment_speech_frames += s.vad.voiced_frames - voiced_before
-        elif not s.policy.has_pending_text and not s.speech_since_update:
-            # Nothing open: let the window start follow the silence, keeping a short lead-in;
-            # the first update of the next segment comes an interval after its onset.
-            end_s = (ready + s.frame_offset) / FRAMES_PER_S
-            s.policy.advance_idle(max(0.0, end_s - self.config.lead_in_s))
-            s.segment_speech_frames = 0
-            s.last_update_s = end_s
+    def _run_vad(self, streams: list[_Stream]) -> None:
+        """The VAD over the new feature frames of ``streams``: streams with as many new frames
+        go together (one read of the rings, one copy of energies to the host, one step of the
+        VAD bank), which is what keeps thousands of streams affordable."""
+        by_count: dict[int, list[tuple[_Stream, int, int]]] = {}
+        for s in streams:
+            ready = self.features.frames_ready(s.slot)
+            # Frames that fell out of the ring were never looked at; skip them.
+            first = max(s.vad_frames, self.features.oldest_frame(s.slot))
+            if ready <= first:
+                continue
+            if first > s.vad_frames:
+                self.vad.push([s.vad_row], np.full((1, first - s.vad_frames), -120.0))
+            by_count.setdefault(ready - first, []).append((s, first, ready))
+        xp = self.backend.xp
+        for count, group in by_count.items():
+            log_mel = self.features.log_mel_frames([s.slot for s, _, _ in group], [f for _, f, _ in group], count)
+            energy = self.backend.asnumpy(band_energy_db(xp, log_mel, self._band))
+            rows = np.array([s.vad_row for s, _, _ in group], dtype=np.int64)
+            voiced_before = self.vad.voiced_frames[rows]
+            any_speech = self.vad.push(rows, energy).any(axis=1)
+            voiced_new = (self.vad.voiced_frames[rows] - voiced_before).tolist()
+            for k, (s, _, ready) in enumerate(group):
+                s.vad_frames = ready
+                if any_speech[k]:
+                    s.speech_since_update = True
+                    # Only frames that sounded like speech: the hangover would make every click 0.3 s long.
+                    s.segment_speech_frames += voiced_new[k]
+                elif not s.policy.has_pending_text and not s.speech_since_update:
+                    # Nothing open: let the window start follow the silence, keeping a short lead-in;
+                    # the first update of the next segment comes an interval after its onset.
+                    end_s = (ready + s.frame_offset) / FRAMES_PER_S
+                    s.policy.advance_idle(max(0.0, end_s - self.config.lead_in_s))
+                    s.segment_speech_frames = 0
+                    s.last_update_s = end_s
 
     # -- model steps -----------------------------------------------------------------------------
     def _audio_end_s(self, s: _Stream) -> float:
@@ -361,7 +376,7 @@ class Engine:
 
     def _close_pending(self, s: _Stream) -> bool:
         open_segment = s.policy.has_pending_text or s.speech_since_update
-        return open_segment and s.vad.silence_frames() >= self.config.pause_s * FRAMES_PER_S
+        return open_segment and self.vad.silence_frames(s.vad_row) >= self.config.pause_s * FRAMES_PER_S
 
     def views(self) -> list[StreamView]:
         return [

@@ -199,6 +199,33 @@ class StreamingFeatures:
         batch buffer). Ordered after all pushes on the caller's current CUDA stream."""
         return self._window(self._mel_ring, self.n_mels, stream_slot, first_frame, n_frames, out)
 
+    def log_mel_frames(self, stream_slots, first_frames, n_frames: int):
+        """``n_frames`` raw log-mel frames of several streams at once, each from its own first
+        frame, as one back-end array ``[len(stream_slots), n_mels, n_frames]`` (one gather:
+        the VAD of every stream that was pushed costs one read of the rings, not one each)."""
+        slots = np.asarray(stream_slots, dtype=np.int64).reshape(-1)
+        firsts = np.asarray(first_frames, dtype=np.int64).reshape(-1)
+        if slots.shape != firsts.shape or n_frames < 0:
+            raise ValueError("stream_slots and first_frames must match, n_frames be >= 0")
+        if slots.size and (slots.min() < 0 or slots.max() >= self.max_streams):
+            raise ValueError(f"stream slots must be in 0..{self.max_streams - 1}")
+        ready = np.maximum(0, self._blocks[slots] - 1)
+        oldest = np.maximum(0, ready - self.ring_frames)
+        bad = (firsts < oldest) | (firsts + n_frames > ready)
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise ValueError(f"frames {firsts[k]}..{firsts[k] + n_frames - 1} of slot {slots[k]} are not in "
+                             f"the ring (it holds {oldest[k]}..{ready[k] - 1})")
+        xp = self.xp
+        cols = (firsts[:, None] + np.arange(n_frames)[None, :]) % self.ring_frames
+        with self._context():
+            gathered = self._mel_ring[xp.asarray(slots)[:, None], xp.asarray(cols)]  # [B, n, n_mels]
+            # Bands on axis 1, frames contiguous: the layout log_mel_window gives one stream.
+            out = xp.ascontiguousarray(gathered.transpose(0, 2, 1))
+        if self._cuda is not None:
+            self._cuda.order_after_pushes()
+        return out
+
     def mfcc_window(self, stream_slot: int, first_frame: int, n_frames: int, out=None):
         """MFCC frames ``[n_mfcc, n_frames]``, like :meth:`log_mel_window`."""
         if not self.n_mfcc:
@@ -510,8 +537,14 @@ class FeaturePool:
         return self.banks[slot // self.block_streams], slot % self.block_streams
 
     def frames_ready(self, slot: int) -> int:
-        bank, local = self._where(slot)
-        return bank.frames_ready(local)
+        # Asked for every stream on every tick: the plain look-up, without _where's checks.
+        if slot < 0:
+            raise ValueError(f"stream slot must be >= 0, got {slot}")
+        try:
+            blocks = self.banks[slot // self.block_streams]._blocks[slot % self.block_streams]
+        except IndexError:
+            raise ValueError(f"stream slot must be in 0..{self.capacity - 1}, got {slot}") from None
+        return max(0, int(blocks) - 1)
 
     def oldest_frame(self, slot: int) -> int:
         bank, local = self._where(slot)
@@ -524,6 +557,30 @@ class FeaturePool:
     def log_mel_window(self, slot: int, first_frame: int, n_frames: int, out=None):
         bank, local = self._where(slot)
         return bank.log_mel_window(local, first_frame, n_frames, out)
+
+    def log_mel_frames(self, slots, first_frames, n_frames: int):
+        """As :meth:`StreamingFeatures.log_mel_frames`, across banks (one gather per bank),
+        rows in the order of ``slots``."""
+        slots = np.asarray(slots, dtype=np.int64).reshape(-1)
+        firsts = np.asarray(first_frames, dtype=np.int64).reshape(-1)
+        if slots.size and (slots.min() < 0 or slots.max() >= self.capacity):
+            raise ValueError(f"stream slots must be in 0..{self.capacity - 1}")
+        banks = slots // self.block_streams
+        order = np.argsort(banks, kind="stable")
+        parts = []
+        for b in np.unique(banks):
+            rows = order[banks[order] == b]
+            parts.append(self.banks[int(b)].log_mel_frames(slots[rows] % self.block_streams, firsts[rows], n_frames))
+        xp = self.backend.xp
+        if not parts:
+            return xp.zeros((0, self.n_mels, n_frames), dtype=xp.float32)
+        with self.backend.activate():
+            joined = parts[0] if len(parts) == 1 else xp.concatenate(parts)
+            if len(parts) == 1 or np.array_equal(order, np.arange(order.size)):
+                return joined
+            inverse = np.empty_like(order)
+            inverse[order] = np.arange(order.size)
+            return joined[xp.asarray(inverse)]
 
     def push_batch(self, slots, samples) -> None:
         """``samples[i]`` to slot ``slots[i]`` (as :meth:`StreamingFeatures.push_batch`): one

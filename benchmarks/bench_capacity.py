@@ -1,0 +1,472 @@
+"""Capacity: how many concurrent real-time streams one engine (one GPU, or the CPU) serves.
+
+N streams of real speech (the English recordings of the speech set, each stream playing them
+one after another from its own starting recording, after its own lead-in of room noise, so the
+streams neither start nor speak in step) go through the public API (``LiveCaptioner``, one
+thread) on a simulated clock that charges every model step, and all host work between steps,
+its measured duration: audio keeps arriving while the engine works, as in a live session, and
+idle waiting costs no wall time. N doubles from 1 up to ``--max-n`` while the time limit allows
+and the engine keeps up.
+
+Per N and configuration (model × decoding place):
+
+- step time (p50/p99 of the batched model calls), and per stream-update: wall time, host CPU
+  time (the process, every thread, during model calls), GPU time (NVML utilisation sampled
+  during the run × the run's wall time, on CUDA only);
+- engine host time outside the model per stream-second of audio (ingest, features, VAD,
+  scheduling, policy: what bounds a host before the model does);
+- update interval p50/p99 (clock time between consecutive updates of one segment of a stream);
+- caption latency p50/p99 of each reference word, shown (partial) and committed, against its
+  end in the audio (word times by forced alignment, ``benchmarks/word_times.py``; tiny.en's
+  alignment serves every model: it is a property of the audio);
+- committed WER of the streams against the references, beside the same model's offline WER on
+  the same recordings (the offline path, ``captioner.engine.offline``);
+- VRAM: the feature pool's bytes per stream, and the device's used memory growth per stream.
+
+Host and device decoding side by side: ``--decode-on host,device`` runs both with one loaded
+model each (``WhisperRecognizer(decode_on=...)``, where the checkout has it; otherwise only the
+host path runs and the report says so).
+
+Admission is relaxed for the measurement (every stream is opened whatever the time budget says;
+the 15 % VRAM floor still holds and its refusals are reported); the engine's own estimate —
+admitted load, predicted interval, fitted step costs — is recorded beside the measurement.
+
+Run (here):  .venv/bin/python benchmarks/bench_capacity.py --device cpu --max-n 4 --audio-s 20 --out docs/capacity-cpu.json
+Run (H200):  PYTHONPATH=src:/tmp/site:/tmp/stage/ortsite:/tmp/stage python3 benchmarks/bench_capacity.py \
+                 --device cuda:0 --models tiny.en,base --decode-on host,device --max-n 4096 \
+                 --time-limit-s 1500 --out $OUT/capacity-h200.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gc
+import inspect
+import json
+import platform
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "src"))
+
+from bench_latency import NORMALIZER_NAME, match, split_words, wer_counts  # noqa: E402
+from word_times import load_manifest, word_times  # noqa: E402
+
+SR = 16_000
+GAP_S = 0.8
+"""Room noise between two recordings of a stream (a pause that closes the segment)."""
+TAIL_S = 2.0
+MAX_LEAD_S = 3.0
+TICK_S = 0.05
+"""Audio handed to every stream per loop: a 50 ms capture block, as a microphone delivers."""
+
+
+# -- the streams' programmes ----------------------------------------------------------------------
+@dataclass
+class Clip:
+    id: str
+    audio: np.ndarray
+    words: list[dict]
+    reference: str
+    offline: str = ""
+
+
+@dataclass
+class Programme:
+    """What one stream plays: room noise, recordings with gaps, room noise; built lazily from
+    the shared clips so thousands of streams cost no memory of their own."""
+
+    pieces: list[tuple[int, object]] = field(default_factory=list)  # (first sample, Clip or n noise samples)
+    n_samples: int = 0
+
+    @property
+    def clips(self) -> list[tuple[float, Clip]]:
+        """(start s on the stream's clock, clip) of each recording played."""
+        return [(start / SR, piece) for start, piece in self.pieces if isinstance(piece, Clip)]
+
+    def add_noise(self, seconds: float) -> None:
+        n = int(round(seconds * SR))
+        self.pieces.append((self.n_samples, n))
+        self.n_samples += n
+
+    def add_clip(self, clip: Clip) -> None:
+        self.pieces.append((self.n_samples, clip))
+        self.n_samples += clip.audio.shape[0]
+
+    def samples(self, first: int, stop: int, room: np.ndarray) -> np.ndarray:
+        out = np.empty(stop - first, dtype=np.float32)
+        for start, piece in self.pieces:
+            length = piece if isinstance(piece, int) else piece.audio.shape[0]
+            a, b = max(first, start), min(stop, start + length)
+            if a >= b:
+                continue
+            if isinstance(piece, int):
+                out[a - first:b - first] = room[np.arange(a, b) % room.shape[0]]
+            else:
+                out[a - first:b - first] = piece.audio[a - start:b - start]
+        return out
+
+
+def clip_scores(updates, start_s: float, end_s: float, clip: Clip) -> tuple[list, list, tuple, tuple]:
+    """Shown and committed latencies of the clip's words, and (errors, words) of the committed
+    text and of the offline text, from the updates whose text ends within the clip's span
+    (segments close in the gaps between recordings, so a segment belongs to one clip)."""
+    mine = [u for u in updates if start_s <= u.end_s <= end_s + GAP_S]
+    keys = [w for w, _ in clip.words]
+    first_shown: dict[int, float] = {}
+    committed_at: dict[int, float] = {}
+    committed: list[str] = []
+    for u in mine:
+        partial: list[str] = []
+        if u.kind == "final":
+            committed += split_words(u.text)
+            for j in match(keys, committed):
+                committed_at.setdefault(j, u.emitted_wall_s)
+        else:
+            partial = split_words(u.text)
+        for j in match(keys, committed + partial):
+            first_shown.setdefault(j, u.emitted_wall_s)
+    shown = [first_shown[j] - (start_s + e) for j, (_, e) in enumerate(clip.words) if j in first_shown]
+    done = [committed_at[j] - (start_s + e) for j, (_, e) in enumerate(clip.words) if j in committed_at]
+    text = " ".join(u.text for u in mine if u.kind == "final")
+    return shown, done, wer_counts(clip.reference, text), wer_counts(clip.reference, clip.offline)
+
+
+def programmes(n: int, clips: list[Clip], audio_s: float) -> list[Programme]:
+    out = []
+    for i in range(n):
+        p = Programme()
+        p.add_noise(0.5 + (i * 0.618034 % 1.0) * (MAX_LEAD_S - 0.5))
+        k = i % len(clips)
+        while p.n_samples < audio_s * SR:
+            p.add_clip(clips[k % len(clips)])
+            p.add_noise(GAP_S)
+            k += 1
+        p.add_noise(TAIL_S)
+        out.append(p)
+    return out
+
+
+def load_clips(model: str, device: str, max_clips: int | None) -> list[Clip]:
+    import soundfile as sf
+
+    from captioner.engine.offline import (
+        TranscribeOptions,
+        load_decoder,
+        transcribe_file,
+    )
+
+    times = word_times("tiny.en")
+    rows = [c for c in load_manifest() if c["language"] == "en" and c["id"] in times]
+    rows = rows[:max_clips] if max_clips else rows
+    decoder = load_decoder(model, device)
+    clips = []
+    for c in rows:
+        audio, rate = sf.read(c["path"], dtype="float32")
+        assert rate == SR, c["id"]
+        words = [(k, w["end_s"]) for w in times[c["id"]] for k in split_words(w["word"])[:1]]
+        offline = transcribe_file(c["path"], TranscribeOptions(model=model, device=device), decoder=decoder).text
+        clips.append(Clip(c["id"], audio, words, c["reference"], offline))
+    return clips
+
+
+# -- the model ------------------------------------------------------------------------------------
+def device_decoding_available() -> bool:
+    from captioner.engine.whisper import WhisperRecognizer
+
+    return "decode_on" in inspect.signature(WhisperRecognizer).parameters
+
+
+def load_recognizer(model: str, device: str, decode_on: str):
+    """(backend, recognizer) as ``captioner.engine.live.load_recognizer``, with the decoding
+    place chosen where the checkout has the switch."""
+    from captioner.engine.whisper import WhisperRecognizer
+    from captioner.gpu.backend import get_backend
+    from captioner.models.runtime import load_runtime
+    from captioner.models.tokenizer import WhisperTokenizer
+
+    backend = get_backend(device)
+    backend.use()
+    runtime = load_runtime(model, device=backend.name)
+    tokenizer = WhisperTokenizer(runtime.files.tokenizer_path, runtime.files.config_path, n_vocab=runtime.n_vocab)
+    extra = {"decode_on": decode_on} if device_decoding_available() else {}
+    return backend, WhisperRecognizer(runtime, tokenizer, xp=backend.xp,
+                                      synchronize=backend.synchronize if backend.is_cuda else None, **extra)
+
+
+class GpuSampler:
+    """NVML utilisation and memory, sampled every 50 ms on a thread of the benchmark's own."""
+
+    def __init__(self, gpu_index: int | None) -> None:
+        self.samples: list[tuple[float, float | None, int | None]] = []
+        self._reader = None
+        if gpu_index is not None:
+            from captioner.gpu.telemetry import NvmlReader
+
+            reader = NvmlReader(gpu_index)
+            self._reader = reader if reader.available else None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-gpu-sampler", daemon=True)
+
+    def __enter__(self):
+        if self._reader is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.05):
+            gpu = self._reader.read_gpu()
+            self.samples.append((time.perf_counter(), gpu.get("utilization_pct"), gpu.get("vram_used_bytes")))
+
+    @property
+    def utilization(self) -> float | None:
+        values = [u for _, u, _ in self.samples if u is not None]
+        return float(np.mean(values)) / 100.0 if values else None
+
+    @property
+    def peak_used_bytes(self) -> int | None:
+        values = [m for _, _, m in self.samples if m is not None]
+        return max(values) if values else None
+
+
+# -- one run --------------------------------------------------------------------------------------
+def pct(values, q):
+    values = [v for v in values if v is not None]
+    return None if not values else round(float(np.percentile(values, q)), 3)
+
+
+def run_once(backend, recognizer, clips: list[Clip], n: int, args) -> dict:
+    from captioner.engine.admission import AdmissionConfig
+    from captioner.engine.core import EngineConfig
+    from captioner.engine.live import LiveCaptioner
+    from captioner.engine.scheduler import SchedulerConfig
+    from captioner.engine.simulate import ChargedRecognizer, SimClock
+    from captioner.errors import StreamRefused
+    from captioner.events import NS_PER_S
+
+    config = EngineConfig(
+        scheduler=SchedulerConfig(base_interval_s=args.interval_s, max_batch=args.max_batch),
+        admission=AdmissionConfig(time_budget="on" if args.admission else "off"),
+    )
+    gc.collect()
+    if backend.is_cuda:
+        backend.xp.get_default_memory_pool().free_all_blocks()
+    memory_before = backend.vram_bytes()
+    clock = SimClock()
+    records = []
+    charged = ChargedRecognizer(recognizer, clock, "measured", records)
+    live = LiveCaptioner(recognizer=charged, backend=backend, config=config, clock_ns=clock,
+                         timer_ns=time.perf_counter_ns)
+    progs = programmes(n, clips, args.audio_s)
+    room = (np.random.default_rng(0).standard_normal(SR) * 10 ** (-70 / 20)).astype(np.float32)
+    streams, refused = {}, []
+    for i in range(n):
+        try:
+            streams[i] = live.open_stream(f"s{i}", language="en", priority="live")
+        except StreamRefused as refusal:
+            refused.append(str(refusal))
+    fed = dict.fromkeys(streams, 0)
+    updates = []
+    start_ns = clock()
+    loop_wall_s = 0.0
+    statuses = []
+    wall0 = time.perf_counter()
+    with GpuSampler(backend.device_index if backend.is_cuda else None) as gpu:
+        while streams and any(not s.done for s in streams.values()):
+            clock.advance(TICK_S)
+            t0 = time.perf_counter()
+            n_records = len(records)
+            due = (clock() - start_ns) * SR // NS_PER_S
+            for i, stream in streams.items():
+                end = min(due, progs[i].n_samples)
+                if end > fed[i]:
+                    stream.accept_waveform(SR, progs[i].samples(fed[i], end, room), capture_ns=clock())
+                    fed[i] = end
+                    if end == progs[i].n_samples:
+                        stream.finish()
+            updates += live.step()
+            wall_s = time.perf_counter() - t0
+            loop_wall_s += wall_s
+            model_s = sum(r.charged_s for r in records[n_records:])
+            clock.advance(max(0.0, wall_s - model_s))  # host work outside the model takes time too
+            if len(statuses) < (clock() - start_ns) / NS_PER_S / 2:
+                statuses.append(live.status())  # every 2 s of audio: admission's view while streams run
+            if time.perf_counter() - wall0 > args.run_limit_s:
+                break
+        statuses.append(live.status())
+    run_wall_s = time.perf_counter() - wall0
+    finished = all(s.done for s in streams.values())
+    live.close()
+    audio_s = sum(p.n_samples for i, p in enumerate(progs) if i in streams) / SR
+
+    # Update intervals: clock time between consecutive updates of one segment of a stream.
+    intervals = []
+    by_segment: dict[tuple[str, int], list[float]] = {}
+    for u in updates:
+        by_segment.setdefault((u.stream, u.segment), []).append(u.emitted_wall_s)
+    for times in by_segment.values():
+        distinct = sorted(set(round(t, 6) for t in times))
+        intervals += list(np.diff(distinct))
+    # Caption latency per reference word, and WER.
+    shown_lat, commit_lat = [], []
+    err_s = err_o = n_ref = 0
+    n_words = 0
+    per_stream: dict[str, list] = {}
+    for u in updates:
+        per_stream.setdefault(u.stream, []).append(u)
+    for i in streams:
+        for start_s, clip in progs[i].clips:
+            end_s = start_s + clip.audio.shape[0] / SR
+            shown, done, (e, r), (eo, _) = clip_scores(per_stream.get(f"s{i}", []), start_s, end_s, clip)
+            shown_lat += shown
+            commit_lat += done
+            err_s, err_o, n_ref = err_s + e, err_o + eo, n_ref + r
+            n_words += len(clip.words)
+
+    batches = sum(r.batch for r in records)
+    model_wall_s = sum(r.wall_s for r in records)
+    model_cpu_s = sum(r.cpu_s for r in records)
+    steps_ms = [1e3 * r.wall_s for r in records]
+    # Admission's view at its busiest moment (the last status comes after the streams closed).
+    busiest = max(statuses, key=lambda s: (len(s.streams), s.admitted_load or 0.0))
+    extra = dict(busiest.extra)
+    util = gpu.utilization
+    peak = gpu.peak_used_bytes
+    used_before = memory_before[1] - memory_before[0] if memory_before else None
+    return {
+        "streams": n, "admitted": len(streams), "refused": len(refused), "refusal": refused[0] if refused else "",
+        "finished": finished, "run_wall_s": round(run_wall_s, 2), "audio_s_per_stream": round(audio_s / max(1, len(streams)), 1),
+        "steps": len(records), "batch_mean": round(batches / max(1, len(records)), 1),
+        "step_ms_p50": pct(steps_ms, 50), "step_ms_p99": pct(steps_ms, 99),
+        "wall_ms_per_update": round(1e3 * model_wall_s / max(1, batches), 3),
+        "host_cpu_ms_per_update": round(1e3 * model_cpu_s / max(1, batches), 3),
+        "gpu_ms_per_update": None if util is None else round(1e3 * util * run_wall_s / max(1, batches), 3),
+        "gpu_utilization": None if util is None else round(util, 3),
+        "engine_host_ms_per_stream_s": round(1e3 * (loop_wall_s - model_wall_s) / max(1e-9, audio_s), 3),
+        "compute_over_audio": round(loop_wall_s / max(1e-9, audio_s / max(1, len(streams))), 3),
+        "update_interval_p50_s": pct(intervals, 50), "update_interval_p99_s": pct(intervals, 99),
+        "partial_p50_s": pct(shown_lat, 50), "partial_p99_s": pct(shown_lat, 99),
+        "commit_p50_s": pct(commit_lat, 50), "commit_p99_s": pct(commit_lat, 99),
+        "words": n_words, "words_committed": len(commit_lat),
+        "wer_committed_pct": round(100 * err_s / max(1, n_ref), 2), "wer_offline_pct": round(100 * err_o / max(1, n_ref), 2),
+        "feature_pool_bytes_per_stream": round(extra.get("feature_pool_bytes", 0) / max(1, len(streams))),
+        "feature_bytes_per_slot": round(extra.get("feature_pool_bytes", 0) / max(1, extra.get("stream_slots", 1))),
+        "vram_growth_bytes_per_stream": None if peak is None or used_before is None
+        else round((peak - used_before) / max(1, len(streams))),
+        "admission_estimate": {
+            "streams_held": len(busiest.streams),
+            "admitted_load": None if busiest.admitted_load is None else round(busiest.admitted_load, 3),
+            "predicted_interval_s": round(extra.get("predicted_interval_s", 0.0), 3),
+            "step_fixed_ms": round(1e3 * extra.get("step_fixed_s", 0.0), 3),
+            "step_per_update_ms": round(1e3 * extra.get("step_per_update_s", 0.0), 3),
+        },
+    }
+
+
+# -- the sweep ------------------------------------------------------------------------------------
+def main() -> int:
+    parser = argparse.ArgumentParser(description="concurrent real-time streams one engine serves")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda:N")
+    parser.add_argument("--models", default="tiny.en", help="comma separated (tiny.en, base, a folder)")
+    parser.add_argument("--decode-on", default="host,device",
+                        help="where greedy decoding runs, comma separated: host, device (device needs the switch)")
+    parser.add_argument("--max-n", type=int, default=4096, help="largest number of streams (N doubles from 1)")
+    parser.add_argument("--min-n", type=int, default=1)
+    parser.add_argument("--audio-s", type=float, default=30.0, help="speech per stream (whole recordings, at least this)")
+    parser.add_argument("--interval-s", type=float, default=1.0, help="the scheduler's base update interval")
+    parser.add_argument("--max-batch", type=int, default=64, help="most streams in one model step")
+    parser.add_argument("--max-clips", type=int, default=None, help="use only the first K recordings")
+    parser.add_argument("--time-limit-s", type=float, default=600.0, help="wall time for the whole sweep")
+    parser.add_argument("--run-limit-s", type=float, default=300.0, help="wall time for one N (the run is cut)")
+    parser.add_argument("--admission", action="store_true", help="keep the time budget's refusals on")
+    parser.add_argument("--out", default=None, help="JSON results here")
+    args = parser.parse_args()
+    try:
+        modes = [m.strip() for m in args.decode_on.split(",") if m.strip()]
+        if not modes or any(m not in ("host", "device") for m in modes):
+            raise ValueError(f"--decode-on takes host and/or device, got {args.decode_on!r}")
+        if args.min_n < 1 or args.max_n < args.min_n:
+            raise ValueError("--min-n must be >= 1 and at most --max-n")
+        if args.audio_s <= 0 or args.interval_s <= 0 or args.max_batch < 1:
+            raise ValueError("--audio-s, --interval-s and --max-batch must be positive")
+    except ValueError as error:
+        print(f"bench_capacity: {error}", file=sys.stderr)
+        return 2
+    has_switch = device_decoding_available()
+    if not has_switch and "device" in modes:
+        print("bench_capacity: this checkout's WhisperRecognizer has no decode_on switch: host decoding only",
+              file=sys.stderr)
+        modes = [m for m in modes if m == "host"] or ["host"]
+    report = {
+        "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
+        "machine": platform.processor() or platform.machine(), "python": platform.python_version(),
+        "command": " ".join(sys.argv), "device": args.device, "interval_s": args.interval_s,
+        "max_batch": args.max_batch, "audio_s": args.audio_s, "normalizer": NORMALIZER_NAME,
+        "decode_on_switch": has_switch, "runs": [],
+    }
+    sweep0 = time.perf_counter()
+    for model in [m.strip() for m in args.models.split(",") if m.strip()]:
+        clips = load_clips(model, args.device, args.max_clips)
+        for mode in modes:
+            backend, recognizer = load_recognizer(model, args.device, mode)
+            report.update(provider=recognizer.provider, device_name=recognizer.device_name)
+            print(f"{model}, decoding on the {mode}: {recognizer.provider} ({recognizer.device_name}), "
+                  f"{len(clips)} recordings", file=sys.stderr)
+            run_once(backend, recognizer, clips, 1, argparse.Namespace(**{**vars(args), "audio_s": 5.0}))  # warm-up
+            n = args.min_n
+            last_wall_s = 0.0
+            while n <= args.max_n:
+                left_s = args.time_limit_s - (time.perf_counter() - sweep0)
+                if left_s < 2.2 * last_wall_s:
+                    print(f"  stop before N={n}: {left_s:.0f} s of the time limit left", file=sys.stderr)
+                    break
+                result = run_once(backend, recognizer, clips, n, args)
+                result.update(model=recognizer.name, decode_on=mode)
+                report["runs"].append(result)
+                last_wall_s = result["run_wall_s"]
+                print(f"  N={n}: " + json.dumps({k: v for k, v in result.items() if k not in ("refusal",)}),
+                      file=sys.stderr)
+                if args.out:  # keep what was measured if a later N runs out of time or memory
+                    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                    Path(args.out).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+                if not result["finished"] or result["refused"]:
+                    print(f"  stop after N={n}: " + ("streams refused" if result["refused"] else "the run was cut"),
+                          file=sys.stderr)
+                    break
+                p99 = result["update_interval_p99_s"]
+                if p99 is not None and p99 > 4 * args.interval_s:
+                    print(f"  stop after N={n}: update interval p99 {p99} s, the engine is saturated", file=sys.stderr)
+                    break
+                n *= 2
+    print("\n| model | decoding | N | step p50 / p99 ms | wall / host / GPU ms per update | engine host ms per stream-s "
+          "| interval p50 / p99 s | partial p50 / p99 s | committed p50 / p99 s | WER committed / offline | "
+          "VRAM per stream (pool / device) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in report["runs"]:
+        mib = lambda b: "–" if b is None else f"{b / 2**20:.1f} MiB"  # noqa: E731
+        print(f"| {r['model']} | {r['decode_on']} | {r['streams']}{'' if r['finished'] else ' (cut)'} | "
+              f"{r['step_ms_p50']} / {r['step_ms_p99']} | {r['wall_ms_per_update']} / {r['host_cpu_ms_per_update']} / "
+              f"{r['gpu_ms_per_update'] if r['gpu_ms_per_update'] is not None else '–'} | {r['engine_host_ms_per_stream_s']} | "
+              f"{r['update_interval_p50_s']} / {r['update_interval_p99_s']} | {r['partial_p50_s']} / {r['partial_p99_s']} | "
+              f"{r['commit_p50_s']} / {r['commit_p99_s']} | {r['wer_committed_pct']} % / {r['wer_offline_pct']} % | "
+              f"{mib(r['feature_pool_bytes_per_stream'])} / {mib(r['vram_growth_bytes_per_stream'])} |")
+    if args.out:
+        print(f"results: {args.out}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

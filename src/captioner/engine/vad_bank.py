@@ -1,0 +1,146 @@
+"""The voice activity detector of :mod:`captioner.engine.vad`, for many streams at once.
+
+:class:`~captioner.engine.vad.VoiceActivity` decides frame by frame in a Python loop: about
+8 µs a frame, 0.8 ms per second of every stream, which alone would take a whole core at 1,200
+streams. :class:`VadBank` keeps the same state for every stream in arrays, one row per stream,
+and steps all rows that received frames together: the loop runs over the frames of one push
+(10 for 100 ms), each step a few NumPy operations across the rows.
+
+Same decisions, bit for bit (the test holds it to ``VoiceActivity`` on random energies): the
+smoothed level is the mean of the last ``smooth_frames`` energies summed oldest first, the
+floor the minimum of the last ``floor_window_frames`` smoothed levels (a window kept whole per
+row instead of a monotonic queue), then the same onset, hangover and voiced-frame counts.
+
+Called only by the engine's thread.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from captioner.engine.vad import VadConfig
+
+
+class VadBank:
+    """Voice activity of up to :attr:`capacity` streams (rows); grows on demand."""
+
+    def __init__(self, config: VadConfig | None = None) -> None:
+        self.config = config or VadConfig()
+        self.capacity = 0
+        cfg = self.config
+        self.floor_db = np.zeros(0)
+        self.frames_seen = np.zeros(0, np.int64)
+        self.speaking = np.zeros(0, bool)
+        self.last_voiced_frame = np.zeros(0, np.int64)
+        self.voiced_frames = np.zeros(0, np.int64)
+        self._run = np.zeros(0, np.int64)
+        self._hang = np.zeros(0, np.int64)
+        self._recent = np.zeros((0, cfg.smooth_frames))
+        self._levels = np.zeros((0, cfg.floor_window_frames))
+        self._free: list[int] = []
+
+    # -- rows ------------------------------------------------------------------------------------
+    def acquire(self) -> int:
+        """A fresh row (the bank doubles when full)."""
+        if not self._free:
+            self._grow(max(64, self.capacity))
+        row = self._free.pop(0)
+        self.reset(row)
+        return row
+
+    def release(self, row: int) -> None:
+        self._free.append(row)
+        self._free.sort()
+
+    def _grow(self, extra: int) -> None:
+        old = self.capacity
+        pad = lambda a, fill: np.concatenate([a, np.full((extra,) + a.shape[1:], fill, a.dtype)])  # noqa: E731
+        self.floor_db = pad(self.floor_db, -120.0)
+        self.frames_seen = pad(self.frames_seen, 0)
+        self.speaking = pad(self.speaking, False)
+        self.last_voiced_frame = pad(self.last_voiced_frame, -1)
+        self.voiced_frames = pad(self.voiced_frames, 0)
+        self._run = pad(self._run, 0)
+        self._hang = pad(self._hang, 0)
+        self._recent = pad(self._recent, 0.0)
+        self._levels = pad(self._levels, np.inf)
+        self.capacity = old + extra
+        self._free = sorted(self._free + list(range(old, self.capacity)))
+
+    def reset(self, row: int) -> None:
+        self.floor_db[row] = -120.0
+        self.frames_seen[row] = 0
+        self.speaking[row] = False
+        self.last_voiced_frame[row] = -1
+        self.voiced_frames[row] = 0
+        self._run[row] = 0
+        self._hang[row] = 0
+        self._recent[row] = 0.0
+        self._levels[row] = np.inf
+
+    def silence_frames(self, row: int) -> int:
+        """Frames since the row's last speech-like frame (all seen frames if there was none)."""
+        if self.last_voiced_frame[row] < 0:
+            return int(self.frames_seen[row])
+        return int(self.frames_seen[row] - 1 - self.last_voiced_frame[row])
+
+    # -- frames ----------------------------------------------------------------------------------
+    def push(self, rows, energy_db) -> np.ndarray:
+        """The next ``n`` frame energies of each row (``energy_db[i]`` for ``rows[i]``, shape
+        ``[len(rows), n]``, distinct rows); returns their speech flags ``[len(rows), n]``."""
+        cfg = self.config
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        energy = np.asarray(energy_db, dtype=np.float64).reshape(rows.shape[0], -1)
+        n = energy.shape[1]
+        flags = np.zeros(energy.shape, dtype=bool)
+        if rows.size == 0 or n == 0:
+            return flags
+        # Work on the rows' own copies; write them back once.
+        seen = self.frames_seen[rows]
+        recent = self._recent[rows]
+        levels = self._levels[rows]
+        speaking = self.speaking[rows]
+        last_voiced = self.last_voiced_frame[rows]
+        voiced_count = self.voiced_frames[rows]
+        run = self._run[rows]
+        hang = self._hang[rows]
+        floor = self.floor_db[rows]
+        smooth = cfg.smooth_frames
+        window = cfg.floor_window_frames
+        line = np.arange(rows.size)
+        for i in range(n):
+            e = energy[:, i]
+            index = seen + i
+            recent[:, :-1] = recent[:, 1:]
+            recent[:, -1] = e
+            # Oldest first, as Python's sum() over the deque adds them; the empty places of a
+            # young row are zeros on the left, which add nothing.
+            total = recent[:, 0].copy()
+            for k in range(1, smooth):
+                total += recent[:, k]
+            smoothed = total / np.minimum(index + 1, smooth)
+            levels[line, index % window] = smoothed
+            floor = levels.min(axis=1)
+            voiced = (e >= floor + cfg.threshold_db) & (e >= cfg.min_level_db)
+            run = np.where(voiced, run + 1, 0)
+            last_voiced = np.where(voiced, index, last_voiced)
+            voiced_count = voiced_count + voiced
+            onset = run >= cfg.onset_frames
+            newly = onset & ~speaking
+            for back in range(1, cfg.onset_frames):
+                if i - back >= 0:
+                    flags[newly, i - back] = True  # the onset frames themselves are speech too
+            holding = speaking & ~onset & (hang > 0)
+            speaking = onset | holding
+            hang = np.where(onset, cfg.hangover_frames, np.where(holding, hang - 1, hang))
+            flags[:, i] = speaking
+        self.frames_seen[rows] = seen + n
+        self._recent[rows] = recent
+        self._levels[rows] = levels
+        self.speaking[rows] = speaking
+        self.last_voiced_frame[rows] = last_voiced
+        self.voiced_frames[rows] = voiced_count
+        self._run[rows] = run
+        self._hang[rows] = hang
+        self.floor_db[rows] = floor
+        return flags

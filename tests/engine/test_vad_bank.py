@@ -1,0 +1,63 @@
+"""VadBank decides exactly as VoiceActivity (its specification), for many streams at once."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from captioner.engine.vad import VadConfig, VoiceActivity
+from captioner.engine.vad_bank import VadBank
+
+
+def _energies(rng, n_frames: int) -> np.ndarray:
+    """Room noise near -70 dB with bursts of "speech" near -25 dB and single loud clicks:
+    onsets, hangovers, floors that move."""
+    e = rng.normal(-70.0, 2.0, n_frames)
+    t = 0
+    while t < n_frames:
+        t += int(rng.integers(5, 120))
+        length = int(rng.integers(1, 80))
+        e[t:t + length] = rng.normal(-25.0, 4.0, max(0, min(length, n_frames - t)))
+        t += length
+    return e.astype(np.float32)
+
+
+def test_the_bank_matches_voice_activity_row_by_row_whatever_the_push_sizes():
+    rng = np.random.default_rng(7)
+    config = VadConfig()
+    n_streams, n_frames = 70, 900
+    energies = [_energies(rng, n_frames) for _ in range(n_streams)]
+    singles = [VoiceActivity(config) for _ in range(n_streams)]
+    bank = VadBank(config)
+    rows = [bank.acquire() for _ in range(n_streams)]
+    assert bank.capacity >= n_streams
+    position = [0] * n_streams
+    while min(position) < n_frames:
+        # Pushes of the same length go together, as the engine groups them; lengths vary.
+        size = int(rng.choice([1, 3, 10, 10, 10, 37]))
+        group = [i for i in range(n_streams) if position[i] + size <= n_frames and rng.random() < 0.8]
+        if not group:
+            group = [i for i in range(n_streams) if position[i] < n_frames]
+            size = min(n_frames - position[i] for i in group)
+        block = np.stack([energies[i][position[i]:position[i] + size] for i in group])
+        got = bank.push([rows[i] for i in group], block)
+        for k, i in enumerate(group):
+            want = singles[i].push(block[k])
+            assert np.array_equal(got[k], want), (i, position[i])
+            assert bank.voiced_frames[rows[i]] == singles[i].voiced_frames
+            assert bank.silence_frames(rows[i]) == singles[i].silence_frames()
+            assert bank.floor_db[rows[i]] == singles[i].floor_db
+            assert bool(bank.speaking[rows[i]]) == singles[i].speaking
+            position[i] += size
+
+
+def test_a_released_row_starts_afresh():
+    bank = VadBank()
+    row = bank.acquire()
+    bank.push([row], np.concatenate([np.full(30, -70.0), np.full(20, -20.0)])[None])
+    assert bank.voiced_frames[row] > 0
+    bank.release(row)
+    again = bank.acquire()
+    assert again == row and bank.voiced_frames[row] == 0 and bank.silence_frames(row) == 0
+    single = VoiceActivity()
+    e = np.concatenate([np.full(20, -70.0), np.full(10, -20.0)])
+    assert np.array_equal(bank.push([row], e[None])[0], single.push(e))
