@@ -38,7 +38,7 @@ from captioner.engine.admission import (
     parse_priority,
     predict,
 )
-from captioner.engine.policy import LocalAgreementPolicy, PolicyConfig
+from captioner.engine.policy import LocalAgreementPolicy, PolicyConfig, make_policy
 from captioner.engine.recognizer import Recognizer, WindowRequest
 from captioner.engine.scheduler import Scheduler, SchedulerConfig, StreamView
 from captioner.engine.vad import VadConfig, band_energy_db, speech_band
@@ -74,8 +74,9 @@ class EngineConfig:
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
     policy_factory: Callable[[str, PolicyConfig], LocalAgreementPolicy] | None = None
-    """Makes a stream's streaming policy from its name and :attr:`policy` (``None``:
-    LocalAgreement-2); the one place to swap the commit policy per engine."""
+    """Makes a stream's streaming policy from its name and :attr:`policy` (``None``: the one
+    ``policy.kind`` names, LocalAgreement-2 or AlignAtt); the one place to swap the commit
+    policy per engine."""
 
     @property
     def max_streams(self) -> None:
@@ -221,7 +222,7 @@ class Engine:
                                       language=language, priority=rank)
 
     def _make_policy(self, name: str):
-        factory = self.config.policy_factory or LocalAgreementPolicy
+        factory = self.config.policy_factory or make_policy
         return factory(name, self.config.policy)
 
     # -- admission -------------------------------------------------------------------------------
@@ -438,6 +439,7 @@ class Engine:
                 s.name, self.features.log_mel_window(s.slot, first, ready - first),
                 (first + s.frame_offset) / FRAMES_PER_S, s.policy.prompt_text(),
                 s.language or self.language or s.segment_language,
+                alignment=getattr(s.policy, "wants_alignment", False),
             ))
         hypotheses: list = [None] * len(streams)
         for model, rows in groups.items():

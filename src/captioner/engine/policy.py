@@ -13,6 +13,9 @@ buffer restarts after the pause. Hypotheses the decoder's guards rejected (text 
 silence, loops) never reach the screen.
 
 This module is pure Python: no model, no clock, no thread; the worker thread calls it.
+:func:`make_policy` builds the policy a :class:`PolicyConfig` names: LocalAgreement here, or
+AlignAtt (:mod:`captioner.engine.alignatt`: commits what the model's cross-attention says it
+has heard whole, on one hypothesis).
 """
 
 from __future__ import annotations
@@ -34,6 +37,10 @@ class Word:
     end_s: float
     segment: int = 0
     """Index of the decoder segment (timestamp pair) the word came from, within its hypothesis."""
+    attend_s: float | None = None
+    """Latest stream time the alignment heads attended to while the word's tokens were chosen
+    (``None``: the recognizer gave no attention). Past the end of the audio heard means the
+    model was guessing beyond it."""
 
     @property
     def key(self) -> str:
@@ -109,8 +116,15 @@ def words_from_segments(segments, window_start_s: float = 0.0) -> tuple[list[Wor
     return words, ends
 
 
+POLICIES = ("localagreement", "alignatt")
+
+
 @dataclass(slots=True)
 class PolicyConfig:
+    kind: str = "localagreement"
+    """Which commit rule: ``"localagreement"`` (two agreeing hypotheses) or ``"alignatt"``
+    (the cross-attention says the words were heard; falls back to agreement for a hypothesis
+    without attention)."""
     trim_after_s: float = 12.0
     """Trim the buffer at a committed segment end once it holds this much audio."""
     max_buffer_s: float = 24.0
@@ -122,6 +136,29 @@ class PolicyConfig:
     match_tolerance_s: float = 1.5
     """Word times are spread over segments; a match further than this from where it should be is
     not trusted."""
+    attend_margin_s: float = 0.4
+    """AlignAtt: a word whose tokens attended within this much of the end of the audio heard so
+    far is not committed yet (it may be cut off, or guessed)."""
+    first_context_s: float = 2.5
+    """AlignAtt: the first ``first_words`` of a segment are committed only once the window holds
+    this much audio after them (Whisper hears "my fellow" as "am I" with nothing after it)."""
+    first_words: int = 3
+    hold_s: float = 1.5
+    """AlignAtt: a pause shorter than this after the last word does not close a segment whose
+    first words still lack ``first_context_s`` (the next words give them context)."""
+
+
+def make_policy(stream: str, config: PolicyConfig | None = None, start_s: float = 0.0):
+    """The streaming policy ``config.kind`` names, for one stream."""
+    config = config or PolicyConfig()
+    if config.kind == "alignatt":
+        # alignatt imports this module: a late import keeps the cycle out of import time
+        from captioner.engine.alignatt import AlignAttPolicy
+
+        return AlignAttPolicy(stream, config, start_s)
+    if config.kind != "localagreement":
+        raise ValueError(f"unknown streaming policy {config.kind!r}; choose one of {', '.join(POLICIES)}")
+    return LocalAgreementPolicy(stream, config, start_s)
 
 
 @dataclass(slots=True)
@@ -220,7 +257,7 @@ class LocalAgreementPolicy:
             self._close(close_at_s if close_at_s is not None else hypothesis.end_s)
             return out
 
-        agreed = _common_prefix(s.previous_tail, tail)
+        agreed = self._agreed(tail, hypothesis)
         new_commit = tail[:agreed]
         rest = tail[agreed:]
         self._commit(emit, new_commit)
@@ -249,6 +286,11 @@ class LocalAgreementPolicy:
         return out
 
     # -- internals ----------------------------------------------------------------------------------
+    def _agreed(self, tail: list[Word], hypothesis: Hypothesis) -> int:
+        """How many words at the start of ``tail`` (the hypothesis beyond the committed text)
+        to commit now: LocalAgreement's, those the previous hypothesis ended with too."""
+        return _common_prefix(self._s.previous_tail, tail)
+
     def _commit(self, emit: _Emitter, words: list[Word]) -> None:
         """Show ``words`` as final and keep them as committed (nothing happens for none)."""
         emit.final(words)

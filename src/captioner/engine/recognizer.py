@@ -25,6 +25,9 @@ class WindowRequest:
     prompt: str
     """Committed text that precedes the window."""
     language: str | None
+    alignment: bool = False
+    """The stream's policy reads attention (AlignAtt): give its words ``attend_s`` and times
+    from the alignment heads when the model has them."""
 
 
 class Recognizer(Protocol):

@@ -17,7 +17,9 @@ from dataclasses import replace
 import numpy as np
 
 from captioner.engine.policy import Hypothesis, words_from_segments
+from captioner.engine.wordtiming import words_with_times
 from captioner.languages import language_code
+from captioner.models.alignment import AttentionRecorder
 from captioner.models.decoding import DecodingOptions, decode
 from captioner.models.registry import N_AUDIO_FRAMES
 
@@ -103,22 +105,39 @@ class WhisperRecognizer:
         languages = [r.language for r in requests]
         if not self.is_multilingual:
             languages = [None] * len(requests)
+        # A stream whose policy reads attention (AlignAtt) gets it recorded with its window.
+        recorder = None
+        if any(r.alignment for r in requests) and getattr(self.runtime, "has_alignment", False):
+            recorder = AttentionRecorder(self.runtime)
         windows = decode(
-            self.runtime, self.tokenizer, mel, self.options, xp=self.xp,
+            recorder or self.runtime, self.tokenizer, mel, self.options, xp=self.xp,
             previous_tokens=self._prompts([r.prompt for r in requests]),
             languages=languages, window_s=spans_s,
         )
         hypotheses = []
-        for r, span_s, w in zip(requests, spans_s, windows):
+        for b, (r, span_s, w) in enumerate(zip(requests, spans_s, windows)):
             end_s = r.start_s + span_s
             if w.dropped in REJECT:
                 hypotheses.append(Hypothesis((), r.start_s, end_s, (), rejected=True, reason=w.dropped,
                                              language=w.language))
                 continue
             segments = [(s.start_s, min(s.end_s, span_s), s.text) for s in w.segments]
-            words, ends = words_from_segments(segments, r.start_s)
+            timed = self._timed_words(recorder, windows, b, r, span_s) if recorder is not None and r.alignment else None
+            words, ends = timed if timed is not None else words_from_segments(segments, r.start_s)
             # Only segments closed by a timestamp pair are safe places to cut the buffer.
             consumed = span_s if w.consumed_s is None else w.consumed_s
             safe_ends = tuple(e if e - r.start_s <= consumed + 1e-6 else float("inf") for e in ends)
             hypotheses.append(Hypothesis(tuple(words), r.start_s, end_s, safe_ends, language=w.language))
         return hypotheses
+
+    def _timed_words(self, recorder: AttentionRecorder, windows, b: int, r, span_s: float):
+        """Row ``b``'s words with times and ``attend_s`` from the recorded attention, or ``None``
+        (the recording does not line up, e.g. after a fallback pass)."""
+        w = windows[b]
+        n_choices = max(len(x.tokens) + (not x.hit_length_limit) for x in windows)
+        try:
+            rows = recorder.token_rows(b, len(w.tokens), not w.hit_length_limit, n_choices)
+        except ValueError:
+            return None
+        return words_with_times(w.tokens, rows, not w.hit_length_limit, w.segments, self.tokenizer.decode,
+                                self.tokenizer.eot, span_s, r.start_s)

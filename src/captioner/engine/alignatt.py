@@ -1,0 +1,103 @@
+"""AlignAtt: commit what the model's own cross-attention says it has heard whole.
+
+LocalAgreement (:mod:`captioner.engine.policy`) commits a word once two consecutive hypotheses
+agree on it, so a word is final about one update interval after it could be. AlignAtt (the
+policy of SimulStreaming, Papi et al. 2023 "AlignAtt: Using Attention-based Audio-Translation
+Alignments as a Guide for Simultaneous Speech Translation"; Macháček et al. 2025) reads, for each
+token the decoder chose, where its alignment heads attended in the audio: a token chosen while
+the model looks at the last few hundred milliseconds of what has been heard may be a word cut
+off by the window's end, or a guess at what comes next; tokens before the first such one were
+heard whole and are committed at once, from one hypothesis.
+
+Rules, per update (times on the stream's clock; ``end`` = the end of the audio in the window):
+
+1. Words are taken in order beyond the committed text; the first word whose tokens attended
+   later than ``end - attend_margin_s`` or whose aligned end (DTW) lies there stops the commit.
+2. Context before commitment: while fewer than ``first_words`` words of the segment (or of a new
+   sentence) are committed, a word also needs ``first_context_s`` of audio after it in the
+   window. Whisper tiny.en hears JFK's "And so my fellow Americans" as "am I fellow" from every
+   prefix of 2.7-3.3 s of the recording, and right from 4 s on, when "ask not" follows; so a
+   pause does not close a segment whose first words still lack that context: the words stay
+   partial and the next speech is decoded in the same window, unless the silence after the
+   last word reaches ``hold_s`` (then, as at the end of a stream, everything is committed).
+3. Lines: a committed word that ends a sentence ends the caption line (the update's ``segment``
+   moves on), as a pause does; so a line ends at a sentence end or a pause, wherever the
+   updates happened to fall, and a replay of the same audio gives the same lines.
+4. A hypothesis without attention (a model without alignment heads) falls back to agreement.
+
+Partial text, trimming, prompting and closing at a pause are LocalAgreement's. Called only by the
+worker thread that owns the stream.
+"""
+
+from __future__ import annotations
+
+import re
+
+from captioner.engine.policy import Hypothesis, LocalAgreementPolicy, PolicyConfig, Word
+
+_SENTENCE_END_RE = re.compile(r"[.?!\u3002\uff01\uff1f][\"'\u201d\u2019)\]]*$")
+
+
+def ends_sentence(word: Word) -> bool:
+    return bool(_SENTENCE_END_RE.search(word.text.strip()))
+
+
+class AlignAttPolicy(LocalAgreementPolicy):
+    """One stream's streaming state under the AlignAtt rule (see the module docstring)."""
+
+    wants_alignment = True
+    """Tells the engine to ask the recognizer for attention with this stream's windows."""
+
+    def __init__(self, stream: str, config: PolicyConfig | None = None, start_s: float = 0.0) -> None:
+        super().__init__(stream, config, start_s)
+        self._line_words = 0  # words committed since the segment or sentence began
+
+    def update(self, hypothesis: Hypothesis, emitted_audio_s: float, emitted_wall_s: float,
+               close_segment: bool = False, close_at_s: float | None = None):
+        if close_segment and not hypothesis.rejected and self._defer_close(hypothesis):
+            close_segment = False
+        return super().update(hypothesis, emitted_audio_s, emitted_wall_s, close_segment, close_at_s)
+
+    def _defer_close(self, hypothesis: Hypothesis) -> bool:
+        """A pause came while the segment's first words lack context: keep it open (see rule 2)."""
+        c = self.config
+        words = [w for w in hypothesis.words if w.key]
+        if self._line_words >= c.first_words or not words or any(w.attend_s is None for w in words):
+            return False
+        if hypothesis.end_s - words[-1].end_s >= c.hold_s:
+            return False
+        first_open = words[min(len(words), len(self._s.committed) + c.first_words - self._line_words) - 1]
+        return hypothesis.end_s - first_open.end_s < c.first_context_s
+
+    def _agreed(self, tail: list[Word], hypothesis: Hypothesis) -> int:
+        if not tail or any(w.attend_s is None for w in tail):
+            return super()._agreed(tail, hypothesis)
+        c = self.config
+        limit_s = hypothesis.end_s - c.attend_margin_s
+        n = 0
+        for w in tail:
+            if w.attend_s > limit_s or w.end_s > limit_s:
+                break
+            if self._line_words + n < c.first_words and hypothesis.end_s - w.end_s < c.first_context_s:
+                break
+            n += 1
+        return n
+
+    def _commit(self, emit, words: list[Word]) -> None:
+        """Commit ``words``, one caption per line: a sentence end closes the line."""
+        piece: list[Word] = []
+        for w in words:
+            piece.append(w)
+            if ends_sentence(w):
+                super()._commit(emit, piece)
+                self._s.segment += 1
+                self._line_words = 0
+                piece = []
+        if piece:
+            super()._commit(emit, piece)
+            self._line_words += sum(1 for w in piece if w.key)
+
+    def _close(self, at_s: float, keep_segment: bool = False) -> None:
+        super()._close(at_s, keep_segment)
+        if not keep_segment:
+            self._line_words = 0

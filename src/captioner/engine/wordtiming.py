@@ -1,0 +1,155 @@
+"""Word times and "where the model is listening" from the alignment heads' cross-attention.
+
+Input: per chosen token, the attention of the decoder run that chose it, ``[n, A, frames]``
+(:class:`captioner.models.alignment.AttentionRecorder`; one encoder frame is 20 ms).
+
+- :func:`token_times`: Whisper's word-timestamp method: each head's weights standardised over
+  the tokens, median-filtered along time (width 7), averaged over the heads; a monotonic path
+  through the token x frame matrix by dynamic time warping (DTW) gives each token the frame
+  where it starts. Only the frames that hold audio take part.
+- :func:`attended_frames`: per token, the frame the heads attend to most (padding included):
+  the AlignAtt policy's signal. A token chosen while the model looks at the last few hundred
+  milliseconds of the audio may still change when more audio comes.
+
+Pure NumPy; called by the thread that runs the recognizer.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+FRAME_S = 0.02
+"""Seconds per encoder frame (Whisper: 1500 frames per 30 s window)."""
+MEDIAN_WIDTH = 7
+
+
+def attended_frames(rows: np.ndarray) -> np.ndarray:
+    """``[n]``: per token, argmax over frames of the heads' mean attention."""
+    if rows.shape[0] == 0:
+        return np.zeros(0, np.int64)
+    return np.asarray(rows, np.float32).mean(axis=1).argmax(axis=-1)
+
+
+def _median_filter(x: np.ndarray, width: int) -> np.ndarray:
+    """Median along the last axis, reflect-padded (as Whisper's ``median_filter``)."""
+    if width <= 1 or x.shape[-1] < width:
+        return x
+    pad = width // 2
+    padded = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(pad, pad)], mode="reflect")
+    return np.median(np.lib.stride_tricks.sliding_window_view(padded, width, axis=-1), axis=-1)
+
+
+def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The cheapest monotonic path from (0, 0) to (N-1, M-1) with steps right, down and
+    diagonal: arrays of row and column indices along it.
+
+    Each row is done at once: with ``a[j]`` the best way into (i, j) from row i-1, the row's
+    costs are ``S[j] + min_{k<=j}(a[k] - S[k])`` (``S`` the row's running cost sum), a prefix
+    minimum instead of a loop over the frames."""
+    n, m = cost.shape
+    total = np.full((n, m), np.inf)
+    s = np.cumsum(cost[0])
+    total[0] = s
+    for i in range(1, n):
+        c = cost[i]
+        best_in = np.full(m, np.inf)
+        best_in[0] = total[i - 1, 0]
+        best_in[1:] = np.minimum(total[i - 1, 1:], total[i - 1, :-1])
+        a = c + best_in
+        s = np.cumsum(c)
+        total[i] = s + np.minimum.accumulate(a - s)
+    rows, cols = [n - 1], [m - 1]
+    i, j = n - 1, m - 1
+    while i > 0 or j > 0:
+        if i == 0:
+            j -= 1
+        elif j == 0:
+            i -= 1
+        else:
+            moves = (total[i - 1, j - 1], total[i - 1, j], total[i, j - 1])
+            k = int(np.argmin(moves))
+            i, j = (i - 1, j - 1) if k == 0 else (i - 1, j) if k == 1 else (i, j - 1)
+        rows.append(i)
+        cols.append(j)
+    return np.asarray(rows[::-1]), np.asarray(cols[::-1])
+
+
+def token_times(rows: np.ndarray, n_frames: int, ended: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Start and end (seconds from the window's start) of each text token.
+
+    ``rows``: ``[n (+1 with ``ended``: the end token's row), A, frames]``. ``n_frames``: encoder
+    frames that hold audio. A token ends where the next one starts; the last one where the end
+    token's row starts, or (no end token) at the end of the path."""
+    n_text = rows.shape[0] - (1 if ended else 0)
+    if n_text <= 0:
+        return np.zeros(0), np.zeros(0)
+    n_frames = int(max(1, min(n_frames, rows.shape[-1])))
+    weights = np.asarray(rows[:, :, :n_frames], np.float64).transpose(1, 0, 2)  # [A, n, frames]
+    std = weights.std(axis=1, keepdims=True)
+    weights = (weights - weights.mean(axis=1, keepdims=True)) / np.where(std > 0, std, 1.0)
+    matrix = _median_filter(weights, MEDIAN_WIDTH).mean(axis=0)  # [n, frames]
+    path_rows, path_cols = dtw(-matrix)
+    # The frame where each row is first reached.
+    first = np.full(matrix.shape[0], n_frames, dtype=np.int64)
+    for r, c in zip(path_rows[::-1], path_cols[::-1]):
+        first[r] = c
+    starts = first[:n_text] * FRAME_S
+    if ended:
+        ends = first[1:n_text + 1] * FRAME_S
+    else:
+        ends = np.append(first[1:n_text], path_cols[-1] + 1) * FRAME_S
+    return starts.astype(np.float64), np.maximum(ends, starts).astype(np.float64)
+
+
+_PIECE_RE = r"\s*[^\s-]+-*|\s*-+"  # as policy.words_from_segments: hyphenated parts count apart
+
+
+def words_with_times(tokens, rows: np.ndarray, ended: bool, segments, decode, eot: int, span_s: float,
+                     window_start_s: float):
+    """Words of a decoded window with times from the attention, or ``None`` when the tokens and
+    segments cannot be lined up (the caller then spreads times over segments).
+
+    ``tokens``: the window's sampled tokens (timestamps included); ``rows``: their attention
+    (one row per token, plus the end token's with ``ended``); ``segments``: the decoder's
+    ``TimedSegment``s; ``decode``: token ids -> text. Returns ``(words, segment_ends_s)`` with
+    times on the stream's clock; each word's ``attend_s`` is the latest attended time of its
+    tokens (padding past the audio included)."""
+    import re
+
+    from captioner.engine.policy import Word
+
+    text_at = [i for i, t in enumerate(tokens) if int(t) < eot]
+    text_tokens = [int(tokens[i]) for i in text_at]
+    if rows.shape[0] != len(tokens) + (1 if ended else 0) or not text_at:
+        return None
+    dtw_rows = rows[text_at + ([len(tokens)] if ended else [])]
+    starts, ends = token_times(dtw_rows, int(round(span_s / FRAME_S)), ended)
+    looked_s = attended_frames(rows[text_at]) * FRAME_S
+    words: list[Word] = []
+    seg_ends: list[float] = []
+    cursor = 0
+    for index, seg in enumerate(segments):
+        ids = [int(t) for t in seg.tokens]
+        at = next((k for k in range(cursor, len(text_tokens) - len(ids) + 1) if text_tokens[k:k + len(ids)] == ids), None)
+        if at is None or not ids:
+            return None
+        cursor = at + len(ids)
+        # Character where each token's text ends, from decoding growing prefixes (a token may
+        # hold part of a UTF-8 character: keep the offsets monotonic).
+        char_end, reach = [], 0
+        for k in range(len(ids)):
+            reach = max(reach, len(decode(ids[:k + 1])))
+            char_end.append(reach)
+        text = seg.text
+        for n_piece, match in enumerate(re.finditer(_PIECE_RE, text)):
+            a, b = match.start() + (len(match.group()) - len(match.group().lstrip())), match.end()
+            first = next((k for k in range(len(ids)) if char_end[k] > a), len(ids) - 1)
+            last = next((k for k in range(len(ids)) if char_end[k] >= b), len(ids) - 1)
+            piece = match.group()
+            if n_piece == 0 and not piece.startswith(" "):
+                piece = " " + piece
+            t0, t1 = at + first, at + last
+            words.append(Word(piece, window_start_s + float(starts[t0]), window_start_s + float(ends[t1]), index,
+                              attend_s=window_start_s + float(looked_s[t0:t1 + 1].max())))
+        seg_ends.append(window_start_s + min(float(seg.end_s), span_s))
+    return words, seg_ends

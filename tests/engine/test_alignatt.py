@@ -1,0 +1,248 @@
+"""AlignAtt (issue 14): commit what the cross-attention says was heard whole, on one hypothesis.
+
+The policy's rules are checked on hand-made hypotheses with scripted attention, then through
+the whole engine on a simulated clock with a scripted recognizer that scripts attention
+(:mod:`attentive`), and the DTW word timing on synthetic attention. No model runs here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from attentive import AttentiveScriptedRecognizer
+from scripted import feed, finals, finish_all, keys, phrase, render_speech, script_end_s
+
+from captioner.engine.alignatt import AlignAttPolicy, ends_sentence
+from captioner.engine.core import EngineConfig
+from captioner.engine.live import LiveCaptioner
+from captioner.engine.policy import (
+    Hypothesis,
+    LocalAgreementPolicy,
+    PolicyConfig,
+    Word,
+    make_policy,
+)
+from captioner.engine.simulate import SimClock
+from captioner.engine.wordtiming import attended_frames, dtw, token_times
+
+
+def hyp(words, end_s, start_s=0.0, attend_lag_s=0.0):
+    """A hypothesis of (text, start_s, end_s[, attend_s]) words, one segment, open at the end."""
+    out = []
+    for w in words:
+        attend = w[3] if len(w) > 3 else w[2] + attend_lag_s
+        out.append(Word(" " + w[0], w[1], w[2], 0, attend_s=attend))
+    return Hypothesis(tuple(out), start_s, end_s, (float("inf"),))
+
+
+def committed(updates):
+    return " ".join(u.text for u in updates if u.kind == "final")
+
+
+# Words well inside the audio: (text, start, end)
+SPEECH = [("the", 0.2, 0.4), ("quick", 0.5, 0.8), ("brown", 0.9, 1.2), ("fox", 1.3, 1.6),
+          ("jumps", 1.7, 2.0), ("over", 2.1, 2.4), ("the", 2.5, 2.6), ("lazy", 2.7, 3.0)]
+
+
+def no_first_context(**kw):
+    return PolicyConfig(kind="alignatt", first_context_s=0.0, **kw)
+
+
+# -- the commit rule ------------------------------------------------------------------------------
+def test_words_heard_whole_are_committed_from_one_hypothesis():
+    """LocalAgreement needs a second hypothesis; AlignAtt commits at once every word before the
+    first one that attended within the margin of the audio's end."""
+    h = hyp(SPEECH[:6], end_s=2.5)  # "over" ends at 2.4, within 0.4 s of the end
+    la = LocalAgreementPolicy("s").update(h, 2.5, 2.5)
+    aa = AlignAttPolicy("s", no_first_context()).update(h, 2.5, 2.5)
+    assert committed(la) == ""
+    assert committed(aa) == "the quick brown fox jumps"
+    assert [u.text for u in aa if u.kind == "partial"] == ["over"]
+
+
+def test_a_word_that_looked_past_the_audio_stops_the_commit_even_if_later_ones_did_not():
+    words = list(SPEECH[:5])
+    words[2] = ("brown", 0.9, 1.2, 5.0)  # the model looked beyond the window for this one
+    out = AlignAttPolicy("s", no_first_context()).update(hyp(words, end_s=3.0), 3.0, 3.0)
+    assert committed(out) == "the quick"
+
+
+def test_first_words_wait_for_context_after_them():
+    config = PolicyConfig(kind="alignatt", first_context_s=1.5, first_words=3)
+    policy = AlignAttPolicy("s", config)
+    out = policy.update(hyp(SPEECH[:4], end_s=1.9), 1.9, 1.9)
+    # "the" (ends 0.4) has 1.5 s after it; "quick" (0.8) only 1.1 s: it waits.
+    assert committed(out) == "the"
+    out = policy.update(hyp(SPEECH[:6], end_s=2.9), 2.9, 2.9)
+    # "quick", "brown" now have their 1.5 s; past the third first word only the margin counts.
+    assert committed(out) == "quick brown fox jumps over"
+
+
+def test_a_committed_word_never_changes_though_later_hypotheses_disagree():
+    policy = AlignAttPolicy("s", no_first_context())
+    out = policy.update(hyp(SPEECH[:4], end_s=2.0), 2.0, 2.0)
+    assert committed(out) == "the quick brown fox"
+    revised = [("a", 0.2, 0.4), ("quick", 0.5, 0.8), ("brown", 0.9, 1.2), ("fox", 1.3, 1.6), ("jumps", 1.7, 2.0),
+               ("over", 2.1, 2.4)]
+    out += policy.update(hyp(revised, end_s=3.0), 3.0, 3.0)
+    out += policy.update(hyp(revised, end_s=3.0), 3.0, 3.0, close_segment=True)
+    assert committed(out) == "the quick brown fox jumps over"
+
+
+def test_without_attention_it_agrees_like_localagreement():
+    plain = Hypothesis(tuple(Word(" " + t, a, b) for t, a, b in SPEECH[:4]), 0.0, 2.0, (float("inf"),))
+    aa, la = AlignAttPolicy("s", no_first_context()), LocalAgreementPolicy("s")
+    assert committed(aa.update(plain, 2.0, 2.0)) == committed(la.update(plain, 2.0, 2.0)) == ""
+    assert committed(aa.update(plain, 2.1, 2.1)) == committed(la.update(plain, 2.1, 2.1)) == "the quick brown fox"
+
+
+def test_a_sentence_end_ends_the_line():
+    words = [("Ask", 0.1, 0.4), ("not.", 0.5, 0.8), ("What", 1.2, 1.5), ("your", 1.6, 1.8)]
+    out = AlignAttPolicy("s", no_first_context()).update(hyp(words, end_s=3.0), 3.0, 3.0)
+    lines = [(u.segment, u.text) for u in out if u.kind == "final"]
+    assert lines == [(0, "Ask not."), (1, "What your")]
+    assert ends_sentence(Word(' done."', 0, 1)) and not ends_sentence(Word(" Mr", 0, 1))
+
+
+def test_a_pause_keeps_the_segment_open_while_its_first_words_lack_context():
+    config = PolicyConfig(kind="alignatt", first_context_s=2.5, hold_s=1.5)
+    policy = AlignAttPolicy("s", config)
+    out = policy.update(hyp(SPEECH[:3], end_s=1.8), 1.8, 1.8, close_segment=True, close_at_s=1.5)
+    assert committed(out) == "" and policy.has_pending_text and policy.buffer_start_s == 0.0
+    # Speech resumes in the same window: the first words now have context.
+    out = policy.update(hyp(SPEECH, end_s=3.4), 3.4, 3.4)
+    # ("brown", ending at 1.2 s, still has only 2.2 s after it: the third first word waits.)
+    assert committed(out) == "the quick"
+    # A long silence after the last word commits all, as any close.
+    policy = AlignAttPolicy("s", config)
+    out = policy.update(hyp(SPEECH[:3], end_s=2.8), 2.8, 2.8, close_segment=True, close_at_s=2.5)
+    assert committed(out) == "the quick brown" and not policy.has_pending_text
+
+
+def test_make_policy_names_the_kinds():
+    assert type(make_policy("s", PolicyConfig(kind="alignatt"))) is AlignAttPolicy
+    assert type(make_policy("s")) is LocalAgreementPolicy
+    with pytest.raises(ValueError, match="unknown streaming policy"):
+        make_policy("s", PolicyConfig(kind="waitk"))
+
+
+# -- through the engine, on a simulated clock -----------------------------------------------------
+SENTENCES = phrase("and so my fellow americans.", 0.5) + phrase("ask not what your country can do for you.", 3.2) \
+    + phrase("ask what you can do for your country.", 7.6)
+
+
+def run_engine(script, duration_s, kind="alignatt", audio=None, **recognizer_options):
+    recognizer = AttentiveScriptedRecognizer({"Me": script}, **recognizer_options)
+    clock = SimClock()
+    live = LiveCaptioner(recognizer=recognizer, config=EngineConfig(policy=PolicyConfig(kind=kind)),
+                         clock_ns=clock, timer_ns=clock)
+    live.open_stream("Me")
+    samples = render_speech(script, duration_s) if audio is None else audio
+    updates = feed(live, clock, {"Me": samples})
+    updates += finish_all(live, clock)
+    return updates, recognizer
+
+
+def test_engine_asks_for_attention_only_for_alignatt_streams():
+    _, rec = run_engine(SENTENCES[:5], 4.0)
+    _, rec_la = run_engine(SENTENCES[:5], 4.0, kind="localagreement")
+    assert rec.alignment_asked and all(rec.alignment_asked)
+    assert rec_la.alignment_asked and not any(rec_la.alignment_asked)
+
+
+def test_same_audio_same_committed_lines_twice_and_lines_end_at_sentences():
+    duration_s = script_end_s(SENTENCES) + 2.0
+    runs = []
+    for _ in range(2):
+        updates, _ = run_engine(SENTENCES, duration_s, guess_s=0.3, mishear={2: ("am I", 2.0)})
+        runs.append([(u.segment, u.text, round(u.start_s, 6), round(u.end_s, 6)) for u in finals(updates)])
+    assert runs[0] == runs[1]
+    lines: dict[int, str] = {}
+    for segment, text, _, _ in runs[0]:
+        lines[segment] = (lines.get(segment, "") + " " + text).strip()
+    assert list(lines.values()) == ["and so my fellow americans.", "ask not what your country can do for you.",
+                                    "ask what you can do for your country."]
+
+
+def test_committed_words_never_change_and_context_fixes_a_mishearing():
+    """The listener hears "my" as "am I" until 2 s of audio follow it: the shown partial may say
+    "am I", the committed text never does, and nothing committed is ever taken back."""
+    duration_s = script_end_s(SENTENCES) + 2.0
+    updates, _ = run_engine(SENTENCES, duration_s, guess_s=0.3, mishear={2: ("am I", 2.0)})
+    assert any("am i" in u.text.lower() for u in updates if u.kind == "partial"), "the mishearing was never shown"
+    assert keys(" ".join(u.text for u in finals(updates))) == keys(SENTENCES)
+
+
+def test_commits_come_sooner_than_localagreement():
+    duration_s = script_end_s(SENTENCES) + 2.0
+    delays = {}
+    for kind in ("alignatt", "localagreement"):
+        updates, _ = run_engine(SENTENCES, duration_s, kind=kind)
+        # per committed word: when it was committed minus when it ended
+        per_word = [u.emitted_audio_s - u.end_s for u in finals(updates)]
+        delays[kind] = float(np.median(per_word))
+    assert delays["alignatt"] < delays["localagreement"]
+
+
+@pytest.mark.parametrize("kind", ["silence", "noise", "music"])
+def test_no_words_on_silence_noise_or_music(kind):
+    from captioner.audio.synthetic import noise, tone
+
+    n_s = 60.0
+    if kind == "silence":
+        audio = np.zeros(int(n_s * 16_000), np.float32)
+    elif kind == "noise":
+        audio = noise(n_s, amplitude=10 ** (-45 / 20), seed=3)
+    else:
+        audio = sum(tone(f, n_s, amplitude=0.05) for f in (261.63, 329.63, 392.0)).astype(np.float32)
+    # The script has no words: whatever the VAD lets through, the listener hears nothing.
+    updates, _ = run_engine([], n_s, audio=audio)
+    assert not [u for u in updates if u.text.strip()]
+
+
+# -- word times from attention --------------------------------------------------------------------
+def test_dtw_finds_the_cheapest_monotonic_path():
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        cost = rng.random((int(rng.integers(1, 7)), int(rng.integers(1, 11))))
+        rows, cols = dtw(cost)
+        full = np.full((cost.shape[0] + 1, cost.shape[1] + 1), np.inf)
+        full[0, 0] = 0
+        for i in range(1, full.shape[0]):
+            for j in range(1, full.shape[1]):
+                full[i, j] = cost[i - 1, j - 1] + min(full[i - 1, j - 1], full[i - 1, j], full[i, j - 1])
+        assert abs(cost[rows, cols].sum() - full[-1, -1]) < 1e-9
+        assert (np.diff(rows) >= 0).all() and (np.diff(cols) >= 0).all()
+
+
+def test_token_times_follow_the_attention_inside_the_audio():
+    """Scripted attention: token k looks at frames around 20 + 15 k (plus noise) over 8 heads;
+    the end token looks into the padding. Times come out increasing, inside the audio, near the
+    scripted frames."""
+    rng = np.random.default_rng(1)
+    n_tokens, n_frames, heads = 6, 1500, 8
+    centres = [20 + 15 * k for k in range(n_tokens)] + [1490]
+    rows = np.zeros((n_tokens + 1, heads, n_frames), np.float32)
+    frames = np.arange(n_frames)
+    for k, c in enumerate(centres):
+        for h in range(heads):
+            bump = np.exp(-0.5 * ((frames - c - rng.normal(0, 1)) / 3.0) ** 2) + 1e-3 * rng.random(n_frames)
+            rows[k, h] = bump / bump.sum()
+    assert list(attended_frames(rows)[:n_tokens]) == pytest.approx(centres[:n_tokens], abs=3)
+    audio_frames = 120
+    starts, ends = token_times(rows, audio_frames, ended=True)
+    assert len(starts) == n_tokens and (np.diff(starts) > 0).all() and (ends >= starts).all()
+    assert ends[-1] <= audio_frames * 0.02 + 1e-9
+    # each token starts within 4 frames (80 ms) before its centre
+    for k in range(1, n_tokens):
+        assert abs(starts[k] - 0.02 * (centres[k] - 7)) < 0.1
+
+
+def test_word_times_of_scripted_words_lie_inside_their_segment_and_increase():
+    script = phrase("one two three four five six", 0.5)
+    updates, _ = run_engine(script, script_end_s(script) + 2.0)
+    spans = [(u.start_s, u.end_s) for u in finals(updates)]
+    assert spans and all(a <= b for a, b in spans)
+    assert all(spans[i][1] <= spans[i + 1][0] + 1e-6 for i in range(len(spans) - 1))
+    assert spans[0][0] >= script[0].start_s - 1e-6 and spans[-1][1] <= script[-1].end_s + 1e-6
+
