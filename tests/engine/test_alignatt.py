@@ -15,12 +15,12 @@ from scripted import feed, finals, finish_all, keys, phrase, render_speech, scri
 from captioner.engine.alignatt import AlignAttPolicy, ends_sentence
 from captioner.engine.core import EngineConfig
 from captioner.engine.live import LiveCaptioner
+from captioner.engine.policies import make_policy
 from captioner.engine.policy import (
     Hypothesis,
     LocalAgreementPolicy,
     PolicyConfig,
     Word,
-    make_policy,
 )
 from captioner.engine.simulate import SimClock
 from captioner.engine.wordtiming import attended_frames, dtw, token_times

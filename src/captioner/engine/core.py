@@ -38,7 +38,8 @@ from captioner.engine.admission import (
     parse_priority,
     predict,
 )
-from captioner.engine.policy import LocalAgreementPolicy, PolicyConfig, make_policy
+from captioner.engine.policies import make_policy
+from captioner.engine.policy import LocalAgreementPolicy, PolicyConfig
 from captioner.engine.recognizer import Recognizer, WindowRequest
 from captioner.engine.scheduler import Scheduler, SchedulerConfig, StreamView
 from captioner.engine.vad import VadConfig, band_energy_db, speech_band

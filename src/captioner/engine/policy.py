@@ -13,9 +13,9 @@ buffer restarts after the pause. Hypotheses the decoder's guards rejected (text 
 silence, loops) never reach the screen.
 
 This module is pure Python: no model, no clock, no thread; the worker thread calls it.
-:func:`make_policy` builds the policy a :class:`PolicyConfig` names: LocalAgreement here, or
-AlignAtt (:mod:`captioner.engine.alignatt`: commits what the model's cross-attention says it
-has heard whole, on one hypothesis).
+:func:`captioner.engine.policies.make_policy` builds the policy a :class:`PolicyConfig` names:
+LocalAgreement here, or AlignAtt (:mod:`captioner.engine.alignatt`: commits what the model's
+cross-attention says it has heard whole, on one hypothesis).
 """
 
 from __future__ import annotations
@@ -146,19 +146,6 @@ class PolicyConfig:
     hold_s: float = 1.5
     """AlignAtt: a pause shorter than this after the last word does not close a segment whose
     first words still lack ``first_context_s`` (the next words give them context)."""
-
-
-def make_policy(stream: str, config: PolicyConfig | None = None, start_s: float = 0.0):
-    """The streaming policy ``config.kind`` names, for one stream."""
-    config = config or PolicyConfig()
-    if config.kind == "alignatt":
-        # alignatt imports this module: a late import keeps the cycle out of import time
-        from captioner.engine.alignatt import AlignAttPolicy
-
-        return AlignAttPolicy(stream, config, start_s)
-    if config.kind != "localagreement":
-        raise ValueError(f"unknown streaming policy {config.kind!r}; choose one of {', '.join(POLICIES)}")
-    return LocalAgreementPolicy(stream, config, start_s)
 
 
 @dataclass(slots=True)
