@@ -69,15 +69,18 @@ class LiveController:
     """
 
     def __init__(self, view: SessionView, device: str | None = None, metrics_port: int | None = None,
-                 pipeline_factory: PipelineFactory | None = None) -> None:
+                 pipeline_factory: PipelineFactory | None = None, server_token: str | None = None) -> None:
         """GUI thread. ``view``: where the session's course is reported (the window's
-        ``session``); ``pipeline_factory``: what builds a pipeline (default: the engine's)."""
+        ``session``); ``pipeline_factory``: what builds a pipeline (default: the engine's, or a
+        client of the `captioner serve` named in the run's ``server``); ``server_token``: that
+        server's bearer token."""
         from captioner.engine.pipeline import telemetry_gpu_index
         from captioner.gpu.telemetry import TelemetrySampler
 
         self.view = view
         self.device = device
         self.pipeline_factory = pipeline_factory
+        self.server_token = server_token
         self.pipeline: Any = None
         self._transcript: Any = None
         self._busy = False  # a start or a stop is in flight: the next request waits for it
@@ -135,7 +138,9 @@ class LiveController:
         return status
 
     def latest_telemetry(self) -> TelemetrySample | None:
-        sample = self.sampler.latest()
+        """The GPU the captions come from: this machine's, or the server's as its status says."""
+        remote = getattr(self.pipeline, "latest_telemetry", None)
+        sample = remote() if remote is not None else self.sampler.latest()
         if sample is not None and self.metrics is not None:
             self.metrics.update_telemetry(sample)
         return sample
@@ -171,7 +176,13 @@ class LiveController:
 
     def _new_pipeline(self, sources: list[Any], config: RunConfig, transcript: Any) -> Any:
         factory = self.pipeline_factory
-        if factory is None:
+        if factory is None and config.server:
+            from functools import partial
+
+            from captioner.serve.client import RemotePipeline
+
+            factory = partial(RemotePipeline, server=config.server, token=self.server_token)
+        elif factory is None:
             from captioner.engine.pipeline import Pipeline
 
             factory = Pipeline
@@ -249,7 +260,13 @@ class LiveController:
     def session_meta(self) -> dict[str, Any]:
         """Any thread: what a saved trace says about the run's device and back-end."""
         meta: dict[str, Any] = {"device_requested": self.device or "auto"}
-        if self.sampler.gpu_name:
+        server = getattr(self.pipeline, "server", None)
+        if server:
+            meta["server"] = server
+            sample = self.latest_telemetry()
+            if sample is not None and sample.gpu_name:
+                meta["device"] = sample.gpu_name
+        elif self.sampler.gpu_name:
             meta["device"] = self.sampler.gpu_name
         backend = getattr(self.pipeline, "backend", None)
         if backend is not None:

@@ -66,13 +66,15 @@ def open_window(args: argparse.Namespace, pipeline_factory=None):
         window.dark_action.setChecked(args.theme == "dark")
         window.set_theme(args.theme)
     controller = LiveController(window.session, device=args.device, metrics_port=args.metrics_port,
-                                pipeline_factory=pipeline_factory)
+                                pipeline_factory=pipeline_factory, server_token=getattr(args, "token", None))
     connect_window(window, controller)
     controller.refresh_devices()  # the list is applied at once: the sources below pick from it
     if args.model:
         window.controls.set_model(args.model)
     if args.language:
         window.controls.set_language(args.language)
+    if getattr(args, "server", None):
+        window.controls.set_server(args.server)
     if args.file:
         choices = [window.controls.add_file(str(Path(path).resolve())) for path in args.file]
         window.controls.select_only([c.key() for c in choices])

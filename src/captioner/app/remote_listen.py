@@ -10,8 +10,9 @@ from __future__ import annotations
 from captioner.errors import UserError
 
 
-def check_server_arguments(args) -> None:
-    """The server URL and the token file, refused on one line before any device is opened."""
+def check_server_arguments(args, local_device_allowed: bool = False) -> None:
+    """The server URL and the token file, refused on one line before any device is opened
+    (the desktop app keeps ``--device`` for when its Server field is emptied)."""
     if args.server is None:
         raise UserError("--token-file needs --server")
     from captioner.app.commands.serve import read_token
@@ -19,7 +20,7 @@ def check_server_arguments(args) -> None:
 
     stream_url(args.server, "Me", None)
     args.token = read_token(args.token_file) if args.token_file else None
-    if args.device is not None:
+    if args.device is not None and not local_device_allowed:
         raise UserError("--device picks where a local model runs; with --server the server's device is used")
 
 

@@ -352,6 +352,11 @@ class RemotePipeline:
         self._status: dict | None = None
         self._status_at_s = 0.0
         self._server_info: dict = {}
+        self._status_seq = 0  # status messages received: a new one makes new values
+        self._status_key: tuple | None = None
+        self._status_value: PipelineStatus | None = None
+        self._telemetry_key: int | None = None
+        self._telemetry_value: TelemetrySample | None = None
         self._stopping = threading.Event()
         self._abandon = threading.Event()  # stop trying to reconnect
         self._started = False
@@ -463,12 +468,16 @@ class RemotePipeline:
         """The server's latest status as a :class:`PipelineStatus` (its device, step latency,
         streams), with the state of the connections in ``message``."""
         with self._lock:
-            fields, at_s = self._status, self._status_at_s
+            fields, at_s, seq = self._status, self._status_at_s, self._status_seq
         if fields is None:
             return None
         lost = self.lost_inputs
+        key = (seq, tuple(lost.items()))
+        if key == self._status_key:  # the same value while nothing changed: a GUI redraws on a new one
+            return self._status_value
         message = "; ".join(f"{label}: {why}; reconnecting" for label, why in lost.items())
-        return PipelineStatus(
+        self._status_key = key
+        self._status_value = PipelineStatus(
             time_s=at_s, provider=str(fields.get("provider", "")), model=str(fields.get("model", "")),
             device_name=f"{fields.get('device_name', '')} @ {urlsplit(self.server).netloc}",
             streams=tuple(self._links), step_latency_ms=fields.get("step_latency_ms"),
@@ -480,12 +489,17 @@ class RemotePipeline:
             extra=(("server_streams", float(fields.get("streams") or 0)),
                    ("server_connections", float(fields.get("connections") or 0))),
         )
+        return self._status_value
 
     def latest_telemetry(self) -> TelemetrySample | None:
         """The server's GPU as its last status message described it (the dashboard plots it)."""
         with self._lock:
-            fields, at_s = self._status, self._status_at_s
-        return telemetry_from_status(fields, at_s) if fields is not None else None
+            fields, at_s, seq = self._status, self._status_at_s, self._status_seq
+        if fields is None:
+            return None
+        if self._telemetry_key != seq:
+            self._telemetry_key, self._telemetry_value = seq, telemetry_from_status(fields, at_s)
+        return self._telemetry_value
 
     # -- link callbacks (link and receiver threads) ----------------------------------------------------
     def _publish(self, updates: list[CaptionUpdate]) -> None:
@@ -499,6 +513,7 @@ class RemotePipeline:
     def _status_from(self, message: dict) -> None:
         with self._lock:
             self._status, self._status_at_s = message, time.monotonic()
+            self._status_seq += 1
 
     def _ready(self, message: dict) -> None:
         with self._lock:

@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
+    QLineEdit,
     QPushButton,
     QVBoxLayout,
     QWidget,
@@ -88,10 +89,17 @@ class ControlPanel(QWidget):
         for code, name in LANGUAGES:
             self.language_combo.addItem(f"{name} ({code})" if code != "auto" else name, code)
         self.translate_check = QCheckBox("Translate to English")
+        # A `captioner serve` box to caption on instead of this machine (its model is the server's).
+        self.server_edit = QLineEdit()
+        self.server_edit.setObjectName("serverEdit")
+        self.server_edit.setPlaceholderText("this computer")
+        self.server_edit.setToolTip("Caption on a captioner server: ws://HOST:8765 (empty: on this computer)")
+        self.server_edit.setClearButtonEnabled(True)
         form = QFormLayout(model_box)
         form.addRow("Model", self.model_combo)
         form.addRow("Language", self.language_combo)
         form.addRow("", self.translate_check)
+        form.addRow("Server", self.server_edit)
         self.model_combo.currentIndexChanged.connect(self._update_language_enabled)
 
         self.start_button = QPushButton("Start")
@@ -233,6 +241,12 @@ class ControlPanel(QWidget):
     def translate(self) -> bool:
         return self.translate_check.isEnabled() and self.translate_check.isChecked()
 
+    def server(self) -> str:
+        return self.server_edit.text().strip()
+
+    def set_server(self, url: str) -> None:
+        self.server_edit.setText(url.strip())
+
     # -- run -------------------------------------------------------------------------------
 
     def run_config(self) -> RunConfig:
@@ -241,6 +255,7 @@ class ControlPanel(QWidget):
             model=self.model(),
             language=self.language(),
             translate=self.translate(),
+            server=self.server(),
         )
 
     @property
@@ -251,7 +266,7 @@ class ControlPanel(QWidget):
         self._running = running
         self.start_button.setText("Stop" if running else "Start")
         for widget in (self.source_list, self.add_file_button, self.refresh_button, self.model_combo,
-                       self.language_combo, self.translate_check):
+                       self.language_combo, self.translate_check, self.server_edit):
             widget.setEnabled(not running)
         if not running:
             self._update_language_enabled()

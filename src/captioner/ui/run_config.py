@@ -40,9 +40,11 @@ class SourceChoice:
 
 @dataclass(frozen=True)
 class RunConfig:
-    """One session: its sources (several at once), the model, the spoken language, translate."""
+    """One session: its sources (several at once), the model, the spoken language, translate;
+    ``server``: a `captioner serve` URL to caption on (``""``: this machine)."""
 
     sources: tuple[SourceChoice, ...]
     model: str = "tiny.en"
     language: str = "auto"
     translate: bool = False
+    server: str = ""

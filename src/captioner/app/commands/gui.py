@@ -31,6 +31,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "just before --quit-after ends the app")
     parser.add_argument("--quit-after", type=float, metavar="S", help="quit after S seconds (smoke runs)")
     parser.add_argument("--save-trace", metavar="PATH", help="save this run's trace when the app quits")
+    parser.add_argument("--server", metavar="ws://HOST:PORT",
+                        help="caption on a `captioner serve` server (remembered in the settings; docs/serve.md)")
+    parser.add_argument("--token-file", metavar="PATH", help="the server's bearer token (never stored)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,6 +46,11 @@ def run(args: argparse.Namespace) -> int:
         raise UserError("--compare needs --trace and an existing trace file")
     if args.quit_after is not None and args.quit_after <= 0:
         raise UserError("--quit-after must be a positive number of seconds")
+    args.token = None
+    if args.server is not None or args.token_file is not None:
+        from captioner.app.remote_listen import check_server_arguments
+
+        check_server_arguments(args, local_device_allowed=True)  # one line now, not a dialog later
     if args.screenshot is not None and args.quit_after is None:
         raise UserError("--screenshot needs --quit-after S (the screenshot is taken just before quitting)")
     if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY") and not os.environ.get("QT_QPA_PLATFORM") \
