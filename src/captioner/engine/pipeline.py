@@ -6,9 +6,12 @@ One path, no polling:
   thread) straight into the worker's inbox — a live device never waits (a full inbox drops the
   chunk and the source counts it; the engine fills the gap with silence), a file replay waits
   for room, so it never loses audio;
-- ``captioner-worker`` (:class:`~captioner.engine.worker.Worker`) owns the model and the GPU,
-  feeds each chunk to its stream of the :class:`~captioner.engine.live.LiveCaptioner` (where
-  resampling and framing happen) and steps it;
+- ``captioner-worker`` (:class:`~captioner.engine.worker.Worker`) feeds each chunk to its
+  stream of the captioner (where resampling and framing happen) and steps it. The captioner is a
+  :class:`~captioner.engine.supervisor.SupervisedCaptioner`: on a GPU the model runs in a child
+  process that a CUDA error may poison, and is replaced (the streams re-fed from their last
+  checkpoint) when it fails; on the CPU it runs on this thread and is remade after a failed
+  step (``isolation``, below);
 - ``captioner-transcript`` appends and fsyncs every committed line before the update reaches
   the outbox (a caption on screen is a caption on disk), so a slow disk never holds up the
   thread that drives the GPU;
@@ -36,6 +39,7 @@ from dataclasses import replace
 from captioner.audio.source import RawChunk, RecoverableSource, SourceEnd
 from captioner.engine.core import EngineConfig
 from captioner.engine.live import LiveCaptioner
+from captioner.engine.supervisor import SupervisedCaptioner
 from captioner.engine.worker import (
     CloseStream,
     InboxItem,
@@ -315,6 +319,13 @@ class Pipeline:
     to use instead of loading ``model`` (tests, benchmarks). ``transcript``: an object with
     ``write(update)`` and ``close()`` (e.g. :class:`captioner.app.transcript.TranscriptWriter`)
     that gets every committed line, on a thread of its own.
+
+    ``isolation``: where the model runs. "process": a child process (a standby one loaded
+    beside it), replaced when it fails — what a GPU needs, since a sticky CUDA error poisons
+    its process; "inline": the worker thread, the captioner remade after a failed step;
+    "none": a bare :class:`LiveCaptioner` on the worker thread, nothing restarted. "auto" (the
+    default): "process" on a GPU, "inline" on the CPU, "none" with a ``recognizer_factory``
+    (which must then be picklable for "process").
     """
 
     def __init__(
@@ -329,7 +340,10 @@ class Pipeline:
         recognizer_factory: Callable[[], tuple] | None = None,
         inbox_items: int = INBOX_ITEMS,
         progress=None,
+        isolation: str = "auto",
     ) -> None:
+        if isolation not in ("auto", "process", "inline", "none"):
+            raise ValueError(f"unknown isolation {isolation!r}: use 'auto', 'process', 'inline' or 'none'")
         self.sources = list(sources)
         names = [s.stream for s in self.sources]
         if len(set(names)) != len(names):
@@ -354,6 +368,7 @@ class Pipeline:
         self._retired_drops = 0  # blocks dropped by sources that were lost and replaced
         self._stopping = threading.Event()
         self._started = False
+        self.isolation = isolation
         self.backend = None
 
     # -- lifecycle (owner thread) -----------------------------------------------------------------
@@ -362,6 +377,16 @@ class Pipeline:
         model or a device cannot be used."""
         if self._started:
             return
+
+        isolation = self._isolation()
+
+        def make_supervised() -> SupervisedCaptioner:
+            from captioner.engine.worker_process import HostSpec
+
+            spec = HostSpec(self.model, self.device, language=self.language, task=self.task, config=self.config,
+                            recognizer_factory=self._factory, language_check=self._factory is None,
+                            progress=self._progress)
+            return SupervisedCaptioner(spec, isolation=isolation)
 
         def make_captioner() -> LiveCaptioner:
             backend = recognizer = None
@@ -378,8 +403,8 @@ class Pipeline:
         if self.transcript is not None:
             self._writer = _TranscriptThread(self.transcript, self._to_outbox)
             self._writer.start()
-        self._worker = Worker(make_captioner, self._inbox, self._deliver, self._publish,
-                              source_drops=self._source_drops)
+        self._worker = Worker(make_captioner if isolation == "none" else make_supervised, self._inbox,
+                              self._deliver, self._publish, source_drops=self._source_drops)
         for source in self.sources:  # before any audio: the inbox keeps the order
             self._inbox.put(OpenStream(source.stream))
         self._watch = _InputWatch(self._inbox, self._stopping, self._retire, self._adopt)
@@ -407,6 +432,23 @@ class Pipeline:
             raise
         self._watch.start()
         self._started = True
+
+    def _isolation(self) -> str:
+        """What "auto" means here: a GPU gets a process, the CPU the worker thread (a failed CPU
+        step poisons nothing, and a fresh process costs more than a fresh model there: measured
+        in docs/reliability.md)."""
+        if self.isolation != "auto":
+            return self.isolation
+        if self._factory is not None:
+            return "none"
+        from captioner.compute import parse_device, requested_device
+
+        wanted = requested_device(self.device)
+        if wanted == "auto":
+            from captioner.gpu.backend import cuda_usable
+
+            return "process" if cuda_usable() else "inline"
+        return "inline" if parse_device(wanted)[0] == "cpu" else "process"
 
     def _sink_for(self, source) -> Callable[[RawChunk | SourceEnd], bool]:
         inbox = self._inbox
@@ -461,8 +503,19 @@ class Pipeline:
             self._writer = None
 
     @property
-    def captioner(self) -> LiveCaptioner | None:
+    def captioner(self) -> LiveCaptioner | SupervisedCaptioner | None:
         return self._worker.captioner if self._worker is not None else None
+
+    @property
+    def worker_restarts(self) -> int:
+        """How often the model's worker failed and was replaced (0 without isolation)."""
+        return getattr(self.captioner, "restarts", 0)
+
+    def worker_notices(self) -> list[str]:
+        """Lines about the model's worker since the last call: each restart after a failure, and
+        the fall-back to the CPU after repeated GPU failures; any thread."""
+        live = self.captioner
+        return live.worker_notices() if isinstance(live, SupervisedCaptioner) else []
 
     @property
     def provider(self) -> str:

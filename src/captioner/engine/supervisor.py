@@ -1,0 +1,510 @@
+"""Hot restart: a captioner whose model runs in a host that may fail, and is replaced when it does.
+
+:class:`SupervisedCaptioner` stands in for a :class:`~captioner.engine.live.LiveCaptioner`
+inside the :class:`~captioner.engine.worker.Worker` thread (same methods: ``open_stream``,
+``streams``, ``step``, ``status``, ``close``, ...), so the worker, its inbox and its outbox stay
+as they are for the pipeline and the server. The model itself runs in a host
+(:mod:`captioner.engine.worker_process`): a child process on a GPU, whose CUDA context a sticky
+error (an illegal memory access) poisons for good, or the worker thread itself on the CPU.
+
+What it does, all on the worker thread:
+
+- **keeps each stream's audio since its last checkpoint.** Audio is resampled and framed here
+  (16 kHz whole frames on the stream's clock) and kept in a ring, then sent to the host. The
+  host reports a checkpoint whenever a stream has nothing open (a pause: everything it showed is
+  committed): audio before it is dropped from the ring, which is bounded (``replay_s``, 30 s).
+- **notices a failure**: an exception in the model step or a device fault (the host says so),
+  a child process that died, or one not heard from for ``heartbeat_timeout_s``.
+- **restarts**: the failed host is killed and a fresh one takes over — on a GPU the standby
+  process, loaded while the first one ran, so a restart waits for no model load. Each stream is
+  opened again at its checkpoint (its clock continues: caption times go on where they were) and
+  its ring is re-fed. Text the failed host committed after the checkpoint is heard again by the
+  new host; :class:`_Seam` drops it, so no final is shown twice and none is lost.
+- **falls back to the CPU** after ``max_failures`` failures within ``failure_window_s``, and
+  says so: in the status message (the app's banner), in :meth:`worker_notices` (a line of
+  ``listen``) and in ``PipelineStatus.worker_restarts``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from types import MappingProxyType
+
+import numpy as np
+
+from captioner.audio.ingest import StreamIngest
+from captioner.engine.policy import normalize_word
+from captioner.engine.worker_process import HostInfo, HostSpec, InlineHost, ProcessHost
+from captioner.errors import UserError
+from captioner.events import SAMPLE_RATE_HZ, CaptionUpdate, PipelineStatus
+from captioner.languages import language_code
+
+REPLAY_S = 30.0
+"""Most audio kept per stream for a re-feed. A stream that speaks on for longer without a pause
+(a checkpoint) loses, at a restart, what it showed but had not committed before this."""
+HEARTBEAT_TIMEOUT_S = 10.0
+"""A host not heard from for this long is hung (the longest model step measured is ~1 s)."""
+LOAD_TIMEOUT_S = 300.0
+MAX_FAILURES = 3
+FAILURE_WINDOW_S = 60.0
+RESTART_NOTE_S = 10.0
+"""How long the status message says that the worker was restarted."""
+CLOSE_TIMEOUT_S = 60.0
+
+
+class _RecognizerInfo:
+    """What the pipeline asks of a recognizer it cannot reach (it lives in the host)."""
+
+    def __init__(self, info: HostInfo) -> None:
+        self.name = info.model
+        self.provider = info.provider
+        self.device_name = info.device_name
+        self.is_multilingual = info.is_multilingual
+        self._errors = dict(info.language_errors)
+
+    def check_language(self, language: str | None) -> str | None:
+        code = language_code(language)
+        if code is None or (not self.is_multilingual and code == "en"):
+            return None
+        if code in self._errors:
+            raise UserError(self._errors[code])
+        return code
+
+
+class _Seam:
+    """The words a failed host committed after its successor's starting point. The successor
+    hears them again: the first of its captions that repeat them lose those words (worker
+    thread). Words are compared as a reader would (:func:`normalize_word`); a committed word
+    the new host does not hear again, or one it hears in addition, is stepped over; text that
+    does not follow the committed words at all ends the seam (it is new)."""
+
+    def __init__(self, words: list[str], segment: int) -> None:
+        self.keys = [k for k in (normalize_word(w) for w in words) if k]
+        self.segment = segment
+
+    @property
+    def open(self) -> bool:
+        return bool(self.keys)
+
+    def _match(self, words: list[str]) -> tuple[int, int, bool]:
+        """(words of ``words`` that repeat committed ones, committed words they cover, whether
+        they diverge)."""
+        keys = self.keys
+        i = j = 0
+        while i < len(words) and j < len(keys):
+            key = normalize_word(words[i])
+            if not key:
+                i += 1
+            elif _same(key, keys[j]):
+                i, j = i + 1, j + 1
+            elif key in keys[j + 1:j + 3]:
+                j = keys.index(key, j + 1)  # committed words not heard again
+            elif i + 1 < len(words) and _same(normalize_word(words[i + 1]), keys[j]):
+                i += 1  # a word heard in addition, inside the repeated text
+            else:
+                return i, j, True
+        return i, j, False
+
+    def final(self, update: CaptionUpdate) -> CaptionUpdate | None:
+        if update.segment > self.segment:
+            self.keys = []  # the repeated segment closed: what follows is new
+            return update
+        words = update.text.split()
+        i, j, diverged = self._match(words)
+        self.keys = [] if diverged else self.keys[j:]
+        return _without(update, words, i)
+
+    def partial(self, update: CaptionUpdate) -> CaptionUpdate | None:
+        if update.segment > self.segment:
+            return update
+        words = update.text.split()
+        i, _, _ = self._match(words)
+        return _without(update, words, i, keep_empty=True)
+
+
+def _same(a: str, b: str) -> bool:
+    return a == b or bool(a and b and (a.startswith(b) or b.startswith(a)))
+
+
+def _without(update: CaptionUpdate, words: list[str], n: int, keep_empty: bool = False) -> CaptionUpdate | None:
+    """``update`` without its first ``n`` words (its start moved in proportion)."""
+    if n == 0:
+        return update
+    rest = words[n:]
+    if not rest and not keep_empty:
+        return None
+    start_s = update.start_s + (update.end_s - update.start_s) * n / max(1, len(words))
+    return replace(update, text=" ".join(rest), start_s=start_s if rest else update.end_s)
+
+
+class SupervisedStream:
+    """One stream of a :class:`SupervisedCaptioner`, as the worker sees it (worker thread)."""
+
+    def __init__(self, owner: SupervisedCaptioner, label: str, language: str | None) -> None:
+        self._owner = owner
+        self.label = label
+        self.language = language
+        self._ingest = StreamIngest(label)
+        self.ring: deque[tuple[int, int, np.ndarray]] = deque()  # (first sample, capture_ns, 16 kHz)
+        self.ring_samples = 0
+        self.checkpoint = 0
+        self.committed: list[tuple[int, list[str]]] = []  # (end sample, words) of finals since the checkpoint
+        self.segment_max = -1
+        self.finishing = False
+        self.seam: _Seam | None = None
+        self._done = False
+
+    @property
+    def done(self) -> bool:
+        return self._done
+
+    @property
+    def pending_s(self) -> float:
+        return 0.0  # the host keeps the backlog
+
+    def accept_waveform(self, sample_rate: int, samples, capture_ns: int | None = None,
+                        first_sample: int | None = None) -> None:
+        """As :meth:`captioner.engine.live.CaptionStream.accept_waveform`."""
+        if self.finishing:
+            raise ValueError(f"stream {self.label!r} is finished: open a new stream for more audio")
+        when_ns = self._owner.clock_ns() if capture_ns is None else int(capture_ns)
+        block = self._ingest.accept(int(sample_rate), samples, when_ns, first_sample)
+        if block is not None:
+            self._owner._audio(self, block.first_sample, block.capture_ns, block.samples)
+
+    def finish(self) -> None:
+        if self.finishing:
+            return
+        self.finishing = True
+        tail = self._ingest.flush(self._owner.clock_ns())
+        if tail is not None:
+            self._owner._audio(self, tail.first_sample, tail.capture_ns, tail.samples)
+        self._owner._send(("finish", self.label))
+
+    # -- the supervisor's bookkeeping -----------------------------------------------------------
+    def keep(self, first: int, capture_ns: int, samples: np.ndarray, limit_samples: int) -> None:
+        self.ring.append((first, capture_ns, samples))
+        self.ring_samples += samples.shape[0]
+        while self.ring_samples - self.ring[0][2].shape[0] >= limit_samples and len(self.ring) > 1:
+            dropped = self.ring.popleft()
+            self.ring_samples -= dropped[2].shape[0]
+            self._move_checkpoint(self.ring[0][0])
+
+    def reached(self, sample: int) -> None:
+        """The host says: nothing is open before ``sample``."""
+        while self.ring and self.ring[0][0] + self.ring[0][2].shape[0] <= sample:
+            self.ring_samples -= self.ring.popleft()[2].shape[0]
+        self.checkpoint = max(self.checkpoint, sample)
+        self.committed = []
+
+    def _move_checkpoint(self, sample: int) -> None:
+        self.checkpoint = max(self.checkpoint, sample)
+        self.committed = [(end, words) for end, words in self.committed if end > sample]
+
+    def replay(self) -> list[tuple[int, int, np.ndarray]]:
+        """The ring from the checkpoint on (the first block cut there)."""
+        out = []
+        for first, capture_ns, samples in self.ring:
+            end = first + samples.shape[0]
+            if end <= self.checkpoint:
+                continue
+            if first < self.checkpoint:
+                samples, first = samples[self.checkpoint - first:], self.checkpoint
+            out.append((first, capture_ns, samples))
+        return out
+
+
+class SupervisedCaptioner:
+    """A stand-in for :class:`~captioner.engine.live.LiveCaptioner` whose model runs in a host
+    that is restarted when it fails (see the module docstring). Made and called by the worker
+    thread, except :meth:`notices` and :meth:`worker_notices` (any thread).
+
+    ``isolation``: "process" (a child process per host, with a loaded standby when ``standby``)
+    or "inline" (the worker thread). ``clock_ns``: the capture clock, as for LiveCaptioner."""
+
+    def __init__(self, spec: HostSpec, isolation: str = "process", standby: bool = True,
+                 clock_ns: Callable[[], int] = time.monotonic_ns, replay_s: float = REPLAY_S,
+                 heartbeat_timeout_s: float = HEARTBEAT_TIMEOUT_S, load_timeout_s: float = LOAD_TIMEOUT_S,
+                 max_failures: int = MAX_FAILURES, failure_window_s: float = FAILURE_WINDOW_S) -> None:
+        if isolation not in ("process", "inline"):
+            raise ValueError(f"unknown isolation {isolation!r}: use 'process' or 'inline'")
+        self.clock_ns = clock_ns
+        self.isolation = isolation
+        self._use_standby = standby and isolation == "process"
+        self._replay_samples = int(replay_s * SAMPLE_RATE_HZ)
+        self._heartbeat_timeout_s = heartbeat_timeout_s
+        self._load_timeout_s = load_timeout_s
+        self._max_failures = max_failures
+        self._failure_window_s = failure_window_s
+        self._spec = spec
+        self._generation = spec.generation
+        self._streams: dict[str, SupervisedStream] = {}
+        self._status: PipelineStatus | None = None
+        self._language_notices: deque = deque()
+        self._worker_notices: deque[str] = deque()
+        self._failures: deque[float] = deque()
+        self.restarts = 0
+        self.restart_s: list[float] = []
+        """Seconds each restart held the worker thread (the failed host stopped, the next one
+        ready and re-fed)."""
+        self.fallback: str | None = None
+        self._last_restart_s: float | None = None
+        self._last_note = ""
+        self._closed = False
+        self._standby: ProcessHost | None = None
+        self._host = self._start_host(spec, isolation)
+        self._spec = replace(spec, device=self._info.backend_name)  # "auto" means what it chose
+        self._start_standby()
+
+    # -- hosts ------------------------------------------------------------------------------------
+    def _new_host(self, spec: HostSpec, isolation: str):
+        host = ProcessHost(spec) if isolation == "process" else InlineHost(spec)
+        self._generation = spec.generation + 1
+        host.start()
+        return host
+
+    def _start_host(self, spec: HostSpec, isolation: str):
+        """A host, loaded and ready (raises when it cannot be made)."""
+        host = self._new_host(spec, isolation)
+        return self._adopt(host)
+
+    def _adopt(self, host):
+        """``host`` once it is loaded (raises when it failed to load)."""
+        if not host.wait_ready(self._load_timeout_s) and host.kind == "process":
+            host.check(self._heartbeat_timeout_s, 0.0)
+        messages = host.poll()  # a fresh host has nothing to say but that it is ready
+        if host.info is None or host.failed is not None:
+            host.stop()
+            why = next((m[1] for m in messages if m[0] == "error"), host.failed or "it did not start")
+            if getattr(host, "user_error", None):
+                raise UserError(host.user_error)
+            raise RuntimeError(f"the captioning worker could not start: {why}")
+        self._info: HostInfo = host.info
+        self.recognizer = _RecognizerInfo(self._info)
+        return host
+
+    def _start_standby(self) -> None:
+        if self._use_standby and self.fallback is None and self._standby is None and not self._closed:
+            self._standby = self._new_host(replace(self._spec, generation=self._generation), "process")
+
+    def _check_standby(self) -> None:
+        standby = self._standby
+        if standby is None:
+            return
+        for message in standby.poll():
+            if message[0] == "error":  # a standby that failed is not taken; another is made next restart
+                standby.stop()
+                self._standby = None
+                return
+
+    # -- LiveCaptioner's surface -------------------------------------------------------------------
+    @property
+    def provider(self) -> str:
+        return self._info.provider
+
+    @property
+    def model(self) -> str:
+        return self._spec.model
+
+    @property
+    def backend_name(self) -> str:
+        return self._info.backend_name
+
+    @property
+    def streams(self) -> Mapping[str, SupervisedStream]:
+        return MappingProxyType(self._streams)
+
+    def open_stream(self, label: str, language: str | None = None) -> SupervisedStream:
+        if self._closed:
+            raise ValueError("this captioner is closed")
+        if label in self._streams:
+            raise ValueError(f"a stream labelled {label!r} is already open")
+        code = self.recognizer.check_language(language) if language_code(language) else None
+        stream = SupervisedStream(self, label, code)
+        self._streams[label] = stream
+        self._host.send(("open", label, code, 0, 0))
+        return stream
+
+    def set_language(self, language: str | None) -> None:
+        code = self.recognizer.check_language(language)
+        self._spec = replace(self._spec, language=code)
+        self._send(("language", code))
+
+    def set_model(self, model: str) -> list[CaptionUpdate]:
+        """The swap happens in the host; its updates arrive with the next ``step``."""
+        self._spec = replace(self._spec, model=model)
+        self._send(("model", model))
+        if self._standby is not None:  # loaded with the old model
+            self._standby.stop()
+            self._standby = None
+            self._start_standby()
+        return []
+
+    def step(self) -> list[CaptionUpdate]:
+        updates = self._take(self._host.poll())
+        why = self._host_failure()
+        while why is not None:
+            self._restart(why)
+            updates += self._take(self._host.poll())
+            why = self._host_failure()
+        self._check_standby()
+        return updates
+
+    def notices(self) -> list:
+        out = []
+        while self._language_notices:
+            out.append(self._language_notices.popleft())
+        return out
+
+    def worker_notices(self) -> list[str]:
+        """Lines about the worker since the last call (a restart, the fall-back to the CPU);
+        any thread."""
+        out = []
+        while self._worker_notices:
+            out.append(self._worker_notices.popleft())
+        return out
+
+    def status(self, queue_depth: int = 0, dropped_blocks: int = 0, state: str = "running",
+               message: str = "") -> PipelineStatus:
+        base = self._status or PipelineStatus(time.monotonic(), self._info.provider, self._info.model,
+                                              self._info.device_name)
+        extra = dict(base.extra)
+        extra["dropped_blocks"] = float(dropped_blocks)
+        notes = "; ".join(m for m in (message, base.message, self._note()) if m)
+        return replace(base, streams=tuple(self._streams), queue_depth=queue_depth, state=state, message=notes,
+                       extra=tuple(extra.items()), worker_restarts=self.restarts)
+
+    def close(self) -> list[CaptionUpdate]:
+        """Finish every stream, wait until the host has committed them, and stop every host."""
+        if self._closed:
+            return []
+        updates: list[CaptionUpdate] = []
+        try:
+            for stream in list(self._streams.values()):
+                stream.finish()
+            deadline_s = time.monotonic() + CLOSE_TIMEOUT_S
+            while self._streams and time.monotonic() < deadline_s:
+                updates += self.step()
+                if self._streams and self._host.kind == "process":
+                    time.sleep(0.01)
+            updates += self._take(self._host.close(5.0))
+        finally:
+            self._closed = True
+            self._host.stop()
+            if self._standby is not None:
+                self._standby.stop()
+                self._standby = None
+        return updates
+
+    # -- the host's messages -------------------------------------------------------------------------
+    def _send(self, message: tuple) -> None:
+        self._host.send(message)
+
+    def _audio(self, stream: SupervisedStream, first: int, capture_ns: int, samples: np.ndarray) -> None:
+        stream.keep(first, capture_ns, samples, self._replay_samples)
+        self._host.send(("audio", stream.label, first, capture_ns, samples))
+
+    def _host_failure(self) -> str | None:
+        if self._host.kind == "process":
+            return self._host.check(self._heartbeat_timeout_s, self._load_timeout_s)
+        return self._host.failed
+
+    def _take(self, messages: list[tuple]) -> list[CaptionUpdate]:
+        updates: list[CaptionUpdate] = []
+        for message in messages:
+            kind = message[0]
+            if kind == "updates":
+                updates += self._filtered(message[1])
+            elif kind == "checkpoint":
+                stream = self._streams.get(message[1])
+                if stream is not None:
+                    stream.reached(message[2])
+            elif kind == "done":
+                stream = self._streams.pop(message[1], None)
+                if stream is not None:
+                    stream._done = True
+            elif kind == "status":
+                self._status = message[1]
+            elif kind == "notices":
+                self._language_notices.extend(message[1])
+        return updates
+
+    def _filtered(self, updates: list[CaptionUpdate]) -> list[CaptionUpdate]:
+        out = []
+        for update in updates:
+            stream = self._streams.get(update.stream)
+            if stream is not None:
+                seam = stream.seam
+                if seam is not None:
+                    update = seam.final(update) if update.kind == "final" else seam.partial(update)
+                    if not seam.open:
+                        stream.seam = None
+                    if update is None:
+                        continue
+                stream.segment_max = max(stream.segment_max, update.segment)
+                if update.kind == "final":
+                    stream.committed.append((int(update.end_s * SAMPLE_RATE_HZ), update.text.split()))
+            out.append(update)
+        return out
+
+    # -- restarts -----------------------------------------------------------------------------------
+    def _restart(self, why: str) -> None:
+        """Give up the failed host; a fresh one takes every stream over from its checkpoint."""
+        t0 = time.monotonic()
+        self._failures.append(t0)
+        while self._failures and self._failures[0] < t0 - self._failure_window_s:
+            self._failures.popleft()
+        self.restarts += 1
+        self._host.stop()
+        on_gpu = self._info.backend_name != "cpu"
+        if len(self._failures) >= self._max_failures and not on_gpu:
+            raise RuntimeError(f"the captioning worker failed {len(self._failures)} times within "
+                               f"{self._failure_window_s:.0f} s (last: {why})")
+        if on_gpu and len(self._failures) >= self._max_failures:
+            self.fallback = (f"the GPU worker failed {len(self._failures)} times within "
+                             f"{self._failure_window_s:.0f} s (last: {why}); captioning goes on on the CPU")
+            if self._standby is not None:
+                self._standby.stop()
+                self._standby = None
+            self._spec = replace(self._spec, device="cpu")
+            # The CPU's model runs on this thread: no CUDA context is left to poison.
+            self._host = self._start_host(replace(self._spec, generation=self._generation), "inline")
+        elif self._standby is not None:
+            standby, self._standby = self._standby, None
+            try:
+                self._host = self._adopt(standby)
+            except (RuntimeError, UserError):
+                self._host = self._start_host(replace(self._spec, generation=self._generation), self.isolation)
+        else:
+            self._host = self._start_host(replace(self._spec, generation=self._generation), self.isolation)
+        for stream in self._streams.values():
+            self._refeed(stream)
+        self._start_standby()
+        held_s = time.monotonic() - t0
+        self.restart_s.append(held_s)
+        self._last_restart_s = time.monotonic()
+        self._last_note = f"the captioning worker failed ({why}) and was restarted in {held_s:.1f} s"
+        self._worker_notices.append(self._last_note)
+        if self.fallback is not None and on_gpu:
+            self._worker_notices.append(self.fallback)
+
+    def _refeed(self, stream: SupervisedStream) -> None:
+        segment_base = stream.segment_max + 1
+        self._host.send(("open", stream.label, stream.language, stream.checkpoint, segment_base))
+        for first, capture_ns, samples in stream.replay():
+            self._host.send(("audio", stream.label, first, capture_ns, samples))
+        if stream.finishing:
+            self._host.send(("finish", stream.label))
+        words = [w for _, ws in stream.committed for w in ws]
+        stream.seam = _Seam(words, segment_base) if words else None
+
+    def _note(self) -> str:
+        if self.fallback is not None:
+            return self.fallback
+        if self._last_restart_s is not None and time.monotonic() - self._last_restart_s < RESTART_NOTE_S:
+            return self._last_note
+        return ""
+

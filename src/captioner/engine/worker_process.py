@@ -1,0 +1,566 @@
+"""Where the model runs under a :class:`~captioner.engine.supervisor.SupervisedCaptioner`: a
+*host* that can fail and be thrown away.
+
+A sticky CUDA error (an illegal memory access) poisons the CUDA context of the whole process:
+nothing on that GPU works again in it. So on a GPU the :class:`LiveCaptioner` lives in a child
+process of its own (:class:`ProcessHost`, "spawn" start method: a fresh interpreter, no CUDA
+state inherited); when it fails, the process is killed and another one takes its streams over.
+On the CPU a failed model step poisons nothing, and a fresh process costs more than a fresh
+model (docs/reliability.md, "Hot restart"): :class:`InlineHost` keeps the captioner on the
+worker thread and makes a new one after a failure.
+
+Both speak the same small messages, plain tuples that pickle cheaply:
+
+parent -> host
+    ``("open", label, language, base_sample, segment_base)`` a stream whose clock starts at
+    16 kHz index ``base_sample`` of the supervisor's stream clock; ``("audio", label,
+    first_sample, capture_ns, samples)`` 16 kHz float32 whole frames; ``("finish", label)``;
+    ``("language", code)``; ``("model", name)``; ``("close",)``.
+host -> parent
+    ``("ready", info)``; ``("updates", [CaptionUpdate])`` with times and segments already on
+    the supervisor's clock; ``("checkpoint", label, sample)`` the stream has nothing open and a
+    fresh engine fed from ``sample`` on would caption it as this one will; ``("done", label)``;
+    ``("status", PipelineStatus)`` (also the heartbeat); ``("notices", [LanguageNotice])``;
+    ``("error", text)`` the host failed and will take no more messages; ``("closed",)``.
+
+The fault-injection hook, read only here, in the host: ``CAPTIONER_FAULT_INJECT=step:N`` makes
+the N-th model step of the first host fail with a real device fault (on CUDA an illegal-address
+kernel, :meth:`~captioner.gpu.backend.Backend.inject_fault`; on the CPU an exception);
+``step:N,times:K`` does so in each of the first K hosts. It is meant for the test suite and
+``benchmarks/bench_hot_restart.py`` only.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import threading
+import time
+from dataclasses import dataclass, field, replace
+
+from captioner.errors import UserError, one_line
+from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ, CaptionUpdate
+
+FAULT_ENV = "CAPTIONER_FAULT_INJECT"
+STATUS_PERIOD_S = 0.25
+"""How often a host reports its status; the report is also its heartbeat."""
+_RECEIVE_WAIT_S = 0.05
+_PARENT_CHECK_S = 0.2
+
+
+@dataclass(frozen=True)
+class HostSpec:
+    """What a host needs to make its captioner (pickled into a child process)."""
+
+    model: str
+    device: str | None
+    language: str | None = None
+    task: str = "transcribe"
+    config: object = None
+    recognizer_factory: object = None
+    """``() -> (backend, recognizer)`` instead of loading ``model`` (picklable for a process)."""
+    language_check: bool = False
+    progress: object = None
+    """``(message, fraction)`` callback of the model loading; a child process sends them instead."""
+    generation: int = 0
+    """0 for the first host of a session, 1 for its first replacement, ..."""
+    fault: str = field(default_factory=lambda: os.environ.get(FAULT_ENV, ""))
+
+
+@dataclass(frozen=True)
+class HostInfo:
+    """What the parent needs to know of a loaded host."""
+
+    provider: str
+    model: str
+    device_name: str
+    backend_name: str
+    is_multilingual: bool
+    language_errors: tuple[tuple[str, str], ...]
+    """(code, why) for every language code this model refuses."""
+    pid: int
+
+
+def parse_fault(text: str) -> tuple[int, int] | None:
+    """``"step:N"`` or ``"step:N,times:K"`` -> (N, K); empty -> None; anything else is a
+    one-line ``UserError`` (a typo must not pass for a run without faults)."""
+    text = text.strip()
+    if not text:
+        return None
+    fields = dict(part.split(":", 1) for part in text.split(",") if ":" in part)
+    try:
+        step, times = int(fields["step"]), int(fields.get("times", "1"))
+        if step < 1 or times < 1 or len(fields) != len(text.split(",")) or set(fields) - {"step", "times"}:
+            raise ValueError
+    except (KeyError, ValueError):
+        raise UserError(f"{FAULT_ENV}={text!r}: use step:N or step:N,times:K (N, K >= 1)") from None
+    return step, times
+
+
+class _FaultingRecognizer:
+    """The host's recognizer, with a device fault at its ``step``-th model step (host thread)."""
+
+    def __init__(self, recognizer, backend, step: int) -> None:
+        self._recognizer = recognizer
+        self._backend = backend
+        self._left = step
+
+    def decode(self, requests):
+        if requests:
+            self._left -= 1
+            if self._left == 0:
+                self._backend.inject_fault()
+        return self._recognizer.decode(requests)
+
+    def __getattr__(self, name):
+        return getattr(self._recognizer, name)
+
+
+class HostCore:
+    """One :class:`~captioner.engine.live.LiveCaptioner` and the message handling around it;
+    called by one thread (the child process's main thread, or the worker thread inline)."""
+
+    def __init__(self, spec: HostSpec) -> None:
+        from captioner.engine.live import LiveCaptioner
+
+        self.spec = spec
+        backend = recognizer = None
+        if spec.recognizer_factory is not None:
+            backend, recognizer = spec.recognizer_factory()
+        self.live = LiveCaptioner(spec.model, spec.device, language=spec.language, task=spec.task,
+                                  config=spec.config, progress=spec.progress, recognizer=recognizer,
+                                  backend=backend, language_check=spec.language_check)
+        fault = parse_fault(spec.fault)
+        if fault is not None and spec.generation < fault[1]:
+            engine = self.live.engine
+            engine.recognizer = _FaultingRecognizer(engine.recognizer, self.live.backend, fault[0])
+        self._lead_in_s = self.live.engine.config.lead_in_s
+        self._base: dict[str, tuple[int, int]] = {}  # label -> (base sample, segment base)
+        self._checkpoint: dict[str, int] = {}
+        self._next_status_s = 0.0
+
+    def info(self) -> HostInfo:
+        from captioner.languages import WHISPER_LANGUAGES
+
+        recognizer = self.live.recognizer
+        errors = []
+        check = getattr(recognizer, "check_language", None)
+        for code in WHISPER_LANGUAGES:
+            try:
+                if check is not None:
+                    check(code)
+            except UserError as error:
+                errors.append((code, one_line(error)))
+        return HostInfo(self.live.provider, recognizer.name, getattr(recognizer, "device_name", ""),
+                        self.live.backend.name, bool(getattr(recognizer, "is_multilingual", False)),
+                        tuple(errors), os.getpid())
+
+    def apply(self, message: tuple) -> list[tuple]:
+        """One message from the parent; returns what goes back (updates of a model swap)."""
+        kind = message[0]
+        if kind == "audio":
+            _, label, first, capture_ns, samples = message
+            stream = self.live.streams.get(label)
+            if stream is not None:
+                stream.accept_waveform(SAMPLE_RATE_HZ, samples, capture_ns=capture_ns,
+                                       first_sample=first - self._base[label][0])
+        elif kind == "open":
+            _, label, language, base_sample, segment_base = message
+            self.live.open_stream(label, language)
+            self._base[label] = (base_sample, segment_base)
+        elif kind == "finish":
+            stream = self.live.streams.get(message[1])
+            if stream is not None:
+                stream.finish()
+        elif kind == "language":
+            self.live.set_language(message[1])
+        elif kind == "model":
+            return self._updates(self.live.set_model(message[1]))
+        else:
+            raise TypeError(f"unknown host message {message!r}")
+        return []
+
+    def step(self) -> list[tuple]:
+        """Run the model work that is due; updates, checkpoints, ended streams and (when due)
+        the status go back."""
+        before = set(self.live.streams)
+        out = self._updates(self.live.step())
+        for label in before - set(self.live.streams):
+            out.append(("done", label))
+            self._base.pop(label, None)
+            self._checkpoint.pop(label, None)
+        out += self._checkpoints()
+        now_s = time.monotonic()
+        if now_s >= self._next_status_s:
+            self._next_status_s = now_s + STATUS_PERIOD_S
+            out.append(("status", self.live.status()))
+            notices = self.live.notices()
+            if notices:
+                out.append(("notices", notices))
+        return out
+
+    def _updates(self, updates: list[CaptionUpdate]) -> list[tuple]:
+        if not updates:
+            return []
+        shifted = []
+        for u in updates:
+            base_sample, segment_base = self._base.get(u.stream, (0, 0))
+            base_s = base_sample / SAMPLE_RATE_HZ
+            # This engine's stream clock started at the supervisor's ``base_sample``.
+            shifted.append(replace(u, start_s=u.start_s + base_s, end_s=u.end_s + base_s,
+                                   emitted_audio_s=u.emitted_audio_s + base_s,
+                                   emitted_wall_s=u.emitted_wall_s + base_s, segment=u.segment + segment_base))
+        return [("updates", shifted)]
+
+    def _checkpoints(self) -> list[tuple]:
+        """A stream is at a checkpoint when the engine last saw it idle (no speech since its last
+        update, nothing shown or committed in an open segment): its window then starts
+        ``lead_in_s`` before the audio end, and a fresh engine given the audio from there on
+        works exactly as this one."""
+        out = []
+        for view in self.live.engine.views():
+            base = self._base.get(view.name)
+            if base is None or view.speech_pending or view.close_pending or view.last_update_s != view.audio_end_s:
+                continue
+            start = int(max(0.0, view.audio_end_s - self._lead_in_s) * SAMPLE_RATE_HZ)
+            sample = base[0] + start - start % FRAME_SAMPLES
+            if sample > self._checkpoint.get(view.name, -1):
+                self._checkpoint[view.name] = sample
+                out.append(("checkpoint", view.name, sample))
+        return out
+
+    def close(self) -> list[tuple]:
+        return self._updates(self.live.close())
+
+
+# -- in the worker thread --------------------------------------------------------------------------
+class InlineHost:
+    """The captioner on the calling (worker) thread: a failure is an exception, caught here and
+    reported as ``("error", text)``; the supervisor then makes a fresh host. Every method is
+    called by the worker thread."""
+
+    kind = "inline"
+
+    def __init__(self, spec: HostSpec) -> None:
+        self.spec = spec
+        self.failed: str | None = None
+        self.core: HostCore | None = None
+        self.info: HostInfo | None = None
+        self._out: list[tuple] = []
+
+    def start(self) -> None:
+        try:
+            self.core = HostCore(self.spec)
+            self.info = self.core.info()
+            self._out.append(("ready", self.info))
+        except UserError:
+            raise
+        except Exception as error:
+            self._fail(error)
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        return self.core is not None or self.failed is not None
+
+    @property
+    def ready(self) -> bool:
+        return self.core is not None and self.failed is None
+
+    def send(self, message: tuple) -> None:
+        if self.failed is not None or self.core is None:
+            return
+        try:
+            self._out += self.core.apply(message)
+        except UserError:
+            raise  # bad input or an unknown model: the caller's mistake, not a failed host
+        except Exception as error:
+            self._fail(error)
+
+    def poll(self) -> list[tuple]:
+        if self.failed is None and self.core is not None:
+            try:
+                self._out += self.core.step()
+            except Exception as error:
+                self._fail(error)
+        out, self._out = self._out, []
+        return out
+
+    def _fail(self, error: BaseException) -> None:
+        self.failed = one_line(error)
+        self._out.append(("error", self.failed))
+
+    def check(self) -> str | None:
+        return self.failed
+
+    def close(self, timeout_s: float) -> list[tuple]:
+        """Commit what the streams show (the updates come back) and release the model."""
+        if self.core is None or self.failed is not None:
+            return []
+        try:
+            return self.core.close()
+        except Exception as error:
+            self._fail(error)
+            return []
+
+    def stop(self) -> None:
+        """Drop the captioner. A failed one is not closed (that would run model work on it);
+        only its language-check thread is stopped, which LiveCaptioner.close would do."""
+        core, self.core = self.core, None
+        check = getattr(core.live, "_language_check", None) if core is not None else None
+        if check is not None:
+            check.close(timeout_s=1.0)
+
+
+# -- in a child process ----------------------------------------------------------------------------
+def _watch_parent(parent_pid: int) -> None:
+    """Ends the child when its parent is gone (a ``kill -9`` of the app leaves no orphan)."""
+    while True:
+        if os.getppid() != parent_pid:
+            os._exit(0)
+        time.sleep(_PARENT_CHECK_S)
+
+
+def _name_process(name: str) -> None:
+    """The name ``ps``/``top`` show for this process (Linux; best effort)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.prctl(15, name.encode()[:15], 0, 0, 0)  # PR_SET_NAME
+    except Exception:  # another system: the name is only for people looking
+        pass
+
+
+def child_main(inbox, outbox, spec: HostSpec, parent_pid: int) -> None:
+    """The child process: makes a :class:`HostCore`, then applies the parent's messages and steps
+    until ``("close",)``. Ctrl-C reaches the whole process group: the parent decides when this
+    process ends, so SIGINT is ignored here."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_watch_parent, args=(parent_pid,), name="captioner-parent-watch", daemon=True).start()
+    try:
+        if spec.progress is not None:  # the parent's callback stayed there: tell it how loading goes
+            spec = replace(spec, progress=lambda message, fraction: outbox.send(("progress", str(message),
+                                                                                 float(fraction))))
+        core = HostCore(spec)
+        outbox.send(("ready", core.info()))
+    except BaseException as error:
+        outbox.send(("error", one_line(error), isinstance(error, UserError)))
+        os._exit(3)
+    try:
+        while True:
+            messages = []
+            if inbox.poll(_RECEIVE_WAIT_S):
+                messages.append(inbox.recv())
+                while inbox.poll(0) and len(messages) < 400:
+                    messages.append(inbox.recv())
+            out: list[tuple] = []
+            for message in messages:
+                if message[0] == "close":
+                    out += core.close()
+                    out.append(("closed",))
+                    for item in out:
+                        outbox.send(item)
+                    os._exit(0)
+                out += core.apply(message)
+            out += core.step()
+            for item in out:
+                outbox.send(item)
+    except BaseException as error:  # a device fault, a failed step: the parent takes over
+        try:
+            outbox.send(("error", one_line(error), isinstance(error, UserError)))
+        finally:
+            # No clean interpreter exit: a poisoned CUDA context can hang its own teardown.
+            os._exit(3)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m captioner.engine.worker_process IN_FD OUT_FD PARENT_PID NAME``: the child's
+    entry. A plain interpreter started this way (rather than multiprocessing's "spawn") does not
+    run the parent's main script again, so a caller's script needs no ``__main__`` guard. The
+    parent sends ``sys.path`` first (so the child imports what it imports, a test's recognizer
+    too), then the :class:`HostSpec`."""
+    import sys
+    from multiprocessing.connection import Connection
+
+    in_fd, out_fd, parent_pid, name = sys.argv[1:5] if argv is None else argv
+    _name_process(name)
+    inbox, outbox = Connection(int(in_fd), writable=False), Connection(int(out_fd), readable=False)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        paths = inbox.recv()
+        sys.path[:] = [p for p in paths if p not in sys.path] + sys.path
+        spec = inbox.recv()
+    except (EOFError, OSError):
+        os._exit(3)
+    child_main(inbox, outbox, spec, int(parent_pid))
+
+
+class ProcessHost:
+    """A child process (``captioner-host-N``) running a :class:`HostCore`, and two named threads
+    of the worker's process that move its messages: ``captioner-host-N-send`` (so the worker
+    never blocks on a child that stopped reading) and ``captioner-host-N-recv``. Sends and polls
+    are the worker thread's; a dead child shows as ``("error", ...)`` among the polled messages."""
+
+    kind = "process"
+
+    def __init__(self, spec: HostSpec) -> None:
+        self.spec = spec
+        self._progress = spec.progress
+        self.name = f"captioner-host-{spec.generation}"
+        self.failed: str | None = None
+        self.info: HostInfo | None = None
+        self.user_error: str | None = None
+        self.last_heard_s = time.monotonic()
+        self._incoming: queue.Queue[tuple] = queue.Queue()
+        self._outgoing: queue.Queue[tuple | None] = queue.Queue()
+        self._ready = threading.Event()
+        self._closed = threading.Event()
+        self.process = None
+
+    def start(self) -> None:
+        import subprocess
+        import sys
+        from multiprocessing.connection import Connection
+
+        child_in, to_child = os.pipe()
+        from_child, child_out = os.pipe()
+        spec = replace(self.spec, progress=True if self._progress is not None else None)
+        command = [sys.executable, "-m", "captioner.engine.worker_process", str(child_in), str(child_out),
+                   str(os.getpid()), self.name]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        try:
+            self.process = subprocess.Popen(command, pass_fds=(child_in, child_out), stdin=subprocess.DEVNULL,
+                                            env=env)
+        finally:
+            # Our copies of the child's ends are closed: its death then reads as EOF here.
+            os.close(child_in)
+            os.close(child_out)
+        inbox = Connection(to_child, readable=False)
+        outbox_reader = Connection(from_child, writable=False)
+        self._outgoing.put(list(sys.path))
+        self._outgoing.put(spec)
+        self._reader = threading.Thread(target=self._receive, args=(outbox_reader,), name=f"{self.name}-recv",
+                                        daemon=True)
+        self._writer = threading.Thread(target=self._transmit, args=(inbox,), name=f"{self.name}-send", daemon=True)
+        self._reader.start()
+        self._writer.start()
+
+    def _receive(self, connection) -> None:
+        while True:
+            try:
+                message = connection.recv()
+            except (EOFError, OSError):
+                self._incoming.put(("exit",))
+                self._ready.set()
+                return
+            self.last_heard_s = time.monotonic()
+            if message[0] == "progress":
+                if self._progress is not None:
+                    self._progress(message[1], message[2])
+                continue
+            if message[0] == "ready":
+                self.info = message[1]
+                self._ready.set()
+            elif message[0] == "error":
+                if len(message) > 2 and message[2]:
+                    self.user_error = message[1]
+                self._ready.set()
+            elif message[0] == "closed":
+                self._closed.set()
+            self._incoming.put(message)
+
+    def _transmit(self, connection) -> None:
+        while True:
+            message = self._outgoing.get()
+            if message is None:
+                break
+            try:
+                connection.send(message)
+            except (OSError, ValueError):
+                break  # the child is gone; the reader reports it
+        connection.close()
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        return self._ready.wait(timeout_s)
+
+    @property
+    def ready(self) -> bool:
+        return self.info is not None and self.failed is None
+
+    def send(self, message: tuple) -> None:
+        if self.failed is None:
+            self._outgoing.put(message)
+
+    def poll(self) -> list[tuple]:
+        out = []
+        while True:
+            try:
+                message = self._incoming.get_nowait()
+            except queue.Empty:
+                return out
+            if message[0] == "exit":
+                code = self.process.poll() if self.process is not None else None
+                if self.failed is None and not self._closed.is_set():
+                    self._fail(f"the worker process ended (exit status {code})")
+                    out.append(("error", self.failed))
+                continue
+            if message[0] == "error":
+                if self.failed is not None:
+                    continue
+                self._fail(message[1])
+                message = ("error", self.failed)
+            out.append(message)
+
+    def check(self, heartbeat_timeout_s: float, load_timeout_s: float) -> str | None:
+        """Why this host is to be given up, if it is: it failed, or it has not been heard from
+        for too long (a hung model step, a frozen process)."""
+        if self.failed is None:
+            silent_s = time.monotonic() - self.last_heard_s
+            limit_s = heartbeat_timeout_s if self.info is not None else load_timeout_s
+            if silent_s > limit_s:
+                self._fail(f"no word from the worker process for {silent_s:.1f} s")
+        return self.failed
+
+    def _fail(self, why: str) -> None:
+        self.failed = why
+
+    def close(self, timeout_s: float) -> list[tuple]:
+        """Ask the child to commit what its streams show and exit; the updates it sends before
+        it exits come back (the others are polled as usual)."""
+        if self.failed is not None or self.process is None:
+            return []
+        self.send(("close",))
+        deadline_s = time.monotonic() + timeout_s
+        out = []
+        while time.monotonic() < deadline_s:
+            out += self.poll()
+            if self._closed.is_set():
+                out += self.poll()
+                break
+            if self.failed is not None:
+                break
+            time.sleep(0.01)
+        return out
+
+    def stop(self) -> None:
+        """Ends the child (killed if it does not exit at once) and joins both threads."""
+        import subprocess
+
+        self._outgoing.put(None)
+        if self.process is not None:
+            try:
+                self.process.wait(0.5 if self._closed.is_set() else 0.001)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        if getattr(self, "_writer", None) is not None:
+            self._writer.join(2)
+            self._reader.join(2)
+
+
+if __name__ == "__main__":
+    # Run from the module under its own name: the values it pickles must name
+    # captioner.engine.worker_process, not __main__, for the parent to read them.
+    from captioner.engine.worker_process import main as _main
+
+    _main()
