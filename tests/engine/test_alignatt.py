@@ -246,3 +246,14 @@ def test_word_times_of_scripted_words_lie_inside_their_segment_and_increase():
     assert all(spans[i][1] <= spans[i + 1][0] + 1e-6 for i in range(len(spans) - 1))
     assert spans[0][0] >= script[0].start_s - 1e-6 and spans[-1][1] <= script[-1].end_s + 1e-6
 
+
+
+def test_auto_takes_the_default_of_the_device_class():
+    from captioner.engine.policies import DEFAULT_BY_DEVICE, resolve
+
+    auto = PolicyConfig(kind="auto")
+    assert resolve(auto, "CUDAExecutionProvider").kind == DEFAULT_BY_DEVICE["cuda"]
+    assert resolve(auto, "CPUExecutionProvider").kind == DEFAULT_BY_DEVICE["cpu"]
+    assert resolve(PolicyConfig(kind="alignatt"), "CPUExecutionProvider").kind == "alignatt"
+    with pytest.raises(ValueError):
+        make_policy("s", auto)  # unresolved

@@ -12,6 +12,12 @@ Output streams as the captions are made, never only at the end:
   per line (stream, kind, text, start_s, end_s, emitted_audio_s, emitted_wall_s, segment,
   language).
 
+``--clock simulated`` replays the file on a simulated clock instead (:func:`_run_simulated`):
+one thread, audio arriving as the clock advances, each model step charged to the clock with its
+measured duration. The captions are those a live session on this machine would make, with
+their latencies, but the idle waiting is skipped, so a minute of audio takes as long as its
+model steps do.
+
 Every piece is flushed as it is written, so Ctrl-C (or SIGTERM) keeps everything committed
 until then; the text still open is committed on the way out, and the exit status is 130. The
 ``-o`` file is therefore written in place, not renamed into place at the end as the offline path
@@ -187,8 +193,11 @@ def _open_output(args):
 
 
 def run_realtime(args) -> int:
+    if getattr(args, "clock", "real") == "simulated":
+        return _run_simulated(args)
     from captioner.app.commands.device_option import engine_device
     from captioner.app.commands.languages import LanguageReport, notice_line
+    from captioner.app.commands.policy_option import engine_config
     from captioner.app.progress import TextProgress
     from captioner.audio.file_source import FileSource
     from captioner.engine.pipeline import Pipeline
@@ -196,7 +205,7 @@ def run_realtime(args) -> int:
     source = FileSource(args.file, realtime=True)  # a bad file fails here, before a model loads
     progress = TextProgress()
     pipeline = Pipeline([source], model=args.model, language=args.language, task=args.task,
-                        device=engine_device(args.device), progress=progress)
+                        device=engine_device(args.device), progress=progress, config=engine_config(args))
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
@@ -239,4 +248,59 @@ def run_realtime(args) -> int:
         output.close()
     if pipeline.failure is not None:
         raise UserError(pipeline.failure)
+    return INTERRUPTED_EXIT if interrupted else 0
+
+
+def _run_simulated(args) -> int:
+    """The file through the live engine on a simulated clock charged with measured compute; the
+    output as in a real-time replay, a summary of the run on stderr."""
+    from pathlib import Path
+
+    from captioner.app.commands.device_option import engine_device
+    from captioner.app.commands.languages import LanguageReport
+    from captioner.app.commands.policy_option import engine_config
+    from captioner.app.progress import TextProgress
+    from captioner.audio.file_source import read_audio_16k
+    from captioner.engine.live import LiveCaptioner
+    from captioner.engine.simulate import replay
+
+    samples = read_audio_16k(args.file)  # a bad file fails here, before a model loads
+    device = engine_device(args.device)
+    config = engine_config(args)
+    opened: dict = {}
+
+    def make_captioner(clock, timer_ns):
+        progress = TextProgress()
+        try:
+            live = LiveCaptioner(args.model, device, language=args.language, task=args.task, config=config,
+                                 progress=progress, clock_ns=clock, timer_ns=timer_ns)
+        finally:
+            progress.close()
+        # The output is opened only once the model runs: a run that cannot start leaves no file.
+        opened["output"] = _open_output(args)
+        opened["languages"] = LanguageReport(args.language, getattr(live.engine.recognizer, "is_multilingual", False))
+        return live
+
+    def show(updates) -> None:
+        output = opened["output"]
+        for line in opened["languages"].lines(updates):
+            output.note(line)
+        output.show(updates)
+
+    interrupted = False
+    result = None
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    try:
+        result = replay(make_captioner, {Path(args.file).stem: samples}, compute="measured", on_updates=show)
+    except KeyboardInterrupt:
+        interrupted = True  # what was committed is written already
+    finally:
+        if "output" in opened:
+            opened["output"].close()
+    if result is not None:
+        busy_s = sum(result.step_s)
+        print(f"captioner: simulated clock: {result.audio_s:.1f} s of audio, {result.steps} model steps, "
+              f"{busy_s:.1f} s of compute ({busy_s / max(result.audio_s, 1e-9):.2f} of real time), "
+              f"policy {config.policy.kind}", file=sys.stderr, flush=True)
     return INTERRUPTED_EXIT if interrupted else 0

@@ -39,6 +39,7 @@ from captioner.engine.admission import (
     predict,
 )
 from captioner.engine.policies import make_policy
+from captioner.engine.policies import resolve as resolve_policy
 from captioner.engine.policy import LocalAgreementPolicy, PolicyConfig
 from captioner.engine.recognizer import Recognizer, WindowRequest
 from captioner.engine.scheduler import Scheduler, SchedulerConfig, StreamView
@@ -224,7 +225,7 @@ class Engine:
 
     def _make_policy(self, name: str):
         factory = self.config.policy_factory or make_policy
-        return factory(name, self.config.policy)
+        return factory(name, resolve_policy(self.config.policy, self.recognizer.provider))
 
     # -- admission -------------------------------------------------------------------------------
     def memory(self) -> Memory | None:

@@ -116,15 +116,16 @@ def words_from_segments(segments, window_start_s: float = 0.0) -> tuple[list[Wor
     return words, ends
 
 
-POLICIES = ("localagreement", "alignatt")
+POLICIES = ("auto", "localagreement", "alignatt")
 
 
 @dataclass(slots=True)
 class PolicyConfig:
     kind: str = "localagreement"
-    """Which commit rule: ``"localagreement"`` (two agreeing hypotheses) or ``"alignatt"``
-    (the cross-attention says the words were heard; falls back to agreement for a hypothesis
-    without attention)."""
+    """Which commit rule: ``"localagreement"`` (two agreeing hypotheses), ``"alignatt"`` (the
+    cross-attention says the words were heard; falls back to agreement for a hypothesis
+    without attention), or ``"auto"``: the one measured better on the engine's device class
+    (:data:`captioner.engine.policies.DEFAULT_BY_DEVICE`)."""
     trim_after_s: float = 12.0
     """Trim the buffer at a committed segment end once it holds this much audio."""
     max_buffer_s: float = 24.0

@@ -108,12 +108,14 @@ def replay(
     audio: dict[str, object],
     compute: Compute = "free",
     tick_s: float = 0.01,
+    on_updates: Callable[[list[CaptionUpdate]], None] | None = None,
 ) -> ReplayResult:
     """Replay ``audio`` (stream label -> a file path or 16 kHz float32 samples) through a
     captioner made on the simulated clock (``make_captioner(clock, timer_ns)``), as a live
     session would see it: every tick the clock advances by ``tick_s``, each stream gets the
     audio that became due and the captioner steps. At the end every stream is finished, so
-    what is pending is committed."""
+    what is pending is committed. ``on_updates`` (optional) gets each step's updates as they
+    are made (``captioner transcribe --realtime --clock simulated`` prints them)."""
     from captioner.audio.file_source import read_audio_16k
 
     clock = SimClock()
@@ -138,16 +140,22 @@ def replay(
                 stream.accept_waveform(SAMPLE_RATE_HZ, samples[label][fed[label]:end], capture_ns=clock())
                 fed[label] = end
         result.audio_s = max(fed.values()) / SAMPLE_RATE_HZ
-        result.updates += _timed_step(live, result)
+        _take(result, _timed_step(live, result), on_updates)
         if clock() >= next_status_ns:
             result.statuses.append(live.status())
             next_status_ns = clock() + NS_PER_S
     for stream in streams.values():
         stream.finish()
-    result.updates += _timed_step(live, result)
+    _take(result, _timed_step(live, result), on_updates)
     result.statuses.append(live.status())
     live.close()
     return result
+
+
+def _take(result: ReplayResult, updates: list[CaptionUpdate], on_updates) -> None:
+    result.updates += updates
+    if on_updates is not None and updates:
+        on_updates(updates)
 
 
 def _timed_step(live: LiveCaptioner, result: ReplayResult) -> list[CaptionUpdate]:

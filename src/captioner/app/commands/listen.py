@@ -21,6 +21,7 @@ import threading
 import time
 
 from captioner.app.commands.device_option import add_device_argument, engine_device
+from captioner.app.commands.policy_option import add_policy_argument
 from captioner.errors import UserError, one_line
 
 
@@ -47,6 +48,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--language", "-l", default=None,
                         help="language code, or auto (multilingual models; what they detect is said on stderr)")
     parser.add_argument("--task", choices=("transcribe", "translate"), default="transcribe")
+    add_policy_argument(parser)
     add_device_argument(parser)
     parser.add_argument("--compute", action=_DeprecatedCompute, metavar="DEVICE", help=argparse.SUPPRESS)
     parser.add_argument("--transcript", default=None, metavar="PATH",
@@ -129,8 +131,10 @@ def run(args) -> int:
 
         pipeline = remote_pipeline(sources, args, transcript)
     else:
+        from captioner.app.commands.policy_option import engine_config
+
         pipeline = Pipeline(sources, model=args.model, language=args.language, task=args.task,
-                            device=args.device, transcript=transcript)
+                            device=args.device, transcript=transcript, config=engine_config(args))
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     print(f"captioner: connecting to {args.server} …" if args.server else f"captioner: loading {args.model} …",

@@ -18,6 +18,7 @@ from captioner.app.commands.languages import (
     is_auto,
     notice_line,
 )
+from captioner.app.commands.policy_option import add_policy_argument
 from captioner.errors import UserError
 from captioner.formats import FORMATS, write_captions
 
@@ -40,6 +41,11 @@ def add_arguments(parser) -> None:
     parser.add_argument("--realtime", action="store_true",
                         help="replay the file in real time through the live engine, each line printed "
                              "as it is committed (-f jsonl: every partial and final update)")
+    parser.add_argument("--clock", choices=("real", "simulated"), default="real",
+                        help="with --realtime: real (wait for each second of audio) or simulated (a clock "
+                             "charged with each model step's measured time: the captions and latencies of "
+                             "a live session on this machine, without the idle waiting)")
+    add_policy_argument(parser)
 
 
 def _output_format(args) -> str:
@@ -93,6 +99,8 @@ def run(args) -> int:
 
     fmt = _output_format(args)
     args.format = fmt
+    if getattr(args, "clock", "real") == "simulated" and not args.realtime:
+        raise UserError("--clock simulated replays through the live engine: add --realtime")
     if args.output:
         _check_writable(Path(args.output))
     check_long_enough(open_audio_file(args.file))  # a bad file fails before any model is loaded
