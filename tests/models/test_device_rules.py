@@ -152,8 +152,9 @@ def test_device_rules_with_prompts_and_temperature_fallback(tiny):
     keep = [0, 3, 5, 9, 12]  # five windows keep the five samples per fallback affordable on the CPU
     ids, mel = [ids[i] for i in keep], mel[keep]
     prompts = [tiny.tokenizer.encode(" The meeting began at noon, and then")[: (i % 4) * 3] for i in range(len(ids))]
-    # Thresholds that make windows fall back often; 48 tokens at most keep the sampling short.
-    options = DecodingOptions(compression_ratio_threshold=1.6, logprob_threshold=-0.3, sample_len=48)
+    # A log-probability threshold few windows pass makes them fall back; one sampling temperature,
+    # two samples and 48 tokens at most keep it short on the CPU.
+    options = DecodingOptions(logprob_threshold=-0.05, temperatures=(0.0, 0.5), best_of=2, sample_len=48)
     host = tiny.decode(mel, replace(options, decode_on="host"), previous_tokens=prompts)
     device = tiny.decode(mel, replace(options, decode_on="device"), previous_tokens=prompts)
     _assert_same(ids, host, device)

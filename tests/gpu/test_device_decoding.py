@@ -1,0 +1,81 @@
+"""Decoding on the device on CUDA: the token rules, greedy choice and log-probabilities run as
+CuPy array code on the logits the step graph wrote into a device array, and give the tokens of
+the host path (LogitRules row by row in NumPy) on every real recording of the set in use.
+
+tests/models/test_device_rules.py proves the same rules equal on the CPU (NumPy); this is the
+GPU half. Run on the H200:
+
+    PYTHONPATH=src:/tmp/site:/tmp/stage/ortsite:/tmp/stage python -m pytest -q tests/gpu/test_device_decoding.py
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from captioner.gpu.backend import get_backend
+from captioner.gpu.features_ref import whisper_input_features
+from captioner.models.decoding import DecodingOptions, decode
+from captioner.models.runtime import load_runtime
+from captioner.models.tokenizer import WhisperTokenizer
+
+pytestmark = [pytest.mark.gpu, pytest.mark.slow]
+
+GREEDY = DecodingOptions(temperatures=(0.0,))
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    backend = get_backend("cuda")
+    backend.use()
+    runtime = load_runtime("tiny.en", device=backend.name)
+    tokenizer = WhisperTokenizer(runtime.files.tokenizer_path, runtime.files.config_path, n_vocab=runtime.n_vocab)
+    return backend, runtime, tokenizer
+
+
+@pytest.fixture(scope="module")
+def windows(speech_audio):
+    ids = sorted(speech_audio)
+    mel = np.stack([np.asarray(whisper_input_features(speech_audio[c][:480_000], 80), dtype=np.float32) for c in ids])
+    return ids, mel
+
+
+def test_step_logits_stay_in_a_device_array(cuda, windows):
+    backend, runtime, tokenizer = cuda
+    xp = backend.xp
+    assert runtime.provider == "CUDAExecutionProvider" and runtime.step_model is not None
+    _, mel = windows
+    enc = runtime.encode(xp.asarray(mel[:2]))
+    prompt = np.full((2, 1), tokenizer.special.sot, dtype=np.int64)
+    logits, state = runtime.start(enc, prompt, xp=xp)
+    assert isinstance(logits, xp.ndarray) and logits.shape == (2, runtime.n_vocab)
+    feed = np.full(2, tokenizer.special.no_timestamps, dtype=np.int64)
+    stepped = runtime.step(state, feed, xp=xp)
+    # The very buffer the captured graph writes into, not a copy.
+    assert stepped.data.ptr == state.slot.device_logits.data.ptr
+    _, host_state = runtime.start(enc, prompt)
+    host = runtime.step(host_state, feed)
+    np.testing.assert_allclose(backend.asnumpy(stepped), host, atol=1e-3)
+
+
+@pytest.mark.parametrize("batch", [1, 8, None])
+def test_device_decoding_gives_the_host_tokens_on_real_speech(cuda, windows, batch):
+    """Every recording, in batches of 1, 8 and all at once: the same tokens, and the same
+    log-probabilities up to the order of the GPU's float32 sums."""
+    backend, runtime, tokenizer = cuda
+    xp = backend.xp
+    ids, mel = windows
+    size = len(ids) if batch is None else batch
+    compared = 0
+    for first in range(0, len(ids), size):
+        chunk = xp.asarray(mel[first:first + size])
+        host = decode(runtime, tokenizer, chunk, replace(GREEDY, decode_on="host"))
+        device = decode(runtime, tokenizer, chunk, replace(GREEDY, decode_on="device"), xp=xp)
+        for clip, h, d in zip(ids[first:first + size], host, device):
+            assert d.tokens == h.tokens, f"{clip}: {d.text!r} != {h.text!r}"
+            assert d.sum_logprob == pytest.approx(h.sum_logprob, abs=1e-3), clip
+            assert d.no_speech_prob == pytest.approx(h.no_speech_prob, abs=1e-5), clip
+            compared += len(h.tokens)
+    assert compared > 200
