@@ -1,0 +1,342 @@
+"""Load test of `captioner serve`: N concurrent clients on loopback, each streaming a real
+recording at real-time pace, against a server process of its own.
+
+Reports connections held and refused, caption latency p50/p99 as the clients see it (an update
+received, against when the audio it ends with was sent) beside the same engine in-process
+(the same recordings as `Pipeline` streams replayed at real-time pace and measured the same
+way, ``--baseline``), the server process's CPU per connection, and the committed WER (pooled,
+the normalisation of benchmarks/wer.py).
+
+Bounded: at most ``--clients`` connections (``MAX_CLIENTS``), opened at ``--ramp`` per second,
+each streaming ``--seconds`` of audio (its recording looped), and the whole run ends by
+``--timeout`` whatever happens.
+
+    python benchmarks/bench_serve.py --clients 4 --device cpu            # here, 2 cores
+    python benchmarks/bench_serve.py --clients 1000 --device cuda:0 --seconds 60 --ramp 50 \
+        --client-processes 8 --json serve-h200.json                     # an H200
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+from wer import DEFAULT_SPEECH, _normalisers, load_clips, score  # noqa: E402
+
+MAX_CLIENTS = 4096
+CHUNK_S = 0.1
+GAP_S = 1.0  # silence between loops of a recording: a pause closes the segment
+
+
+def english_clips(root: Path, max_s: float = 35.0):
+    clips = [c for c in load_clips(root) if c.language == "en" and c.duration_s <= max_s]
+    if not clips:
+        raise SystemExit(f"no English recordings under {max_s:g} s in {root}")
+    return sorted(clips, key=lambda c: c.id)
+
+
+def pcm16k(path: Path) -> np.ndarray:
+    from captioner.audio.file_source import read_audio_16k
+
+    audio = read_audio_16k(path)
+    return np.clip(np.rint(audio * 32767), -32768, 32767).astype("<i2")
+
+
+def looped(pcm: np.ndarray, seconds: float) -> tuple[np.ndarray, int]:
+    """The recording repeated (with a pause between) to about ``seconds``: (audio, repeats)."""
+    gap = np.zeros(int(GAP_S * 16000), "<i2")
+    piece = np.concatenate([pcm, gap])
+    repeats = max(1, int(round(seconds / (len(piece) / 16000))))
+    return np.concatenate([piece] * repeats), repeats
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    return round(float(np.percentile(values, q)), 3) if values else None
+
+
+# -- the clients ---------------------------------------------------------------------------------
+
+async def one_client(index: int, url: str, token: str | None, pcm: np.ndarray, start_at: float, out: dict) -> None:
+    """Connects at ``start_at`` (loop clock), streams ``pcm`` at real-time pace, sends end,
+    collects every message until the close."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed
+
+    from captioner.serve import protocol
+
+    loop = asyncio.get_running_loop()
+    await asyncio.sleep(max(0.0, start_at - loop.time()))
+    record = {"index": index, "captions": [], "ready": False, "close": None, "reason": "", "latency": [],
+              "statuses": 0}
+    out[index] = record
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    try:
+        async with connect(url + protocol.listen_path(f"c{index}", None, 16000), additional_headers=headers,
+                           max_size=None, compression=None, open_timeout=60, close_timeout=10) as ws:
+            first = await ws.recv()
+            if json.loads(first).get("type") != "ready":
+                record["close"] = "no ready"
+                return
+            record["ready"] = True
+            t0 = loop.time()
+            wall0 = time.time()
+
+            async def receive() -> None:
+                async for text in ws:
+                    message = json.loads(text)
+                    if message["type"] == "status":
+                        record["statuses"] += 1
+                        continue
+                    if message["type"] != "caption" or not message["text"].strip():
+                        continue
+                    now = loop.time()
+                    record["captions"].append(message)
+                    # The audio this update ends with was sent at t0 + end_s (paced sending).
+                    record["latency"].append((message["kind"], now - (t0 + message["end_s"])))
+
+            receiver = asyncio.create_task(receive())
+            step = int(CHUNK_S * 16000)
+            for first_sample in range(0, len(pcm), step):
+                await ws.send(pcm[first_sample:first_sample + step].tobytes())
+                await asyncio.sleep(max(0.0, t0 + (first_sample + step) / 16000 - loop.time()))
+            await ws.send(protocol.END_MESSAGE)
+            try:
+                await receiver
+            except ConnectionClosed:
+                pass
+            record["wall_s"] = time.time() - wall0
+    except ConnectionClosed:
+        pass
+    except Exception as error:  # a refused handshake, a reset: counted, the run goes on
+        record["reason"] = f"{type(error).__name__}: {error}"
+    finally:
+        try:
+            record["close"] = ws.close_code  # noqa: F821 - set when the connection opened
+            record["reason"] = record["reason"] or (ws.close_reason or "")
+        except NameError:
+            pass
+
+
+async def run_clients(indices: list[int], url: str, token: str | None, audio: dict[int, np.ndarray],
+                      ramp_per_s: float, timeout_s: float) -> dict:
+    loop = asyncio.get_running_loop()
+    start = loop.time() + 0.5
+    out: dict = {}
+    tasks = [asyncio.create_task(one_client(i, url, token, audio[i], start + i / ramp_per_s, out)) for i in indices]
+    done, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    for task in pending:
+        task.cancel()
+    return out
+
+
+def _client_process(args: tuple) -> dict:
+    indices, url, token, clip_audio, assign, ramp, timeout_s = args
+    audio = {i: clip_audio[assign[i]] for i in indices}
+    return asyncio.run(run_clients(indices, url, token, audio, ramp, timeout_s))
+
+
+# -- the server process ------------------------------------------------------------------------
+
+class ServerProcess:
+    def __init__(self, model: str, device: str, token_file: Path, max_streams: int | None) -> None:
+        import psutil
+
+        command = [sys.executable, "-m", "captioner", "serve", "--port", "0", "--model", model, "--device", device,
+                   "--token-file", str(token_file), "--quiet"]
+        if max_streams:
+            command += ["--max-streams", str(max_streams)]
+        self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                        env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        self.err: list[str] = []
+        threading.Thread(target=lambda: self.err.extend(self.process.stderr), daemon=True).start()
+        line = self.process.stdout.readline()
+        if not line.strip().isdigit():
+            self.process.kill()
+            raise SystemExit("the server did not start:\n" + "".join(self.err[-20:]))
+        self.port = int(line)
+        self.ps = psutil.Process(self.process.pid)
+
+    def cpu_s(self) -> float:
+        times = self.ps.cpu_times()
+        return times.user + times.system + sum(
+            (c.cpu_times().user + c.cpu_times().system) for c in self.ps.children(recursive=True))
+
+    def rss_bytes(self) -> int:
+        return self.ps.memory_info().rss
+
+    def stop(self) -> None:
+        self.process.terminate()
+        try:
+            self.process.wait(60)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+
+
+# -- the in-process baseline ---------------------------------------------------------------------
+
+def baseline(clips, assign: list[int], seconds: float, model: str, device: str, timeout_s: float) -> dict:
+    """The same recordings as streams of one in-process pipeline, replayed at real-time pace, and
+    the latency measured the way the clients measure it: when an update is drained, against when
+    the audio it ends with was released (each replay starts when its source is added)."""
+    import tempfile
+
+    import soundfile as sf
+
+    from captioner.audio.file_source import FileSource
+    from captioner.engine.pipeline import Pipeline
+
+    folder = Path(tempfile.mkdtemp(prefix="bench-serve-"))
+    paths = []
+    for k, clip in enumerate(clips):
+        audio, _ = looped(pcm16k(clip.wav), seconds or clip.duration_s)
+        path = folder / f"{k}.wav"
+        sf.write(path, audio, 16000, subtype="PCM_16")
+        paths.append(path)
+    pipeline = Pipeline([], model=model, device=device)
+    pipeline.start()
+    started: dict[str, float] = {}
+    for i in range(len(assign)):
+        source = FileSource(paths[assign[i]], stream=f"c{i}", realtime=True)
+        started[source.stream] = time.monotonic()
+        pipeline.add_source(source)
+    latency: dict[str, list[float]] = {"partial": [], "final": []}
+    deadline = time.monotonic() + timeout_s
+
+    def drain() -> None:
+        now = time.monotonic()
+        for u in pipeline.drain_captions():
+            if u.text.strip():
+                latency[u.kind].append(now - (started[u.stream] + u.end_s))
+
+    while not pipeline.wait_exhausted(0.02) and time.monotonic() < deadline:
+        drain()
+    drain()
+    pipeline.stop()
+    drain()
+    return {kind: {"p50_s": percentile(v, 50), "p99_s": percentile(v, 99), "n": len(v)} for kind, v in latency.items()}
+
+
+# -- main ------------------------------------------------------------------------------------------
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--seconds", type=float, default=0.0,
+                        help="audio per client, its recording looped (default: each recording once)")
+    parser.add_argument("--ramp", type=float, default=20.0, help="new connections per second")
+    parser.add_argument("--model", default="tiny.en")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--max-streams", type=int, default=None, help="the server's --max-streams")
+    parser.add_argument("--speech", type=Path, default=Path(os.environ.get("CAPTIONER_SPEECH_DIR", DEFAULT_SPEECH)))
+    parser.add_argument("--client-processes", type=int, default=1, help="processes the clients are spread over")
+    parser.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True,
+                        help="also run the same streams in-process (default: yes)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="the whole run ends by then (s)")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if not 1 <= args.clients <= MAX_CLIENTS:
+        raise SystemExit(f"--clients must be 1..{MAX_CLIENTS}")
+    speech = args.speech if (args.speech / "manifest.tsv").exists() else HERE.parent / "tests" / "data" / "speech"
+    clips = english_clips(speech)
+    clip_audio = {}
+    repeats = {}
+    for k, clip in enumerate(clips):
+        clip_audio[k], repeats[k] = looped(pcm16k(clip.wav), args.seconds or clip.duration_s)
+    assign = [i % len(clips) for i in range(args.clients)]
+    audio_s = max(len(clip_audio[k]) for k in set(assign)) / 16000
+    client_timeout_s = min(args.timeout, args.clients / args.ramp + audio_s + 180.0)
+
+    import tempfile
+
+    token = "bench-" + os.urandom(16).hex()
+    token_file = Path(tempfile.mkdtemp(prefix="bench-serve-")) / "token"
+    token_file.write_text(token)
+    started = time.monotonic()
+    server = ServerProcess(args.model, args.device, token_file, args.max_streams)
+    print(f"server up in {time.monotonic() - started:.1f} s on port {server.port}; {args.clients} clients, "
+          f"{audio_s:.0f} s of audio each, {args.ramp:g}/s", file=sys.stderr, flush=True)
+    url = f"ws://127.0.0.1:{server.port}"
+    cpu0, wall0 = server.cpu_s(), time.monotonic()
+    peak_rss = server.rss_bytes()
+    sampling = threading.Event()
+
+    def sample_rss() -> None:
+        nonlocal peak_rss
+        while not sampling.wait(1.0):
+            peak_rss = max(peak_rss, server.rss_bytes())
+
+    threading.Thread(target=sample_rss, daemon=True).start()
+    try:
+        if args.client_processes > 1:
+            shares = [list(range(args.clients))[p::args.client_processes] for p in range(args.client_processes)]
+            with multiprocessing.get_context("spawn").Pool(args.client_processes) as pool:
+                parts = pool.map(_client_process, [(s, url, token, clip_audio, assign, args.ramp, client_timeout_s)
+                                                   for s in shares])
+            records = {k: v for part in parts for k, v in part.items()}
+        else:
+            audio = {i: clip_audio[assign[i]] for i in range(args.clients)}
+            records = asyncio.run(run_clients(list(range(args.clients)), url, token, audio, args.ramp,
+                                              client_timeout_s))
+        cpu_s, wall_s = server.cpu_s() - cpu0, time.monotonic() - wall0
+    finally:
+        sampling.set()
+        server.stop()
+
+    held = [r for r in records.values() if r["ready"] and r["close"] == 1000]
+    refused = [r for r in records.values() if r["close"] == 1013 or "1013" in str(r["reason"])]
+    failed = [r for r in records.values() if r not in held and r not in refused]
+    latency = {"partial": [], "final": []}
+    for r in held:
+        for kind, value in r["latency"]:
+            latency[kind].append(value)
+    normalisers = _normalisers()
+    errors = units = 0
+    for r in held:
+        k = assign[r["index"]]
+        committed = " ".join(c["text"] for c in r["captions"] if c["kind"] == "final")
+        e, n, _ = score(" ".join([clips[k].reference] * repeats[k]), committed, "en", normalisers)
+        errors, units = errors + e, units + n
+    result = {
+        "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "model": args.model, "device": args.device, "clients": args.clients, "audio_s_per_client": round(audio_s, 1),
+        "held": len(held), "refused": len(refused), "failed": len(failed),
+        "failures": sorted({f"{r['close']}: {r['reason']}"[:120] for r in failed})[:5],
+        "latency_served": {kind: {"p50_s": percentile(v, 50), "p99_s": percentile(v, 99), "n": len(v)}
+                           for kind, v in latency.items()},
+        "server_cpu": {"cores_total": round(cpu_s / wall_s, 3),
+                       "cores_per_connection": round(cpu_s / wall_s / max(1, len(held) + len(failed)), 4),
+                       "peak_rss_mib": round(peak_rss / 2**20)},
+        "committed_wer": round(errors / units, 4) if units else None,
+        "statuses_per_client_s": round(np.mean([r["statuses"] / max(1.0, r.get("wall_s", 1.0)) for r in held]), 2)
+        if held else None,
+    }
+    if args.baseline:
+        print("in-process baseline …", file=sys.stderr, flush=True)
+        result["latency_in_process"] = baseline(clips, assign, args.seconds, args.model, args.device,
+                                                client_timeout_s)
+        for kind in ("partial", "final"):
+            served_p99 = result["latency_served"][kind]["p99_s"]
+            local_p99 = result["latency_in_process"][kind]["p99_s"]
+            if served_p99 is not None and local_p99 is not None:
+                result.setdefault("p99_over_in_process_ms", {})[kind] = round(1000 * (served_p99 - local_p99), 1)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json is not None:
+        args.json.write_text(text + "\n")
+    return 0 if not failed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
