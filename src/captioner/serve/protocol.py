@@ -45,7 +45,7 @@ CLOSE_UNSUPPORTED = 1003
 CLOSE_BAD_PAYLOAD = 1007
 """A binary message that is not whole int16 samples (an odd number of bytes)."""
 CLOSE_POLICY = 1008
-"""An unknown or bad query parameter, audio much faster than real time, audio after ``end``."""
+"""An unknown or bad query parameter, audio much faster than real time, a client that does not read."""
 CLOSE_TOO_BIG = 1009
 """A message over :data:`MAX_MESSAGE_BYTES`."""
 CLOSE_INTERNAL = 1011
