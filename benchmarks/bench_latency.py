@@ -8,6 +8,15 @@ reference counts as shown/committed when the shown/committed word sequence holds
 order (difflib over normalised words); words the model never got right have no latency and are
 counted apart.
 
+Policies: ``--policies localagreement,alignatt`` (both by default) replays every clip under each
+commit policy, side by side in one run (``--first-context`` adds AlignAtt variants with other
+amounts of context before the first words of a segment are committed). *Revised*: words shown
+(committed + partial) that a later update took back or replaced; committed words never are.
+
+No speech: ``--no-speech`` (on by default) also replays 60 s of digital silence, of generated
+room noise and of synthesised music (chords of pure tones) under each policy; every word
+captioned there is counted (it should be none).
+
 Accuracy: WER of the committed streaming text and of the same model's offline transcription
 (``captioner.engine.offline``), both against the references, Whisper's English normaliser on
 both sides (``whisper-normalizer``; a plain lower-case/no-punctuation one where it is missing).
@@ -108,6 +117,54 @@ def match(reference: list[str], shown: list[str]) -> list[int]:
     return hits
 
 
+def revised_words(updates) -> int:
+    """Words shown (committed + partial) that a later update of the stream took back or replaced."""
+    shown: list[str] = []
+    committed: list[str] = []
+    revised = 0
+    for u in updates:
+        if u.kind == "final":
+            committed += split_words(u.text)
+            now = list(committed)
+        else:
+            now = committed + split_words(u.text)
+        common = 0
+        for a, b in zip(shown, now):
+            if a != b:
+                break
+            common += 1
+        revised += len(shown) - common
+        shown = now
+    return revised
+
+
+def no_speech_audio(kind: str, seconds: float = 60.0) -> np.ndarray:
+    """60 s of digital silence, of room noise (pink-ish, -45 dBFS: white noise through a one-pole
+    low-pass) or of music (a I-vi-IV-V progression of three-tone chords with a bass note, one
+    chord a second, with decaying notes)."""
+    n = int(seconds * SR)
+    rng = np.random.default_rng(11)
+    if kind == "silence":
+        return np.zeros(n, np.float32)
+    if kind == "noise":
+        # White noise through a one-pole low-pass: the dull hiss of a room (fans, traffic).
+        white = rng.standard_normal(n)
+        alpha = 0.97
+        spectrum = np.fft.rfft(white) * (1 - alpha) / (1 - alpha * np.exp(-2j * np.pi * np.fft.rfftfreq(n)))
+        room = np.fft.irfft(spectrum, n)
+        room *= 10 ** (-45 / 20) / (np.sqrt(np.mean(room ** 2)) + 1e-12)
+        return room.astype(np.float32)
+    chords = [(261.63, 329.63, 392.0, 130.81), (220.0, 261.63, 329.63, 110.0),
+              (174.61, 220.0, 261.63, 87.31), (196.0, 246.94, 293.66, 98.0)]
+    t = np.arange(SR) / SR
+    decay = np.exp(-2.5 * t)
+    out = []
+    for i in range(int(seconds)):
+        chord = chords[i % 4]
+        out.append(sum(0.06 * np.sin(2 * np.pi * f * t) * decay for f in chord))
+    return np.concatenate(out).astype(np.float32)
+
+
 def word_latencies(updates, ref_words: list[dict]) -> list[dict]:
     """Per reference word: end time, first shown time, commit time (None when never)."""
     keys = [norm_word(w["word"]) for w in ref_words]
@@ -136,21 +193,28 @@ def word_latencies(updates, ref_words: list[dict]) -> list[dict]:
     return out
 
 
-def _config(interval_s: float, target_busy: float, pause_s: float | None):
+def _config(interval_s: float, target_busy: float, pause_s: float | None, policy: tuple[str, float | None] = ("localagreement", None)):
     from captioner.engine.core import EngineConfig
+    from captioner.engine.policy import PolicyConfig
     from captioner.engine.scheduler import SchedulerConfig
 
-    config = EngineConfig(scheduler=SchedulerConfig(base_interval_s=interval_s, target_busy=target_busy))
+    kind, first_context_s = policy
+    policy_config = PolicyConfig(kind=kind)
+    if first_context_s is not None:
+        policy_config.first_context_s = first_context_s
+    config = EngineConfig(scheduler=SchedulerConfig(base_interval_s=interval_s, target_busy=target_busy),
+                          policy=policy_config)
     if pause_s is not None:
         config.pause_s = pause_s
     return config
 
 
-def run_simulated(recognizer, backend, paths: list[Path], interval_s: float, target_busy: float, pause_s=None):
+def run_simulated(recognizer, backend, paths: list, interval_s: float, target_busy: float, pause_s=None,
+                  policy=("localagreement", None)):
     from captioner.engine.live import LiveCaptioner
     from captioner.engine.simulate import replay
 
-    config = _config(interval_s, target_busy, pause_s)
+    config = _config(interval_s, target_busy, pause_s, policy)
     result = replay(
         lambda clock, timer: LiveCaptioner(recognizer=recognizer, backend=backend, config=config,
                                            clock_ns=clock, timer_ns=timer),
@@ -160,11 +224,12 @@ def run_simulated(recognizer, backend, paths: list[Path], interval_s: float, tar
     return result.updates, result.step_s, result.statuses
 
 
-def run_live(recognizer, backend, paths: list[Path], interval_s: float, target_busy: float, pause_s=None):
+def run_live(recognizer, backend, paths: list[Path], interval_s: float, target_busy: float, pause_s=None,
+             policy=("localagreement", None)):
     from captioner.audio.file_source import FileSource
     from captioner.engine.pipeline import Pipeline
 
-    config = _config(interval_s, target_busy, pause_s)
+    config = _config(interval_s, target_busy, pause_s, policy)
     pipeline = Pipeline([FileSource(path, stream=f"s{i}", realtime=True) for i, path in enumerate(paths)], config=config,
                         recognizer_factory=lambda: (backend, recognizer))
     statuses = []
@@ -182,6 +247,11 @@ def run_live(recognizer, backend, paths: list[Path], interval_s: float, target_b
     n_steps = int(extra["steps"])
     steps = [extra["step_s_total"] / n_steps] * n_steps if n_steps else []
     return pipeline.drain_captions(), steps, statuses
+
+
+def _policy_name(policy: tuple[str, float | None]) -> str:
+    kind, first_context_s = policy
+    return kind if first_context_s is None else f"{kind} (first context {first_context_s:g} s)"
 
 
 def percentile(values, q):
@@ -205,11 +275,25 @@ def main() -> int:
                         help="concurrent streams per engine, comma separated (e.g. 1,2: alone, and as Me + Meeting)")
     parser.add_argument("--pause-s", default=None,
                         help="silences that close a segment, seconds, comma separated (default: the engine's, 0.5 s)")
+    parser.add_argument("--policies", default="localagreement,alignatt",
+                        help="commit policies to compare, comma separated (localagreement, alignatt)")
+    parser.add_argument("--first-context", default="",
+                        help="AlignAtt variants: seconds of audio the first words of a segment wait for, comma "
+                             "separated (default: the policy's own)")
+    parser.add_argument("--no-speech", default="silence,noise,music",
+                        help="60 s recordings without speech replayed under each policy (comma separated; "
+                             "'none' to skip)")
     parser.add_argument("--out", default=None, help="write the full results (JSON) here")
     args = parser.parse_args()
     from captioner.engine.scheduler import SchedulerConfig
 
     n_streams = [int(x) for x in args.streams.split(",")]
+    policies: list[tuple[str, float | None]] = []
+    for kind in args.policies.split(","):
+        if kind == "alignatt" and args.first_context:
+            policies += [(kind, float(x)) for x in args.first_context.split(",")]
+        else:
+            policies.append((kind, None))
     pauses = [float(x) for x in args.pause_s.split(",")] if args.pause_s else [None]
     busies = [float(x) for x in args.target_busy.split(",")] if args.target_busy else [SchedulerConfig().target_busy]
 
@@ -253,7 +337,8 @@ def main() -> int:
     # N clips are replayed at once as N streams of one engine (batched steps); the last group
     # is filled up with clips from the start, which are not counted twice.
     modes = ["simulated", "live"] if args.mode == "both" else [args.mode]
-    configs = [(m, i, b, n, p) for m in modes for i in intervals for b in busies for n in n_streams for p in pauses]
+    configs = [(m, i, b, n, p, pol) for m in modes for i in intervals for b in busies for n in n_streams for p in pauses
+               for pol in policies]
     groups = {n: [list(range(g, g + n)) for g in range(0, len(clips), n)] for n in n_streams}
     per_config: dict[tuple, list] = {cfg: [] for cfg in configs}
     with tempfile.TemporaryDirectory() as tmp_dir:
@@ -261,14 +346,15 @@ def main() -> int:
         paths = [padded_clip(c["path"], tmp) for c in clips]
         for g in range(max(len(v) for v in groups.values())):
             for cfg in configs:
-                mode, interval_s, busy, n, pause_s = cfg
+                mode, interval_s, busy, n, pause_s, policy = cfg
                 if g >= len(groups[n]):
                     continue
                 members = [i % len(clips) for i in groups[n][g]]
                 measured = [i for i in groups[n][g] if i < len(clips)]
                 run = run_simulated if mode == "simulated" else run_live
                 wall0 = time.perf_counter()
-                updates, steps, statuses = run(recognizer, backend, [paths[i] for i in members], interval_s, busy, pause_s)
+                updates, steps, statuses = run(recognizer, backend, [paths[i] for i in members], interval_s, busy, pause_s,
+                                               policy)
                 wall_s = time.perf_counter() - wall0
                 group_audio_s = max(clips[i]["duration_s"] for i in members) + LEAD_S + TAIL_S
                 for k, i in enumerate(members):
@@ -290,13 +376,14 @@ def main() -> int:
                         "streaming_text": streaming_text, "offline_text": offline[c["id"]]["text"],
                         "wer_streaming": wer_counts(c["reference"], streaming_text),
                         "wer_offline": wer_counts(c["reference"], offline[c["id"]]["text"]),
+                        "revised_words": revised_words(mine),
                         "words": lat,
                     })
                     p = per_config[cfg][-1]
-                    print(f"[{mode}, {interval_s:.2f} s, busy {busy}, {n} streams, pause {pause_s}] {c['id']}: {p['steps']} steps, "
+                    print(f"[{_policy_name(policy)}, {mode}, {interval_s:.2f} s, busy {busy}, {n} streams, pause {pause_s}] {c['id']}: {p['steps']} steps, "
                           f"{p['step_ms_mean']} ms/step, WER {p['wer_streaming']} vs offline {p['wer_offline']}",
                           file=sys.stderr)
-    for (mode, interval_s, busy, n, pause_s), per_clip in per_config.items():
+    for (mode, interval_s, busy, n, pause_s, policy), per_clip in per_config.items():
         words = [w for p in per_clip for w in p["words"]]
         shown = [w["shown_s"] for w in words]
         commit = [w["committed_s"] for w in words]
@@ -306,6 +393,7 @@ def main() -> int:
         audio_total = sum(p["audio_s"] for p in per_clip)
         step_means = [p["step_ms_mean"] for p in per_clip if p["step_ms_mean"]]
         summary = {
+            "policy": _policy_name(policy),
             "mode": mode, "interval_s": interval_s, "target_busy": busy, "streams": n, "pause_s": pause_s, "clips": len(per_clip), "audio_s": round(audio_total, 1),
             "words": len(words),
             "words_shown": sum(v is not None for v in shown), "words_committed": sum(v is not None for v in commit),
@@ -316,17 +404,36 @@ def main() -> int:
             "compute_over_audio": round(sum(p["compute_over_audio"] * p["audio_s"] for p in per_clip) / audio_total, 3),
             "step_ms_mean": round(float(np.mean(step_means)), 1) if step_means else None,
             "max_last_commit_after_audio_end_s": max((p["last_commit_after_audio_end_s"] or 0) for p in per_clip),
+            "words_revised": sum(p["revised_words"] for p in per_clip),
         }
         report["runs"].append({"summary": summary, "clips": per_clip})
         print(json.dumps(summary), file=sys.stderr)
 
-    print("\n| replay | streams | pause | update interval | target busy | partial p50 / p90 | committed p50 / p90 | WER streaming | WER offline | compute / audio | ms per step |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    no_speech = [k for k in args.no_speech.split(",") if k and k != "none"]
+    report["no_speech"] = []
+    for kind in no_speech:
+        for policy in policies:
+            updates, steps, _ = run_simulated(recognizer, backend, [no_speech_audio(kind)], 1.0,
+                                              busies[0], None, policy)
+            words = sum(len(split_words(u.text)) for u in updates if u.kind == "final")
+            shown = sum(len(split_words(u.text)) for u in updates if u.kind == "partial")
+            report["no_speech"].append({"audio": kind, "seconds": 60, "policy": _policy_name(policy), "steps": len(steps),
+                                        "words_committed": words, "words_shown_in_partials": shown,
+                                        "text": " ".join(u.text for u in updates if u.kind == "final")})
+            print(json.dumps(report["no_speech"][-1]), file=sys.stderr)
+
+    print("\n| policy | replay | streams | pause | update interval | partial p50 / p90 | committed p50 / p90 | WER streaming | WER offline | words revised | compute / audio | ms per step |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for run in report["runs"]:
         s = run["summary"]
-        print(f"| {s['mode']} | {s['streams']} | {s['pause_s'] or 'default'} | {s['interval_s']:.2f} s | {s['target_busy']} | {s['partial_p50_s']} / {s['partial_p90_s']} s | "
+        print(f"| {s['policy']} | {s['mode']} | {s['streams']} | {s['pause_s'] or 'default'} | {s['interval_s']:.2f} s | {s['partial_p50_s']} / {s['partial_p90_s']} s | "
               f"{s['commit_p50_s']} / {s['commit_p90_s']} s | {s['wer_streaming_pct']} % | {s['wer_offline_pct']} % | "
-              f"{s['compute_over_audio']} | {s['step_ms_mean']} |")
+              f"{s['words_revised']} of {s['words_shown']} | {s['compute_over_audio']} | {s['step_ms_mean']} |")
+    if report["no_speech"]:
+        print("\n| 60 s of | policy | model steps | words committed | words in partials |")
+        print("|---|---|---|---|---|")
+        for r in report["no_speech"]:
+            print(f"| {r['audio']} | {r['policy']} | {r['steps']} | {r['words_committed']} | {r['words_shown_in_partials']} |")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")

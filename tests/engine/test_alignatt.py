@@ -108,12 +108,25 @@ def test_a_pause_keeps_the_segment_open_while_its_first_words_lack_context():
     config = PolicyConfig(kind="alignatt", first_context_s=2.5, hold_s=1.5)
     policy = AlignAttPolicy("s", config)
     out = policy.update(hyp(SPEECH[:3], end_s=1.8), 1.8, 1.8, close_segment=True, close_at_s=1.5)
-    assert committed(out) == "" and policy.has_pending_text and policy.buffer_start_s == 0.0
+    # Held: nothing committed, the words still shown, the buffer kept; the engine is told there
+    # is nothing pending, so it neither retries the close at every tick nor decodes silence.
+    assert committed(out) == "" and policy.partial_text == "the quick brown"
+    assert not policy.has_pending_text
+    policy.advance_idle(1.9)
+    assert policy.buffer_start_s == 0.0 and not policy.has_pending_text
     # Speech resumes in the same window: the first words now have context.
     out = policy.update(hyp(SPEECH, end_s=3.4), 3.4, 3.4)
     # ("brown", ending at 1.2 s, still has only 2.2 s after it: the third first word waits.)
     assert committed(out) == "the quick"
-    # A long silence after the last word commits all, as any close.
+    # If no speech comes, the hold ends (1.5 s after the last word) and the text is pending again:
+    # the engine closes the segment and everything is committed.
+    held = AlignAttPolicy("s", config)
+    held.update(hyp(SPEECH[:3], end_s=1.8), 1.8, 1.8, close_segment=True, close_at_s=1.5)
+    held.advance_idle(2.8)
+    assert held.has_pending_text and held.buffer_start_s == 0.0
+    out = held.update(hyp(SPEECH[:3], end_s=3.1), 3.1, 3.1, close_segment=True, close_at_s=2.8)
+    assert committed(out) == "the quick brown" and not held.has_pending_text
+    # A long silence after the last word commits all at once, as any close.
     policy = AlignAttPolicy("s", config)
     out = policy.update(hyp(SPEECH[:3], end_s=2.8), 2.8, 2.8, close_segment=True, close_at_s=2.5)
     assert committed(out) == "the quick brown" and not policy.has_pending_text

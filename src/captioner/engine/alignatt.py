@@ -20,6 +20,10 @@ Rules, per update (times on the stream's clock; ``end`` = the end of the audio i
    pause does not close a segment whose first words still lack that context: the words stay
    partial and the next speech is decoded in the same window, unless the silence after the
    last word reaches ``hold_s`` (then, as at the end of a stream, everything is committed).
+   While a close is held, the policy tells the engine it has nothing pending (so the engine
+   neither retries the close at every tick nor decodes the silence) but keeps its buffer; the
+   next speech, the end of the hold (seen through ``advance_idle``) or the stream's end
+   resumes it.
 3. Lines: a committed word that ends a sentence ends the caption line (the update's ``segment``
    moves on), as a pause does; so a line ends at a sentence end or a pause, wherever the
    updates happened to fall, and a replay of the same audio gives the same lines.
@@ -51,12 +55,34 @@ class AlignAttPolicy(LocalAgreementPolicy):
     def __init__(self, stream: str, config: PolicyConfig | None = None, start_s: float = 0.0) -> None:
         super().__init__(stream, config, start_s)
         self._line_words = 0  # words committed since the segment or sentence began
+        self._held_until_s: float | None = None  # a pause's close is held until this stream time
+
+    @property
+    def has_pending_text(self) -> bool:
+        return self._held_until_s is None and super().has_pending_text
+
+    def advance_idle(self, to_s: float) -> None:
+        """While a close is held the buffer stays; once the hold is over the open text is
+        pending again, so the engine closes the segment (and the policy commits it)."""
+        if self._held_until_s is not None:
+            if to_s >= self._held_until_s:
+                self._held_until_s = None
+            return
+        super().advance_idle(to_s)
 
     def update(self, hypothesis: Hypothesis, emitted_audio_s: float, emitted_wall_s: float,
                close_segment: bool = False, close_at_s: float | None = None):
-        if close_segment and not hypothesis.rejected and self._defer_close(hypothesis):
-            close_segment = False
-        return super().update(hypothesis, emitted_audio_s, emitted_wall_s, close_segment, close_at_s)
+        self._held_until_s = None
+        held = close_segment and not hypothesis.rejected and self._defer_close(hypothesis)
+        out = super().update(hypothesis, emitted_audio_s, emitted_wall_s, close_segment and not held, close_at_s)
+        if held and self._s.previous_tail:
+            last_end_s = max(w.end_s for w in hypothesis.words)
+            self._held_until_s = last_end_s + self.config.hold_s
+        return out
+
+    def flush(self, emitted_audio_s: float, emitted_wall_s: float):
+        self._held_until_s = None
+        return super().flush(emitted_audio_s, emitted_wall_s)
 
     def _defer_close(self, hypothesis: Hypothesis) -> bool:
         """A pause came while the segment's first words lack context: keep it open (see rule 2)."""
