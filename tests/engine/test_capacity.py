@@ -333,3 +333,61 @@ def test_four_tiny_en_streams_on_the_cpu_all_produce_captions(speech_clips):
     assert busiest.batch_size >= 2
     assert any(s.admitted_load is not None and len(s.streams) == 4 for s in result.statuses)
     assert all(s.streams_refused == 0 for s in result.statuses)
+
+
+# -- the feature pool -----------------------------------------------------------------------------
+def _pool_reads_agree(backend) -> None:
+    """Streams spread over three banks: the batched read of many streams' frames equals each
+    stream's own window, in the order asked for, and a freed slot is reused before a new bank."""
+    from captioner.gpu.features import FeaturePool
+
+    pool = FeaturePool(backend, n_mels=80, ring_frames=256, block_streams=4)
+    slots = [pool.acquire() for _ in range(10)]
+    assert pool.capacity == 12 and len(pool.banks) == 3
+    rng = np.random.default_rng(3)
+    audio = (0.1 * rng.standard_normal((10, 160 * 40))).astype(np.float32)
+    pool.push_batch(slots, audio)
+    order = [9, 0, 5, 4, 1]
+    firsts = [3, 10, 0, 20, 7]
+    got = backend.asnumpy(pool.log_mel_frames([slots[i] for i in order], firsts, 12))
+    for row, (i, first) in enumerate(zip(order, firsts)):
+        want = backend.asnumpy(pool.log_mel_window(slots[i], first, 12))
+        np.testing.assert_array_equal(got[row], want)
+    pool.release(slots[5])
+    assert pool.acquire() == slots[5] and pool.capacity == 12 and pool.frames_ready(slots[5]) == 0
+
+
+def test_the_feature_pool_reads_many_streams_at_once_as_each_alone():
+    from captioner.gpu.backend import cpu_backend
+
+    _pool_reads_agree(cpu_backend())
+
+
+@pytest.mark.gpu
+def test_the_feature_pool_on_the_gpu_and_70_streams_captioned_across_two_banks():
+    from captioner.gpu.backend import cuda_usable, get_backend
+
+    if not cuda_usable():
+        pytest.skip("no usable CUDA device")
+    from dataclasses import replace
+
+    backend = get_backend("cuda")
+    backend.use()
+    _pool_reads_agree(backend)
+
+    class HostCopy(ScriptedRecognizer):
+        """The scripted listener reads NumPy; the rings are CuPy arrays."""
+
+        def decode(self, requests):
+            return super().decode([replace(r, log_mel=backend.asnumpy(r.log_mel)) for r in requests])
+
+    script = {f"s{i:02d}": phrase(f"gpu stream {i} speaks", 0.5 + 0.02 * i) for i in range(70)}
+    clock = SimClock()
+    live = LiveCaptioner(recognizer=HostCopy(script), backend=backend, clock_ns=clock, timer_ns=clock)
+    for label in script:
+        live.open_stream(label)
+    audio = {label: render_speech(words, 4.0, seed=i % 5) for i, (label, words) in enumerate(script.items())}
+    updates = feed(live, clock, audio, chunk_s=0.1)
+    updates += finish_all(live, clock)
+    for label, words in script.items():
+        assert committed(updates, label) == keys(words), label
