@@ -144,6 +144,7 @@ class CaptionServer:
         self._by_lease: dict[str, _Conn] = {}
         self._ids = itertools.count(1)
         self._stopping = False
+        self._tasks: list[asyncio.Task] = []
         self.counts = {"accepted": 0, "refused": 0, "closed": 0}
         self.bound = threading.Event()
         """Set once the socket is listening (``port`` is then the real one, for port 0)."""
@@ -168,7 +169,11 @@ class CaptionServer:
         return f"{address[0]}:{address[1]}" if address else "?"
 
     # -- one connection ------------------------------------------------------------------------------
-    async def _handle(self, ws) -> None:
+    async def handle(self, ws) -> None:
+        """Loop thread: one connection, from its parameters to its close. ``ws`` is a websockets
+        ``ServerConnection`` or anything with its surface (``request.path``, ``remote_address``,
+        async iteration over messages, ``send``, ``close``: the Ray Serve app adapts Starlette's)."""
+        self.start_background()
         try:
             params = protocol.parse_path(ws.request.path)
         except ProtocolError as error:
@@ -354,17 +359,36 @@ class CaptionServer:
                     conn.outbox.put_nowait(message)
 
     # -- running -------------------------------------------------------------------------------------
+    def start_background(self) -> None:
+        """Loop thread: the pump and the status task (and the transcript thread), once."""
+        if self._tasks:
+            return
+        if self._transcripts is not None and not self._transcripts.is_alive():
+            self._transcripts.start()
+        self._tasks = [asyncio.create_task(self._pump(), name="captioner-serve-pump"),
+                       asyncio.create_task(self._status(), name="captioner-serve-status")]
+
+    def stop_background(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        self._tasks = []
+        if self._transcripts is not None and self._transcripts.is_alive():
+            self._transcripts.items.put(None)
+            self._transcripts.join(10)
+
+    async def stop_all(self) -> None:
+        """Every open stream is committed, its finals sent, its connection closed with 1001."""
+        self._stopping = True
+        await self._drain_on_stop()
+
     async def serve(self, stop: asyncio.Event) -> None:
         """Serves until ``stop`` is set; then every open stream is committed, its finals sent and
         its connection closed with 1001."""
         from websockets.asyncio.server import serve
 
-        if self._transcripts is not None:
-            self._transcripts.start()
-        tasks = [asyncio.create_task(self._pump(), name="captioner-serve-pump"),
-                 asyncio.create_task(self._status(), name="captioner-serve-status")]
+        self.start_background()
         try:
-            async with serve(self._handle, self.host, self.port, process_request=self._process_request,
+            async with serve(self.handle, self.host, self.port, process_request=self._process_request,
                              max_size=protocol.MAX_MESSAGE_BYTES, ssl=self.ssl_context, compression=None,
                              server_header=None, ping_interval=20, ping_timeout=20, close_timeout=5) as server:
                 sockets = list(server.sockets)
@@ -372,15 +396,10 @@ class CaptionServer:
                     self.port = sockets[0].getsockname()[1]
                 self.bound.set()
                 await stop.wait()
-                self._stopping = True
-                await self._drain_on_stop()
+                await self.stop_all()
                 server.close(close_connections=False)
         finally:
-            for task in tasks:
-                task.cancel()
-            if self._transcripts is not None:
-                self._transcripts.items.put(None)
-                self._transcripts.join(10)
+            self.stop_background()
 
     async def _drain_on_stop(self) -> None:
         """Every open stream is committed and its finals sent before its connection closes."""

@@ -111,6 +111,8 @@ def _sigterm_as_interrupt(signum, frame):
 
 def run(args) -> int:
     token, context = check_arguments(args)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     if args.ray:
         from captioner.serve.ray_app import run_ray
 
@@ -142,8 +144,6 @@ def run(args) -> int:
     log = (lambda line: None) if args.quiet else (lambda line: print(f"captioner: {line}", file=sys.stderr, flush=True))
     server = CaptionServer(link, args.host, args.port, token=token, ssl_context=context, transcripts=transcripts,
                            metrics=metrics, log=log)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     print(f"captioner: loading {args.model} on {', '.join(d or 'auto' for d in devices)} …", file=sys.stderr, flush=True)
     thread = None
     try:
