@@ -158,3 +158,45 @@ def test_capacity_refusal_is_1013(served):
     session = Session()
     receive_all(again, session)
     assert session.close_code == protocol.CLOSE_NORMAL
+
+
+def test_two_workers_least_loaded_over_tls(tmp_path):
+    """`--device all` on a machine with two devices, here two CPU workers: new connections go
+    to the worker holding the fewest streams; and the server speaks TLS with --certfile/--keyfile."""
+    import ssl
+    import subprocess
+
+    from websockets.sync.client import connect as ws_connect
+
+    from captioner.app.commands.serve import tls_context
+    from captioner.engine.pipeline import Pipeline
+    from captioner.serve.engine_link import EngineLink
+    from captioner.serve.server import CaptionServer, ServerThread
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    link = EngineLink(["cpu", "cpu"], lambda device: Pipeline([], model="tiny.en", device=device))
+    link.start()
+    thread = ServerThread(CaptionServer(link, "127.0.0.1", 0, ssl_context=tls_context(str(cert), str(key))))
+    thread.start()
+    client_tls = ssl.create_default_context(cafile=str(cert))
+    try:
+        assert thread.url.startswith("wss://")
+        opened = [ws_connect(thread.url + protocol.listen_path(f"W{i}"), ssl=client_tls, open_timeout=30).__enter__()
+                  for i in range(4)]
+        for ws in opened:
+            assert '"ready"' in ws.recv(timeout=60)
+        assert sorted(len(worker.leases) for worker in link.workers) == [2, 2]
+        for ws in opened:
+            ws.send(protocol.END_MESSAGE)
+        for ws in opened:
+            session = Session()
+            receive_all(ws, session)
+            assert session.close_code == protocol.CLOSE_NORMAL
+        with pytest.raises(ssl.SSLError):  # a client that does not trust the certificate gets nowhere
+            ws_connect(thread.url + protocol.listen_path("X"), ssl=ssl.create_default_context(), open_timeout=10)
+    finally:
+        thread.stop()
+        link.stop()
