@@ -275,6 +275,9 @@ def main() -> int:
                         help="concurrent streams per engine, comma separated (e.g. 1,2: alone, and as Me + Meeting)")
     parser.add_argument("--pause-s", default=None,
                         help="silences that close a segment, seconds, comma separated (default: the engine's, 0.5 s)")
+    parser.add_argument("--times-model", default="tiny.en",
+                        help="whose cached forced alignment gives the reference word end times (the oracle is "
+                             "the audio's, whatever model is measured; tiny.en's is the one cached)")
     parser.add_argument("--policies", default="localagreement,alignatt",
                         help="commit policies to compare, comma separated (localagreement, alignatt)")
     parser.add_argument("--first-context", default="",
@@ -304,7 +307,7 @@ def main() -> int:
         transcribe_file,
     )
 
-    times = word_times(args.model)
+    times = word_times(args.times_model)
     clips = [c for c in load_manifest() if c["language"] == "en" and (c["id"] in times or args.long)]
     if args.clips:
         wanted = set(args.clips.split(","))
