@@ -358,19 +358,20 @@ def _decode_once(
     rng: np.random.Generator,
     xp=None,
 ) -> list[RawDecode]:
-    """One pass over a batch whose prompts have equal lengths (the caller groups them).
+    """One pass over a batch whose prompts have equal lengths (the caller groups them), or any
+    lengths where the runtime takes ragged prompts (``runtime.ragged_prompts``).
 
     Greedy passes with ``options.decode_on == "device"`` rule and choose on ``xp`` (the array
     module the runtime's logits are asked to stay on; NumPy when ``None``); the rest on the host."""
     special = tokenizer.special
     batch = int(mel.shape[0])
-    head_len = {len(p) for p in previous}
-    assert len(head_len) == 1, "rows of one pass need prompts of one length"
+    ragged = bool(getattr(runtime, "ragged_prompts", False))
+    assert ragged or len({len(p) for p in previous}) == 1, "rows of one pass need prompts of one length"
     head = [list(p) + [special.sot] for p in previous]  # up to <|startoftranscript|>
     on_device = options.decode_on == "device" and temperature <= 0
     xp = (xp if xp is not None else np) if on_device else None
     enc = runtime.encode(mel)
-    logits, state = runtime.start(enc, np.array(head, dtype=np.int64), **_where(xp))
+    logits, state = runtime.start(enc, head if ragged else np.array(head, dtype=np.int64), **_where(xp))
     if on_device:
         # <|nospeech|> probability at <|startoftranscript|>, from the raw logits (as Whisper),
         # with the same float32 operations as softmax() below, on the logits' device.
@@ -393,17 +394,18 @@ def _decode_once(
     forced = [tokenizer.sot_sequence(langs[b], options.task)[1:] for b in range(batch)]
     if options.without_timestamps:
         forced = [f + [special.no_timestamps] for f in forced]
-    prompt_len = len(head[0]) + len(forced[0])
+    # Rows with longer prompts may reach the end of the text context sooner.
+    n_text_ctx = getattr(runtime, "n_text_ctx", N_TEXT_CTX)
+    limits = np.array([_max_new_tokens(options, n_text_ctx, len(head[b]) + len(forced[b])) for b in range(batch)])
     for column in range(len(forced[0])):
         logits = runtime.step(state, np.array([f[column] for f in forced], dtype=np.int64), **_where(xp))
         if not on_device:
             logits = np.array(logits, dtype=np.float32)
 
-    max_new = _max_new_tokens(options, getattr(runtime, "n_text_ctx", N_TEXT_CTX), prompt_len)
     if on_device:
-        sampled, sums, hit_limit = _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, max_new)
+        sampled, sums, hit_limit = _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, limits)
     else:
-        sampled, sums, hit_limit = _sample_on_host(runtime, tokenizer, options, state, logits, batch, max_new, temperature, rng)
+        sampled, sums, hit_limit = _sample_on_host(runtime, tokenizer, options, state, logits, batch, limits, temperature, rng)
     return [
         RawDecode(sampled[b], float(sums[b]), float(no_speech[b]), langs[b], language_probs[b], bool(hit_limit[b]))
         for b in range(batch)
@@ -415,19 +417,20 @@ def _where(xp) -> dict:
     return {} if xp is None else {"xp": xp}
 
 
-def _sample_on_host(runtime, tokenizer, options, state, logits, batch, max_new, temperature, rng):
-    """The specification: ``LogitRules`` row by row on host logits, then argmax or sampling."""
+def _sample_on_host(runtime, tokenizer, options, state, logits, batch, limits, temperature, rng):
+    """The specification: ``LogitRules`` row by row on host logits, then argmax or sampling.
+    ``limits[b]``: most tokens row b may sample."""
     eot = tokenizer.special.eot
     rules = LogitRules(tokenizer, options, logits.shape[1])
     sampled: list[list[int]] = [[] for _ in range(batch)]
     sums = np.zeros(batch, dtype=np.float64)
     done = np.zeros(batch, dtype=bool)
     hit_limit = np.zeros(batch, dtype=bool)
-    for step in range(max_new):
+    for step in range(int(limits.max())):
         rules.apply(logits, sampled, active=~done)
         chosen = _choose(logits, temperature, rng)
         chosen_logprobs = _token_logprobs(logits, chosen)
-        _record(chosen, chosen_logprobs, eot, step == max_new - 1, sampled, sums, done, hit_limit)
+        _record(chosen, chosen_logprobs, eot, step == limits - 1, sampled, sums, done, hit_limit)
         if done.all():
             break
         feed = np.where(done, eot, chosen).astype(np.int64)
@@ -435,7 +438,7 @@ def _sample_on_host(runtime, tokenizer, options, state, logits, batch, max_new, 
     return sampled, sums, hit_limit
 
 
-def _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, max_new):
+def _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, limits):
     """Greedy search with the rules applied where the logits lie: per step only the chosen
     tokens and their log-probabilities ([B] each, in one copy) come to the host."""
     eot = tokenizer.special.eot
@@ -445,15 +448,15 @@ def _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, max
     sums = np.zeros(batch, dtype=np.float64)
     done = np.zeros(batch, dtype=bool)
     hit_limit = np.zeros(batch, dtype=bool)
-    for step in range(max_new):
-        last_step = step == max_new - 1
+    for step in range(int(limits.max())):
+        last_step = step == limits - 1
         tokens, logprobs = rules.choose(logits, rows)
         both = to_host(xp.stack([tokens.astype(xp.float64), logprobs.astype(xp.float64)]))
         chosen = both[0].astype(np.int64)
         _record(chosen, both[1], eot, last_step, sampled, sums, done, hit_limit)
         if done.all():
             break
-        rules.advance(rows, tokens, last_step)
+        rules.advance(rows, tokens, xp.asarray(last_step))
         feed = np.where(done, eot, chosen).astype(np.int64)
         logits = runtime.step(state, feed, xp=xp)
     return sampled, sums, hit_limit
@@ -461,7 +464,7 @@ def _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, max
 
 def _record(chosen, chosen_logprobs, eot, last_step, sampled, sums, done, hit_limit) -> None:
     """Add one step's choices to the rows still decoding (in place); a row ends on
-    ``<|endoftext|>`` or when it reaches the length limit."""
+    ``<|endoftext|>`` or when it reaches its length limit (``last_step[b]``: this is its last)."""
     for b in np.flatnonzero(~done):
         token = int(chosen[b])
         sums[b] += float(chosen_logprobs[b])
@@ -469,7 +472,7 @@ def _record(chosen, chosen_logprobs, eot, last_step, sampled, sums, done, hit_li
             done[b] = True
         else:
             sampled[b].append(token)
-            if last_step:
+            if last_step[b]:
                 hit_limit[b] = True
                 done[b] = True
 
@@ -549,9 +552,11 @@ def decode_with_fallback(
     previous_tokens: Sequence[Sequence[int]] | None = None,
     languages: Sequence[str | None] | None = None,
     window_s: Sequence[float] | float = WINDOW_S,
+    ragged: bool = False,
 ) -> list[DecodedWindow]:
     """The temperature-fallback loop and guards around any decoding pass (ours, or the
-    CTranslate2 oracle's), so both are judged by the same rules."""
+    CTranslate2 oracle's), so both are judged by the same rules. ``ragged``: the pass takes rows
+    with prompts of different lengths (one pass, one encoder run, for all of them)."""
     previous = [list(p) for p in (previous_tokens if previous_tokens is not None else [[]] * batch)]
     if len(previous) != batch:
         raise ValueError("previous_tokens needs one entry per window")
@@ -577,10 +582,10 @@ def decode_with_fallback(
         if not pending:
             break
         repeats = 1 if temperature <= 0 else max(1, options.best_of)
-        # Rows of one pass need prompts of one length: group them.
+        # Rows of one pass need prompts of one length (unless ragged): group them.
         groups: dict[int, list[int]] = {}
         for b in pending:
-            groups.setdefault(len(heads[b]), []).append(b)
+            groups.setdefault(0 if ragged else len(heads[b]), []).append(b)
         attempt_results: dict[int, DecodedWindow] = {}
         for rows in groups.values():
             expanded = [b for b in rows for _ in range(repeats)]
@@ -650,6 +655,7 @@ class RuntimeDecoder:
         return decode_with_fallback(
             decode_pass, self.tokenizer, batch, options,
             previous_tokens=previous_tokens, languages=languages, window_s=window_s,
+            ragged=bool(getattr(self.runtime, "ragged_prompts", False)),
         )
 
     def detect_language(self, mel) -> list[dict[str, float]]:

@@ -142,13 +142,13 @@ class DeviceRules:
         tokens = xp.argmax(logits, axis=-1).astype(xp.int64)
         return tokens, token_logprobs(xp, logits, tokens)
 
-    def advance(self, state: RowState, tokens, last_step: bool) -> None:
+    def advance(self, state: RowState, tokens, last_step) -> None:
         """Record the tokens just chosen for the rows still decoding; a row ends on
-        ``<|endoftext|>`` or at the last allowed step (as the host loop decides)."""
+        ``<|endoftext|>`` or at its last allowed step (``last_step``: one for all rows, or [B])."""
         xp = self.xp
         took = state.active & (tokens != self.eot)
         state.before_last = xp.where(took, state.last, state.before_last)
         state.last = xp.where(took, tokens, state.last)
         state.last_timestamp = xp.where(took & (tokens >= self.ts_begin), tokens, state.last_timestamp)
         state.n = state.n + took.astype(xp.int64)
-        state.active = took if not last_step else xp.zeros_like(took)
+        state.active = xp.logical_and(took, xp.logical_not(last_step))

@@ -143,11 +143,16 @@ class _Graph:
         probs = self.op("Softmax", [scores], axis=-1, hint="probs")
         return self.op("MatMul", [probs, v_bhpd], hint="ctx"), probs
 
-    def alignment_output(self, per_layer: list[str], n_heads: int, n_frames: int, last_only: bool = False) -> onnx.ValueInfoProto:
+    def alignment_output(self, per_layer: list[str], n_heads: int, n_frames: int, last_only: bool = False,
+                         last_index: str | None = None) -> onnx.ValueInfoProto:
         """Concatenate the selected heads' weights ([B, a_l, T, S] per layer) into the float32
-        output ``alignment_attn`` [B, A, T, S] (``last_only``: the last position, T = 1)."""
+        output ``alignment_attn`` [B, A, T, S] (``last_only``: the last position, T = 1; or, with
+        ``last_index`` [B], each row's own last position)."""
         attn = per_layer[0] if len(per_layer) == 1 else self.op("Concat", per_layer, axis=1, hint="align")
-        if last_only:
+        if last_only and last_index is not None:
+            index = self.op("Expand", [self.op("Reshape", [last_index, self.ints([-1, 1, 1, 1])]), self.ints([1, n_heads, 1, n_frames])])
+            attn = self.op("GatherElements", [attn, index], axis=2, hint="align_last")
+        elif last_only:
             attn = self.op("Slice", [attn, self.ints([-1]), self.ints([np.iinfo(np.int64).max]), self.ints([2])], hint="align_last")
         if self.dtype != np.float32:
             attn = self.op("Cast", [attn], to=TensorProto.FLOAT)
@@ -335,13 +340,15 @@ def build_decoder_step(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_
     """One decoder step over a fixed-capacity cache, for CUDA graph capture.
 
     Every shape is static for a given batch (no Shape/Range nodes, which ONNX Runtime would run on
-    the CPU and which would forbid capture): tokens [B, 1], ``offset`` [1] (the position of this
-    token, a device-resident input updated in place), caches ``cache_k_i`` [B, H, dh, n_text_ctx]
+    the CPU and which would forbid capture): tokens [B, 1], ``offset`` [B] (each row's position
+    for this token, a device-resident input updated in place: rows of one batch may be at
+    different positions, e.g. after prompts of different lengths), caches ``cache_k_i`` [B, H, dh, n_text_ctx]
     and ``cache_v_i`` [B, H, n_text_ctx, dh]. The new key/value is written at ``offset`` with an
     elementwise Where into ``new_cache_*``; the runtime binds each ``new_cache_*`` output to the
     very buffer of its ``cache_*`` input, so the update happens in place (the Where reads and writes
-    each element in the same thread; nothing else reads the input). Columns after ``offset`` are
-    masked out of attention, so stale values from an earlier window never count; buffers start zeroed.
+    each element in the same thread; nothing else reads the input). Columns after a row's
+    ``offset`` are masked out of its attention ([B, 1, 1, n_text_ctx] bias), so stale values from
+    an earlier window or a longer neighbour's prompt never count; buffers start zeroed.
 
     ``fused_attention``: both attentions are ONNX Runtime's MultiHeadAttention contrib op over
     [B, H, positions, dh] keys and values (cache keys then share the values' layout, and cross keys
@@ -355,8 +362,10 @@ def build_decoder_prefill(weights: Ct2Model, dims: WhisperDims, float_dtype, fus
                           alignment_heads=()) -> onnx.ModelProto:
     """The step graph's twin for a whole prompt: tokens [B, T] at positions offset .. offset+T-1,
     written into the same fixed cache in place (a one-hot [T, n_text_ctx] matrix places each new
-    key/value in its column, exactly: one product by 1 plus zeros), causal mask, logits of the last
-    position. Its shapes depend on T, so it is run normally, not captured."""
+    key/value in its column, exactly: one product by 1 plus zeros), causal mask, and the logits of
+    each row's position ``last[b]`` ([B] int64): prompts of different lengths are right-padded to
+    T, the padding's keys and values land in columns the row's next steps mask out and then
+    overwrite. Its shapes depend on T, so it is run normally, not captured."""
     return _fixed_cache_decoder(weights, dims, float_dtype, fused_attention, prefill=True, alignment_heads=alignment_heads)
 
 
@@ -368,10 +377,12 @@ def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fuse
     dt, h = dims.n_text_state, dims.n_text_head
     dh = dt // h
     s, cap = dims.n_audio_ctx, dims.n_text_ctx
-    inputs = [
-        helper.make_tensor_value_info("tokens", TensorProto.INT64, ["batch", "new" if prefill else 1]),
-        helper.make_tensor_value_info("offset", TensorProto.INT64, [1]),
-    ]
+    inputs = [helper.make_tensor_value_info("tokens", TensorProto.INT64, ["batch", "new" if prefill else 1])]
+    if prefill:  # every row from `offset`; row b's prompt ends at column last[b] (shorter ones padded)
+        inputs += [helper.make_tensor_value_info("offset", TensorProto.INT64, [1]),
+                   helper.make_tensor_value_info("last", TensorProto.INT64, ["batch"])]
+    else:  # each row at its own position
+        inputs.append(helper.make_tensor_value_info("offset", TensorProto.INT64, ["batch"]))
     k_cache_dims = ["batch", h, cap, dh] if fused else ["batch", h, dh, cap]
     for i in range(dims.n_text_layer):
         inputs += [
@@ -409,14 +420,16 @@ def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fuse
         if fused:
             bias = g.op("Unsqueeze", [bias, g.ints([0, 1], "i01")])  # [1, 1, T, C]
     else:
-        token_pos = "offset"
+        token_pos = g.op("Unsqueeze", ["offset", g.ints([1], "i1")])  # [B, 1]: one position per row
+        row_pos = g.op("Reshape", ["offset", g.ints([-1, 1, 1, 1], "b111")])  # [B, 1, 1, 1]
         shape_bthd = g.ints([-1, 1, h, dh])
         shape_btd = g.ints([-1, 1, dt])
 
-        def written(c: np.ndarray) -> str:  # column == offset
-            return g.op("Equal", [g.const(c, "cols"), "offset"])
+        def written(c: np.ndarray) -> str:  # column == the row's position: [B, 1, 1, C] or [B, 1, C, 1]
+            return g.op("Equal", [g.const(c, "cols"), row_pos])
 
-        bias = g.op("Where", [g.op("Greater", [g.const(cols.reshape(1, 1, 1, cap) if fused else cols, "cols"), "offset"]), neg, zero_f], hint="mask")
+        # [B, 1, 1, C]: each row sees its own columns up to its position.
+        bias = g.op("Where", [g.op("Greater", [g.const(cols.reshape(1, 1, 1, cap), "cols"), row_pos]), neg, zero_f], hint="mask")
     at_k, at_v = written(cols_k), written(cols_v)
     x = g.op("Add", [
         g.op("Gather", [g.weight("decoder/embeddings/weight"), "tokens"], axis=0),  # [B, T, d]
@@ -478,10 +491,12 @@ def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fuse
         x = g.ffn(x, p)
 
     if align_attn:
-        outputs.append(g.alignment_output(align_attn, sum(map(len, align.values())), s, last_only=prefill))
+        outputs.append(g.alignment_output(align_attn, sum(map(len, align.values())), s, last_only=prefill,
+                                          last_index="last" if prefill else None))
     x = g.layer_norm(x, "decoder/layer_norm")
-    if prefill:  # logits of the last position only
-        x = g.op("Gather", [g.op("Reshape", [x, shape_btd]), g.const(np.asarray(-1, np.int64), "last")], axis=1)
+    if prefill:  # logits of each row's last prompt position only
+        index = g.op("Expand", [g.op("Reshape", ["last", g.ints([-1, 1, 1], "b11")]), g.ints([1, 1, dt], "11d")])  # [B, 1, d]
+        x = g.op("Reshape", [g.op("GatherElements", [g.op("Reshape", [x, shape_btd]), index], axis=1), shape_n_d])
     logits = g.op("Gemm", [x, g.weight("decoder/projection/weight")], transB=1, hint="logits")
     if g.dtype != np.float32:
         logits = g.op("Cast", [logits], to=TensorProto.FLOAT)

@@ -29,14 +29,40 @@ from captioner.models.registry import N_AUDIO_FRAMES, ModelFiles, resolve_model
 
 # Live decoder states of one batch size on CUDA, each with its own buffers and CUDA graph.
 MAX_SLOTS_PER_BATCH = 4
+# Batch sizes the fixed-cache decoder runs at (a batch is padded up to the next one; above the
+# last, to a multiple of 64): a CUDA graph and a set of cache buffers per size, instead of one
+# per distinct number of due streams. Steps are 2/3 full at worst from 32 rows on.
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
+
+
+def bucket_size(batch: int) -> int:
+    """The batch size ``batch`` rows are decoded at by the fixed-cache decoder."""
+    for size in BATCH_BUCKETS:
+        if batch <= size:
+            return size
+    return -(-batch // 64) * 64
+
+
+@dataclass
+class _EncoderBuffer:
+    """Encoder states of one bucket size, written by every ``encode`` of that size."""
+
+    value: Any  # OrtValue [rows, 1500, d]
+    generation: int = 0
 
 
 @dataclass
 class EncoderOutput:
-    """Encoder states of a batch of windows ([B, 1500, d], on the session's device)."""
+    """Encoder states of a batch of windows ([B, 1500, d], on the session's device). With the
+    fixed-cache decoder ``value`` has ``rows`` >= ``batch`` rows (the batch's bucket; rows past
+    ``batch`` are left over from earlier windows and only ever decoded as padding), and is valid
+    until the next ``encode`` of the same bucket."""
 
     value: Any = field(repr=False)  # OrtValue
     batch: int
+    rows: int = 0
+    buffer: _EncoderBuffer | None = field(default=None, repr=False)
+    generation: int = 0
 
 
 @dataclass
@@ -52,9 +78,11 @@ class DecoderState:
     past: dict[str, Any] | None = field(repr=False)  # past_k_i / past_v_i -> OrtValue (or empty arrays)
     binding: Any = field(repr=False)  # session.Binding with cross K/V bound once
     batch: int
-    length: int  # tokens in the cache = position of the next token
+    length: int  # tokens in the cache = position of the next token (the longest row's, when ragged)
     slot: Any = field(default=None, repr=False)
     generation: int = 0
+    positions: np.ndarray | None = field(default=None, repr=False)
+    """Fixed cache: each slot row's next position (rows of different prompt lengths differ)."""
 
 
 class _Slot:
@@ -69,9 +97,10 @@ class _Slot:
         self.generation = 0
         self.owner: weakref.ref | None = None  # the DecoderState using these buffers now
         self.last_used = 0
+        self.batch = batch
         self.tokens = m.zeros((batch, 1), np.int64)
-        self.offset = m.zeros((1,), np.int64)
-        self.position = np.zeros(1, np.int64)  # host side of `offset`, reused every step
+        self.offset = m.zeros((batch,), np.int64)  # each row's position
+        self.position = np.zeros(batch, np.int64)  # host side of `offset`, reused every step
         self.logits = m.zeros((batch, d.n_vocab), np.float32)
         self.step = m.binding()
         self.cross_binding = rt.cross_kv.binding()
@@ -155,6 +184,7 @@ class WhisperRuntime:
             self.decoder = ort_session.OrtModel(onnx_files.path("decoder"), choice, intra_threads)
             decoder_provider = self.decoder.provider
         self._slots: dict[tuple[int, bool], list[_Slot]] = {}  # (batch, logits on a device array)
+        self._encoder_buffers: dict[int, _EncoderBuffer] = {}
         self._n_graphs = 0
         self._starts = 0
         providers = {self.encoder.provider, self.cross_kv.provider, decoder_provider}
@@ -198,14 +228,26 @@ class WhisperRuntime:
             mel = np.ascontiguousarray(mel)
         elif not mel.flags.c_contiguous:
             mel = mel.copy()
-        out = self.encoder.run({"mel": mel})
-        return EncoderOutput(out["encoder_out"], shape[0])
+        if self.step_model is None:
+            out = self.encoder.run({"mel": mel})
+            return EncoderOutput(out["encoder_out"], shape[0], rows=shape[0])
+        # Fixed cache: the states go into the first rows of a buffer of the batch's bucket size,
+        # which the cross K/V graph then reads whole; the encoder itself runs on real rows only.
+        rows = bucket_size(shape[0])
+        buffer = self._encoder_buffers.get(rows)
+        if buffer is None:
+            d = self.dims
+            buffer = self._encoder_buffers[rows] = _EncoderBuffer(self.encoder.zeros((rows, d.n_audio_ctx, d.n_audio_state), self._float))
+        buffer.generation += 1
+        self.encoder.run_into({"mel": mel}, "encoder_out", buffer.value, (shape[0], self.dims.n_audio_ctx, self.dims.n_audio_state))
+        return EncoderOutput(buffer.value, shape[0], rows=rows, buffer=buffer, generation=buffer.generation)
 
     # --- decoder -----------------------------------------------------------------------------
 
-    def start(self, enc: EncoderOutput, prompt_tokens: np.ndarray, attention: bool = False, xp=None):
+    def start(self, enc: EncoderOutput, prompt_tokens, attention: bool = False, xp=None):
         """Compute cross K/V once and prefill the cache with ``prompt_tokens`` [B, T] (same T for
-        all items). Returns the logits [B, n_vocab] float32 after the last prompt token and the
+        all items), or, where ``ragged_prompts`` (the fixed-cache decoder), B token lists of any
+        lengths, each row then at its own position. Returns the logits [B, n_vocab] float32 after the last prompt token and the
         state: ``(logits, state)``, or with ``attention`` ``(logits, state, attention)``, the
         alignment heads' cross-attention of the last prompt token [B, A, 1500] float32.
 
@@ -214,17 +256,18 @@ class WhisperRuntime:
         device array that the next step overwrites (read them before stepping again), so they
         never cross to the host; otherwise they come to the host as before."""
         self._check_attention(attention)
+        if self.step_model is not None:
+            tokens, lengths = self._ragged(enc.batch, prompt_tokens)
+            logits, state = self._start_fixed(enc, tokens, lengths, self._device_xp(xp))
+            logits = _on(xp, logits)
+            return (logits, state, self._slot_attention(state)) if attention else (logits, state)
         tokens = np.ascontiguousarray(np.asarray(prompt_tokens, dtype=np.int64))
         if tokens.ndim == 1:
             tokens = tokens[None]
         if tokens.ndim != 2 or tokens.shape[0] != enc.batch or tokens.shape[1] < 1:
-            raise ValueError(f"prompt_tokens must be [{enc.batch}, T>=1], got {tokens.shape}")
+            raise ValueError(f"prompt_tokens must be [{enc.batch}, T>=1] (rows of one length on this decoder), got {tokens.shape}")
         if tokens.shape[1] > self.n_text_ctx:
             raise ValueError(f"prompt of {tokens.shape[1]} tokens exceeds the text context of {self.n_text_ctx}")
-        if self.step_model is not None:
-            logits, state = self._start_fixed(enc, tokens, self._device_xp(xp))
-            logits = _on(xp, logits)
-            return (logits, state, self._slot_attention(state.slot)) if attention else (logits, state)
         cross = self.cross_kv.run({"encoder_out": enc.value})
         d = self.dims
         empty_k = np.zeros((enc.batch, d.n_text_head, self._head_dim, 0), self._float)
@@ -240,6 +283,25 @@ class WhisperRuntime:
             logits, attn = self._run_decoder(state, tokens, attention=True)
             return _on(xp, logits), state, attn
         return _on(xp, self._run_decoder(state, tokens)), state
+
+    @property
+    def ragged_prompts(self) -> bool:
+        """Whether rows of one batch may have prompts of different lengths (fixed cache)."""
+        return self.step_model is not None
+
+    def _ragged(self, batch: int, prompt_tokens) -> tuple[np.ndarray, np.ndarray]:
+        """Prompts (an array [B, T] or B lists) -> right-padded [B, T_max] and each row's length."""
+        rows = [np.asarray(p, dtype=np.int64).reshape(-1) for p in prompt_tokens]
+        lengths = np.array([len(r) for r in rows], dtype=np.int64)
+        if len(rows) != batch or not len(rows) or lengths.min() < 1:
+            raise ValueError(f"prompt_tokens must hold {batch} prompts of at least one token, got {len(rows)}")
+        if lengths.max() > self.n_text_ctx:
+            raise ValueError(f"prompt of {lengths.max()} tokens exceeds the text context of {self.n_text_ctx}")
+        tokens = np.empty((batch, int(lengths.max())), dtype=np.int64)
+        for b, row in enumerate(rows):
+            tokens[b, :len(row)] = row
+            tokens[b, len(row):] = row[-1]  # padding, never attended to: masked, then overwritten
+        return tokens, lengths
 
     def _device_xp(self, xp):
         """``xp`` when the step graph can write logits straight into its arrays (a device array
@@ -257,7 +319,10 @@ class WhisperRuntime:
         t = np.asarray(tokens, dtype=np.int64).reshape(-1)
         if t.shape[0] != state.batch:
             raise ValueError(f"step needs {state.batch} tokens, got {t.shape[0]}")
-        if state.length >= self.n_text_ctx:
+        # Ragged rows: a row that finished early may run past the end (it then rewrites the last
+        # column, read by no one); the context is full when every real row is.
+        shortest = state.length if state.positions is None else int(state.positions[:state.batch].min())
+        if shortest >= self.n_text_ctx:
             raise ValueError(f"decoder context of {self.n_text_ctx} tokens is full")
         if state.slot is not None:
             if state.generation != state.slot.generation:
@@ -265,9 +330,14 @@ class WhisperRuntime:
                     f"this DecoderState's cache was taken over by a newer start() (more than {MAX_SLOTS_PER_BATCH} "
                     f"live states of batch size {state.batch}); drop finished states"
                 )
-            logits = _on(xp, self._step_fixed(state.slot, t[:, None], state.length, fetch=True))
+            slot = state.slot
+            feed = np.full((slot.batch, 1), t[0], dtype=np.int64)  # padding rows repeat row 0
+            feed[:state.batch, 0] = t
+            logits = self._step_fixed(slot, feed, state.positions, fetch=True)[:state.batch]
+            state.positions += 1
             state.length += 1
-            return (logits, self._slot_attention(state.slot)) if attention else logits
+            logits = _on(xp, logits)
+            return (logits, self._slot_attention(state)) if attention else logits
         out = self._run_decoder(state, np.ascontiguousarray(t[:, None]), attention=attention)
         return (_on(xp, out[0]), out[1]) if attention else _on(xp, out)
 
@@ -277,13 +347,20 @@ class WhisperRuntime:
                              "(no alignment_heads in config.json)")
 
     @staticmethod
-    def _slot_attention(slot: _Slot) -> np.ndarray:
+    def _slot_attention(state: DecoderState) -> np.ndarray:
         # A copy: on the CPU the OrtValue's memory is the buffer the next step writes into.
-        return np.array(ort_session.to_numpy(slot.attention)[:, :, 0])
+        return np.array(ort_session.to_numpy(state.slot.attention)[:state.batch, :, 0])
 
-    def _start_fixed(self, enc: EncoderOutput, tokens: np.ndarray, xp=None) -> tuple[Any, DecoderState]:
+    def _start_fixed(self, enc: EncoderOutput, tokens: np.ndarray, lengths: np.ndarray, xp=None) -> tuple[Any, DecoderState]:
         batch = tokens.shape[0]
-        slot = self._free_slot(batch, xp)
+        if enc.buffer is not None and enc.generation != enc.buffer.generation:
+            raise ValueError("these encoder states were overwritten by a later encode() of as many windows; "
+                             "start() each encoding before the next encode()")
+        rows = max(enc.rows, batch)
+        if rows > batch:  # padding rows of the bucket: row 0's prompt again (their output is dropped)
+            tokens = np.concatenate([tokens, np.repeat(tokens[:1], rows - batch, axis=0)])
+            lengths = np.concatenate([lengths, np.repeat(lengths[:1], rows - batch)])
+        slot = self._free_slot(rows, xp)
         slot.generation += 1
         self._starts += 1
         slot.last_used = self._starts
@@ -296,6 +373,7 @@ class WhisperRuntime:
             try:
                 slot.prefill.bind("tokens", tokens)
                 slot.prefill.bind("offset", np.zeros(1, np.int64))
+                slot.prefill.bind("last", lengths - 1)  # each row's logits after its own last token
                 slot.prefill.run_bound()
                 logits = slot.fetch_logits()
             except Exception as e:  # an ORT build whose fused attention rejects this shape, say
@@ -306,10 +384,14 @@ class WhisperRuntime:
                 self.prefill_model = None
         if logits is None:  # one captured step per prompt token
             for t in range(n):
-                logits = self._step_fixed(slot, tokens[:, t : t + 1], t, fetch=t == n - 1)
-        state.length = n
+                # A row whose prompt has ended feeds its last token at its last position again
+                # (the same key and value rewritten), so every row ends on its own last token.
+                position = np.minimum(t, lengths - 1)
+                logits = self._step_fixed(slot, tokens[np.arange(rows), position][:, None], position, fetch=t == n - 1)
+        state.positions = lengths.copy()
+        state.length = int(lengths[:batch].max())
         slot.owner = weakref.ref(state)
-        return logits, state
+        return logits[:batch], state
 
     def _free_slot(self, batch: int, xp=None) -> _Slot:
         """A slot whose last state is gone (dropped by the caller), a new one while the pool for
@@ -325,9 +407,11 @@ class WhisperRuntime:
             return slot
         return min(pool, key=lambda s: s.last_used)
 
-    def _step_fixed(self, slot: _Slot, tokens: np.ndarray, position: int, fetch: bool) -> np.ndarray | None:
+    def _step_fixed(self, slot: _Slot, tokens: np.ndarray, position, fetch: bool) -> np.ndarray | None:
+        """One captured step; ``position``: each row's (or one for all), kept inside the context
+        (rows already finished may be stepped past its end)."""
         ort_session.write(slot.tokens, np.ascontiguousarray(tokens, dtype=np.int64))
-        slot.position[0] = position
+        np.minimum(position, self.n_text_ctx - 1, out=slot.position, casting="unsafe")
         ort_session.write(slot.offset, slot.position)
         slot.step.run_bound(slot.graph_id)
         return slot.fetch_logits() if fetch else None

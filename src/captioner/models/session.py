@@ -230,6 +230,17 @@ class OrtModel:
         binding.bind_all(inputs)
         return binding.run(host_outputs)
 
+    def run_into(self, inputs: dict[str, Any], name: str, buffer: Any, shape: tuple[int, ...]) -> None:
+        """Run once, writing output ``name`` ([shape], the graph's only output) into the start of
+        ``buffer``, an OrtValue of this session's device at least that large (a batch written
+        into the first rows of a bigger, fixed buffer). The input is bound as in :meth:`run`."""
+        binding = self.binding()
+        binding.bind_all(inputs)
+        device_type, device_id = self._device
+        element = np.float16 if buffer.data_type() == "tensor(float16)" else np.float32
+        binding.io.bind_output(name, device_type, device_id, element, list(shape), buffer.data_ptr())
+        self.session.run_with_iobinding(binding.io)
+
     def zeros(self, shape: tuple[int, ...], dtype) -> Any:
         """A zero-filled OrtValue on this session's device (fixed address: for CUDA graphs)."""
         device_type, device_id = self._device

@@ -1,0 +1,140 @@
+"""Ragged batches on the fixed-cache decoder (the CUDA graphs' decoder, run here on the CPU in
+fp32): rows with prompts of different lengths decode in one pass at their own positions, the
+batch padded up to a bucket size, and every row gets the tokens it gets decoded alone by the
+concatenating decoder (exact against CTranslate2, test_oracle.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import onnx
+import pytest
+from graph_fixtures import tiny_files  # noqa: F401 - fixture
+from mel_helper import load_audio_16k, whisper_features
+
+from captioner.models import onnx_export, onnx_graphs, session
+from captioner.models.decoding import DecodingOptions, decode
+from captioner.models.runtime import WhisperRuntime, bucket_size
+from captioner.models.tokenizer import WhisperTokenizer
+
+pytestmark = pytest.mark.slow
+
+CLIPS = ("en_ls_1089-134686-0001", "en_ljspeech_LJ001-0001", "en_ls_7902-96591-0000", "en_jfk_inaugural_excerpt",
+         "en_ami_ES2011a_hs0_40-46s")
+PROMPT = " Earlier that day, the committee had met in the old hall to discuss the budget for next year."
+OPTIONS = DecodingOptions(temperatures=(0.0,), sample_len=48)
+
+
+@dataclass
+class Runtimes:
+    fixed: WhisperRuntime  # fixed cache, prompts prefilled in one run
+    replay: WhisperRuntime  # fixed cache without the prefill graph: prompts fed step by step
+    concat: WhisperRuntime  # the concatenating decoder, one window at a time: the reference
+
+
+@pytest.fixture(scope="module", params=["matmul", "fused"])
+def runtimes(request, tiny_files, tmp_path_factory):  # noqa: F811
+    reference = tmp_path_factory.mktemp("reference")
+    onnx_export._build_into(tiny_files, "fp32", reference, lambda message, fraction: None)
+    fused = request.param == "fused"
+    folder = tmp_path_factory.mktemp(f"ragged-{request.param}")
+    weights = tiny_files.open_weights()
+    try:
+        d, heads = tiny_files.dims, tiny_files.alignment_heads
+        graphs = {
+            "encoder": onnx_graphs.build_encoder(weights, d, np.float32, fused_attention=fused),
+            "cross_kv": onnx_graphs.build_cross_kv(weights, d, np.float32, fused_attention=fused),
+            "decoder_step": onnx_graphs.build_decoder_step(weights, d, np.float32, fused_attention=fused, alignment_heads=heads),
+        }
+        prefill = onnx_graphs.build_decoder_prefill(weights, d, np.float32, fused_attention=fused, alignment_heads=heads)
+    finally:
+        weights.close()
+    for name, graph in graphs.items():
+        onnx.save_model(graph, str(folder / f"{name}.onnx"))
+    cpu = session.ProviderChoice(session.CPU, None, "cpu")
+    replay = WhisperRuntime(tiny_files, cpu, onnx_export.OnnxFiles(folder, "fp32", built=True), fixed_cache=True)
+    onnx.save_model(prefill, str(folder / "decoder_prefill.onnx"))
+    fixed = WhisperRuntime(tiny_files, cpu, onnx_export.OnnxFiles(folder, "fp32", built=True), fixed_cache=True)
+    concat = WhisperRuntime(tiny_files, cpu, onnx_export.OnnxFiles(reference, "fp32", built=True))
+    return Runtimes(fixed, replay, concat)
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_files) -> WhisperTokenizer:  # noqa: F811
+    return WhisperTokenizer(tiny_files.tokenizer_path, tiny_files.config_path, n_vocab=tiny_files.dims.n_vocab)
+
+
+@pytest.fixture(scope="module")
+def windows(speech_clips):
+    return np.stack([whisper_features(load_audio_16k(speech_clips[c].wav)) for c in CLIPS])
+
+
+def _prompts(tok, n: int) -> list[list[int]]:
+    words = tok.encode(PROMPT)
+    return [words[: (0, 3, 7, 12, 20)[i % 5]] for i in range(n)]
+
+
+def _alone(rt, tok, mel, prompts) -> list[tuple[int, ...]]:
+    return [decode(rt, tok, mel[b:b + 1], OPTIONS, previous_tokens=[prompts[b]])[0].tokens for b in range(len(mel))]
+
+
+def test_bucket_sizes():
+    assert [bucket_size(b) for b in (1, 2, 3, 5, 9, 17, 25, 33, 65, 200, 257, 300)] == \
+        [1, 2, 4, 8, 16, 24, 32, 48, 96, 256, 320, 320]
+
+
+def test_ragged_prompts_decode_in_one_pass_with_each_rows_tokens(runtimes, tok, windows):
+    """Five windows with prompts of 0 to 20 text tokens: one pass (one encoder run, one start)
+    in a batch padded to 8 rows, on the device rules and on the host rules alike."""
+    prompts = _prompts(tok, len(windows))
+    want = _alone(runtimes.concat, tok, windows, prompts)
+    assert any(len(w) > 10 for w in want)
+    rt = runtimes.fixed
+    for decode_on in ("device", "host"):
+        starts = rt._starts
+        got = decode(rt, tok, windows, DecodingOptions(temperatures=(0.0,), sample_len=48, decode_on=decode_on),
+                     previous_tokens=prompts)
+        assert rt._starts == starts + 1, "rows of different prompt lengths should share one pass"
+        for clip, w, g in zip(CLIPS, want, got):
+            assert g.tokens == w, f"{decode_on} {clip}: {tok.decode(list(g.tokens))!r} != {tok.decode(list(w))!r}"
+    assert (8, False) in rt._slots and (5, False) not in rt._slots
+
+
+def test_batch_sizes_of_one_bucket_share_its_graph(runtimes, tok, windows):
+    rt = runtimes.fixed
+    prompts = _prompts(tok, 4)
+    decode(rt, tok, windows[:4], OPTIONS, previous_tokens=prompts)  # bucket 4
+    graphs = rt._n_graphs
+    got = decode(rt, tok, windows[:3], OPTIONS, previous_tokens=prompts[:3])  # padded to 4
+    assert rt._n_graphs == graphs
+    assert [g.tokens for g in got] == _alone(runtimes.concat, tok, windows[:3], prompts[:3])
+
+
+def test_ragged_prompts_fed_step_by_step(runtimes, tok, windows):
+    """Without the prefill graph each row's prompt is fed one captured step per token, rows
+    that have ended re-feeding their last token: the same tokens."""
+    assert runtimes.replay.prefill_model is None
+    prompts = _prompts(tok, 3)
+    got = decode(runtimes.replay, tok, windows[:3], OPTIONS, previous_tokens=prompts)
+    assert [g.tokens for g in got] == _alone(runtimes.concat, tok, windows[:3], prompts)
+
+
+def test_ragged_rows_keep_their_alignment_attention(runtimes, tok, windows):
+    """The alignment heads' attention of each row's own last prompt token (issue 14's output)."""
+    rt = runtimes.fixed
+    sot = tok.special.sot
+    long_prompt = [tok.special.sot_prev, *tok.encode(PROMPT)[:9], sot]
+    enc = rt.encode(windows[:2])
+    _, _, attention = rt.start(enc, [[sot], long_prompt], attention=True)
+    for row, prompt in enumerate(([sot], long_prompt)):
+        _, _, alone = rt.start(rt.encode(windows[row:row + 1]), [prompt], attention=True)
+        np.testing.assert_allclose(attention[row], alone[0], atol=1e-5)
+
+
+def test_encoder_states_overwritten_by_a_later_encode_are_refused(runtimes, windows):
+    rt = runtimes.fixed
+    first = rt.encode(windows[:2])
+    rt.encode(windows[2:4])
+    with pytest.raises(ValueError, match="overwritten"):
+        rt.start(first, np.array([[50257], [50257]]))
