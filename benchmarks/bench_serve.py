@@ -98,6 +98,10 @@ async def one_client(index: int, url: str, token: str | None, pcm: np.ndarray, s
                     message = json.loads(text)
                     if message["type"] == "status":
                         record["statuses"] += 1
+                        now = loop.time()
+                        if record.get("last_status") is not None:
+                            record.setdefault("status_gaps", []).append(now - record["last_status"])
+                        record["last_status"] = now
                         continue
                     if message["type"] != "caption" or not message["text"].strip():
                         continue
@@ -244,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True,
                         help="also run the same streams in-process (default: yes)")
     parser.add_argument("--timeout", type=float, default=900.0, help="the whole run ends by then (s)")
+    parser.add_argument("--silence", action="store_true",
+                        help="clients send silence (the model never runs): what the front end and the "
+                             "per-stream feature work cost per connection")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     if not 1 <= args.clients <= MAX_CLIENTS:
@@ -254,6 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     repeats = {}
     for k, clip in enumerate(clips):
         clip_audio[k], repeats[k] = looped(pcm16k(clip.wav), args.seconds or clip.duration_s)
+        if args.silence:
+            clip_audio[k] = np.zeros(int(16000 * (args.seconds or clip.duration_s)), "<i2")
+    if args.silence:
+        args.baseline = False
     assign = [i % len(clips) for i in range(args.clients)]
     audio_s = max(len(clip_audio[k]) for k in set(assign)) / 16000
     client_timeout_s = min(args.timeout, args.clients / args.ramp + audio_s + 180.0)
@@ -303,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             latency[kind].append(value)
     normalisers = _normalisers()
     errors = units = 0
-    for r in held:
+    for r in held if not args.silence else []:
         k = assign[r["index"]]
         committed = " ".join(c["text"] for c in r["captions"] if c["kind"] == "final")
         e, n, _ = score(" ".join([clips[k].reference] * repeats[k]), committed, "en", normalisers)
@@ -319,6 +330,7 @@ def main(argv: list[str] | None = None) -> int:
                        "cores_per_connection": round(cpu_s / wall_s / max(1, len(held) + len(failed)), 4),
                        "peak_rss_mib": round(peak_rss / 2**20)},
         "committed_wer": round(errors / units, 4) if units else None,
+        "status_gap_p99_s": percentile([g for r in held for g in r.get("status_gaps", [])], 99),
         "statuses_per_client_s": round(np.mean([r["statuses"] / max(1.0, r.get("wall_s", 1.0)) for r in held]), 2)
         if held else None,
     }

@@ -200,3 +200,37 @@ def test_two_workers_least_loaded_over_tls(tmp_path):
     finally:
         thread.stop()
         link.stop()
+
+
+def test_stopping_the_server_commits_each_stream_and_closes_1001(speech_clips):
+    """A server that stops (Ctrl-C, SIGTERM) mid-stream: the client gets what was still shown as
+    committed text, then 1001, and no audio or text is left behind."""
+    from serve_helpers import pcm_of
+
+    from captioner.engine.pipeline import Pipeline
+    from captioner.serve.engine_link import EngineLink
+    from captioner.serve.server import CaptionServer, ServerThread
+
+    link = EngineLink(["cpu"], lambda device: Pipeline([], model="tiny.en", device=device))
+    link.start()
+    thread = ServerThread(CaptionServer(link, "127.0.0.1", 0))
+    thread.start()
+    session = Session()
+    try:
+        pcm, rate = pcm_of(speech_clips["en_ls_1089-134691-0001"].wav)
+        ws = connect(thread.url, token=None, label="Cut", sample_rate_hz=rate)
+        receiver = threading.Thread(target=receive_all, args=(ws, session), daemon=True)
+        receiver.start()
+        step = rate // 10
+        started = time.monotonic()
+        for first in range(0, int(2.5 * rate), step):  # "for a full hour he had ..." and no pause
+            ws.send(pcm[first:first + step].tobytes())
+            time.sleep(max(0.0, started + (first + step) / rate - time.monotonic()))
+        thread.stop()
+        receiver.join(60)
+    finally:
+        thread.stop()
+        link.stop()
+    assert session.close_code == protocol.CLOSE_GOING_AWAY, (session.close_code, session.close_reason)
+    words = session.committed.lower()
+    assert "full" in words and "hour" in words, session.captions

@@ -223,6 +223,8 @@ class CaptionServer:
             else:
                 receiver.cancel()
                 code, reason = self._end_code(conn.lease)
+                if self._stopping and code == protocol.CLOSE_NORMAL:  # committed by the stop
+                    code, reason = protocol.CLOSE_GOING_AWAY, "the server is shutting down"
         except asyncio.CancelledError:  # the server is stopping
             code, reason = protocol.CLOSE_GOING_AWAY, "the server is shutting down"
             raise
@@ -331,7 +333,7 @@ class CaptionServer:
                     continue
                 fields = update.to_json_dict()
                 conn.outbox.put_nowait(protocol.caption_message(fields))
-                if conn.outbox.qsize() > MAX_OUTBOX:
+                if conn.outbox.qsize() == MAX_OUTBOX + 1:  # once: the close is on its way
                     asyncio.create_task(conn.ws.close(protocol.CLOSE_POLICY, "the client does not read its captions"))
                 if self.metrics is not None and update.text.strip():
                     self.metrics.observe_caption(update)
@@ -412,15 +414,12 @@ class CaptionServer:
             await asyncio.sleep(0.05)
 
     async def _shutdown_one(self, conn: _Conn) -> None:
+        """Commits the stream; its handler sends the finals and closes with 1001 once it is done."""
         try:
             await asyncio.wait_for(conn.opened.wait(), SHUTDOWN_S)
             await asyncio.to_thread(self.link.close, conn.lease)
-            await asyncio.wait_for(conn.ended.wait(), SHUTDOWN_S)
         except asyncio.TimeoutError:
-            pass
-        conn.outbox.put_nowait(None)
-        await asyncio.sleep(0.2)  # the sender empties the outbox
-        await conn.ws.close(protocol.CLOSE_GOING_AWAY, "the server is shutting down")
+            await conn.ws.close(protocol.CLOSE_GOING_AWAY, "the server is shutting down")
 
 
 class ServerThread:
@@ -464,6 +463,11 @@ class ServerThread:
         return not self._thread.is_alive()
 
     def stop(self, timeout_s: float = 30.0) -> None:
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
-        self._thread.join(timeout_s)
+        """Drains (each stream committed, 1001) and joins; safe to call twice."""
+        if self._loop is not None and self._stop is not None and self._thread.is_alive():
+            try:
+                self._loop.call_soon_threadsafe(self._stop.set)
+            except RuntimeError:  # the loop closed meanwhile: the server has stopped
+                pass
+        if self._thread.is_alive():
+            self._thread.join(timeout_s)
