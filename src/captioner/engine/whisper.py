@@ -74,8 +74,10 @@ class WhisperRecognizer:
 
     def _prompts(self, texts: list[str]) -> list[list[int]]:
         tokens = [self.tokenizer.encode(" " + t.strip())[-self.prompt_tokens:] if t.strip() else [] for t in texts]
-        # Rows with prompts of different lengths would need separate passes (and encoder runs):
-        # cut them to a common length so that one batched pass serves every stream.
+        if getattr(self.runtime, "ragged_prompts", False):
+            return tokens  # the fixed-cache decoder (CUDA) takes every row's own prompt in one pass
+        # Elsewhere rows with prompts of different lengths would need separate passes (and
+        # encoder runs): cut them to a common length so that one batched pass serves most streams.
         lengths = [len(t) for t in tokens if t]
         if lengths:
             common = min(lengths)
