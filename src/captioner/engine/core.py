@@ -179,6 +179,9 @@ class Engine:
         self._busy: deque[tuple[int, float]] = deque()  # (end_ns, busy_s) for the RTF
         self._created_ns = clock_ns()
         self.steps = 0
+        self.host_s = {"features": 0.0, "vad": 0.0, "schedule": 0.0}
+        """Host time spent so far in feature pushes, the VAD and scheduling (real seconds, for
+        capacity measurements: at thousands of streams this work bounds an engine too)."""
         self.step_s_total = 0.0
         self.last_batch_size = 0
 
@@ -307,8 +310,12 @@ class Engine:
             by_length.setdefault(samples.shape[0], []).append(name)
         for names in by_length.values():
             slots = [self._streams[n].slot for n in names]
+            t0 = time.perf_counter()
             self.features.push_batch(slots, np.stack([pending[n] for n in names]))
+            self.host_s["features"] += time.perf_counter() - t0
+        t0 = time.perf_counter()
         self._run_vad([self._streams[name] for name in by_stream])
+        self.host_s["vad"] += time.perf_counter() - t0
         now_ns = self.clock_ns()
         for stream_blocks in by_stream.values():
             self._frame_latency_ms.append((now_ns - stream_blocks[-1].capture_ns) / 1e6)
@@ -402,8 +409,10 @@ class Engine:
 
     def tick(self) -> list[CaptionUpdate]:
         """Run one batched model step for the streams that are due (none may be)."""
+        t0 = time.perf_counter()
         views = self.views(active_only=True)
         due = self.scheduler.due(views)
+        self.host_s["schedule"] += time.perf_counter() - t0
         if not due:
             return []
         closing = {v.name: v.close_pending for v in views if v.name in due}
@@ -598,5 +607,6 @@ class Engine:
                          else ""),
             extra=(("update_interval_s", self.scheduler.interval_s), ("steps", float(self.steps)),
                    ("step_s_total", self.step_s_total), ("dropped_blocks", float(dropped_blocks))) + capacity
+            + tuple((f"host_{part}_s_total", seconds) for part, seconds in self.host_s.items())
             + ((("vram_free_fraction", vram_free),) if (vram_free := self.backend.vram_free_fraction()) is not None else ()),
         )
