@@ -98,6 +98,8 @@ async def one_client(index: int, url: str, token: str | None, pcm: np.ndarray, s
                     message = json.loads(text)
                     if message["type"] == "status":
                         record["statuses"] += 1
+                        record["dropped_frames"] = message.get("dropped_frames")
+                        record["queue_depth_max"] = max(record.get("queue_depth_max", 0), message.get("queue_depth") or 0)
                         now = loop.time()
                         if record.get("last_status") is not None:
                             record.setdefault("status_gaps", []).append(now - record["last_status"])
@@ -330,10 +332,14 @@ def main(argv: list[str] | None = None) -> int:
                        "cores_per_connection": round(cpu_s / wall_s / max(1, len(held) + len(failed)), 4),
                        "peak_rss_mib": round(peak_rss / 2**20)},
         "committed_wer": round(errors / units, 4) if units else None,
+        "engine_dropped_frames": max((r.get("dropped_frames") or 0 for r in held), default=None),
+        "engine_queue_depth_max": max((r.get("queue_depth_max", 0) for r in held), default=None),
         "status_gap_p99_s": percentile([g for r in held for g in r.get("status_gaps", [])], 99),
         "statuses_per_client_s": round(np.mean([r["statuses"] / max(1.0, r.get("wall_s", 1.0)) for r in held]), 2)
         if held else None,
     }
+    if failed:
+        result["server_log_tail"] = [line.rstrip() for line in server.err[-30:]]
     if args.baseline:
         print("in-process baseline …", file=sys.stderr, flush=True)
         result["latency_in_process"] = baseline(clips, assign, args.seconds, args.model, args.device,

@@ -30,29 +30,49 @@ from captioner.events import CaptionUpdate, PipelineStatus, TelemetrySample
 _INT16_SCALE = np.float32(1.0 / 32768.0)
 
 
+BATCH_BY_QUEUE_DEPTH = ((300, 0.0), (1500, 0.5), (None, 1.0))
+"""How much of a connection's audio is handed to the worker at once, by the depth of the
+worker's inbox: each message as it came while the worker keeps up; under load, 0.5 s and then
+1 s pieces, so a thousand connections' 100 ms messages do not become ten thousand inbox items
+a second (the worker pays per item, and a full inbox drops audio)."""
+
+
+def batch_s_for(queue_depth: int) -> float:
+    for limit, batch_s in BATCH_BY_QUEUE_DEPTH:
+        if limit is None or queue_depth < limit:
+            return batch_s
+    return BATCH_BY_QUEUE_DEPTH[-1][1]
+
+
 class NetworkSource:
     """One connection's audio as an engine source: int16 PCM received on the loop thread becomes
     ``RawChunk``\\ s put into the worker's inbox without waiting (``live``: a full inbox drops the
-    chunk and counts it, the engine fills the gap with silence, the loop never blocks)."""
+    chunk and counts it, the engine fills the gap with silence, the loop never blocks).
+    ``batch_samples`` (set by the link from the inbox's depth) joins messages into bigger chunks."""
 
     live = True
 
     def __init__(self, stream: str, rate_hz: int) -> None:
         self.stream = stream
         self.rate_hz = rate_hz
+        self.batch_samples = 0
         self._sink = None
         self._lock = threading.Lock()  # push (loop thread) against stop (a helper thread)
         self._next_sample = 0
         self._dropped = 0
+        self._pending: list[np.ndarray] = []
+        self._pending_samples = 0
 
     def start(self, sink) -> None:
         with self._lock:
             self._sink = sink
 
     def stop(self) -> None:
-        """After this returns no chunk of this source reaches the inbox (the stream's close goes
-        after them: audio after a stream's end would be refused by the engine)."""
+        """Hands over what is held, then no chunk of this source reaches the inbox any more (the
+        stream's close goes after them: audio after a stream's end would be refused)."""
         with self._lock:
+            if self._sink is not None:
+                self._flush(time.monotonic_ns())
             self._sink = None
 
     @property
@@ -63,18 +83,31 @@ class NetworkSource:
         return SourceStats(delivered_samples=self._next_sample, dropped_blocks=self._dropped)
 
     def push(self, pcm: bytes, capture_ns: int) -> bool:
-        """Loop thread: hands ``pcm`` (whole little-endian int16 samples) to the worker; False
-        when it was dropped (a full inbox) or the source is stopped."""
+        """Loop thread: hands ``pcm`` (whole little-endian int16 samples) to the worker, or holds
+        it until ``batch_samples`` are there; False when it was dropped (a full inbox) or the
+        source is stopped."""
         samples = np.frombuffer(pcm, dtype="<i2").astype(np.float32) * _INT16_SCALE
         with self._lock:
             if self._sink is None:
                 return False
-            chunk = RawChunk(self.stream, self.rate_hz, self._next_sample, capture_ns, samples)
-            self._next_sample += samples.shape[0]
-            taken = self._sink(chunk)
-            if not taken:
-                self._dropped += 1
-            return taken
+            self._pending.append(samples)
+            self._pending_samples += samples.shape[0]
+            if self._pending_samples < self.batch_samples:
+                return True
+            return self._flush(capture_ns)
+
+    def _flush(self, capture_ns: int) -> bool:
+        """With the lock held: what is pending as one chunk into the inbox."""
+        if not self._pending:
+            return True
+        samples = self._pending[0] if len(self._pending) == 1 else np.concatenate(self._pending)
+        self._pending, self._pending_samples = [], 0
+        chunk = RawChunk(self.stream, self.rate_hz, self._next_sample, capture_ns, samples)
+        self._next_sample += samples.shape[0]
+        taken = self._sink(chunk)
+        if not taken:
+            self._dropped += 1
+        return taken
 
 
 @dataclass(eq=False)
@@ -242,6 +275,7 @@ class EngineLink:
             updates = pipeline.drain_captions()
             listed = set(status.streams) if status is not None else set()
             refusals = pipeline.source_errors
+            batch_s = batch_s_for(status.queue_depth if status is not None else 0)
             for update in updates:
                 lease = worker.leases.get(update.stream)
                 if lease is not None:
@@ -249,6 +283,7 @@ class EngineLink:
             if error is not None and not worker.failed:
                 worker.failed = one_line(error)
             for lease in list(worker.leases.values()):
+                lease.source.batch_samples = int(batch_s * lease.source.rate_hz)
                 if worker.failed:
                     self._end(lease, "failed", f"the engine failed: {worker.failed}")
                     continue
