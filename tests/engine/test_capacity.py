@@ -107,8 +107,10 @@ def test_a_stream_past_the_update_interval_limit_is_refused_and_the_running_ones
     for label in ("L0", "L1", "L2", "X0"):
         assert committed(updates, label) == keys(words) * (2 if label.startswith("L") else 1), label
     assert live.engine.measured_interval_p99_s() is None  # the streams closed: nothing left to measure
-    intervals = [i for s in (live.engine._streams.values()) for i in s.intervals_s]
-    assert intervals == []
+    intervals = list(live.engine._intervals_s)
+    # The running streams were never slowed past the limit: their updates came every base
+    # interval (1 s), or sooner for a closing update or one that rode along.
+    assert intervals and max(intervals) <= 1.5
 
 
 def test_a_replay_is_refused_before_a_live_stream_the_reserve_is_for_live_streams():

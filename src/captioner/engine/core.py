@@ -125,8 +125,6 @@ class _Stream:
     update and kept until it closes, so one sentence is never heard by two models."""
     last_update_ns: int | None = None
     """Clock time of the stream's last update within the open segment (update intervals)."""
-    intervals_s: deque = field(default_factory=lambda: deque(maxlen=64))
-    """Recent update intervals of this stream (clock time between updates of one segment)."""
 
     def capture_ns_at(self, sample: int) -> int | None:
         for end_sample, capture_ns in reversed(self.captures):
@@ -170,6 +168,8 @@ class Engine:
         self._streams: dict[str, _Stream] = {}
         self.admission = Admission(self.config.admission, on_gpu=bool(getattr(backend, "is_cuda", False)))
         self.vad = VadBank(self.config.vad)
+        self._intervals_s: deque[float] = deque(maxlen=4096)
+        self._interval_p99: tuple[int, float] | None = None
         self._costs = {"main": StepCost(), "light": StepCost()}
         self.light_steps = 0
         self._frame_latency_ms: deque[float] = deque(maxlen=200)
@@ -276,9 +276,14 @@ class Engine:
         return predict([(main, n_main), (light, n_light)], cfg.base_interval_s, cfg.target_busy, cfg.max_batch)
 
     def measured_interval_p99_s(self) -> float | None:
-        """p99 of the recent update intervals of the open streams (``None`` before 20)."""
-        recent = [i for s in self._streams.values() for i in s.intervals_s]
-        return float(np.percentile(recent, 99)) if len(recent) >= 20 else None
+        """p99 of the engine's recent update intervals (clock time between two updates of one
+        segment of a stream; the last 4,096), ``None`` before 20 or with no stream open.
+        Worked out once per model step: a burst of opened streams asks for it each time."""
+        if not self._streams or len(self._intervals_s) < 20:
+            return None
+        if self._interval_p99 is None or self._interval_p99[0] != self.steps:
+            self._interval_p99 = (self.steps, float(np.percentile(self._intervals_s, 99)))
+        return self._interval_p99[1]
 
     def remove_stream(self, name: str) -> list[CaptionUpdate]:
         """Close a stream: its pending text is committed first."""
@@ -472,7 +477,7 @@ class Engine:
         updates: list[CaptionUpdate] = []
         for s, (_, ready), hyp in zip(streams, spans, hypotheses):
             if s.last_update_ns is not None:
-                s.intervals_s.append((t1 - s.last_update_ns) / 1e9)
+                self._intervals_s.append((t1 - s.last_update_ns) / 1e9)
             s.last_update_ns = t1
             end_s = (ready + s.frame_offset) / FRAMES_PER_S
             wall_s = (t1 - s.start_ns) / 1e9 if s.start_ns is not None else end_s
