@@ -132,6 +132,16 @@ def test_a_pause_keeps_the_segment_open_while_its_first_words_lack_context():
     assert committed(out) == "the quick brown" and not policy.has_pending_text
 
 
+def test_text_whose_attention_follows_nothing_is_not_shown():
+    """Whisper's " you" on music: every word attends to the window's first frame."""
+    you = hyp([("you", 10.0, 12.9, 10.0)], start_s=10.0, end_s=13.0)
+    out = AlignAttPolicy("s", no_first_context()).update(you, 13.0, 13.0)
+    assert not [u for u in out if u.text.strip()]
+    # A real word at the start of a short window is kept.
+    yes = hyp([("yes", 10.0, 10.3, 10.0)], start_s=10.0, end_s=10.6)
+    assert [u.text for u in AlignAttPolicy("s", no_first_context()).update(yes, 10.6, 10.6)] == ["yes"]
+
+
 def test_make_policy_names_the_kinds():
     assert type(make_policy("s", PolicyConfig(kind="alignatt"))) is AlignAttPolicy
     assert type(make_policy("s")) is LocalAgreementPolicy

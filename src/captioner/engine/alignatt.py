@@ -27,7 +27,12 @@ Rules, per update (times on the stream's clock; ``end`` = the end of the audio i
 3. Lines: a committed word that ends a sentence ends the caption line (the update's ``segment``
    moves on), as a pause does; so a line ends at a sentence end or a pause, wherever the
    updates happened to fall, and a replay of the same audio gives the same lines.
-4. A hypothesis without attention (a model without alignment heads) falls back to agreement.
+4. Unanchored text is not shown: when every word of a hypothesis attended to the window's first
+   frames (within ``UNANCHORED_S``) of a window of a second or more, the alignment heads found
+   nothing in the audio to follow: Whisper's " you" on music is such a text (measured: tones
+   and chords, 2-3 s windows, every word on frame 0). It is treated as the decoder's guards
+   treat invented text.
+5. A hypothesis without attention (a model without alignment heads) falls back to agreement.
 
 Partial text, trimming, prompting and closing at a pause are LocalAgreement's. Called only by the
 worker thread that owns the stream.
@@ -36,8 +41,13 @@ worker thread that owns the stream.
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 from captioner.engine.policy import Hypothesis, LocalAgreementPolicy, PolicyConfig, Word
+
+UNANCHORED_S = 0.04
+"""Two encoder frames: attention this close to a window's start, for every word, follows nothing."""
+UNANCHORED_MIN_WINDOW_S = 1.0
 
 _SENTENCE_END_RE = re.compile(r"[.?!\u3002\uff01\uff1f][\"'\u201d\u2019)\]]*$")
 
@@ -73,6 +83,8 @@ class AlignAttPolicy(LocalAgreementPolicy):
     def update(self, hypothesis: Hypothesis, emitted_audio_s: float, emitted_wall_s: float,
                close_segment: bool = False, close_at_s: float | None = None):
         self._held_until_s = None
+        if not hypothesis.rejected and _unanchored(hypothesis):
+            hypothesis = replace(hypothesis, rejected=True, reason="unanchored")
         held = close_segment and not hypothesis.rejected and self._defer_close(hypothesis)
         out = super().update(hypothesis, emitted_audio_s, emitted_wall_s, close_segment and not held, close_at_s)
         if held and self._s.previous_tail:
@@ -127,3 +139,12 @@ class AlignAttPolicy(LocalAgreementPolicy):
         super()._close(at_s, keep_segment)
         if not keep_segment:
             self._line_words = 0
+
+
+def _unanchored(hypothesis: Hypothesis) -> bool:
+    words = [w for w in hypothesis.words if w.key]
+    if not words or any(w.attend_s is None for w in words):
+        return False
+    if hypothesis.end_s - hypothesis.start_s < UNANCHORED_MIN_WINDOW_S:
+        return False
+    return all(w.attend_s <= hypothesis.start_s + UNANCHORED_S for w in words)
