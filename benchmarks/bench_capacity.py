@@ -268,7 +268,7 @@ def pct(values, q):
     return None if not values else round(float(np.percentile(values, q)), 3)
 
 
-def run_once(backend, recognizer, clips: list[Clip], n: int, args) -> dict:
+def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -> dict:
     from captioner.engine.admission import AdmissionConfig
     from captioner.engine.core import EngineConfig
     from captioner.engine.live import LiveCaptioner
@@ -288,7 +288,8 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args) -> dict:
     clock = SimClock()
     records = []
     charged = ChargedRecognizer(recognizer, clock, "measured", records)
-    live = LiveCaptioner(recognizer=charged, backend=backend, config=config, clock_ns=clock,
+    light_charged = ChargedRecognizer(light, clock, "measured", records) if light is not None else None
+    live = LiveCaptioner(recognizer=charged, light_recognizer=light_charged, backend=backend, config=config, clock_ns=clock,
                          timer_ns=time.perf_counter_ns)
     progs = programmes(n, clips, args.audio_s)
     room = (np.random.default_rng(0).standard_normal(SR) * 10 ** (-70 / 20)).astype(np.float32)
@@ -377,6 +378,7 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args) -> dict:
         "streams": n, "admitted": len(streams), "refused": len(refused), "refusal": refused[0] if refused else "",
         "finished": finished, "run_wall_s": round(run_wall_s, 2), "audio_s_per_stream": round(audio_s / max(1, len(streams)), 1),
         "steps": len(records), "batch_mean": round(batches / max(1, len(records)), 1),
+        "light_model_updates": None if light is None else sum(r.batch for r in records if r.model == light.name),
         "step_ms_p50": pct(steps_ms, 50), "step_ms_p99": pct(steps_ms, 99),
         "wall_ms_per_update": round(1e3 * model_wall_s / max(1, batches), 3),
         "host_cpu_ms_per_update": round(1e3 * model_cpu_s / max(1, batches), 3),
@@ -424,6 +426,9 @@ def main() -> int:
     parser.add_argument("--time-limit-s", type=float, default=600.0, help="wall time for the whole sweep")
     parser.add_argument("--run-limit-s", type=float, default=300.0, help="wall time for one N (the run is cut)")
     parser.add_argument("--admission", action="store_true", help="keep the time budget's refusals on")
+    parser.add_argument("--light-model", default=None,
+                        help="a light model beside each model (e.g. tiny.en beside base): new segments of English "
+                             "streams move to it under load; the runs count the updates it made")
     parser.add_argument("--keep-going", action="store_true",
                         help="double N even once the engine is saturated (update interval p99 over 4 x base)")
     parser.add_argument("--engine-only", action="store_true",
@@ -467,10 +472,14 @@ def main() -> int:
                 backend.use()
             else:
                 backend, recognizer = load_recognizer(model, args.device, mode)
+            light = None
+            if args.light_model and not args.engine_only:
+                light = load_recognizer(args.light_model, args.device, mode)[1]
             report.update(provider=recognizer.provider, device_name=recognizer.device_name)
-            print(f"{model}, decoding on the {mode}: {recognizer.provider} ({recognizer.device_name}), " if not args.engine_only else "engine only: "
-                  f"{len(clips)} recordings", file=sys.stderr)
-            run_once(backend, recognizer, clips, 1, argparse.Namespace(**{**vars(args), "audio_s": 5.0}))  # warm-up
+            what = "engine only" if args.engine_only else \
+                f"{model}, decoding on the {mode}: {recognizer.provider} ({recognizer.device_name})"
+            print(f"{what}, {len(clips)} recordings" + (f", light model {light.name}" if light else ""), file=sys.stderr)
+            run_once(backend, recognizer, clips, 1, argparse.Namespace(**{**vars(args), "audio_s": 5.0}), light)  # warm-up
             n = args.min_n
             last_wall_s = 0.0
             while n <= args.max_n:
@@ -478,7 +487,7 @@ def main() -> int:
                 if left_s < 2.2 * last_wall_s:
                     print(f"  stop before N={n}: {left_s:.0f} s of the time limit left", file=sys.stderr)
                     break
-                result = run_once(backend, recognizer, clips, n, args)
+                result = run_once(backend, recognizer, clips, n, args, light)
                 result.update(model=recognizer.name, decode_on=mode)
                 if args.engine_only:  # nothing was heard: accuracy and caption latency do not apply
                     for key in ("partial_p50_s", "partial_p99_s", "commit_p50_s", "commit_p99_s",
