@@ -125,6 +125,9 @@ async def one_client(index: int, url: str, token: str | None, pcm: np.ndarray, s
             record["wall_s"] = time.time() - wall0
     except ConnectionClosed:
         pass
+    except asyncio.CancelledError:  # the run's time is up: the stream did not end by then
+        record["reason"] = "did not finish before --timeout"
+        raise
     except Exception as error:  # a refused handshake, a reset: counted, the run goes on
         record["reason"] = f"{type(error).__name__}: {error}"
     finally:
