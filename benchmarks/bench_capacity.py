@@ -227,17 +227,12 @@ class GpuSampler:
 
     def __init__(self, gpu_index: int | None) -> None:
         self.samples: list[tuple[float, float | None, int | None]] = []
-        self._reader = None
-        if gpu_index is not None:
-            from captioner.gpu.telemetry import NvmlReader
-
-            reader = NvmlReader(gpu_index)
-            self._reader = reader if reader.available else None
+        self._gpu_index = gpu_index
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-gpu-sampler", daemon=True)
 
     def __enter__(self):
-        if self._reader is not None:
+        if self._gpu_index is not None:
             self._thread.start()
         return self
 
@@ -247,9 +242,15 @@ class GpuSampler:
             self._thread.join()
 
     def _run(self) -> None:
-        while not self._stop.wait(0.05):
-            gpu = self._reader.read_gpu()
-            self.samples.append((time.perf_counter(), gpu.get("utilization_pct"), gpu.get("vram_used_bytes")))
+        from captioner.gpu.telemetry import NvmlReader
+
+        reader = NvmlReader(self._gpu_index)  # made and read on this thread, as NvmlReader asks
+        try:
+            while reader.available and not self._stop.wait(0.05):
+                gpu = reader.read_gpu()
+                self.samples.append((time.perf_counter(), gpu.get("utilization_pct"), gpu.get("vram_used_bytes")))
+        finally:
+            reader.close()
 
     @property
     def utilization(self) -> float | None:
