@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import pytest
 from serve_helpers import TOKEN
@@ -77,7 +78,8 @@ def test_listen_captions_on_the_server_and_survives_its_restart(pulse_server, sp
     token_file.write_text(TOKEN + "\n")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     env.pop("CAPTIONER_DEVICE", None)
-    server = Proc(["serve", "--port", "0", "--token-file", str(token_file), "--device", "cpu"], env)
+    server = Proc(["serve", "--port", "0", "--token-file", str(token_file), "--device", "cpu", "--metrics-port", "0"],
+                  env)
     listen = None
     try:
         wait_for(lambda: server.out or server.process.poll() is not None, 180, "the server's port")
@@ -95,6 +97,10 @@ def test_listen_captions_on_the_server_and_survives_its_restart(pulse_server, sp
         wait_for(lambda: {"potatoes", "sauce"} <= words_of(" ".join(listen.out)), 120,
                  "the first recording's last words as committed lines")
         shown_before = list(listen.out)
+        # --metrics-port: the server's Prometheus exporter counts the stream and its captions.
+        (where,) = [line.split(" on ", 1)[1] for line in server.err if "Prometheus metrics on" in line]
+        scraped = urllib.request.urlopen(where, timeout=10).read().decode()
+        assert "captioner_streams 1.0" in scraped and "captioner_pipeline_info" in scraped, scraped[:2000]
 
         server.stop(signal.SIGKILL)  # the server dies: no close frame, no finals
         wait_for(lambda: listen.said("lost"), 30, "listen to notice the server is gone")

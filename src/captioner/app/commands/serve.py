@@ -149,7 +149,8 @@ def run(args) -> int:
     try:
         link.start()
         if metrics is not None:
-            metrics.start()
+            print(f"captioner: Prometheus metrics on http://127.0.0.1:{metrics.start()}/metrics",
+                  file=sys.stderr, flush=True)
         thread = ServerThread(server)
         try:
             port = thread.start()
