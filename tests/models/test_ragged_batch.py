@@ -101,6 +101,23 @@ def test_ragged_prompts_decode_in_one_pass_with_each_rows_tokens(runtimes, tok, 
     assert (8, False) in rt._slots and (5, False) not in rt._slots
 
 
+def test_finished_rows_leave_the_batch(runtimes, tok, windows):
+    """Greedy passes on the device move the rows still decoding into a smaller bucket as rows
+    finish (caches and cross K/V copied by row): the tokens stay each row's own."""
+    prompts = _prompts(tok, len(windows))
+    want = _alone(runtimes.concat, tok, windows, prompts)
+    for rt in (runtimes.fixed, runtimes.replay):
+        before = rt.compactions
+        got = decode(rt, tok, windows, OPTIONS, previous_tokens=prompts)
+        assert rt.compactions > before, "five rows of different lengths should shrink 8 -> 4 -> 2 -> 1"
+        assert [g.tokens for g in got] == want
+        kept = rt.compactions
+        same = decode(rt, tok, windows, DecodingOptions(temperatures=(0.0,), sample_len=48, drop_finished=False),
+                      previous_tokens=prompts)
+        assert rt.compactions == kept
+        assert [g.tokens for g in same] == want
+
+
 def test_batch_sizes_of_one_bucket_share_its_graph(runtimes, tok, windows):
     rt = runtimes.fixed
     prompts = _prompts(tok, 4)

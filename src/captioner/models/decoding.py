@@ -88,6 +88,10 @@ class DecodingOptions:
     code over the decoder's array module, :mod:`captioner.models.device_rules`: on CUDA the
     logits never leave the GPU) or ``"host"`` (``LogitRules`` row by row in NumPy, the
     specification). Sampling passes (temperature > 0) always run on the host."""
+    drop_finished: bool = True
+    """Greedy passes on the device move the rows still decoding into a smaller batch once enough
+    rows have finished (runtimes with ``compact``: the fixed-cache decoder), so finished rows
+    stop costing steps. The tokens do not change."""
 
     def __post_init__(self) -> None:
         if self.decode_on not in DECODE_ON:
@@ -448,31 +452,42 @@ def _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, lim
     sums = np.zeros(batch, dtype=np.float64)
     done = np.zeros(batch, dtype=bool)
     hit_limit = np.zeros(batch, dtype=bool)
+    current = np.arange(batch)  # the window of each row of the decoder's batch
+    # Only the runtime's own class compacts: a wrapper (the attention recorder) keeps its rows.
+    compact = options.drop_finished and callable(getattr(type(runtime), "compact", None))
     for step in range(int(limits.max())):
-        last_step = step == limits - 1
+        last_step = step == limits[current] - 1
         tokens, logprobs = rules.choose(logits, rows)
         both = to_host(xp.stack([tokens.astype(xp.float64), logprobs.astype(xp.float64)]))
         chosen = both[0].astype(np.int64)
-        _record(chosen, both[1], eot, last_step, sampled, sums, done, hit_limit)
+        _record(chosen, both[1], eot, last_step, sampled, sums, done, hit_limit, current)
         if done.all():
             break
         rules.advance(rows, tokens, xp.asarray(last_step))
-        feed = np.where(done, eot, chosen).astype(np.int64)
+        live = np.flatnonzero(~done[current])
+        if compact and runtime.can_compact(state, len(live)):
+            state = runtime.compact(state, live)
+            rows = rules.take(rows, xp.asarray(live))
+            chosen, current = chosen[live], current[live]
+        feed = np.where(done[current], eot, chosen).astype(np.int64)
         logits = runtime.step(state, feed, xp=xp)
     return sampled, sums, hit_limit
 
 
-def _record(chosen, chosen_logprobs, eot, last_step, sampled, sums, done, hit_limit) -> None:
-    """Add one step's choices to the rows still decoding (in place); a row ends on
-    ``<|endoftext|>`` or when it reaches its length limit (``last_step[b]``: this is its last)."""
-    for b in np.flatnonzero(~done):
-        token = int(chosen[b])
-        sums[b] += float(chosen_logprobs[b])
+def _record(chosen, chosen_logprobs, eot, last_step, sampled, sums, done, hit_limit, current=None) -> None:
+    """Add one step's choices to the windows still decoding (in place); a window ends on
+    ``<|endoftext|>`` or when it reaches its length limit (``last_step[j]``: this is its last).
+    Row j of the step is window ``current[j]`` (default: window j)."""
+    windows = np.arange(len(chosen)) if current is None else current
+    for j in np.flatnonzero(~done[windows]):
+        b = windows[j]
+        token = int(chosen[j])
+        sums[b] += float(chosen_logprobs[j])
         if token == eot:
             done[b] = True
         else:
             sampled[b].append(token)
-            if last_step[b]:
+            if last_step[j]:
                 hit_limit[b] = True
                 done[b] = True
 

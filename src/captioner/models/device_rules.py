@@ -142,6 +142,11 @@ class DeviceRules:
         tokens = xp.argmax(logits, axis=-1).astype(xp.int64)
         return tokens, token_logprobs(xp, logits, tokens)
 
+    def take(self, state: RowState, rows) -> RowState:
+        """The state of only ``rows`` (indices, on ``xp``'s device), in that order."""
+        return RowState(n=state.n[rows], last=state.last[rows], before_last=state.before_last[rows],
+                        last_timestamp=state.last_timestamp[rows], active=state.active[rows])
+
     def advance(self, state: RowState, tokens, last_step) -> None:
         """Record the tokens just chosen for the rows still decoding; a row ends on
         ``<|endoftext|>`` or at its last allowed step (``last_step``: one for all rows, or [B])."""

@@ -504,3 +504,21 @@ def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fuse
     outputs.insert(0, helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", dims.n_vocab]))
     name, what = ("whisper_decoder_prefill", "prompt prefill") if prefill else ("whisper_decoder_step", "step")
     return g.model(name, inputs, outputs, f"Whisper decoder {what} over a fixed-capacity, in-place cache")
+
+
+def build_gather_rows(tensors: dict[str, tuple[int, list[int]]]) -> onnx.ModelProto:
+    """Copy chosen batch rows of several tensors at once: for each ``name`` -> (ONNX element type,
+    dims after the batch), input ``name`` [R, ...] and ``rows`` [r] int64 give output
+    ``gathered_<name>`` [r, ...]. The runtime moves the rows still decoding (their caches and
+    cross K/V) into a smaller bucket's buffers with it, so finished rows stop costing steps."""
+    inputs = [helper.make_tensor_value_info("rows", TensorProto.INT64, ["r"])]
+    outputs, nodes = [], []
+    for name, (element, dims) in tensors.items():
+        inputs.append(helper.make_tensor_value_info(name, element, ["batch", *dims]))
+        outputs.append(helper.make_tensor_value_info(f"gathered_{name}", element, ["r", *dims]))
+        nodes.append(helper.make_node("Gather", [name, "rows"], [f"gathered_{name}"], axis=0, name=f"gather_{name}"))
+    graph = helper.make_graph(nodes, "whisper_gather_rows", inputs, outputs)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="captioner",
+                          doc_string="batch rows of the decoder's buffers, gathered into a smaller batch")
+    m.ir_version = IR_VERSION
+    return m

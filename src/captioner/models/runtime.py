@@ -106,6 +106,7 @@ class _Slot:
         self.cross_binding = rt.cross_kv.binding()
         self.step.bind("tokens", self.tokens)
         self.step.bind("offset", self.offset)
+        self.xp = xp
         self.device_logits = None
         if xp is not None:
             # A fixed address too, so the captured CUDA graph writes into it at every replay.
@@ -185,6 +186,9 @@ class WhisperRuntime:
             decoder_provider = self.decoder.provider
         self._slots: dict[tuple[int, bool], list[_Slot]] = {}  # (batch, logits on a device array)
         self._encoder_buffers: dict[int, _EncoderBuffer] = {}
+        self._gather_rows = None  # the row-compaction graph, opened at its first use
+        self.compactions = 0  # how many times finished rows were dropped (compact), for tests and benchmarks
+        self._gather_choice = choice
         self._n_graphs = 0
         self._starts = 0
         providers = {self.encoder.provider, self.cross_kv.provider, decoder_provider}
@@ -392,6 +396,52 @@ class WhisperRuntime:
         state.length = int(lengths[:batch].max())
         slot.owner = weakref.ref(state)
         return logits[:batch], state
+
+    def can_compact(self, state: DecoderState, n_rows: int) -> bool:
+        """Whether :meth:`compact` to ``n_rows`` rows would move the state to a smaller bucket."""
+        return state.slot is not None and 0 < n_rows and bucket_size(n_rows) < state.slot.batch
+
+    def compact(self, state: DecoderState, keep: np.ndarray) -> DecoderState:
+        """A state of only the rows ``keep`` (indices into ``state``'s rows, in order), in the
+        buffers of their smaller bucket: their caches and cross K/V are copied there on the
+        device, and further steps run at that batch size. The old state must not be stepped again.
+        Used between steps, when enough rows have finished that a smaller bucket holds the rest."""
+        keep = np.asarray(keep, dtype=np.int64).reshape(-1)
+        if not self.can_compact(state, len(keep)):
+            raise ValueError(f"cannot compact {state.batch} rows to {len(keep)}")
+        old = state.slot
+        if state.generation != old.generation:
+            raise ValueError("this DecoderState's cache was taken over by a newer start()")
+        rows = bucket_size(len(keep))
+        index = np.concatenate([keep, np.repeat(keep[:1], rows - len(keep))])  # padding rows: the first again
+        new = self._free_slot(rows, old.xp)
+        new.generation += 1
+        new.last_used = self._starts
+        self.compactions += 1
+        binding = self._gather_model().binding()
+        binding.bind("rows", index)
+        for name, value in old.buffers.items():
+            binding.bind(name, value)
+            binding.bind_output_value(f"gathered_{name}", new.buffers[name])
+        binding.run_bound()
+        moved = DecoderState(cross=None, past=None, binding=new.step, batch=len(keep), length=state.length, slot=new,
+                             generation=new.generation, positions=state.positions[index].copy())
+        new.owner = weakref.ref(moved)
+        old.owner = None  # free for the next start(); the old state raises if stepped again
+        old.generation += 1
+        return moved
+
+    def _gather_model(self) -> ort_session.OrtModel:
+        if self._gather_rows is None:
+            from captioner.models.onnx_graphs import build_gather_rows  # noqa: PLC0415 - onnx is only needed here
+
+            element = 10 if self._float == np.float16 else 1  # TensorProto.FLOAT16 / FLOAT
+            shapes = self.step_model.input_shapes
+            tensors = {name: (element, [int(n) for n in shapes[name][1:]])
+                       for name in shapes if name.startswith(("cache_", "cross_"))}
+            self._gather_rows = ort_session.OrtModel(
+                Path("gather_rows.onnx"), self._gather_choice, model_bytes=build_gather_rows(tensors).SerializeToString())
+        return self._gather_rows
 
     def _free_slot(self, batch: int, xp=None) -> _Slot:
         """A slot whose last state is gone (dropped by the caller), a new one while the pool for

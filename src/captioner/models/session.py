@@ -202,14 +202,17 @@ class OrtModel:
     """One inference session plus I/O binding. Not thread-safe: one thread (the GPU worker, or
     the CLI's main thread) drives a model."""
 
-    def __init__(self, path: Path, choice: ProviderChoice, intra_threads: int | None = None, cuda_graph: bool = False):
+    def __init__(self, path: Path, choice: ProviderChoice, intra_threads: int | None = None, cuda_graph: bool = False,
+                 model_bytes: bytes | None = None):
+        """``model_bytes``: a serialized graph made in memory (``path`` then only names it)."""
         ort = _ort()
         self.choice = choice
         self.path = Path(path)
         self.cuda_graph = bool(cuda_graph and choice.is_cuda)
         providers = [(CUDA, _provider_options(choice.device_id or 0, self.cuda_graph)), CPU] if choice.is_cuda else [CPU]
         try:
-            self.session = ort.InferenceSession(str(path), _session_options(intra_threads), providers=providers)
+            source = model_bytes if model_bytes is not None else str(path)
+            self.session = ort.InferenceSession(source, _session_options(intra_threads), providers=providers)
         except Exception as e:
             raise UserError(f"ONNX Runtime cannot load {path.name}: {str(e).splitlines()[0]}") from None
         used = self.session.get_providers()
