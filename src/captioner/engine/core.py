@@ -355,10 +355,11 @@ class Engine:
         go together (one read of the rings, one copy of energies to the host, one step of the
         VAD bank), which is what keeps thousands of streams affordable."""
         by_count: dict[int, list[tuple[_Stream, int, int]]] = {}
-        for s in streams:
-            ready = self.features.frames_ready(s.slot)
+        ready_frames = self.features.frames_ready_many([s.slot for s in streams]).tolist()
+        ring_frames = self.features.ring_frames
+        for s, ready in zip(streams, ready_frames):
             # Frames that fell out of the ring were never looked at; skip them.
-            first = max(s.vad_frames, self.features.oldest_frame(s.slot))
+            first = max(s.vad_frames, ready - ring_frames, 0)
             if ready <= first:
                 continue
             if first > s.vad_frames:

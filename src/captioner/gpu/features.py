@@ -550,6 +550,15 @@ class FeaturePool:
         bank, local = self._where(slot)
         return bank.oldest_frame(local)
 
+    def frames_ready_many(self, slots) -> np.ndarray:
+        """:meth:`frames_ready` of many slots at once (int64 array; their oldest frames in the
+        ring are ``max(0, ready - ring_frames)``)."""
+        slots = np.asarray(slots, dtype=np.int64)
+        if slots.size and (slots.min() < 0 or slots.max() >= self.capacity):
+            raise ValueError(f"stream slots must be in 0..{self.capacity - 1}")
+        blocks = np.concatenate([bank._blocks for bank in self.banks]) if self.banks else np.zeros(0, np.int64)
+        return np.maximum(0, blocks[slots] - 1)
+
     def reset(self, slot: int) -> None:
         bank, local = self._where(slot)
         bank.reset(local)
