@@ -150,8 +150,8 @@ class _Link(threading.Thread):
                 self.first_attempt.set()
                 if self.owner._stopping.is_set():
                     return  # stopping while the server is away: nothing more can be captioned
-                if self.owner._abandon.wait(delay_s):
-                    return
+                if self.owner._stopping.wait(delay_s) or self.owner._abandon.is_set():
+                    return  # stopping while the server is away: nothing more can be captioned
                 delay_s = min(2 * delay_s, BACKOFF_MAX_S)
         except _Fatal as error:
             self.fatal = one_line(error)
