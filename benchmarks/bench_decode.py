@@ -6,6 +6,8 @@ Whisper's token rules row by row (``LogitRules``, the specification). ``device``
 rules as array code where the logits lie (``models/device_rules.py``; CuPy on CUDA, where only
 token ids and log-probabilities cross to the host each step; NumPy on the CPU). Both share one
 loaded model, the same windows and the engine's streaming options (greedy, 128 tokens at most).
+``keep`` is the device mode with finished rows kept in the batch to the end (``drop_finished=False``),
+to show what moving the rest into smaller batches saves.
 
 The windows are ``--window-s`` long pieces of the English recordings of the speech set, taken at
 different offsets and repeated until there are enough (every stream of a step hears something
@@ -30,6 +32,7 @@ import platform
 import sys
 import time
 import wave
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +40,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 
-MODES = ("host", "device")
+MODES = ("host", "device", "device_keep")
+"""``device_keep``: on the device, but finished rows stay in the batch (``drop_finished=False``)."""
 
 
 def speech_dir() -> Path:
@@ -94,7 +98,7 @@ def speech_windows(folder: Path, window_s: float, count: int) -> list[np.ndarray
 
 def run(args) -> dict:
     from captioner.engine.recognizer import WindowRequest
-    from captioner.engine.whisper import WhisperRecognizer
+    from captioner.engine.whisper import WhisperRecognizer, default_streaming_options
     from captioner.gpu.backend import get_backend
     from captioner.models.runtime import load_runtime
     from captioner.models.tokenizer import WhisperTokenizer
@@ -104,13 +108,16 @@ def run(args) -> dict:
     runtime = load_runtime(args.model, device=backend.name)
     tokenizer = WhisperTokenizer(runtime.files.tokenizer_path, runtime.files.config_path, n_vocab=runtime.n_vocab)
     sync = backend.synchronize if backend.is_cuda else None
-    recognizers = {mode: WhisperRecognizer(runtime, tokenizer, xp=backend.xp, synchronize=sync, decode_on=mode)
+    streaming = default_streaming_options()
+    options = {"host": replace(streaming, decode_on="host"), "device": replace(streaming, decode_on="device"),
+               "device_keep": replace(streaming, decode_on="device", drop_finished=False)}
+    recognizers = {mode: WhisperRecognizer(runtime, tokenizer, xp=backend.xp, synchronize=sync, options=options[mode])
                    for mode in MODES}
     batches = [int(b) for b in args.batches.split(",")]
     windows = [backend.asarray(w) for w in speech_windows(speech_dir(), args.window_s, max(batches))]
     print(f"{runtime.name} on {runtime.device_name} ({runtime.provider}, {runtime.precision}); "
           f"{args.window_s:g} s windows; one timed run per batch size and mode", flush=True)
-    print(f"{'B':>5} {'encoder ms':>11} {'host ms':>9} {'device ms':>10} {'host/stream':>12} "
+    print(f"{'B':>5} {'encoder ms':>11} {'host ms':>9} {'device ms':>10} {'keep ms':>8} {'host/stream':>12} "
           f"{'device/stream':>14} {'host/device':>12} {'same words':>11}", flush=True)
     rows = []
     for batch in batches:
@@ -133,11 +140,11 @@ def run(args) -> dict:
                 if repeat:
                     row[f"{mode}_ms"] = (time.perf_counter() - t0) * 1e3
                 words[mode] = [tuple(h.words) for h in hypotheses]
-        row["same_words"] = words["host"] == words["device"]
+        row["same_words"] = words["host"] == words["device"] == words["device_keep"]
         row["n_words"] = sum(len(w) for w in words["device"])
         row["host_over_device"] = row["host_ms"] / row["device_ms"]
         rows.append(row)
-        print(f"{batch:>5} {row['encoder_ms']:>11.1f} {row['host_ms']:>9.1f} {row['device_ms']:>10.1f} "
+        print(f"{batch:>5} {row['encoder_ms']:>11.1f} {row['host_ms']:>9.1f} {row['device_ms']:>10.1f} {row['device_keep_ms']:>8.1f} "
               f"{row['host_ms'] / batch:>12.2f} {row['device_ms'] / batch:>14.2f} "
               f"{row['host_over_device']:>12.2f} {'yes' if row['same_words'] else 'NO':>11}", flush=True)
     return {

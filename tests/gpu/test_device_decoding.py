@@ -83,15 +83,17 @@ def test_device_decoding_gives_the_host_tokens_on_real_speech(cuda, windows, bat
 
 def test_ragged_prompts_decode_in_one_pass_on_cuda(cuda, windows):
     """Six windows with previous-text prompts of 0 to 20 tokens: one pass (bucket of 8 rows,
-    each at its own position) gives every row the tokens it gets decoded alone."""
+    each at its own position, rows moved to smaller buckets as others finish) gives every row
+    the tokens it gets decoded alone."""
     backend, runtime, tokenizer = cuda
     xp = backend.xp
     ids, mel = windows
     words = tokenizer.encode(" Earlier that day, the committee had met in the old hall to discuss the budget for next year.")
     prompts = [words[:n] for n in (0, 3, 7, 12, 20, 0)]
-    starts = runtime._starts
+    starts, compactions = runtime._starts, runtime.compactions
     together = decode(runtime, tokenizer, xp.asarray(mel[:6]), GREEDY, xp=xp, previous_tokens=prompts)
     assert runtime._starts == starts + 1, "rows of different prompt lengths should share one pass"
+    assert runtime.compactions > compactions, "finished rows should leave the batch (8 -> 4 -> ...)"
     for b, (clip, got) in enumerate(zip(ids, together)):
         alone = decode(runtime, tokenizer, xp.asarray(mel[b:b + 1]), GREEDY, xp=xp, previous_tokens=[prompts[b]])[0]
         assert got.tokens == alone.tokens, f"{clip}: {got.text!r} != {alone.text!r}"
