@@ -539,6 +539,12 @@ class Pipeline:
         return dict(self._worker.source_errors) if self._worker is not None else {}
 
     @property
+    def refused_streams(self) -> dict[str, str]:
+        """Streams the engine refused at capacity when they were opened (``add_source``), with
+        its one-line reason; the others go on."""
+        return dict(self._worker.refused) if self._worker is not None else {}
+
+    @property
     def lost_inputs(self) -> dict[str, str]:
         """Live inputs whose device stopped and is being looked for, with the one-line reason;
         their streams stay open (the others go on) and take audio again once it is back."""

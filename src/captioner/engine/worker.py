@@ -35,6 +35,10 @@ MAX_ITEMS_PER_STEP = 200
 """Inbox items taken before the captioner steps (about 4 s of 20 ms chunks): a backlog is
 worked through in slices, with status reports and commands in between."""
 
+REFUSALS_KEPT = 256
+"""Streams refused at capacity that :attr:`Worker.refused` remembers (the latest): a server
+refusing all day must not grow without bound."""
+
 SILENCE_PIECE_S = 1.0
 """Longest piece of silence handed to a lost input's stream at once."""
 SILENCE_LAG_S = 0.2
@@ -175,6 +179,9 @@ class Worker(threading.Thread):
         self.source_errors: dict[str, str] = {}
         self.lost_inputs: dict[str, str] = {}
         self.input_losses: dict[str, InputLoss] = {}
+        self.refused: dict[str, str] = {}
+        """Streams refused at capacity when they were opened, with the engine's one-line reason
+        (the latest ``REFUSALS_KEPT``); replaced, never changed in place."""
         self._clocks: dict[str, _InputClock] = {}
         self._opened = 0
         self._dropped_frames_seen = 0
@@ -262,7 +269,8 @@ class Worker(threading.Thread):
             except StreamRefused as refused:
                 # At capacity: this stream only is refused (its audio that follows is dropped,
                 # as for any stream that is not open); the running ones go on.
-                self.source_errors = {**self.source_errors, item.label: one_line(refused)}
+                kept = list(self.refused.items())[-(REFUSALS_KEPT - 1):]
+                self.refused = {**dict(kept), item.label: one_line(refused)}
                 return
             self._clocks[item.label] = _InputClock()
             self._opened += 1

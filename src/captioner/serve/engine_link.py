@@ -274,7 +274,7 @@ class EngineLink:
             error = pipeline.error
             updates = pipeline.drain_captions()
             listed = set(status.streams) if status is not None else set()
-            refusals = pipeline.source_errors
+            refusals = pipeline.refused_streams
             batch_s = batch_s_for(status.queue_depth if status is not None else 0)
             for update in updates:
                 lease = worker.leases.get(update.stream)
