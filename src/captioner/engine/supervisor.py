@@ -46,7 +46,10 @@ REPLAY_S = 30.0
 """Most audio kept per stream for a re-feed. A stream that speaks on for longer without a pause
 (a checkpoint) loses, at a restart, what it showed but had not committed before this."""
 HEARTBEAT_TIMEOUT_S = 10.0
-"""A host not heard from for this long is hung (the longest model step measured is ~1 s)."""
+"""A GPU host not heard from for this long is hung (its model steps take milliseconds)."""
+CPU_HEARTBEAT_TIMEOUT_S = 30.0
+"""The same for a CPU host in a process: one step of tiny.en took 4.5 s on a 2-core machine
+under load."""
 LOAD_TIMEOUT_S = 300.0
 MAX_FAILURES = 3
 FAILURE_WINDOW_S = 60.0
@@ -122,19 +125,22 @@ class _Seam:
             return update
         words = update.text.split()
         i, _, _ = self._match(words)
-        return _without(update, words, i, keep_empty=True)
+        # Nothing but repeated words: the partial on screen (the failed host's, after them)
+        # stays until the new host has more to say.
+        return _without(update, words, i)
 
 
 def _same(a: str, b: str) -> bool:
     return a == b or bool(a and b and (a.startswith(b) or b.startswith(a)))
 
 
-def _without(update: CaptionUpdate, words: list[str], n: int, keep_empty: bool = False) -> CaptionUpdate | None:
-    """``update`` without its first ``n`` words (its start moved in proportion)."""
+def _without(update: CaptionUpdate, words: list[str], n: int) -> CaptionUpdate | None:
+    """``update`` without its first ``n`` words (its start moved in proportion); ``None`` when
+    nothing is left."""
     if n == 0:
         return update
     rest = words[n:]
-    if not rest and not keep_empty:
+    if not rest:
         return None
     start_s = update.start_s + (update.end_s - update.start_s) * n / max(1, len(words))
     return replace(update, text=" ".join(rest), start_s=start_s if rest else update.end_s)
@@ -197,8 +203,9 @@ class SupervisedStream:
         """The host says: nothing is open before ``sample``."""
         while self.ring and self.ring[0][0] + self.ring[0][2].shape[0] <= sample:
             self.ring_samples -= self.ring.popleft()[2].shape[0]
-        self.checkpoint = max(self.checkpoint, sample)
-        self.committed = []
+        # Finals that end later stay: after a restart they are a failed host's, which had gone
+        # further than the new host's checkpoints yet.
+        self._move_checkpoint(sample)
 
     def _move_checkpoint(self, sample: int) -> None:
         self.checkpoint = max(self.checkpoint, sample)
@@ -248,8 +255,9 @@ class SupervisedCaptioner:
         self._failures: deque[float] = deque()
         self.restarts = 0
         self.restart_s: list[float] = []
-        """Seconds each restart held the worker thread (the failed host stopped, the next one
-        ready and re-fed)."""
+        """Seconds from each failure seen to the next host ready (the failed one stopped)."""
+        self.failed_at_s: list[float] = []
+        """``time.monotonic()`` when each failure was seen."""
         self.fallback: str | None = None
         self._last_restart_s: float | None = None
         self._last_note = ""
@@ -312,6 +320,13 @@ class SupervisedCaptioner:
     @property
     def backend_name(self) -> str:
         return self._info.backend_name
+
+    @property
+    def host_pids(self) -> list[int]:
+        """Process ids of the worker process and its standby (none when the model runs on the
+        worker thread); for tests and benchmarks that kill them."""
+        hosts = [h for h in (self._host, self._standby) if h is not None and h.kind == "process"]
+        return [h.process.pid for h in hosts if h.process is not None]
 
     @property
     def streams(self) -> Mapping[str, SupervisedStream]:
@@ -409,7 +424,10 @@ class SupervisedCaptioner:
 
     def _host_failure(self) -> str | None:
         if self._host.kind == "process":
-            return self._host.check(self._heartbeat_timeout_s, self._load_timeout_s)
+            limit_s = self._heartbeat_timeout_s
+            if self._info.backend_name == "cpu":
+                limit_s = max(limit_s, CPU_HEARTBEAT_TIMEOUT_S)
+            return self._host.check(limit_s, self._load_timeout_s)
         return self._host.failed
 
     def _take(self, messages: list[tuple]) -> list[CaptionUpdate]:
@@ -454,6 +472,7 @@ class SupervisedCaptioner:
     def _restart(self, why: str) -> None:
         """Give up the failed host; a fresh one takes every stream over from its checkpoint."""
         t0 = time.monotonic()
+        self.failed_at_s.append(t0)
         self._failures.append(t0)
         while self._failures and self._failures[0] < t0 - self._failure_window_s:
             self._failures.popleft()
@@ -480,11 +499,11 @@ class SupervisedCaptioner:
                 self._host = self._start_host(replace(self._spec, generation=self._generation), self.isolation)
         else:
             self._host = self._start_host(replace(self._spec, generation=self._generation), self.isolation)
+        held_s = time.monotonic() - t0
+        self.restart_s.append(held_s)
         for stream in self._streams.values():
             self._refeed(stream)
         self._start_standby()
-        held_s = time.monotonic() - t0
-        self.restart_s.append(held_s)
         self._last_restart_s = time.monotonic()
         self._last_note = f"the captioning worker failed ({why}) and was restarted in {held_s:.1f} s"
         self._worker_notices.append(self._last_note)
@@ -495,9 +514,9 @@ class SupervisedCaptioner:
         segment_base = stream.segment_max + 1
         self._host.send(("open", stream.label, stream.language, stream.checkpoint, segment_base))
         for first, capture_ns, samples in stream.replay():
-            self._host.send(("audio", stream.label, first, capture_ns, samples))
+            self._host.send(("audio", stream.label, first, capture_ns, samples), wait=False)
         if stream.finishing:
-            self._host.send(("finish", stream.label))
+            self._host.send(("finish", stream.label), wait=False)
         words = [w for _, ws in stream.committed for w in ws]
         stream.seam = _Seam(words, segment_base) if words else None
 

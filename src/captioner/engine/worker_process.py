@@ -45,6 +45,8 @@ from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ, CaptionUpdate
 FAULT_ENV = "CAPTIONER_FAULT_INJECT"
 STATUS_PERIOD_S = 0.25
 """How often a host reports its status; the report is also its heartbeat."""
+MAX_QUEUED = 500
+"""Messages (about 10 s of 20 ms chunks) that may wait for a child before the sender waits."""
 _RECEIVE_WAIT_S = 0.05
 _PARENT_CHECK_S = 0.2
 
@@ -165,10 +167,19 @@ class HostCore:
             if stream is not None:
                 stream.accept_waveform(SAMPLE_RATE_HZ, samples, capture_ns=capture_ns,
                                        first_sample=first - self._base[label][0])
+                # Stepped chunk by chunk, as a live stream is: a backlog handed over at once
+                # would pass its pauses inside one step, and no checkpoint would be seen there.
+                return self._work()
         elif kind == "open":
             _, label, language, base_sample, segment_base = message
             self.live.open_stream(label, language)
             self._base[label] = (base_sample, segment_base)
+            # The engine's clock of a re-fed stream starts at 0 where the supervisor's stands at
+            # ``base_sample``. A model does not care; a recognizer that answers by stream time
+            # (the tests' scripted listener) is told.
+            starts_at = getattr(self.live.engine.recognizer, "clock_starts_at", None)
+            if starts_at is not None:
+                starts_at(label, base_sample / SAMPLE_RATE_HZ)
         elif kind == "finish":
             stream = self.live.streams.get(message[1])
             if stream is not None:
@@ -181,23 +192,30 @@ class HostCore:
             raise TypeError(f"unknown host message {message!r}")
         return []
 
-    def step(self) -> list[tuple]:
-        """Run the model work that is due; updates, checkpoints, ended streams and (when due)
-        the status go back."""
+    def _work(self) -> list[tuple]:
         before = set(self.live.streams)
         out = self._updates(self.live.step())
         for label in before - set(self.live.streams):
             out.append(("done", label))
             self._base.pop(label, None)
             self._checkpoint.pop(label, None)
-        out += self._checkpoints()
+        return out + self._checkpoints()
+
+    def step(self) -> list[tuple]:
+        """Run the model work that is due; updates, checkpoints, ended streams and (when due)
+        the status go back."""
+        return self._work() + self.status_due()
+
+    def status_due(self) -> list[tuple]:
+        """The status (and language notices), when a report is due: the host's heartbeat."""
         now_s = time.monotonic()
-        if now_s >= self._next_status_s:
-            self._next_status_s = now_s + STATUS_PERIOD_S
-            out.append(("status", self.live.status()))
-            notices = self.live.notices()
-            if notices:
-                out.append(("notices", notices))
+        if now_s < self._next_status_s:
+            return []
+        self._next_status_s = now_s + STATUS_PERIOD_S
+        out: list[tuple] = [("status", self.live.status())]
+        notices = self.live.notices()
+        if notices:
+            out.append(("notices", notices))
         return out
 
     def _updates(self, updates: list[CaptionUpdate]) -> list[tuple]:
@@ -266,7 +284,7 @@ class InlineHost:
     def ready(self) -> bool:
         return self.core is not None and self.failed is None
 
-    def send(self, message: tuple) -> None:
+    def send(self, message: tuple, wait: bool = True) -> None:
         if self.failed is not None or self.core is None:
             return
         try:
@@ -348,21 +366,17 @@ def child_main(inbox, outbox, spec: HostSpec, parent_pid: int) -> None:
         os._exit(3)
     try:
         while True:
-            messages = []
             if inbox.poll(_RECEIVE_WAIT_S):
-                messages.append(inbox.recv())
-                while inbox.poll(0) and len(messages) < 400:
-                    messages.append(inbox.recv())
-            out: list[tuple] = []
-            for message in messages:
+                message = inbox.recv()
                 if message[0] == "close":
-                    out += core.close()
-                    out.append(("closed",))
-                    for item in out:
+                    for item in [*core.close(), ("closed",)]:
                         outbox.send(item)
                     os._exit(0)
-                out += core.apply(message)
-            out += core.step()
+                # Sent as soon as made, message by message: a backlog re-fed after a restart
+                # must not hold the captions, nor the heartbeat, until all of it is worked off.
+                out = core.apply(message) + core.status_due()
+            else:
+                out = core.step()
             for item in out:
                 outbox.send(item)
     except BaseException as error:  # a device fault, a failed step: the parent takes over
@@ -379,11 +393,13 @@ def main(argv: list[str] | None = None) -> None:
     run the parent's main script again, so a caller's script needs no ``__main__`` guard. The
     parent sends ``sys.path`` first (so the child imports what it imports, a test's recognizer
     too), then the :class:`HostSpec`."""
+    import faulthandler
     import sys
     from multiprocessing.connection import Connection
 
     in_fd, out_fd, parent_pid, name = sys.argv[1:5] if argv is None else argv
     _name_process(name)
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID` prints where a hung worker is
     inbox, outbox = Connection(int(in_fd), writable=False), Connection(int(out_fd), readable=False)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
@@ -411,6 +427,7 @@ class ProcessHost:
         self.info: HostInfo | None = None
         self.user_error: str | None = None
         self.last_heard_s = time.monotonic()
+        self._patience_s = 60.0  # how long ``send`` waits on a child that says nothing
         self._incoming: queue.Queue[tuple] = queue.Queue()
         self._outgoing: queue.Queue[tuple | None] = queue.Queue()
         self._ready = threading.Event()
@@ -487,9 +504,19 @@ class ProcessHost:
     def ready(self) -> bool:
         return self.info is not None and self.failed is None
 
-    def send(self, message: tuple) -> None:
+    def send(self, message: tuple, wait: bool = True) -> None:
+        """Queue ``message`` for the child. While more than ``MAX_QUEUED`` wait, the caller
+        waits too (a file replay then waits in its turn, as it does for a slow worker thread),
+        unless ``wait`` is false (a re-feed, bounded by the ring); a host that failed meanwhile
+        takes nothing more."""
+        while wait and self._outgoing.qsize() >= MAX_QUEUED and self.failed is None and self._alive():
+            time.sleep(0.005)
         if self.failed is None:
             self._outgoing.put(message)
+
+    def _alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None and \
+            time.monotonic() - self.last_heard_s < self._patience_s
 
     def poll(self) -> list[tuple]:
         out = []
@@ -516,6 +543,7 @@ class ProcessHost:
         for too long (a hung model step, a frozen process)."""
         if self.failed is None:
             silent_s = time.monotonic() - self.last_heard_s
+            self._patience_s = heartbeat_timeout_s
             limit_s = heartbeat_timeout_s if self.info is not None else load_timeout_s
             if silent_s > limit_s:
                 self._fail(f"no word from the worker process for {silent_s:.1f} s")

@@ -167,6 +167,8 @@ def run(args) -> int:
         while pipeline.running and (deadline is None or time.monotonic() < deadline):
             show(pipeline.drain_captions())
             inputs_report.update(pipeline.lost_inputs, pipeline.source_errors)
+            for line in getattr(pipeline, "worker_notices", list)():  # a model worker restarted; the CPU fall-back
+                view.note(f"captioner: {line}")
             if len(pipeline.source_errors) == len(labels):
                 break  # every input has ended for good: nothing more can be captioned
             time.sleep(0.05)
