@@ -23,7 +23,9 @@ def test_eight_clients_on_cuda(speech_clips):
 
     clips = sorted((c for c in speech_clips.values() if c.language == "en" and c.duration_s <= 35),
                    key=lambda c: c.id)[:8]
-    link = EngineLink(["cuda:0"], lambda device: Pipeline([], model="tiny.en", device=device),
+    from captioner.app.commands.serve import SERVE_ISOLATION
+
+    link = EngineLink(["cuda:0"], lambda device: Pipeline([], model="tiny.en", device=device, isolation=SERVE_ISOLATION),
                       lambda device: TelemetrySampler(gpu_index=telemetry_gpu_index(device)))
     link.start()
     thread = ServerThread(CaptionServer(link, "127.0.0.1", 0, token="gpu-test-token-0123456789"))

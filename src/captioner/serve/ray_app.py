@@ -117,7 +117,9 @@ def build_app(model: str = "tiny.en", language: str | None = None, token: str | 
             from captioner.serve.server import CaptionServer
 
             device = "cuda:0" if use_gpu else "cpu"  # Ray hides the other GPUs from this process
-            self.link = EngineLink([device], lambda d: Pipeline([], model=model, language=language, device=d),
+            # Inline, as `captioner serve` (SERVE_ISOLATION there says why).
+            self.link = EngineLink([device], lambda d: Pipeline([], model=model, language=language, device=d,
+                                                                isolation="inline"),
                                    lambda d: TelemetrySampler(gpu_index=telemetry_gpu_index(d)),
                                    max_streams_per_device=max_streams)
             self.link.start()

@@ -16,6 +16,12 @@ from pathlib import Path
 from captioner.errors import UserError
 
 DEFAULT_PORT = 8765
+SERVE_ISOLATION = "inline"
+"""The server's model runs on each device's worker thread (restarted there after a failed step),
+not in a child process: with ``isolation="process"`` the engine's refusal of a stream at
+capacity, raised in the child, fails the host (three times, then the whole worker) instead of
+refusing that one stream, and a server refuses streams routinely. Back to "auto" once the
+supervisor reports a refusal in the host as one."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-streams", type=int, metavar="N",
                         help="streams per device at most (default: as many as the engine admits by "
                              "measured GPU memory and step time)")
+    parser.add_argument("--isolation", choices=("inline", "process", "auto"), default=SERVE_ISOLATION,
+                        help="where each device's model runs (Pipeline isolation; default inline: a stream "
+                             "refused at capacity in a model process is not yet reported as a refusal)")
     parser.add_argument("--ray", action="store_true",
                         help="run as a Ray Serve application instead (needs captioner[cluster]; docs/cluster.md)")
     parser.add_argument("--replicas", type=int, default=None, metavar="N",
@@ -126,7 +135,8 @@ def run(args) -> int:
     from captioner.serve.server import CaptionServer, ServerThread
 
     def make_pipeline(device):
-        return Pipeline([], model=args.model, language=args.language, device=device, config=EngineConfig())
+        return Pipeline([], model=args.model, language=args.language, device=device, config=EngineConfig(),
+                        isolation=args.isolation)
 
     link = EngineLink(devices, make_pipeline, lambda device: TelemetrySampler(gpu_index=telemetry_gpu_index(device)),
                       max_streams_per_device=args.max_streams)
