@@ -304,6 +304,7 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
     updates = []
     start_ns = clock()
     loop_wall_s = 0.0
+    loop_cpu_s = 0.0  # the process CPU time (NumPy BLAS threads too): what the engine costs, whatever else runs
     ingest_s = 0.0
     statuses = []
     wall0 = time.perf_counter()
@@ -319,6 +320,7 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
                     arrived[i] = (progs[i].samples(fed[i], end, room), end == progs[i].n_samples)
                     fed[i] = end
             t0 = time.perf_counter()
+            c0 = time.process_time()
             n_records = len(records)
             for i, (samples, last) in arrived.items():
                 streams[i].accept_waveform(SR, samples, capture_ns=clock())
@@ -328,6 +330,7 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
             updates += live.step()
             wall_s = time.perf_counter() - t0
             loop_wall_s += wall_s
+            loop_cpu_s += time.process_time() - c0
             model_s = sum(r.charged_s for r in records[n_records:])
             clock.advance(max(0.0, wall_s - model_s))  # host work outside the model takes time too
             if len(statuses) < (clock() - start_ns) / NS_PER_S / 2:
@@ -386,6 +389,9 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
         "gpu_ms_per_update": None if util is None else round(1e3 * util * run_wall_s / max(1, batches), 3),
         "gpu_utilization": None if util is None else round(util, 3),
         "engine_host_ms_per_stream_s": round(1e3 * (loop_wall_s - model_wall_s) / max(1e-9, audio_s), 3),
+        # The same work in the process's CPU time (the model calls' own taken off):
+        # on a shared machine the wall time above also counts the waits for a core.
+        "engine_host_cpu_ms_per_stream_s": round(1e3 * max(0.0, loop_cpu_s - model_cpu_s) / max(1e-9, audio_s), 3),
         # ...of which: handing audio over, feature pushes, the VAD, scheduling (the rest: the
         # policy, building windows, stepping the API).
         "host_breakdown_ms_per_stream_s": {
@@ -411,6 +417,22 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
     }
 
 
+def profiled(path: str | None, run, *run_args):
+    """``run(*run_args)``, under cProfile when ``path`` is given (stats saved there, top 25 on stderr)."""
+    if path is None:
+        return run(*run_args)
+    import cProfile
+    import pstats
+
+    profile = cProfile.Profile()
+    try:
+        return profile.runcall(run, *run_args)
+    finally:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        profile.dump_stats(path)
+        pstats.Stats(profile, stream=sys.stderr).sort_stats("tottime").print_stats(25)
+
+
 # -- the sweep ------------------------------------------------------------------------------------
 def main() -> int:
     parser = argparse.ArgumentParser(description="concurrent real-time streams one engine serves")
@@ -434,6 +456,9 @@ def main() -> int:
                         help="double N even once the engine is saturated (update interval p99 over 4 x base)")
     parser.add_argument("--engine-only", action="store_true",
                         help="no model: measure the engine's host path alone (features, VAD, scheduling) up to --max-n")
+    parser.add_argument("--profile", default=None, metavar="PREFIX",
+                        help="profile each N with cProfile: PREFIX-nN.prof, and its top costs on stderr "
+                             "(profiling slows the run: read its shares, not its times)")
     parser.add_argument("--out", default=None, help="JSON results here")
     args = parser.parse_args()
     try:
@@ -488,7 +513,8 @@ def main() -> int:
                 if left_s < 2.2 * last_wall_s:
                     print(f"  stop before N={n}: {left_s:.0f} s of the time limit left", file=sys.stderr)
                     break
-                result = run_once(backend, recognizer, clips, n, args, light)
+                result = profiled(f"{args.profile}-n{n}.prof" if args.profile else None,
+                                  run_once, backend, recognizer, clips, n, args, light)
                 result.update(model=recognizer.name, decode_on=mode)
                 if args.engine_only:  # nothing was heard: accuracy and caption latency do not apply
                     for key in ("partial_p50_s", "partial_p99_s", "commit_p50_s", "commit_p99_s",

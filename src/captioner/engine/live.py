@@ -97,6 +97,8 @@ class CaptionStream:
         self.priority = priority
         self._ingest = StreamIngest(label)
         self._pending: deque[AudioBlock] = deque()
+        self._head_taken = 0
+        """Samples of the oldest pending block already fed to the engine."""
         self._finishing = False
         self._done = False
         self._language_watch: StreamWatch | None = None
@@ -109,7 +111,7 @@ class CaptionStream:
     @property
     def pending_s(self) -> float:
         """Audio accepted but not yet fed to the engine (a backlog)."""
-        return sum(b.n_samples for b in self._pending) / SAMPLE_RATE_HZ
+        return (sum(b.n_samples for b in self._pending) - self._head_taken) / SAMPLE_RATE_HZ
 
     def accept_waveform(self, sample_rate: int, samples, capture_ns: int | None = None,
                         first_sample: int | None = None) -> None:
@@ -138,16 +140,23 @@ class CaptionStream:
             self._pending.append(tail)
 
     def _take(self, max_samples: int) -> AudioBlock | None:
-        """The oldest pending audio, at most ``max_samples`` of it (a block is split if longer)."""
+        """The oldest pending audio, at most ``max_samples`` of it (a block is split if longer:
+        the slice taken is a new block; what is left stays where it is, an offset into the
+        oldest block, so a backlog of ``k`` slices makes ``k`` blocks, not ``2 k``)."""
         if not self._pending:
             return None
         block = self._pending[0]
-        if block.n_samples <= max_samples:
-            return self._pending.popleft()
-        head = AudioBlock(block.stream, block.first_sample, block.capture_ns, block.samples[:max_samples])
-        self._pending[0] = AudioBlock(block.stream, block.first_sample + max_samples, block.capture_ns,
-                                      block.samples[max_samples:])
-        return head
+        offset = self._head_taken
+        left = block.n_samples - offset
+        if left <= max_samples:
+            self._pending.popleft()
+            self._head_taken = 0
+            if offset == 0:
+                return block
+            return AudioBlock(block.stream, block.first_sample + offset, block.capture_ns, block.samples[offset:])
+        self._head_taken = offset + max_samples
+        return AudioBlock(block.stream, block.first_sample + offset, block.capture_ns,
+                          block.samples[offset:offset + max_samples])
 
 
 class LiveCaptioner:

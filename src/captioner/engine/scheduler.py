@@ -21,10 +21,14 @@ here, so a replay with a simulated clock is deterministic. Pure Python; the work
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True, slots=True)
-class StreamView:
+class StreamView(NamedTuple):
+    """A stream as the scheduler sees it. A named tuple, not a frozen dataclass: the engine
+    makes one per active stream per tick, and a frozen dataclass's ``__init__`` cost several
+    times as much."""
+
     name: str
     audio_end_s: float
     """How much audio of the stream has features ready."""

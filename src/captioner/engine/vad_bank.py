@@ -84,6 +84,14 @@ class VadBank:
             return int(self.frames_seen[row])
         return int(self.frames_seen[row] - 1 - self.last_voiced_frame[row])
 
+    def silence_frames_many(self, rows) -> np.ndarray:
+        """:meth:`silence_frames` of many rows at once (int64 array), for the scheduler's
+        views of every active stream in one look-up."""
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        seen = self.frames_seen[rows]
+        last = self.last_voiced_frame[rows]
+        return np.where(last < 0, seen, seen - 1 - last)
+
     # -- frames ----------------------------------------------------------------------------------
     def push(self, rows, energy_db) -> np.ndarray:
         """The next ``n`` frame energies of each row (``energy_db[i]`` for ``rows[i]``, shape
@@ -108,6 +116,11 @@ class VadBank:
         smooth = cfg.smooth_frames
         window = cfg.floor_window_frames
         line = np.arange(rows.size)
+        # The floor is the minimum of the window of levels. Kept running: a new level can only
+        # lower it, and only a row whose evicted level was its minimum needs the window scanned
+        # again (the same minimum, exactly: a min is not rounded); scanning every row's window
+        # on every frame was most of this method's time.
+        low = levels.min(axis=1)
         for i in range(n):
             e = energy[:, i]
             index = seen + i
@@ -119,8 +132,14 @@ class VadBank:
             for k in range(1, smooth):
                 total += recent[:, k]
             smoothed = total / np.minimum(index + 1, smooth)
-            levels[line, index % window] = smoothed
-            floor = levels.min(axis=1)
+            column = index % window
+            evicted = levels[line, column]
+            levels[line, column] = smoothed
+            rescan = np.nonzero((evicted <= low) | np.isnan(low))[0]
+            low = np.minimum(low, smoothed)
+            if rescan.size:
+                low[rescan] = levels[rescan].min(axis=1)
+            floor = low
             voiced = (e >= floor + cfg.threshold_db) & (e >= cfg.min_level_db)
             run = np.where(voiced, run + 1, 0)
             last_voiced = np.where(voiced, index, last_voiced)

@@ -226,6 +226,44 @@ class StreamingFeatures:
             self._cuda.order_after_pushes()
         return out
 
+    def log_mel_windows(self, stream_slots, first_frames, n_frames) -> list:
+        """Raw log-mel windows of several streams, each ``n_frames[i]`` frames from its own
+        first frame, read from the rings in ONE gather: a list of back-end arrays
+        ``[n_mels, n_frames[i]]``, views of one ``[n_mels, sum(n_frames)]`` array (frames
+        contiguous within a band, as :meth:`log_mel_window` gives them; not C-contiguous as a
+        whole). A model step's windows cost one gather and one transposing copy, not a few
+        copies and an event per stream."""
+        slots = np.asarray(stream_slots, dtype=np.int64).reshape(-1)
+        firsts = np.asarray(first_frames, dtype=np.int64).reshape(-1)
+        counts = np.asarray(n_frames, dtype=np.int64).reshape(-1)
+        if not slots.shape == firsts.shape == counts.shape or (counts.size and counts.min() < 0):
+            raise ValueError("stream_slots, first_frames and n_frames must match, n_frames be >= 0")
+        if slots.size and (slots.min() < 0 or slots.max() >= self.max_streams):
+            raise ValueError(f"stream slots must be in 0..{self.max_streams - 1}")
+        ready = np.maximum(0, self._blocks[slots] - 1)
+        oldest = np.maximum(0, ready - self.ring_frames)
+        bad = (firsts < oldest) | (firsts + counts > ready)
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise ValueError(f"frames {firsts[k]}..{firsts[k] + counts[k] - 1} of slot {slots[k]} are not in "
+                             f"the ring (it holds {oldest[k]}..{ready[k] - 1})")
+        xp = self.xp
+        ends = np.cumsum(counts)
+        starts = ends - counts
+        total = int(ends[-1]) if ends.size else 0
+        # Frame j of the flat gather belongs to row r(j), at offset j - starts[r] in its window.
+        row_of = np.repeat(np.arange(slots.size), counts)
+        cols = (firsts[row_of] + np.arange(total) - starts[row_of]) % self.ring_frames
+        index = slots[row_of] * self.ring_frames + cols  # rows of the rings seen as [slots * ring, n_mels]
+        with self._context():
+            # One take along the first axis: NumPy's fancy indexing with two index arrays was
+            # slower than the copies per stream it replaces.
+            gathered = xp.take(self._mel_ring.reshape(-1, self.n_mels), xp.asarray(index), axis=0)
+            flat = xp.ascontiguousarray(gathered.T)  # [n_mels, total]
+        if self._cuda is not None:
+            self._cuda.order_after_pushes()
+        return [flat[:, a:b] for a, b in zip(starts.tolist(), ends.tolist())]
+
     def mfcc_window(self, stream_slot: int, first_frame: int, n_frames: int, out=None):
         """MFCC frames ``[n_mfcc, n_frames]``, like :meth:`log_mel_window`."""
         if not self.n_mfcc:
@@ -591,6 +629,23 @@ class FeaturePool:
             inverse[order] = np.arange(order.size)
             return joined[xp.asarray(inverse)]
 
+    def log_mel_windows(self, slots, first_frames, n_frames) -> list:
+        """As :meth:`StreamingFeatures.log_mel_windows`, across banks (one gather per bank),
+        windows in the order of ``slots``."""
+        slots = np.asarray(slots, dtype=np.int64).reshape(-1)
+        firsts = np.asarray(first_frames, dtype=np.int64).reshape(-1)
+        counts = np.asarray(n_frames, dtype=np.int64).reshape(-1)
+        if slots.size and (slots.min() < 0 or slots.max() >= self.capacity):
+            raise ValueError(f"stream slots must be in 0..{self.capacity - 1}")
+        banks = slots // self.block_streams
+        out: list = [None] * slots.size
+        for b in np.unique(banks).tolist():
+            rows = np.nonzero(banks == b)[0]
+            windows = self.banks[b].log_mel_windows(slots[rows] % self.block_streams, firsts[rows], counts[rows])
+            for row, window in zip(rows.tolist(), windows):
+                out[row] = window
+        return out
+
     def push_batch(self, slots, samples) -> None:
         """``samples[i]`` to slot ``slots[i]`` (as :meth:`StreamingFeatures.push_batch`): one
         batched push per bank."""
@@ -602,7 +657,12 @@ class FeaturePool:
             rows = np.nonzero(banks == b)[0]
             if int(b) >= len(self.banks) or slots.min() < 0:
                 raise ValueError(f"stream slots must be in 0..{self.capacity - 1}")
-            chunk = samples if rows.size == slots.size else samples[rows]
+            if rows.size == slots.size:
+                chunk = samples
+            elif rows[-1] - rows[0] + 1 == rows.size:  # one run of rows (slots come in order): a view
+                chunk = samples[int(rows[0]):int(rows[-1]) + 1]
+            else:
+                chunk = samples[rows]
             self.banks[int(b)].push_batch(slots[rows] % self.block_streams, chunk)
 
     def synchronize(self) -> None:
