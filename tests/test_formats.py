@@ -8,6 +8,7 @@ import html
 import io
 import json
 import os
+import re
 import stat
 
 import pytest
@@ -28,6 +29,7 @@ from captioner.formats import (
     render_srt,
     render_txt,
     render_vtt,
+    sentence_lines,
     write_captions,
     write_file_atomically,
     write_srt,
@@ -301,3 +303,74 @@ def test_stream_writer_flushes_each_committed_caption_and_starts_vtt_with_its_he
     assert [json.loads(line)["kind"] for line in jsonl.getvalue().splitlines()] == ["partial", "final"]
     with pytest.raises(ValueError, match="unknown caption format"):
         CaptionStreamWriter(io.StringIO(), "docx")
+
+
+# -- word-level times (issue 14) ------------------------------------------------------------------
+
+TIMED = [
+    Caption(1.0, 2.5, "And so, my fellow-Americans", "jfk",
+            words=(("And", 1.02, 1.2), ("so,", 1.25, 1.5), ("my", 1.6, 1.8), ("fellow-", 1.9, 2.1),
+                   ("Americans", 2.1, 2.44))),
+    Caption(2.6, 3.3, "ask <not> & ...", "jfk", words=(("ask", 2.62, 2.8), ("<not>", 2.8, 3.0), ("&", 3.0, 3.1),
+                                                       ("...", 3.1, 3.3))),
+    Caption(5.0, 6.0, "no times here", "jfk"),
+]
+
+
+def test_vtt_cues_carry_each_word_time_and_parse():
+    text = render_vtt(TIMED)
+    cues = _parse_vtt(text)
+    assert len(cues) == 3
+    # The cue runs from its first word's start to its last word's end.
+    assert (cues[0].start, cues[0].end) == ("00:00:01.020", "00:00:02.440")
+    # Every word after the first has its start as a WebVTT timestamp tag, inside the cue, rising.
+    tags = re.findall(r"<(\d\d:\d\d:\d\d\.\d\d\d)>", cues[0].raw_text)
+    assert tags == ["00:00:01.250", "00:00:01.600", "00:00:01.900", "00:00:02.100"]
+    # Without the tags the cue's text is the caption's, hyphenation and escaping kept.
+    assert re.sub(r"<\d\d:\d\d:\d\d\.\d\d\d>", "", cues[0].raw_text) == "And so, my fellow-Americans"
+    assert html.unescape(re.sub(r"<\d\d:\d\d:\d\d\.\d\d\d>", "", cues[1].raw_text)) == "ask <not> & ..."
+    assert "<" not in cues[2].raw_text
+
+
+def test_srt_cue_times_come_from_the_words():
+    subs = _parse_srt(render_srt(TIMED))
+    assert [(s.start.total_seconds(), s.end.total_seconds()) for s in subs] == [(1.02, 2.44), (2.62, 3.3), (5.0, 6.0)]
+    assert subs[0].content == "And so, my fellow-Americans"
+
+
+def test_jsonl_has_a_words_list_for_captions_and_live_updates():
+    update = CaptionUpdate("jfk", "final", "ask not", 2.6, 3.0, 3.5, 3.6, words=(("ask", 2.6, 2.8), ("not", 2.8, 3.0)))
+    rows = [json.loads(line) for line in render_jsonl([*TIMED, update]).splitlines()]
+    assert rows[0]["words"][1] == ["so,", 1.25, 1.5]
+    assert rows[2]["words"] == []
+    assert rows[3]["words"] == [["ask", 2.6, 2.8], ["not", 2.8, 3.0]]
+    # A live update's words reach the subtitle writers through captions_from_updates.
+    assert captions_from_updates([update])[0].words == update.words
+    # Every existing constructor keeps working: words default to none.
+    assert CaptionUpdate("s", "partial", "x", 0, 1, 1, 1).words == ()
+
+
+def test_words_that_do_not_spell_the_text_leave_the_cue_plain():
+    odd = Caption(0.0, 1.0, "hello world", words=(("goodbye", 0.1, 0.5), ("world", 0.5, 0.9)))
+    cue = _parse_vtt(render_vtt([odd]))[0]
+    assert cue.raw_text == "hello world"
+
+
+def test_sentence_lines_end_at_sentence_ends_and_pauses_and_keep_every_word():
+    chunks = [
+        Caption(0.0, 0.8, "And so", "a"), Caption(0.8, 1.9, "my fellow Americans,", "a"),
+        Caption(2.0, 3.0, "ask not.", "a"),  # sentence end: the line ends here
+        Caption(3.1, 4.0, "What your", "a"), Caption(4.0, 5.0, "country can do", "a"),
+        Caption(6.0, 7.0, "for you", "a"),  # a 1 s pause before: a new line
+        Caption(7.0, 7.5, "Ask", "b"),  # another stream: a new line
+    ]
+    lines = sentence_lines(chunks, pause_s=0.5)
+    assert [c.text for c in lines] == ["And so my fellow Americans, ask not.", "What your country can do", "for you", "Ask"]
+    assert [(c.start_s, c.end_s) for c in lines] == [(0.0, 3.0), (3.1, 5.0), (6.0, 7.0), (7.0, 7.5)]
+    assert " ".join(c.text for c in lines).split() == " ".join(c.text for c in chunks).split()
+    # A line without a sentence end or a pause still ends before it grows too long.
+    run_on = [Caption(float(i), i + 1.0, "word " * 10, "a") for i in range(20)]
+    assert all(len(c.text) <= 160 for c in sentence_lines(run_on, pause_s=0.5))
+    # Word times are kept where every chunk has them.
+    merged = sentence_lines(TIMED[:2], pause_s=0.5)
+    assert len(merged) == 1 and len(merged[0].words) == 9

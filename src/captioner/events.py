@@ -103,6 +103,10 @@ class CaptionUpdate:
     emitted_wall_s: float
     segment: int = 0
     language: str = ""
+    words: tuple[tuple[str, float, float], ...] = ()
+    """``(word, start_s, end_s)`` per word of ``text``, on the stream's clock, where the policy
+    measured them (AlignAtt: the alignment heads' DTW); empty where it has none (no times are
+    invented)."""
 
     def to_json_dict(self) -> dict:
         return {
@@ -115,6 +119,7 @@ class CaptionUpdate:
             "emitted_wall_s": round(self.emitted_wall_s, 3),
             "segment": self.segment,
             "language": self.language,
+            "words": [[w, round(a, 3), round(b, 3)] for w, a, b in self.words],
         }
 
 

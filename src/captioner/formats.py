@@ -28,6 +28,7 @@ __all__ = [
     "cue_lines",
     "format_timestamp",
     "render",
+    "sentence_lines",
     "write_captions",
     "write_jsonl",
     "write_srt",
@@ -46,6 +47,10 @@ class Caption:
     text: str
     stream: str = ""
     language: str = ""
+    words: tuple[tuple[str, float, float], ...] = ()
+    """``(word, start_s, end_s)`` per word of ``text`` where they were measured (a live
+    ``CaptionUpdate``'s ``words``); empty otherwise. SRT cues then take their times from the
+    words, WebVTT cues carry a timestamp before each word, JSON Lines a ``words`` list."""
 
     def to_json_dict(self) -> dict[str, Any]:
         """The same keys as a live ``CaptionUpdate``; an offline caption is final and has no
@@ -59,6 +64,7 @@ class Caption:
             "emitted_audio_s": None,
             "emitted_wall_s": None,
             "language": self.language,
+            "words": [[w, round(float(a), 3), round(float(b), 3)] for w, a, b in self.words],
         }
 
 
@@ -66,10 +72,51 @@ def captions_from_updates(updates: Iterable[Any]) -> list[Caption]:
     """The final captions among live updates (``CaptionUpdate`` or anything with the same
     attributes), in order; partial updates are provisional and are left out."""
     return [
-        Caption(u.start_s, u.end_s, u.text, getattr(u, "stream", ""), getattr(u, "language", ""))
+        Caption(u.start_s, u.end_s, u.text, getattr(u, "stream", ""), getattr(u, "language", ""),
+                tuple(getattr(u, "words", ()) or ()))
         for u in updates
         if getattr(u, "kind", "final") == "final"
     ]
+
+
+_SENTENCE_END = re.compile(r"[.?!\u3002\uff01\uff1f][\"'\u201d\u2019)\]]*$")
+MAX_LINE_CHARS = 160
+"""A line with no sentence end nor pause in it still ends before it grows past this (a caption
+file is read line by line); it only ever ends between committed captions."""
+
+
+def sentence_lines(captions: Iterable[Any], pause_s: float, *, max_chars: int = MAX_LINE_CHARS) -> list[Caption]:
+    """Captions regrouped into lines that end at a sentence end (``.?!``) or a pause: a line
+    takes the captions that follow one another in the same stream until one ends a sentence,
+    the next starts ``pause_s`` or more after it ends, or the line would pass ``max_chars``.
+
+    Only the grouping changes: every caption's text is kept, in order, and a line's times span
+    its captions (its ``words`` are theirs, where all of them have words). Depends only on the
+    captions, so the same captions give the same lines on every run."""
+    lines: list[Caption] = []
+    group: list[Caption] = []
+
+    def close() -> None:
+        if group:
+            text = " ".join(" ".join(c.text.split()) for c in group if c.text.strip())
+            words = tuple(w for c in group for w in c.words) if all(c.words for c in group) else ()
+            first = group[0]
+            lines.append(Caption(first.start_s, max(c.end_s for c in group), text, first.stream,
+                                 group[-1].language or first.language, words))
+            group.clear()
+
+    for caption in captions_from_updates(captions):
+        if not caption.text.strip():
+            continue
+        if group:
+            last = group[-1]
+            width = sum(len(c.text.strip()) + 1 for c in group) + len(caption.text.strip())
+            if (caption.stream != last.stream or _SENTENCE_END.search(last.text.strip())
+                    or caption.start_s - last.end_s >= pause_s or width > max_chars):
+                close()
+        group.append(caption)
+    close()
+    return lines
 
 
 def _to_ms(seconds: float) -> int:
@@ -116,10 +163,39 @@ def _vtt_escape(line: str) -> str:
 
 
 def _cue_times_ms(caption: Caption) -> tuple[int, int]:
-    start_ms = _to_ms(caption.start_s)
+    words = getattr(caption, "words", ())
+    if words:  # measured word times: the cue shows from its first word to the end of its last
+        start_ms, end_ms = _to_ms(words[0][1]), _to_ms(max(w[2] for w in words))
+    else:
+        start_ms, end_ms = _to_ms(caption.start_s), _to_ms(caption.end_s)
     # Parsers drop a cue whose end is not after its start; give such a cue 1 ms.
-    end_ms = max(_to_ms(caption.end_s), start_ms + 1)
-    return start_ms, end_ms
+    return start_ms, max(end_ms, start_ms + 1)
+
+
+def _vtt_word_line(caption: Caption, start_ms: int, end_ms: int) -> str | None:
+    """The cue text with a WebVTT timestamp tag (``<00:00:01.200>``) before each word after the
+    first, where the word starts (karaoke-style: a player shows each word from its time on);
+    ``None`` when the words do not spell the caption's text (then the text is written plain).
+    A tag must lie strictly inside the cue and after the previous one; a word whose time does
+    not is written without one (it shows with the word before)."""
+    text = " ".join(caption.text.split())
+    parts: list[str] = []
+    at = 0
+    last_ms = start_ms
+    for n, (word, word_start_s, _) in enumerate(caption.words):
+        word = "".join(word.split())
+        space = text.startswith(" ", at)  # a hyphenated word's parts follow without a space
+        at += space
+        if not word or not text.startswith(word, at):
+            return None
+        at += len(word)
+        at_ms = _to_ms(word_start_s)
+        tag = ""
+        if n and last_ms < at_ms < end_ms:
+            tag = f"<{format_timestamp(at_ms / 1000)}>"
+            last_ms = at_ms
+        parts.append((" " if space and parts else "") + tag + _vtt_escape(_ARROW.sub("->", word)))
+    return "".join(parts) if at == len(text) else None
 
 
 def _label_streams(captions: list[Caption], label_streams: bool | None) -> bool:
@@ -160,10 +236,13 @@ def _vtt_cue(caption: Caption, label: bool) -> str:
     lines = [_vtt_escape(line) for line in cue_lines(caption.text)]
     if not lines:
         return ""
+    start_ms, end_ms = _cue_times_ms(caption)
+    timed = _vtt_word_line(caption, start_ms, end_ms) if getattr(caption, "words", ()) else None
+    if timed is not None:
+        lines = [timed]
     if label and caption.stream:
         voice = " ".join(_vtt_escape(caption.stream).split())
         lines[0] = f"<v {voice}>{lines[0]}"
-    start_ms, end_ms = _cue_times_ms(caption)
     timing = f"{format_timestamp(start_ms / 1000)} --> {format_timestamp(end_ms / 1000)}"
     return "\n".join([timing, *lines]) + "\n"
 

@@ -382,6 +382,26 @@ def _common_prefix(a: list[Word], b: list[Word]) -> int:
     return n
 
 
+def _word_times(words: list[Word]) -> tuple[tuple[str, float, float], ...]:
+    """Per-word ``(text, start_s, end_s)`` for a caption, only where every word's time was
+    measured (``attend_s`` set: the alignment heads' DTW, see
+    :func:`captioner.engine.wordtiming.words_with_times`). Times spread over a decoder segment
+    by character count are the policy's bookkeeping, not measurements: none are given then."""
+    if not words or any(w.attend_s is None for w in words):
+        return ()
+    out = []
+    last_s = words[0].start_s
+    for w in words:
+        text = w.text.strip()
+        if not text:
+            continue
+        start_s = max(w.start_s, last_s)  # DTW rows are monotonic; keep it so across a split word
+        end_s = max(w.end_s, start_s)
+        out.append((text, start_s, end_s))
+        last_s = end_s
+    return tuple(out)
+
+
 class _Emitter:
     def __init__(self, policy: LocalAgreementPolicy, audio_s: float, wall_s: float, out: list) -> None:
         self.policy = policy
@@ -405,6 +425,7 @@ class _Emitter:
             emitted_wall_s=self.wall_s,
             segment=s.segment,
             language=s.language,
+            words=_word_times(words),
         )
 
     def final(self, words: list[Word]) -> None:
