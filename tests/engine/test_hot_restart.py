@@ -162,8 +162,8 @@ _PARENT = textwrap.dedent("""
     pipeline = Pipeline([FileSource(path, stream="talk", realtime=True)], isolation="process",
                         recognizer_factory=ScriptFactory("talk", words))
     pipeline.start()
-    print(" ".join(str(p) for p in pipeline.captioner.host_pids), flush=True)
-    try:
+    try:  # entered before the pids are printed: the test's SIGINT may follow at once
+        print(" ".join(str(p) for p in pipeline.captioner.host_pids), flush=True)
         time.sleep(120)
     except KeyboardInterrupt:
         pipeline.stop()
@@ -238,10 +238,11 @@ def _tiny_run(path: Path, isolation: str, device: str = "cpu"):
 def test_a_failed_model_step_costs_no_word_against_a_fault_free_run(speech_clips, tmp_path, monkeypatch, isolation):
     path = _recording(speech_clips, tmp_path)
     monkeypatch.delenv(FAULT_ENV, raising=False)
-    _, clean, _ = _tiny_run(path, isolation)
+    clean_pipeline, clean, _ = _tiny_run(path, isolation)
+    assert clean_pipeline.worker_restarts == 0
     monkeypatch.setenv(FAULT_ENV, "step:9")  # inside the second recording, after words were committed
     pipeline, faulted, notices = _tiny_run(path, isolation)
-    assert pipeline.worker_restarts == 1 and "restarted" in notices[0]
+    assert pipeline.worker_restarts == 1 and "restarted" in notices[0], notices
     reference = _committed(clean)
     assert len(reference) > 50 and "sorrow" in reference
     assert _committed(faulted) == reference

@@ -47,9 +47,9 @@ REPLAY_S = 30.0
 (a checkpoint) loses, at a restart, what it showed but had not committed before this."""
 HEARTBEAT_TIMEOUT_S = 10.0
 """A GPU host not heard from for this long is hung (its model steps take milliseconds)."""
-CPU_HEARTBEAT_TIMEOUT_S = 30.0
+CPU_HEARTBEAT_TIMEOUT_S = 60.0
 """The same for a CPU host in a process: one step of tiny.en took 4.5 s on a 2-core machine
-under load."""
+under load (and a CPU process cannot be poisoned, only slow)."""
 LOAD_TIMEOUT_S = 300.0
 MAX_FAILURES = 3
 FAILURE_WINDOW_S = 60.0
@@ -262,6 +262,7 @@ class SupervisedCaptioner:
         self._last_restart_s: float | None = None
         self._last_note = ""
         self._closed = False
+        self._failed_hosts: list = []  # killed at their failure, waited for at close
         self._standby: ProcessHost | None = None
         self._host = self._start_host(spec, isolation)
         self._spec = replace(spec, device=self._info.backend_name)  # "auto" means what it chose
@@ -412,6 +413,9 @@ class SupervisedCaptioner:
             if self._standby is not None:
                 self._standby.stop()
                 self._standby = None
+            for host in self._failed_hosts:
+                host.reap(5.0)
+            self._failed_hosts = []
         return updates
 
     # -- the host's messages -------------------------------------------------------------------------
@@ -477,7 +481,8 @@ class SupervisedCaptioner:
         while self._failures and self._failures[0] < t0 - self._failure_window_s:
             self._failures.popleft()
         self.restarts += 1
-        self._host.stop()
+        self._host.stop(wait=False)  # the next host need not wait for the failed one to be gone
+        self._failed_hosts.append(self._host)
         on_gpu = self._info.backend_name != "cpu"
         if len(self._failures) >= self._max_failures and not on_gpu:
             raise RuntimeError(f"the captioning worker failed {len(self._failures)} times within "

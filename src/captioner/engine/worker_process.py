@@ -320,13 +320,16 @@ class InlineHost:
             self._fail(error)
             return []
 
-    def stop(self) -> None:
+    def stop(self, wait: bool = True) -> None:
         """Drop the captioner. A failed one is not closed (that would run model work on it);
         only its language-check thread is stopped, which LiveCaptioner.close would do."""
         core, self.core = self.core, None
         check = getattr(core.live, "_language_check", None) if core is not None else None
         if check is not None:
             check.close(timeout_s=1.0)
+
+    def reap(self, timeout_s: float) -> None:
+        pass
 
 
 # -- in a child process ----------------------------------------------------------------------------
@@ -570,20 +573,34 @@ class ProcessHost:
             time.sleep(0.01)
         return out
 
-    def stop(self) -> None:
-        """Ends the child (killed if it does not exit at once) and joins both threads."""
+    def stop(self, wait: bool = True) -> None:
+        """Ends the child (killed if it does not exit at once) and joins both threads. With
+        ``wait`` false (a failed child, at a restart) the kill is sent and the rest — a poisoned
+        CUDA context can take a while to tear down — is left to :meth:`reap`."""
+        self._outgoing.put(None)
+        if self.process is not None and self.process.poll() is None:
+            if self._closed.is_set():
+                self._wait_exit(0.5)
+            if self.process.poll() is None:
+                self.process.kill()
+        if wait:
+            self.reap(5.0)
+
+    def reap(self, timeout_s: float) -> None:
+        """Waits for the child to be gone and for both threads to end."""
+        self._wait_exit(timeout_s)
+        if getattr(self, "_writer", None) is not None:
+            self._writer.join(timeout_s)
+            self._reader.join(timeout_s)
+
+    def _wait_exit(self, timeout_s: float) -> None:
         import subprocess
 
-        self._outgoing.put(None)
         if self.process is not None:
             try:
-                self.process.wait(0.5 if self._closed.is_set() else 0.001)
+                self.process.wait(timeout_s)
             except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
-        if getattr(self, "_writer", None) is not None:
-            self._writer.join(2)
-            self._reader.join(2)
+                pass
 
 
 if __name__ == "__main__":
