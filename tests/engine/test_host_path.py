@@ -85,3 +85,27 @@ def test_a_streams_level_is_that_of_its_newest_block():
     live.step()
     assert live.status().input_levels_dbfs == (round(20 * math.log10(0.1), 1),)
     live.close()
+
+
+def test_pushes_longer_than_the_floor_window_decide_as_voice_activity():
+    """A push of more frames than the noise floor's window (after a stall, or a rebuilt ring)
+    takes the frame-by-frame path of the floor: the same decisions as
+    :class:`~captioner.engine.vad.VoiceActivity`."""
+    from captioner.engine.vad import VoiceActivity
+
+    config = VadConfig()
+    rng = np.random.default_rng(4)
+    n_rows = 5
+    bank = VadBank(config)
+    rows = [bank.acquire() for _ in range(n_rows)]
+    singles = [VoiceActivity(config) for _ in range(n_rows)]
+    for size in (3, config.floor_window_frames + 50, 10, 2 * config.floor_window_frames + 7, 1):
+        # Loud bursts over a falling floor: the evicted minimum must be found again.
+        energy = rng.normal(-70.0, 3.0, (n_rows, size)) - np.linspace(0, 10, size)
+        energy[:, rng.random(size) < 0.2] = -20.0
+        got = bank.push(rows, energy)
+        for k in range(n_rows):
+            assert np.array_equal(got[k], singles[k].push(energy[k]))
+            assert bank.floor_db[rows[k]] == singles[k].floor_db
+            assert bank.silence_frames(rows[k]) == singles[k].silence_frames()
+            assert bank.voiced_frames[rows[k]] == singles[k].voiced_frames

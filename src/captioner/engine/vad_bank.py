@@ -114,36 +114,27 @@ class VadBank:
         hang = self._hang[rows]
         floor = self.floor_db[rows]
         smooth = cfg.smooth_frames
-        window = cfg.floor_window_frames
-        line = np.arange(rows.size)
-        # The floor is the minimum of the window of levels. Kept running: a new level can only
-        # lower it, and only a row whose evicted level was its minimum needs the window scanned
-        # again (the same minimum, exactly: a min is not rounded); scanning every row's window
-        # on every frame was most of this method's time.
-        low = levels.min(axis=1)
+        # What needs no frame-by-frame state is worked out for all frames of the push at once.
+        # The smoothed level of frame i: the mean of the last `smooth` energies, summed oldest
+        # first as Python's sum() over the deque adds them (same additions, same order: the
+        # same float64 result); a young row's empty places are zeros on the left, adding nothing.
+        ext = np.concatenate([recent, energy], axis=1)  # [B, smooth + n]
+        total = ext[:, 1:1 + n].copy()
+        for k in range(1, smooth):
+            total += ext[:, 1 + k:1 + k + n]
+        index = seen[:, None] + np.arange(n)  # [B, n] frame numbers
+        smoothed = total / np.minimum(index + 1, smooth)
+        recent = ext[:, -smooth:]
+        floors = _floors(levels, index, smoothed)
+        voiced_all = (energy >= floors + cfg.threshold_db) & (energy >= cfg.min_level_db)
+        voiced_count = voiced_count + voiced_all.sum(axis=1)
+        last_in_push = n - 1 - np.argmax(voiced_all[:, ::-1], axis=1)
+        last_voiced = np.where(voiced_all.any(axis=1), seen + last_in_push, last_voiced)
+        floor = floors[:, -1]
+        # Onset and hangover carry state from frame to frame: a short loop of array steps.
         for i in range(n):
-            e = energy[:, i]
-            index = seen + i
-            recent[:, :-1] = recent[:, 1:]
-            recent[:, -1] = e
-            # Oldest first, as Python's sum() over the deque adds them; the empty places of a
-            # young row are zeros on the left, which add nothing.
-            total = recent[:, 0].copy()
-            for k in range(1, smooth):
-                total += recent[:, k]
-            smoothed = total / np.minimum(index + 1, smooth)
-            column = index % window
-            evicted = levels[line, column]
-            levels[line, column] = smoothed
-            rescan = np.nonzero((evicted <= low) | np.isnan(low))[0]
-            low = np.minimum(low, smoothed)
-            if rescan.size:
-                low[rescan] = levels[rescan].min(axis=1)
-            floor = low
-            voiced = (e >= floor + cfg.threshold_db) & (e >= cfg.min_level_db)
+            voiced = voiced_all[:, i]
             run = np.where(voiced, run + 1, 0)
-            last_voiced = np.where(voiced, index, last_voiced)
-            voiced_count = voiced_count + voiced
             onset = run >= cfg.onset_frames
             newly = onset & ~speaking
             for back in range(1, cfg.onset_frames):
@@ -163,3 +154,39 @@ class VadBank:
         self._hang[rows] = hang
         self.floor_db[rows] = floor
         return flags
+
+
+def _floors(levels: np.ndarray, index: np.ndarray, smoothed: np.ndarray) -> np.ndarray:
+    """The noise floor after each frame of a push, ``[B, n]``: the minimum of the row's window
+    of smoothed levels once frame ``index[:, i]`` wrote ``smoothed[:, i]`` into it (column
+    ``index % window`` of ``levels``, which is updated in place). A minimum is exact, so
+    this equals scanning the window after every frame.
+
+    When the push is no longer than the window, the window after frame ``i`` holds the older
+    levels from age ``i + 1`` on and the push's levels ``0..i``: a suffix minimum of the former
+    and a running minimum of the latter, for all frames at once. Longer pushes go frame by
+    frame, rescanning only rows whose evicted level was their minimum."""
+    rows, n = smoothed.shape
+    window = levels.shape[1]
+    line = np.arange(rows)[:, None]
+    if n <= window:
+        # The window before the push, oldest first (never-written places are +inf).
+        history = levels[line, (index[:, :1] - window + np.arange(window)) % window]
+        suffix = np.minimum.accumulate(history[:, ::-1], axis=1)[:, ::-1]  # suffix[:, j] = min(history[:, j:])
+        suffix = np.concatenate([suffix, np.full((rows, 1), np.inf)], axis=1)
+        floors = np.minimum(suffix[:, 1:n + 1], np.minimum.accumulate(smoothed, axis=1))
+        levels[line, index % window] = smoothed
+        return floors
+    floors = np.empty_like(smoothed)
+    low = levels.min(axis=1)
+    flat = line[:, 0]
+    for i in range(n):
+        column = index[:, i] % window
+        evicted = levels[flat, column]
+        levels[flat, column] = smoothed[:, i]
+        rescan = np.nonzero((evicted <= low) | np.isnan(low))[0]
+        low = np.minimum(low, smoothed[:, i])
+        if rescan.size:
+            low[rescan] = levels[rescan].min(axis=1)
+        floors[:, i] = low
+    return floors
