@@ -162,21 +162,26 @@ def _floors(levels: np.ndarray, index: np.ndarray, smoothed: np.ndarray) -> np.n
     ``index % window`` of ``levels``, which is updated in place). A minimum is exact, so
     this equals scanning the window after every frame.
 
-    When the push is no longer than the window, the window after frame ``i`` holds the older
-    levels from age ``i + 1`` on and the push's levels ``0..i``: a suffix minimum of the former
-    and a running minimum of the latter, for all frames at once. Longer pushes go frame by
-    frame, rescanning only rows whose evicted level was their minimum."""
+    When the push is no longer than the window, frame ``i`` has evicted the ``i + 1`` oldest
+    levels; the window then holds the levels that no frame of this push evicts (one
+    minimum), the older levels from age ``i + 1`` on (a suffix minimum over ``n`` of them) and
+    the push's levels ``0..i`` (a running minimum): all frames at once, with one scan of the
+    window. Longer pushes go frame by frame, rescanning only rows whose evicted level was their
+    minimum."""
     rows, n = smoothed.shape
     window = levels.shape[1]
     line = np.arange(rows)[:, None]
     if n <= window:
-        # The window before the push, oldest first (never-written places are +inf).
-        history = levels[line, (index[:, :1] - window + np.arange(window)) % window]
-        suffix = np.minimum.accumulate(history[:, ::-1], axis=1)[:, ::-1]  # suffix[:, j] = min(history[:, j:])
-        suffix = np.concatenate([suffix, np.full((rows, 1), np.inf)], axis=1)
-        floors = np.minimum(suffix[:, 1:n + 1], np.minimum.accumulate(smoothed, axis=1))
-        levels[line, index % window] = smoothed
-        return floors
+        columns = index % window  # the push's columns: the n oldest levels, oldest first
+        oldest = levels[line, columns]
+        levels[line, columns] = np.inf
+        kept = levels.min(axis=1)  # what no frame of this push evicts
+        levels[line, columns] = smoothed
+        suffix = np.empty((rows, n))  # suffix[:, i] = min(oldest[:, i + 1:]), +inf past the end
+        suffix[:, n - 1] = np.inf
+        if n > 1:
+            suffix[:, :n - 1] = np.minimum.accumulate(oldest[:, :0:-1], axis=1)[:, ::-1]
+        return np.minimum(np.minimum(kept[:, None], suffix), np.minimum.accumulate(smoothed, axis=1))
     floors = np.empty_like(smoothed)
     low = levels.min(axis=1)
     flat = line[:, 0]
