@@ -143,7 +143,12 @@ def _without(update: CaptionUpdate, words: list[str], n: int) -> CaptionUpdate |
     if not rest:
         return None
     start_s = update.start_s + (update.end_s - update.start_s) * n / max(1, len(words))
-    return replace(update, text=" ".join(rest), start_s=start_s if rest else update.end_s)
+    if len(update.words) == len(words):  # measured word times, one per word of the text
+        timed = update.words[n:]
+        start_s = timed[0][1]
+    else:
+        timed = tuple(w for w in update.words if w[1] >= start_s)
+    return replace(update, text=" ".join(rest), start_s=start_s, words=timed)
 
 
 class SupervisedStream:

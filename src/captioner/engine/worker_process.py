@@ -228,7 +228,8 @@ class HostCore:
             # This engine's stream clock started at the supervisor's ``base_sample``.
             shifted.append(replace(u, start_s=u.start_s + base_s, end_s=u.end_s + base_s,
                                    emitted_audio_s=u.emitted_audio_s + base_s,
-                                   emitted_wall_s=u.emitted_wall_s + base_s, segment=u.segment + segment_base))
+                                   emitted_wall_s=u.emitted_wall_s + base_s, segment=u.segment + segment_base,
+                                   words=tuple((w, a + base_s, b + base_s) for w, a, b in u.words)))
         return [("updates", shifted)]
 
     def _checkpoints(self) -> list[tuple]:
