@@ -374,3 +374,24 @@ def test_sentence_lines_end_at_sentence_ends_and_pauses_and_keep_every_word():
     # Word times are kept where every chunk has them.
     merged = sentence_lines(TIMED[:2], pause_s=0.5)
     assert len(merged) == 1 and len(merged[0].words) == 9
+
+
+def test_sentence_lines_from_word_times_do_not_depend_on_where_commits_fell():
+    words = [("And", 0.0, 0.3), ("so", 0.3, 0.6), ("my", 0.7, 0.9), ("fellow-", 0.9, 1.2), ("Americans,", 1.2, 1.8),
+             ("ask", 2.6, 2.9), ("not.", 2.9, 3.2), ("What", 3.3, 3.5), ("your", 3.5, 3.7)]
+
+    def chunked(cuts):
+        out, at = [], 0
+        for cut in [*cuts, len(words)]:
+            piece = words[at:cut]
+            text = "".join((" " if k and not piece[k - 1][0].endswith("-") else "") + w for k, (w, _, _) in enumerate(piece))
+            out.append(Caption(piece[0][1], piece[-1][2], text, "a", words=tuple(piece)))
+            at = cut
+        return out
+
+    one_way = sentence_lines(chunked([2, 6]), pause_s=0.5)
+    other_way = sentence_lines(chunked([1, 4, 8]), pause_s=0.5)
+    assert one_way == other_way
+    # A line ends at the 0.8 s pause after "Americans," and after "not.".
+    assert [c.text for c in one_way] == ["And so my fellow-Americans,", "ask not.", "What your"]
+    assert [w[0] for w in one_way[0].words] == ["And", "so", "my", "fellow-", "Americans,"]

@@ -85,36 +85,70 @@ MAX_LINE_CHARS = 160
 file is read line by line); it only ever ends between committed captions."""
 
 
+def _spelled(caption: Caption) -> list[tuple[str, str, float, float]] | None:
+    """``(separator, word, start_s, end_s)`` per word of ``caption``, the separators (" " or "",
+    after a hyphen) such that joining them gives the caption's text with its runs of white
+    space made one; ``None`` when it has no words or they do not spell its text."""
+    if not caption.words:
+        return None
+    text = " ".join(caption.text.split())
+    out = []
+    at = 0
+    for word, start_s, end_s in caption.words:
+        word = "".join(word.split())
+        space = text.startswith(" ", at)
+        at += space
+        if not word or not text.startswith(word, at):
+            return None
+        at += len(word)
+        out.append((" " if space and out else "", word, float(start_s), float(end_s)))
+    return out if at == len(text) else None
+
+
 def sentence_lines(captions: Iterable[Any], pause_s: float, *, max_chars: int = MAX_LINE_CHARS) -> list[Caption]:
     """Captions regrouped into lines that end at a sentence end (``.?!``) or a pause: a line
-    takes the captions that follow one another in the same stream until one ends a sentence,
-    the next starts ``pause_s`` or more after it ends, or the line would pass ``max_chars``.
+    takes what follows in the same stream until a piece ends a sentence, the next piece starts
+    ``pause_s`` or more after it ends, or the line would pass ``max_chars``. A piece is a word
+    where the captions carry measured word times (so the lines do not depend on where commits
+    happened to fall), else a whole caption.
 
-    Only the grouping changes: every caption's text is kept, in order, and a line's times span
-    its captions (its ``words`` are theirs, where all of them have words). Depends only on the
-    captions, so the same captions give the same lines on every run."""
+    Only the grouping changes: every word is kept, in order, and a line's times span its pieces
+    (its ``words`` are theirs, where every piece has a time of its own). Depends only on the
+    captions' words and times, so the same words give the same lines on every run."""
+    # Pieces: (separator, text, start_s, end_s, stream, language, timed).
+    pieces = []
+    for caption in captions_from_updates(captions):
+        text = " ".join(caption.text.split())
+        if not text:
+            continue
+        spelled = _spelled(caption)
+        if spelled is None:
+            pieces.append((" ", text, caption.start_s, caption.end_s, caption.stream, caption.language, False))
+        else:
+            for n, (sep, word, start_s, end_s) in enumerate(spelled):
+                if not n:  # a compound split between two commits ("fellow-" | "Americans") stays one
+                    joined = pieces and pieces[-1][6] and pieces[-1][4] == caption.stream and pieces[-1][1].endswith("-")
+                    sep = "" if joined else " "
+                pieces.append((sep, word, start_s, end_s, caption.stream, caption.language, True))
     lines: list[Caption] = []
-    group: list[Caption] = []
+    group: list = []
 
     def close() -> None:
         if group:
-            text = " ".join(" ".join(c.text.split()) for c in group if c.text.strip())
-            words = tuple(w for c in group for w in c.words) if all(c.words for c in group) else ()
-            first = group[0]
-            lines.append(Caption(first.start_s, max(c.end_s for c in group), text, first.stream,
-                                 group[-1].language or first.language, words))
+            text = "".join(p[0] + p[1] for p in group).strip()
+            words = tuple((p[1], p[2], p[3]) for p in group) if all(p[6] for p in group) else ()
+            lines.append(Caption(group[0][2], max(p[3] for p in group), text, group[0][4],
+                                 group[-1][5] or group[0][5], words))
             group.clear()
 
-    for caption in captions_from_updates(captions):
-        if not caption.text.strip():
-            continue
+    for piece in pieces:
         if group:
             last = group[-1]
-            width = sum(len(c.text.strip()) + 1 for c in group) + len(caption.text.strip())
-            if (caption.stream != last.stream or _SENTENCE_END.search(last.text.strip())
-                    or caption.start_s - last.end_s >= pause_s or width > max_chars):
+            width = sum(len(p[0]) + len(p[1]) for p in group) + len(piece[0]) + len(piece[1])
+            if (piece[4] != last[4] or _SENTENCE_END.search(last[1])
+                    or piece[2] - last[3] >= pause_s or (width > max_chars and piece[0])):
                 close()
-        group.append(caption)
+        group.append(piece)
     close()
     return lines
 
@@ -178,24 +212,19 @@ def _vtt_word_line(caption: Caption, start_ms: int, end_ms: int) -> str | None:
     ``None`` when the words do not spell the caption's text (then the text is written plain).
     A tag must lie strictly inside the cue and after the previous one; a word whose time does
     not is written without one (it shows with the word before)."""
-    text = " ".join(caption.text.split())
+    spelled = _spelled(caption)
+    if spelled is None:
+        return None
     parts: list[str] = []
-    at = 0
     last_ms = start_ms
-    for n, (word, word_start_s, _) in enumerate(caption.words):
-        word = "".join(word.split())
-        space = text.startswith(" ", at)  # a hyphenated word's parts follow without a space
-        at += space
-        if not word or not text.startswith(word, at):
-            return None
-        at += len(word)
+    for n, (sep, word, word_start_s, _) in enumerate(spelled):
         at_ms = _to_ms(word_start_s)
         tag = ""
         if n and last_ms < at_ms < end_ms:
             tag = f"<{format_timestamp(at_ms / 1000)}>"
             last_ms = at_ms
-        parts.append((" " if space and parts else "") + tag + _vtt_escape(_ARROW.sub("->", word)))
-    return "".join(parts) if at == len(text) else None
+        parts.append(sep + tag + _vtt_escape(_ARROW.sub("->", word)))
+    return "".join(parts)
 
 
 def _label_streams(captions: list[Caption], label_streams: bool | None) -> bool:

@@ -146,7 +146,9 @@ class _FileOutput:
         from captioner.formats import CaptionStreamWriter
 
         self.path = path
+        self.fmt = fmt
         self.captions_kept = 0
+        self.finals: list = []  # every committed caption, for the file's final lines (finish)
         try:
             self.file = _CueFile(path)
         except OSError as error:  # no permission, a missing folder: as the offline path says it
@@ -163,7 +165,25 @@ class _FileOutput:
             self.writer.write(updates)
         except OSError as error:
             raise self._failed(error) from None
-        self.captions_kept += sum(1 for c in captions_from_updates(updates) if c.text.strip())
+        finals = [c for c in captions_from_updates(updates) if c.text.strip()]
+        self.finals.extend(finals)
+        self.captions_kept += len(finals)
+
+    def finish(self) -> None:
+        """At the end of the run: the file, which holds each caption since it was committed,
+        is replaced whole (a new file renamed over it) by the same captions in sentence-shaped
+        lines (:func:`captioner.app.file_lines.file_lines`). A failure leaves the file
+        as written, nothing lost; it is said on one line."""
+        if not self.file.regular or not self.finals or self.fmt == "jsonl":
+            return
+        from captioner.app.file_lines import file_lines
+        from captioner.formats import render, write_file_atomically
+
+        try:
+            write_file_atomically(self.path, render(file_lines(self.finals, self.fmt), self.fmt, label_streams=False))
+        except OSError as error:
+            self.note(f"captioner: {self.path} keeps its lines as committed (regrouping them failed: "
+                      f"{error.strerror or error})")
 
     def note(self, text: str) -> None:
         print(text, file=sys.stderr, flush=True)
@@ -182,6 +202,14 @@ class _FileOutput:
 
     def close(self) -> None:
         self.file.close()
+
+
+def _finish(output) -> None:
+    """Sentence-shaped lines in an ``-o`` file once the run is over (stdout keeps the lines as
+    they were committed: it cannot be rewritten; so does a run cut short by Ctrl-C, whose file
+    a reader may be following)."""
+    if isinstance(output, _FileOutput):
+        output.finish()
 
 
 def _open_output(args):
@@ -246,6 +274,8 @@ def run_realtime(args) -> int:
         emit(pipeline.drain_captions())
     finally:
         output.close()
+    if not interrupted:
+        _finish(output)
     if pipeline.failure is not None:
         raise UserError(pipeline.failure)
     return INTERRUPTED_EXIT if interrupted else 0
@@ -298,6 +328,8 @@ def _run_simulated(args) -> int:
     finally:
         if "output" in opened:
             opened["output"].close()
+    if "output" in opened and not interrupted:
+        _finish(opened["output"])
     if result is not None:
         busy_s = sum(result.step_s)
         print(f"captioner: simulated clock: {result.audio_s:.1f} s of audio, {result.steps} model steps, "

@@ -19,6 +19,7 @@ from captioner.app.commands.languages import (
     notice_line,
 )
 from captioner.app.commands.policy_option import add_policy_argument
+from captioner.app.file_lines import file_lines
 from captioner.errors import UserError
 from captioner.formats import FORMATS, write_captions
 
@@ -144,7 +145,7 @@ def _run_offline(args, fmt: str) -> int:
     if result.info.language_notice is not None:  # an English-only model heard another language
         print(notice_line(result.info.language_notice), file=sys.stderr, flush=True)
     stream = Path(args.file).stem
-    captions = result.captions(stream)
+    captions = file_lines(result.captions(stream), fmt)  # sentence-shaped lines
     if args.output:
         try:  # a new file renamed into place: a failure leaves no 0-byte or half-written file
             write_captions(captions, args.output, fmt, label_streams=False)

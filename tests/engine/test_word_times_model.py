@@ -1,0 +1,81 @@
+"""Word-level times from AlignAtt with the real tiny.en model on the CPU (slow, issue 14):
+each committed caption carries its words' times, inside the caption and the audio and rising;
+the transcript files carry them (SRT/WebVTT that parse); two replays on a simulated clock give
+the same sentence-shaped lines; LocalAgreement, which has no measured word times, gives none."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import srt
+import webvtt
+
+from captioner.app.file_lines import file_lines
+from captioner.audio.file_source import read_audio_16k
+from captioner.engine.core import EngineConfig
+from captioner.engine.live import LiveCaptioner, load_recognizer
+from captioner.engine.policy import PolicyConfig
+from captioner.engine.simulate import replay
+from captioner.formats import captions_from_updates, render
+
+pytestmark = pytest.mark.slow
+
+CLIPS = ["en_jfk_inaugural_excerpt", "en_ami_ES2011a_hs0_40-46s"]
+
+
+@pytest.fixture(scope="module")
+def cpu_model():
+    return load_recognizer("tiny.en", "cpu")
+
+
+def _finals(cpu_model, audio, kind="alignatt"):
+    backend, recognizer = cpu_model
+    config = EngineConfig(policy=PolicyConfig(kind=kind))
+    result = replay(lambda clock, timer: LiveCaptioner(recognizer=recognizer, backend=backend, config=config,
+                                                       clock_ns=clock, timer_ns=timer),
+                    {"s": audio}, compute=0.3)
+    return [u for u in result.updates if u.kind == "final"]
+
+
+@pytest.mark.parametrize("clip", CLIPS)
+def test_alignatt_word_times_are_inside_the_caption_and_rising(cpu_model, speech_clips, clip):
+    audio = read_audio_16k(speech_clips[clip].wav)
+    duration_s = len(audio) / 16_000
+    finals = _finals(cpu_model, audio)
+    assert finals
+    starts = []
+    for u in finals:
+        assert u.words, u  # every AlignAtt caption of real speech has measured word times
+        assert " ".join(w for w, _, _ in u.words).replace("- ", "-").split() == u.text.split()
+        for _, start_s, end_s in u.words:
+            assert u.start_s - 1e-6 <= start_s <= end_s <= u.end_s + 1e-6
+            assert 0.0 <= start_s and end_s <= duration_s + 0.02
+        starts.extend(start_s for _, start_s, _ in u.words)
+    assert starts == sorted(starts)  # across captions too: the words come in the audio's order
+    assert len(set(starts)) > len(starts) // 2  # and they are spread over it, not one time
+
+    # The files carry them: SRT and WebVTT parse, the VTT cues hold a timestamp per later word.
+    captions = file_lines(captions_from_updates(finals), "vtt")
+    cues = list(webvtt.from_buffer(io.StringIO(render(captions, "vtt"))))
+    assert len(cues) == len(captions) and any("<00:" in c.raw_text for c in cues)
+    subs = list(srt.parse(render(file_lines(captions_from_updates(finals), "srt"), "srt"), ignore_errors=False))
+    assert subs[0].start.total_seconds() == pytest.approx(finals[0].words[0][1], abs=0.001)
+    assert " ".join(s.content for s in subs).split() == " ".join(u.text for u in finals).split()
+
+
+def test_two_simulated_replays_give_the_same_lines(cpu_model, speech_clips):
+    audio = read_audio_16k(speech_clips[CLIPS[0]].wav)
+    runs = []
+    for _ in range(2):
+        lines = file_lines(captions_from_updates(_finals(cpu_model, audio)), "srt")
+        runs.append(render(lines, "srt"))
+    assert runs[0] == runs[1]
+    # Lines end at a sentence end or a pause, never in the middle of JFK's first sentence.
+    first = runs[0].split("\n\n")[0].splitlines()[2]
+    assert first.lower().startswith("and so my fellow americans"), runs[0]
+
+
+def test_localagreement_invents_no_word_times(cpu_model, speech_clips):
+    finals = _finals(cpu_model, read_audio_16k(speech_clips[CLIPS[0]].wav), kind="localagreement")
+    assert finals and all(u.words == () for u in finals)
