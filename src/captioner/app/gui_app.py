@@ -36,6 +36,27 @@ def unique_streams(choices: tuple[SourceChoice, ...]) -> list[tuple[SourceChoice
     return list(zip(choices, unique_labels(c.stream for c in choices)))
 
 
+def engine_config(policy: str) -> Any:
+    """The local engine's configuration for a session: its defaults, the policy chosen in the
+    window (``"auto"``: the one measured better on the engine's device)."""
+    from captioner.engine.core import EngineConfig
+    from captioner.engine.policy import PolicyConfig
+
+    return EngineConfig(policy=PolicyConfig(kind=policy or "auto"))
+
+
+def _takes_config(factory: Any) -> bool:
+    """Whether the pipeline factory names a ``config`` parameter (the engine's Pipeline does; a
+    stand-in that takes ``**kwargs`` and passes them on to one that does not, is not given it)."""
+    import inspect
+
+    try:
+        parameters = inspect.signature(factory).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return any(p.name == "config" for p in parameters)
+
+
 def open_sources(config: RunConfig) -> list[Any]:
     """The audio sources of a run (opened, not started); raises UserError for a bad one."""
     from captioner.audio.file_source import FileSource
@@ -186,6 +207,9 @@ class LiveController:
             from captioner.engine.pipeline import Pipeline
 
             factory = Pipeline
+        options = {}
+        if not config.server and _takes_config(factory):
+            options["config"] = engine_config(config.policy)  # a server keeps its own policy
         return factory(
             sources,
             model=config.model,
@@ -194,6 +218,7 @@ class LiveController:
             device=self.device,
             transcript=transcript,
             progress=lambda message, fraction: self.view.session_progress(str(message), float(fraction)),
+            **options,
         )
 
     def _run_start(self, config: RunConfig) -> None:

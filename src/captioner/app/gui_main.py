@@ -73,6 +73,8 @@ def open_window(args: argparse.Namespace, pipeline_factory=None):
         window.controls.set_model(args.model)
     if args.language:
         window.controls.set_language(args.language)
+    if getattr(args, "policy", None):
+        window.controls.set_policy(args.policy)
     if getattr(args, "server", None):
         window.controls.set_server(args.server)
     if args.file:

@@ -3,7 +3,7 @@
 Committed text is appended and never rewritten; the partial texts (one per stream) live in a
 "tail" after the last committed character, which is deleted and written again on each update, so
 an update costs the size of the tail, not of the whole session. A paragraph starts whenever the
-stream or the segment changes; like a chat, the stream's name ("Me", "Meeting", a file's name)
+stream or the segment changes (a pause) or a sentence ends; like a chat, the stream's name ("Me", "Meeting", a file's name)
 stands on a line of its own above a run of paragraphs from that stream, once, not before every
 line. Long names and words wrap: nothing is cut off and there is no sideways scrolling.
 
@@ -13,6 +13,7 @@ scrolls back it stays where they put it until they scroll to the bottom again.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from PySide6.QtCore import Qt, Signal
@@ -41,6 +42,17 @@ class _Paragraph:
     stream: str
     segment: int
     text: str
+
+
+_SENTENCE_END = re.compile(r"[.?!\u3002\uff01\uff1f][\"'\u201d\u2019)\]]*$")
+
+
+def _continues(last: _Paragraph | None, stream: str, segment: int) -> bool:
+    """Whether text of ``stream``/``segment`` goes on the paragraph ``last``: a line ends where
+    the stream changes, at a pause (the segment moves on) or at a sentence end, so the view's
+    lines do not depend on where commits happened to fall."""
+    return (last is not None and last.stream == stream and last.segment == segment
+            and not _SENTENCE_END.search(last.text))
 
 
 class CaptionView(QTextEdit):
@@ -185,7 +197,7 @@ class CaptionView(QTextEdit):
             return
         cursor.movePosition(QTextCursor.MoveOperation.End)
         last = self._paragraphs[-1] if self._paragraphs else None
-        if last is not None and last.stream == update.stream and last.segment == update.segment:
+        if _continues(last, update.stream, update.segment):
             joiner = "" if not last.text or text[0] in ",.;:!?" else " "
             cursor.insertText(joiner + text, self._fmt_committed())
             last.text += joiner + text
@@ -220,7 +232,7 @@ class CaptionView(QTextEdit):
         first = True
         for stream, update in self._partials.items():
             text = " ".join(update.text.split())
-            inline = first and last is not None and last.stream == stream and last.segment == update.segment
+            inline = first and _continues(last, stream, update.segment)
             if inline:
                 cursor.insertText(" " + text, self._fmt_partial())
             else:

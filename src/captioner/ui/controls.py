@@ -28,7 +28,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from captioner.ui.run_config import LANGUAGES, RunConfig, SourceChoice
+from captioner.ui.run_config import LANGUAGES, POLICIES, RunConfig, SourceChoice
 from captioner.ui.source_list import SourceGroup, SourceList
 
 BUILTIN_MODELS = ("tiny.en", "base")
@@ -89,6 +89,13 @@ class ControlPanel(QWidget):
         for code, name in LANGUAGES:
             self.language_combo.addItem(f"{name} ({code})" if code != "auto" else name, code)
         self.translate_check = QCheckBox("Translate to English")
+        self.policy_combo = QComboBox()
+        self.policy_combo.setObjectName("policyCombo")
+        for code, name in POLICIES:
+            self.policy_combo.addItem(name, code)
+        self.policy_combo.setToolTip("When a word is final: LocalAgreement (two updates agree on it), AlignAtt "
+                                     "(the model's attention says it was heard whole; sooner), or Automatic "
+                                     "(the one measured better on this device)")
         # A `captioner serve` box to caption on instead of this machine (its model is the server's).
         self.server_edit = QLineEdit()
         self.server_edit.setObjectName("serverEdit")
@@ -99,6 +106,7 @@ class ControlPanel(QWidget):
         form.addRow("Model", self.model_combo)
         form.addRow("Language", self.language_combo)
         form.addRow("", self.translate_check)
+        form.addRow("Policy", self.policy_combo)
         form.addRow("Server", self.server_edit)
         self.model_combo.currentIndexChanged.connect(self._update_language_enabled)
 
@@ -241,6 +249,13 @@ class ControlPanel(QWidget):
     def translate(self) -> bool:
         return self.translate_check.isEnabled() and self.translate_check.isChecked()
 
+    def policy(self) -> str:
+        return self.policy_combo.currentData() or "auto"
+
+    def set_policy(self, name: str) -> None:
+        """Select policy ``name``; an unknown one (a hand-edited settings file) selects auto."""
+        self.policy_combo.setCurrentIndex(max(0, self.policy_combo.findData(name)))
+
     def server(self) -> str:
         return self.server_edit.text().strip()
 
@@ -256,6 +271,7 @@ class ControlPanel(QWidget):
             language=self.language(),
             translate=self.translate(),
             server=self.server(),
+            policy=self.policy(),
         )
 
     @property
@@ -266,7 +282,7 @@ class ControlPanel(QWidget):
         self._running = running
         self.start_button.setText("Stop" if running else "Start")
         for widget in (self.source_list, self.add_file_button, self.refresh_button, self.model_combo,
-                       self.language_combo, self.translate_check, self.server_edit):
+                       self.language_combo, self.translate_check, self.server_edit, self.policy_combo):
             widget.setEnabled(not running)
         if not running:
             self._update_language_enabled()

@@ -215,6 +215,7 @@ class MainWindow(QMainWindow):
         self.controls.set_model(s.model)
         self.controls.set_language(s.language)
         self.controls.translate_check.setChecked(s.translate)
+        self.controls.set_policy(s.policy)
         self.controls.set_server(s.server)
         self.controls.want_sources(s.sources)  # ticked once the device listing shows they exist
         if s.window_geometry:
@@ -237,6 +238,7 @@ class MainWindow(QMainWindow):
         s.model = self.controls.model()
         s.language = self.controls.language_combo.currentData()
         s.translate = self.controls.translate_check.isChecked()
+        s.policy = self.controls.policy()
         s.server = self.controls.server()
         if self.remember_sources:
             s.sources = self.controls.remembered_sources()

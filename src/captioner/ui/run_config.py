@@ -16,6 +16,10 @@ LANGUAGES = (
 )
 """The spoken languages offered (code, name); "auto" detects."""
 
+POLICIES = (("auto", "Automatic"), ("localagreement", "LocalAgreement"), ("alignatt", "AlignAtt"))
+"""The streaming commit policies offered (``--policy`` name, label); "auto" takes the one
+measured better on the engine's device (docs/latency.md)."""
+
 
 @dataclass(frozen=True)
 class SourceChoice:
@@ -41,10 +45,12 @@ class SourceChoice:
 @dataclass(frozen=True)
 class RunConfig:
     """One session: its sources (several at once), the model, the spoken language, translate;
-    ``server``: a `captioner serve` URL to caption on (``""``: this machine)."""
+    ``server``: a `captioner serve` URL to caption on (``""``: this machine); ``policy``: when a
+    word is final (a :data:`POLICIES` name; a server keeps its own)."""
 
     sources: tuple[SourceChoice, ...]
     model: str = "tiny.en"
     language: str = "auto"
     translate: bool = False
     server: str = ""
+    policy: str = "auto"

@@ -23,6 +23,7 @@ class AppSettings:
     model: str = "tiny.en"
     language: str = "auto"
     translate: bool = False
+    policy: str = "auto"  # the streaming commit policy (ui.run_config.POLICIES)
     server: str = ""  # a `captioner serve` URL ("": caption on this machine); the token is never stored
     sources: list[str] = field(default_factory=list)  # SourceChoice.key() of the checked sources
     dashboard_visible: bool = True

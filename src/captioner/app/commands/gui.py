@@ -9,6 +9,7 @@ import argparse
 import os
 from pathlib import Path
 
+from captioner.app.commands.policy_option import POLICY_CHOICES, POLICY_HELP
 from captioner.errors import UserError
 
 
@@ -19,6 +20,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="caption this audio file (played at real-time pace) instead of the microphone; "
                         "repeat for several streams at once")
     parser.add_argument("--language", help="spoken language code, or auto (multilingual models)")
+    parser.add_argument("--policy", choices=POLICY_CHOICES, help=POLICY_HELP.replace("; default", "") + " (remembered)")
     parser.add_argument("--trace", metavar="PATH", help="open a recorded run (captioner trace) in the dashboard")
     parser.add_argument("--compare", metavar="PATH", help="draw a second recorded run over --trace, dashed")
     parser.add_argument("--no-start", action="store_true", help="open the window without starting to caption")
