@@ -6,6 +6,7 @@ from captioner.engine.policy import (
     Hypothesis,
     LocalAgreementPolicy,
     PolicyConfig,
+    Word,
     normalize_word,
     words_from_segments,
 )
@@ -161,3 +162,30 @@ def test_rejected_closing_hypothesis_keeps_the_shown_partial():
     out = p.update(hyp([(0, 2.0, " by the grave and thee thee thee")], rejected=True), 2.5, 2.5, close_segment=True)
     assert finals(out) == "by the grave"
     assert out[-1].kind == "partial" and out[-1].text == ""
+
+
+def test_captions_carry_word_times_only_where_they_were_measured():
+    """AlignAtt's words have attention (DTW) times: every partial and final update carries them,
+    within the update's span and rising. LocalAgreement's are spread over segments by length:
+    no word times are given for them."""
+    from captioner.engine.alignatt import AlignAttPolicy
+
+    def timed(texts_times, end_s):
+        words = tuple(Word(t, a, b, 0, attend_s=b) for t, a, b in texts_times)
+        return Hypothesis(words, 0.0, end_s, (end_s,))
+
+    policy = AlignAttPolicy("s", PolicyConfig(kind="alignatt", first_words=0))
+    said = [(" Ask", 0.1, 0.4), (" not", 0.4, 0.8), (" what", 1.0, 1.3), (" your", 1.3, 1.6)]
+    updates = policy.update(timed(said, 1.8), 1.8, 1.9)  # "your" attends within 0.4 s of the end
+    assert [u.kind for u in updates] == ["final", "partial"]
+    final, partial = updates
+    assert final.words == (("Ask", 0.1, 0.4), ("not", 0.4, 0.8), ("what", 1.0, 1.3))
+    assert partial.words == (("your", 1.3, 1.6),)
+    for u in updates:
+        assert [w for w, _, _ in u.words] == u.text.split()
+        assert all(u.start_s <= a <= b <= u.end_s for _, a, b in u.words)
+
+    agreement = LocalAgreementPolicy("s")
+    spread = Hypothesis(tuple(Word(t, a, b) for t, a, b in said), 0.0, 2.0, (2.0,))
+    out = agreement.update(spread, 2.0, 2.1) + agreement.update(spread, 2.5, 2.6)
+    assert any(u.kind == "final" for u in out) and all(u.words == () for u in out)
