@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 import sys
+from typing import NamedTuple
 
 import pytest
 import srt
@@ -27,7 +28,13 @@ def _run(*argv: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-def _ends_lines_well(cues) -> bool:
+class _Line(NamedTuple):
+    text: str
+    start_s: float
+    end_s: float
+
+
+def _ends_lines_well(cues: list[_Line]) -> bool:
     """Each cue but the last ends a sentence or is followed by a pause."""
     return all(re.search(r"[.?!][\"')\]]*$", a.text.strip()) or b.start_s - a.end_s >= PAUSE_S - 0.001
                for a, b in zip(cues, cues[1:]))
@@ -39,7 +46,8 @@ def test_live_replay_file_ends_in_sentence_lines_with_word_times(tmp_path):
     done = _run(JFK, "--realtime", "--clock", "simulated", "--policy", "alignatt", "--device", "cpu", "-o", str(out))
     assert done.returncode == 0, done.stderr
     cues = list(webvtt.from_buffer(io.StringIO(out.read_text(encoding="utf-8"))))
-    assert cues and _ends_lines_well(cues)
+    assert cues and _ends_lines_well([_Line(_TAG.sub("", c.raw_text), _seconds(c.start), _seconds(c.end))
+                                      for c in cues])
     text = " ".join(_TAG.sub("", c.raw_text) for c in cues).lower()
     assert text.startswith("and so my fellow americans") and "country" in text
     assert any(_TAG.search(c.raw_text) for c in cues)  # word times, inside each cue
@@ -62,8 +70,4 @@ def test_offline_files_hold_the_same_sentence_lines_in_every_format(tmp_path):
     records = [json.loads(line) for line in done.stdout.splitlines()]
     assert [r["text"] for r in records] == [s.content for s in subs]
 
-    class Cue:
-        def __init__(self, r):
-            self.text, self.start_s, self.end_s = r["text"], r["start_s"], r["end_s"]
-
-    assert _ends_lines_well([Cue(r) for r in records])
+    assert _ends_lines_well([_Line(r["text"], r["start_s"], r["end_s"]) for r in records])

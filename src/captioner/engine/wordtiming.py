@@ -6,7 +6,8 @@ Input: per chosen token, the attention of the decoder run that chose it, ``[n, A
 - :func:`token_times`: Whisper's word-timestamp method: each head's weights standardised over
   the tokens, median-filtered along time (width 7), averaged over the heads; a monotonic path
   through the token x frame matrix by dynamic time warping (DTW) gives each token the frame
-  where it starts. Only the frames that hold audio take part.
+  where it starts. Only the frames that hold audio take part. A word that would take in the
+  pause before it starts later (:func:`_clip_pauses`, Whisper's rule).
 - :func:`attended_frames`: per token, the frame the heads attend to most (padding included):
   the AlignAtt policy's signal. A token chosen while the model looks at the last few hundred
   milliseconds of the audio may still change when more audio comes.
@@ -152,4 +153,24 @@ def words_with_times(tokens, rows: np.ndarray, ended: bool, segments, decode, eo
             words.append(Word(piece, window_start_s + float(starts[t0]), window_start_s + float(ends[t1]), index,
                               attend_s=window_start_s + float(looked_s[t0:t1 + 1].max())))
         seg_ends.append(window_start_s + min(float(seg.end_s), span_s))
-    return words, seg_ends
+    return _clip_pauses(words), seg_ends
+
+
+MEDIAN_WORD_CAP_S = 0.7
+
+
+def _clip_pauses(words: list) -> list:
+    """Words that do not swallow the pause before them.
+
+    On the DTW path a word starts where the one before it ends, so a pause is counted into the
+    word after it ("ask" of JFK's "Americans ... ask not" measured over 2.24-3.88 s, the pause
+    included) and captions could not end at it. As Whisper's word timestamps do, a word longer
+    than twice the median word duration (the median capped at 0.7 s) keeps its end and starts
+    that long before it: the pause shows as a gap between the words."""
+    from dataclasses import replace
+
+    durations = [w.end_s - w.start_s for w in words if w.end_s > w.start_s]
+    if not durations:
+        return words
+    max_s = 2 * min(MEDIAN_WORD_CAP_S, float(np.median(durations)))
+    return [replace(w, start_s=w.end_s - max_s) if w.end_s - w.start_s > max_s else w for w in words]
