@@ -75,7 +75,10 @@ def test_device_decoding_gives_the_host_tokens_on_real_speech(cuda, windows, bat
         device = decode(runtime, tokenizer, chunk, replace(GREEDY, decode_on="device"), xp=xp)
         for clip, h, d in zip(ids[first:first + size], host, device):
             assert d.tokens == h.tokens, f"{clip}: {d.text!r} != {h.text!r}"
-            assert d.sum_logprob == pytest.approx(h.sum_logprob, abs=1e-3), clip
+            # Seen on the H200 (2026-12-01): -137.323 against -137.370 over a long German window,
+            # same tokens. The two paths round the fp16 graph's logits differently (a half-precision
+            # step is 2^-6 at |logit| 16..32), so each token's log-probability may differ by ~1e-3.
+            assert d.sum_logprob == pytest.approx(h.sum_logprob, abs=1e-3 * max(1, len(h.tokens))), clip
             assert d.no_speech_prob == pytest.approx(h.no_speech_prob, abs=1e-5), clip
             compared += len(h.tokens)
     assert compared > 200
