@@ -315,13 +315,16 @@ class LiveCaptioner:
         streams that were finished and have nothing left are committed and closed."""
         self._check_open()
         updates: list[CaptionUpdate] = []
-        while True:
-            blocks = [b for b in (s._take(_FEED_SAMPLES) for s in self._streams.values()) if b is not None]
-            if not blocks:
-                break
+        # Only streams with audio waiting are visited, and after the first slice only those that
+        # still have some: at real-time pace every stream has one block, and a second pass over
+        # all of them to find nothing cost as much as the first.
+        waiting = [s for s in self._streams.values() if s._pending]
+        while waiting:
+            blocks = [s._take(_FEED_SAMPLES) for s in waiting]
             self._feed_language_check(blocks)
             self.engine.push(blocks)
             updates += self.engine.tick()
+            waiting = [s for s in waiting if s._pending]
         for stream in [s for s in self._streams.values() if s._finishing and not s._pending]:
             updates += self.engine.remove_stream(stream.label)
             stream._done = True
