@@ -1,4 +1,4 @@
-"""Word-level times from AlignAtt with the real tiny.en model on the CPU (slow, issue 14):
+"""Word-level times from AlignAtt with the real tiny.en model on the CPU and CUDA (slow, issue 14):
 each committed caption carries its words' times, inside the caption and the audio and rising;
 the transcript files carry them (SRT/WebVTT that parse); two replays on a simulated clock give
 the same sentence-shaped lines; LocalAgreement, which has no measured word times, gives none."""
@@ -24,9 +24,10 @@ pytestmark = pytest.mark.slow
 CLIPS = ["en_jfk_inaugural_excerpt", "en_ami_ES2011a_hs0_40-46s"]
 
 
-@pytest.fixture(scope="module")
-def cpu_model():
-    return load_recognizer("tiny.en", "cpu")
+@pytest.fixture(scope="module", params=["cpu", pytest.param("cuda:0", marks=pytest.mark.gpu)])
+def cpu_model(request):
+    """tiny.en on the CPU, and on CUDA where one is usable (the H200: fp16 step graph)."""
+    return load_recognizer("tiny.en", request.param)
 
 
 def _finals(cpu_model, audio, kind="alignatt"):
