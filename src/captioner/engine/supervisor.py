@@ -270,7 +270,9 @@ class SupervisedCaptioner:
         self._failed_hosts: list = []  # killed at their failure, waited for at close
         self._standby: ProcessHost | None = None
         self._host = self._start_host(spec, isolation)
-        self._spec = replace(spec, device=self._info.backend_name)  # "auto" means what it chose
+        # "auto" means what the first host chose; later hosts load in the background, with no
+        # progress shown for a session that is already captioning.
+        self._spec = replace(spec, device=self._info.backend_name, progress=None)
         self._start_standby()
 
     # -- hosts ------------------------------------------------------------------------------------
