@@ -538,14 +538,17 @@ class Engine:
                     and getattr(self.recognizer, "is_multilingual", False):
                 s.segment_language = hyp.language
             if closing[s.name]:
-                updates += s.policy.update(hyp, end_s, wall_s, close_segment=True,
-                                           close_at_s=max(s.policy.buffer_start_s, end_s - self.config.lead_in_s))
+                mine = s.policy.update(hyp, end_s, wall_s, close_segment=True,
+                                       close_at_s=max(s.policy.buffer_start_s, end_s - self.config.lead_in_s))
                 self._reset_segment(s, None)
             else:
-                updates += s.policy.update(hyp, end_s, wall_s)
+                mine = s.policy.update(hyp, end_s, wall_s)
+            updates += mine
             s.last_update_s = end_s
             s.speech_since_update = False
-            finals = [u for u in updates if u.kind == "final" and u.stream == s.name]
+            # This stream's own updates (a scan of the whole step's list per stream grew with
+            # the square of the batch).
+            finals = [u for u in mine if u.kind == "final"]
             if finals:
                 # Audio end of the newest committed text -> when it was committed.
                 self._caption_latency_s = max(0.0, finals[-1].emitted_wall_s - finals[-1].end_s)
