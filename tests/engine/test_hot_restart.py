@@ -10,6 +10,8 @@ the slow ones tiny.en on a real recording, compared with a fault-free run of the
 
 from __future__ import annotations
 
+import difflib
+
 import os
 import signal
 import subprocess
@@ -261,7 +263,11 @@ def test_a_cuda_fault_is_survived(speech_clips, tmp_path, monkeypatch):
     assert pipeline.captioner.isolation == "process"
     assert pipeline.worker_restarts == 1 and "illegal" in notices[0].lower()
     assert pipeline.captioner.restart_s[0] < 2.0
-    assert _committed(faulted) == _committed(clean)
+    # The re-fed audio is decoded in windows cut at the checkpoint, in fp16: a word may come out
+    # another way ("stuffed" for "stuff", seen on the H200), but none may go missing or come twice.
+    ops = difflib.SequenceMatcher(a=_committed(clean), b=_committed(faulted), autojunk=False).get_opcodes()
+    changed = [(i2 - i1, j2 - j1) for op, i1, i2, j1, j2 in ops if op != "equal"]
+    assert all(a == b for a, b in changed) and sum(a for a, _ in changed) <= 2, changed
     monkeypatch.setenv(FAULT_ENV, "step:3,times:3")
     pipeline, fallen, notices = _tiny_run(path, "auto", device="cuda:0")
     assert pipeline.worker_restarts == 3 and "captioning goes on on the CPU" in notices[-1]
