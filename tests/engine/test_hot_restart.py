@@ -11,7 +11,6 @@ the slow ones tiny.en on a real recording, compared with a fault-free run of the
 from __future__ import annotations
 
 import difflib
-
 import os
 import signal
 import subprocess
