@@ -42,7 +42,8 @@ class WhisperRecognizer:
                  decode_on: str | None = None) -> None:
         """``decode_on``: ``"device"`` (the token rules and greedy choice run on ``xp`` where the
         logits lie; on CUDA only token ids and log-probabilities reach the host) or ``"host"``
-        (NumPy row by row, the specification); ``None`` keeps ``options.decode_on``."""
+        (NumPy row by row, the specification) or ``"auto"`` (the device from
+        ``decoding.DEVICE_DECODING_MIN_BATCH`` rows up); ``None`` keeps ``options.decode_on``."""
         self.runtime = runtime
         self.tokenizer = tokenizer
         self.xp = xp

@@ -41,7 +41,12 @@ from captioner.models.tokenizer import TIME_PRECISION_S, WhisperTokenizer
 
 WINDOW_S = 30.0
 N_TEXT_CTX = 448
-DECODE_ON = ("device", "host")
+DECODE_ON = ("auto", "device", "host")
+DEVICE_DECODING_MIN_BATCH = 16
+"""``decode_on="auto"`` rules on the device from this many rows up. Measured on the H200
+(tiny.en, 8 s windows, 2026-12-01, benchmarks/bench_decode.py): host/device 0.28x at 1 row,
+0.78x at 8, 3.2x at 64, 12x at 256: the device's fixed cost per step (array launches) only pays
+off once the host's per-row NumPy work outgrows it."""
 
 
 class Runtime(Protocol):
@@ -83,8 +88,9 @@ class DecodingOptions:
     repetition_min_tokens: int = 16
     """A loop counts when its repeats cover at least this many tokens (and 3 repeats)."""
     max_previous_tokens: int = 223
-    decode_on: str = "device"
-    """Where greedy passes apply the rules and choose tokens: ``"device"`` (vectorised array
+    decode_on: str = "auto"
+    """Where greedy passes apply the rules and choose tokens: ``"auto"`` (the device for batches
+    of ``DEVICE_DECODING_MIN_BATCH`` rows or more, else the host), ``"device"`` (vectorised array
     code over the decoder's array module, :mod:`captioner.models.device_rules`: on CUDA the
     logits never leave the GPU) or ``"host"`` (``LogitRules`` row by row in NumPy, the
     specification). Sampling passes (temperature > 0) always run on the host."""
@@ -372,7 +378,8 @@ def _decode_once(
     ragged = bool(getattr(runtime, "ragged_prompts", False))
     assert ragged or len({len(p) for p in previous}) == 1, "rows of one pass need prompts of one length"
     head = [list(p) + [special.sot] for p in previous]  # up to <|startoftranscript|>
-    on_device = options.decode_on == "device" and temperature <= 0
+    wants_device = options.decode_on == "device" or (options.decode_on == "auto" and batch >= DEVICE_DECODING_MIN_BATCH)
+    on_device = wants_device and temperature <= 0
     xp = (xp if xp is not None else np) if on_device else None
     enc = runtime.encode(mel)
     logits, state = runtime.start(enc, head if ragged else np.array(head, dtype=np.int64), **_where(xp))
