@@ -542,7 +542,10 @@ class Pipeline:
     def refused_streams(self) -> dict[str, str]:
         """Streams the engine refused at capacity when they were opened (``add_source``), with
         its one-line reason; the others go on."""
-        return dict(self._worker.refused) if self._worker is not None else {}
+        if self._worker is None:
+            return {}
+        # A worker process's engine refuses after the worker thread opened the stream.
+        return {**dict(self._worker.refused), **dict(getattr(self._worker.captioner, "refused", {}))}
 
     @property
     def lost_inputs(self) -> dict[str, str]:

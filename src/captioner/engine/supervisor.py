@@ -264,6 +264,9 @@ class SupervisedCaptioner:
         self.failed_at_s: list[float] = []
         """``time.monotonic()`` when each failure was seen."""
         self.fallback: str | None = None
+        self.refused: dict[str, str] = {}
+        """Streams the host's engine refused at capacity, with its one-line reason (replaced,
+        never changed in place: any thread may read it)."""
         self._last_restart_s: float | None = None
         self._last_note = ""
         self._closed = False
@@ -459,6 +462,9 @@ class SupervisedCaptioner:
                 self._status = message[1]
             elif kind == "notices":
                 self._language_notices.extend(message[1])
+            elif kind == "refused":  # the engine's admission said no: the stream is not captioned
+                if self._streams.pop(message[1], None) is not None:
+                    self.refused = {**self.refused, message[1]: message[2]}
         return updates
 
     def _filtered(self, updates: list[CaptionUpdate]) -> list[CaptionUpdate]:

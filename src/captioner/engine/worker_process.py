@@ -21,6 +21,7 @@ host -> parent
     the supervisor's clock; ``("checkpoint", label, sample)`` the stream has nothing open and a
     fresh engine fed from ``sample`` on would caption it as this one will; ``("done", label)``;
     ``("status", PipelineStatus)`` (also the heartbeat); ``("notices", [LanguageNotice])``;
+    ``("refused", label, text)`` the engine refused the stream at capacity;
     ``("error", text)`` the host failed and will take no more messages; ``("closed",)``.
 
 The fault-injection hook, read only here, in the host: ``CAPTIONER_FAULT_INJECT=step:N`` makes
@@ -39,7 +40,7 @@ import threading
 import time
 from dataclasses import dataclass, field, replace
 
-from captioner.errors import UserError, one_line
+from captioner.errors import StreamRefused, UserError, one_line
 from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ, CaptionUpdate
 
 FAULT_ENV = "CAPTIONER_FAULT_INJECT"
@@ -172,7 +173,10 @@ class HostCore:
                 return self._work()
         elif kind == "open":
             _, label, language, base_sample, segment_base = message
-            self.live.open_stream(label, language)
+            try:
+                self.live.open_stream(label, language)
+            except StreamRefused as refused:  # at capacity: this stream only; the host goes on
+                return [("refused", label, one_line(refused))]
             self._base[label] = (base_sample, segment_base)
             # The engine's clock of a re-fed stream starts at 0 where the supervisor's stands at
             # ``base_sample``. A model does not care; a recognizer that answers by stream time
