@@ -54,7 +54,7 @@ def test_three_clients_get_their_own_captions(served, speech_clips):
         assert {c["stream"] for c in session.captions} == {clip.id[:20]}
         fields = set(session.captions[0])
         assert fields == {"type", "stream", "kind", "text", "start_s", "end_s", "emitted_audio_s",
-                          "emitted_wall_s", "segment", "language"}
+                          "emitted_wall_s", "segment", "language", "words"}
         last_final = max(i for i, c in enumerate(session.captions) if c["kind"] == "final")
         assert all(not c["text"] for c in session.captions[last_final + 1:]), "the end commits everything shown"
         assert len(session.statuses) >= 3, "one status a second while the recording plays"

@@ -308,7 +308,8 @@ class _Link(threading.Thread):
             start_s=message["start_s"] + offset_s, end_s=message["end_s"] + offset_s,
             emitted_audio_s=message["emitted_audio_s"] + offset_s,
             emitted_wall_s=message["emitted_wall_s"] + offset_s,
-            segment=message.get("segment", 0), language=message.get("language", ""))
+            segment=message.get("segment", 0), language=message.get("language", ""),
+            words=tuple((str(w), float(a) + offset_s, float(b) + offset_s) for w, a, b in message.get("words", ())))
         self._partial = update.text if update.kind == "partial" else ""
         self._last = update
         self.owner._publish([update])
