@@ -207,15 +207,7 @@ class StreamingFeatures:
         firsts = np.asarray(first_frames, dtype=np.int64).reshape(-1)
         if slots.shape != firsts.shape or n_frames < 0:
             raise ValueError("stream_slots and first_frames must match, n_frames be >= 0")
-        if slots.size and (slots.min() < 0 or slots.max() >= self.max_streams):
-            raise ValueError(f"stream slots must be in 0..{self.max_streams - 1}")
-        ready = np.maximum(0, self._blocks[slots] - 1)
-        oldest = np.maximum(0, ready - self.ring_frames)
-        bad = (firsts < oldest) | (firsts + n_frames > ready)
-        if bad.any():
-            k = int(np.argmax(bad))
-            raise ValueError(f"frames {firsts[k]}..{firsts[k] + n_frames - 1} of slot {slots[k]} are not in "
-                             f"the ring (it holds {oldest[k]}..{ready[k] - 1})")
+        self._check_reads(slots, firsts, np.full(slots.shape, n_frames, dtype=np.int64))
         xp = self.xp
         cols = (firsts[:, None] + np.arange(n_frames)[None, :]) % self.ring_frames
         with self._context():
@@ -238,15 +230,7 @@ class StreamingFeatures:
         counts = np.asarray(n_frames, dtype=np.int64).reshape(-1)
         if not slots.shape == firsts.shape == counts.shape or (counts.size and counts.min() < 0):
             raise ValueError("stream_slots, first_frames and n_frames must match, n_frames be >= 0")
-        if slots.size and (slots.min() < 0 or slots.max() >= self.max_streams):
-            raise ValueError(f"stream slots must be in 0..{self.max_streams - 1}")
-        ready = np.maximum(0, self._blocks[slots] - 1)
-        oldest = np.maximum(0, ready - self.ring_frames)
-        bad = (firsts < oldest) | (firsts + counts > ready)
-        if bad.any():
-            k = int(np.argmax(bad))
-            raise ValueError(f"frames {firsts[k]}..{firsts[k] + counts[k] - 1} of slot {slots[k]} are not in "
-                             f"the ring (it holds {oldest[k]}..{ready[k] - 1})")
+        self._check_reads(slots, firsts, counts)
         xp = self.xp
         ends = np.cumsum(counts)
         starts = ends - counts
@@ -281,6 +265,20 @@ class StreamingFeatures:
     def _check_slot(self, stream_slot: int) -> None:
         if not 0 <= stream_slot < self.max_streams:
             raise ValueError(f"stream slot must be in 0..{self.max_streams - 1}, got {stream_slot}")
+
+    def _check_reads(self, slots: np.ndarray, firsts: np.ndarray, counts: np.ndarray) -> None:
+        """Refuse a gather of ``counts[i]`` frames from ``firsts[i]`` of slot ``slots[i]`` that
+        names a slot out of range or frames its ring no longer (or does not yet) hold: the
+        checks every several-stream read shares, all in arrays."""
+        if slots.size and (slots.min() < 0 or slots.max() >= self.max_streams):
+            raise ValueError(f"stream slots must be in 0..{self.max_streams - 1}")
+        ready = np.maximum(0, self._blocks[slots] - 1)
+        oldest = np.maximum(0, ready - self.ring_frames)
+        bad = (firsts < oldest) | (firsts + counts > ready)
+        if bad.any():
+            k = int(np.argmax(bad))
+            raise ValueError(f"frames {firsts[k]}..{firsts[k] + counts[k] - 1} of slot {slots[k]} are not in "
+                             f"the ring (it holds {oldest[k]}..{ready[k] - 1})")
 
     def _context(self):
         return self._cuda.stream if self._cuda is not None else self.backend.activate()
