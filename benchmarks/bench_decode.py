@@ -27,7 +27,6 @@ import argparse
 import csv
 import datetime as dt
 import json
-import os
 import platform
 import sys
 import time
@@ -39,17 +38,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from word_times import speech_dir  # noqa: E402
 
 MODES = ("host", "device", "device_keep")
 """``device_keep``: on the device, but finished rows stay in the batch (``drop_finished=False``)."""
-
-
-def speech_dir() -> Path:
-    override = os.environ.get("CAPTIONER_SPEECH_DIR")
-    if override:
-        return Path(override)
-    shared = ROOT.parent / "shared" / "speech"
-    return shared if (shared / "manifest.tsv").exists() else ROOT / "tests" / "data" / "speech"
 
 
 def read_16k(path: Path) -> np.ndarray:

@@ -36,15 +36,11 @@ import numpy as np
 import soundfile as sf
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from word_times import speech_dir  # noqa: E402
+
 CLIPS = ("en_ls_1089-134691-0001", "en_ls_1995-1837-0001", "en_ls_1089-134686-0001", "en_ls_1089-134686-0000")
-
-
-def speech_dir() -> Path:
-    override = os.environ.get("CAPTIONER_SPEECH_DIR")
-    if override:
-        return Path(override)
-    shared = REPO.parent / "shared" / "speech"
-    return shared if (shared / "manifest.tsv").exists() else REPO / "tests" / "data" / "speech"
 
 
 def recording(out: Path) -> Path:

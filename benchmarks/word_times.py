@@ -33,8 +33,13 @@ TOKENS_PER_S = 50  # 1500 encoder positions per 30 s
 
 
 def speech_dir() -> Path:
+    """The recordings every benchmark reads: ``$CAPTIONER_SPEECH_DIR``, else the shared set
+    beside the checkout, else the small set in tests/data/speech (as tests/conftest.py picks)."""
     override = os.environ.get("CAPTIONER_SPEECH_DIR")
-    return Path(override) if override else REPO.parent / "shared" / "speech"
+    if override:
+        return Path(override)
+    shared = REPO.parent / "shared" / "speech"
+    return shared if (shared / "manifest.tsv").exists() else REPO / "tests" / "data" / "speech"
 
 
 def load_manifest() -> list[dict]:
