@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from captioner.engine.policy import normalize_word
+from e2e_helpers import wait_for, words_of
 
 pytestmark = [pytest.mark.pulse, pytest.mark.slow]
 
@@ -29,20 +29,6 @@ DURING = "en_ls_7902-96591-0000"  # "i am from the cutter lying off the coast"
 AFTER = "en_ls_1089-134686-0001"  # "stuff it into you his belly counselled him"
 LOSS_REPORTED_S = 2.0
 START_S = 120.0  # loading the model on a busy machine
-
-
-def words_of(text: str) -> set[str]:
-    return {normalize_word(w) for w in text.replace("-", " ").split()}
-
-
-def wait_for(predicate, timeout_s: float, what: str, detail=lambda: "") -> float:
-    """Seconds until ``predicate()`` held; fails the test after ``timeout_s`` (with ``detail()``)."""
-    started = time.monotonic()
-    while time.monotonic() - started < timeout_s:
-        if predicate():
-            return time.monotonic() - started
-        time.sleep(0.05)
-    pytest.fail(f"timed out after {timeout_s:g} s waiting for {what} {detail()}")
 
 
 def play_to_end(server, clip, sink) -> None:

@@ -19,25 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from captioner.engine.policy import normalize_word
+from e2e_helpers import wait_for, words_of
 
 pytestmark = [pytest.mark.pulse, pytest.mark.slow]
 
 CLIP = "en_ls_1089-134686-0000"  # "he hoped there would be stew for dinner turnips and carrots ..."
 OTHER = "en_jfk_inaugural_excerpt"  # "... ask not what your country can do for you ..."
-
-
-def words_of(text: str) -> set[str]:
-    return {normalize_word(w) for w in text.replace("-", " ").split()}
-
-
-def wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 def test_engine_captions_two_monitors_at_once(pulse_server, speech_clips, tmp_path):

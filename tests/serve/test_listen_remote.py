@@ -10,31 +10,17 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 
 import pytest
 from serve_helpers import TOKEN
 
-from captioner.engine.policy import normalize_word
+from e2e_helpers import wait_for, words_of
 
 pytestmark = [pytest.mark.pulse, pytest.mark.slow]
 
 FIRST = "en_ls_1089-134686-0000"  # "he hoped there would be stew for dinner turnips and carrots ..."
 SECOND = "en_jfk_inaugural_excerpt"  # "... ask not what your country can do for you ..."
-
-
-def words_of(text: str) -> set[str]:
-    return {normalize_word(w) for w in text.replace("-", " ").split()}
-
-
-def wait_for(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    pytest.fail(f"timed out waiting for {what}")
 
 
 class Proc:
