@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+import onnx
 import pytest
 
+from captioner.models import onnx_export, onnx_graphs, session
 from captioner.models.registry import resolve_model
+from captioner.models.runtime import WhisperRuntime
+
+CPU = session.ProviderChoice(session.CPU, None, "cpu")
 
 
 @pytest.fixture(scope="session")
@@ -28,6 +35,64 @@ def onnx_cache_dir(tmp_path_factory):
 def private_cache(onnx_cache_dir, monkeypatch):
     monkeypatch.setenv("CAPTIONER_CACHE_DIR", str(onnx_cache_dir))
     return onnx_cache_dir
+
+
+def load_cpu_decoder(name: str, cache_dir):
+    """The offline decoder of model ``name`` on the CPU, its ONNX graphs in ``cache_dir``."""
+    from captioner.engine.offline import load_decoder
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CAPTIONER_CACHE_DIR", str(cache_dir))
+        return load_decoder(name, "cpu")
+
+
+def fixed_cache_graphs(files, fused: bool, alignment_heads=()) -> dict[str, onnx.ModelProto]:
+    """The fp32 graphs of the fixed-cache decoder (the ones CUDA runs as captured graphs), by
+    file name: plain MatMul attention or ``fused`` (ONNX Runtime's MultiHeadAttention), the
+    step and prefill with the alignment heads' cross-attention output when given."""
+    weights = files.open_weights()
+    try:
+        d = files.dims
+        return {
+            "encoder": onnx_graphs.build_encoder(weights, d, np.float32, fused_attention=fused),
+            "cross_kv": onnx_graphs.build_cross_kv(weights, d, np.float32, fused_attention=fused),
+            "decoder_step": onnx_graphs.build_decoder_step(weights, d, np.float32, fused_attention=fused,
+                                                           alignment_heads=alignment_heads),
+            "decoder_prefill": onnx_graphs.build_decoder_prefill(weights, d, np.float32, fused_attention=fused,
+                                                                 alignment_heads=alignment_heads),
+        }
+    finally:
+        weights.close()
+
+
+def save_graphs(graphs: dict[str, onnx.ModelProto], folder) -> None:
+    for name, graph in graphs.items():
+        onnx.save_model(graph, str(folder / f"{name}.onnx"))
+
+
+@dataclass
+class Runtimes:
+    fixed: WhisperRuntime  # fixed cache, prompts prefilled in one run
+    replay: WhisperRuntime  # fixed cache without the prefill graph: prompts fed one step per token
+    concat: WhisperRuntime  # the concatenating decoder (the CPU's, exact against CTranslate2): the reference
+
+
+def fixed_cache_runtimes(files, tmp_path_factory, variant: str, alignment_heads=()) -> Runtimes:
+    """The three fp32 CPU runtimes the fixed-cache tests compare; ``variant`` is "matmul" or
+    "fused" (the attention of the fixed-cache graphs)."""
+    reference = tmp_path_factory.mktemp("reference")
+    onnx_export._build_into(files, "fp32", reference, lambda message, fraction: None)
+    folder = tmp_path_factory.mktemp(variant)
+    graphs = fixed_cache_graphs(files, variant == "fused", alignment_heads)
+    prefill = graphs.pop("decoder_prefill")
+    save_graphs(graphs, folder)
+    # Without decoder_prefill.onnx a prompt is fed one captured step per token.
+    replay = WhisperRuntime(files, CPU, onnx_export.OnnxFiles(folder, "fp32", built=True), fixed_cache=True)
+    save_graphs({"decoder_prefill": prefill}, folder)
+    fixed = WhisperRuntime(files, CPU, onnx_export.OnnxFiles(folder, "fp32", built=True), fixed_cache=True)
+    assert replay.prefill_model is None and fixed.prefill_model is not None
+    concat = WhisperRuntime(files, CPU, onnx_export.OnnxFiles(reference, "fp32", built=True))
+    return Runtimes(fixed, replay, concat)
 
 
 def greedy_continue(rt, logits, state, limit: int) -> list[int]:

@@ -6,9 +6,8 @@ frames that follow the speech; and graphs built without heads still work as befo
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
-from graph_fixtures import tiny_files  # noqa: F401 - fixture
+from graph_fixtures import fixed_cache_graphs, save_graphs, tiny_files  # noqa: F401 - fixture
 from mel_helper import load_audio_16k, whisper_features
 
 from captioner.models import onnx_export, onnx_graphs, session
@@ -31,22 +30,8 @@ def concat(tiny_files, tmp_path_factory):
 
 @pytest.fixture(scope="module", params=["matmul", "fused"])
 def fixed(request, tiny_files, tmp_path_factory):
-    fused = request.param == "fused"
     folder = tmp_path_factory.mktemp(request.param)
-    heads = tiny_files.alignment_heads
-    weights = tiny_files.open_weights()
-    try:
-        d = tiny_files.dims
-        graphs = {
-            "encoder": onnx_graphs.build_encoder(weights, d, np.float32, fused_attention=fused),
-            "cross_kv": onnx_graphs.build_cross_kv(weights, d, np.float32, fused_attention=fused),
-            "decoder_step": onnx_graphs.build_decoder_step(weights, d, np.float32, fused, alignment_heads=heads),
-            "decoder_prefill": onnx_graphs.build_decoder_prefill(weights, d, np.float32, fused, alignment_heads=heads),
-        }
-    finally:
-        weights.close()
-    for name, graph in graphs.items():
-        onnx.save_model(graph, str(folder / f"{name}.onnx"))
+    save_graphs(fixed_cache_graphs(tiny_files, request.param == "fused", tiny_files.alignment_heads), folder)
     return WhisperRuntime(tiny_files, CPU, onnx_export.OnnxFiles(folder, "fp32", built=True), fixed_cache=True)
 
 

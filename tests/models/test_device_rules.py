@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from graph_fixtures import onnx_cache_dir  # noqa: F401 - session fixture
+from graph_fixtures import load_cpu_decoder, onnx_cache_dir  # noqa: F401 - session fixture
 from mel_helper import load_audio_16k, whisper_features
 
 from captioner.models.decoding import DecodingOptions, LogitRules, _token_logprobs
@@ -110,17 +110,9 @@ def _shipped_windows(limit_s: float = 30.0) -> tuple[list[str], np.ndarray]:
     return ids, np.stack(mels)
 
 
-def _load(name: str, cache_dir):
-    from captioner.engine.offline import load_decoder
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("CAPTIONER_CACHE_DIR", str(cache_dir))
-        return load_decoder(name, "cpu")
-
-
 @pytest.fixture(scope="module")
 def tiny(onnx_cache_dir):  # noqa: F811
-    return _load("tiny.en", onnx_cache_dir)
+    return load_cpu_decoder("tiny.en", onnx_cache_dir)
 
 
 def _assert_same(ids, host, device):
@@ -164,7 +156,7 @@ def test_device_rules_with_prompts_and_temperature_fallback(tiny):
 @pytest.mark.slow
 def test_device_rules_with_language_detection(onnx_cache_dir):  # noqa: F811
     """base (multilingual), languages detected from the language tokens' logits only."""
-    base = _load("base", onnx_cache_dir)
+    base = load_cpu_decoder("base", onnx_cache_dir)
     ids, mel = _shipped_windows()
     keep = [i for i, clip in enumerate(ids) if clip.startswith(("de_", "zh_", "en_jfk"))]
     ids, mel = [ids[i] for i in keep], mel[keep]

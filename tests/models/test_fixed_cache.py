@@ -5,56 +5,23 @@ concatenating decoder, in-place cache update, one buffer set per live decoder st
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass
 
 import numpy as np
-import onnx
 import pytest
-from graph_fixtures import greedy_continue, tiny_files  # noqa: F401 - fixture
+from graph_fixtures import fixed_cache_runtimes, greedy_continue, tiny_files  # noqa: F401 - fixture
 from mel_helper import load_audio_16k, whisper_features
 
-from captioner.models import onnx_export, onnx_graphs, session
-from captioner.models.runtime import MAX_SLOTS_PER_BATCH, WhisperRuntime
+from captioner.models.runtime import MAX_SLOTS_PER_BATCH
 
 CLIPS = ("en_ls_1089-134686-0001", "en_ljspeech_LJ001-0001", "en_ls_7902-96591-0000")
 
 
 @pytest.fixture(scope="module", params=["matmul", "fused"])
-def runtimes(request, tiny_files, tmp_path_factory):
-    """(fixed-cache runtime, concatenating runtime), fp32, the fixed-cache one with plain MatMul
-    attention or with ONNX Runtime's MultiHeadAttention (the CUDA graphs' variant)."""
-    reference = tmp_path_factory.mktemp("reference")
-    onnx_export._build_into(tiny_files, "fp32", reference, lambda message, fraction: None)
-    fused = request.param == "fused"
-    folder = tmp_path_factory.mktemp(request.param)
-    weights = tiny_files.open_weights()
-    try:
-        d = tiny_files.dims
-        graphs = {
-            "encoder": onnx_graphs.build_encoder(weights, d, np.float32, fused_attention=fused),
-            "cross_kv": onnx_graphs.build_cross_kv(weights, d, np.float32, fused_attention=fused),
-            "decoder_step": onnx_graphs.build_decoder_step(weights, d, np.float32, fused_attention=fused),
-        }
-        prefill = onnx_graphs.build_decoder_prefill(weights, d, np.float32, fused_attention=fused)
-    finally:
-        weights.close()
-    for name, graph in graphs.items():
-        onnx.save_model(graph, str(folder / f"{name}.onnx"))
-    cpu = session.ProviderChoice(session.CPU, None, "cpu")
-    # Without decoder_prefill.onnx a prompt is fed one captured step per token.
-    replay = WhisperRuntime(tiny_files, cpu, onnx_export.OnnxFiles(folder, "fp32", built=True), fixed_cache=True)
-    onnx.save_model(prefill, str(folder / "decoder_prefill.onnx"))
-    fixed = WhisperRuntime(tiny_files, cpu, onnx_export.OnnxFiles(folder, "fp32", built=True), fixed_cache=True)
-    assert replay.prefill_model is None and fixed.prefill_model is not None
-    concat = WhisperRuntime(tiny_files, cpu, onnx_export.OnnxFiles(reference, "fp32", built=True))
-    return Runtimes(fixed, replay, concat)
-
-
-@dataclass
-class Runtimes:
-    fixed: WhisperRuntime  # fixed cache, prompts prefilled in one run
-    replay: WhisperRuntime  # fixed cache, prompts fed one step per token
-    concat: WhisperRuntime  # the concatenating decoder (the CPU's, exact against CTranslate2)
+def runtimes(request, tiny_files, tmp_path_factory):  # noqa: F811
+    """The fixed-cache runtimes (with and without the prefill graph) and the concatenating one,
+    fp32, the fixed-cache ones with plain MatMul attention or with ONNX Runtime's
+    MultiHeadAttention (the CUDA graphs' variant)."""
+    return fixed_cache_runtimes(tiny_files, tmp_path_factory, request.param)
 
 
 def _greedy(rt, logits, state, limit=80):

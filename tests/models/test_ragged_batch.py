@@ -5,17 +5,13 @@ concatenating decoder (exact against CTranslate2, test_oracle.py)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
-import onnx
 import pytest
-from graph_fixtures import tiny_files  # noqa: F401 - fixture
+from graph_fixtures import fixed_cache_runtimes, tiny_files  # noqa: F401 - fixture
 from mel_helper import load_audio_16k, whisper_features
 
-from captioner.models import onnx_export, onnx_graphs, session
 from captioner.models.decoding import DecodingOptions, decode
-from captioner.models.runtime import WhisperRuntime, bucket_size
+from captioner.models.runtime import bucket_size
 from captioner.models.tokenizer import WhisperTokenizer
 
 pytestmark = pytest.mark.slow
@@ -26,38 +22,9 @@ PROMPT = " Earlier that day, the committee had met in the old hall to discuss th
 OPTIONS = DecodingOptions(temperatures=(0.0,), sample_len=48)
 
 
-@dataclass
-class Runtimes:
-    fixed: WhisperRuntime  # fixed cache, prompts prefilled in one run
-    replay: WhisperRuntime  # fixed cache without the prefill graph: prompts fed step by step
-    concat: WhisperRuntime  # the concatenating decoder, one window at a time: the reference
-
-
 @pytest.fixture(scope="module", params=["matmul", "fused"])
 def runtimes(request, tiny_files, tmp_path_factory):  # noqa: F811
-    reference = tmp_path_factory.mktemp("reference")
-    onnx_export._build_into(tiny_files, "fp32", reference, lambda message, fraction: None)
-    fused = request.param == "fused"
-    folder = tmp_path_factory.mktemp(f"ragged-{request.param}")
-    weights = tiny_files.open_weights()
-    try:
-        d, heads = tiny_files.dims, tiny_files.alignment_heads
-        graphs = {
-            "encoder": onnx_graphs.build_encoder(weights, d, np.float32, fused_attention=fused),
-            "cross_kv": onnx_graphs.build_cross_kv(weights, d, np.float32, fused_attention=fused),
-            "decoder_step": onnx_graphs.build_decoder_step(weights, d, np.float32, fused_attention=fused, alignment_heads=heads),
-        }
-        prefill = onnx_graphs.build_decoder_prefill(weights, d, np.float32, fused_attention=fused, alignment_heads=heads)
-    finally:
-        weights.close()
-    for name, graph in graphs.items():
-        onnx.save_model(graph, str(folder / f"{name}.onnx"))
-    cpu = session.ProviderChoice(session.CPU, None, "cpu")
-    replay = WhisperRuntime(tiny_files, cpu, onnx_export.OnnxFiles(folder, "fp32", built=True), fixed_cache=True)
-    onnx.save_model(prefill, str(folder / "decoder_prefill.onnx"))
-    fixed = WhisperRuntime(tiny_files, cpu, onnx_export.OnnxFiles(folder, "fp32", built=True), fixed_cache=True)
-    concat = WhisperRuntime(tiny_files, cpu, onnx_export.OnnxFiles(reference, "fp32", built=True))
-    return Runtimes(fixed, replay, concat)
+    return fixed_cache_runtimes(tiny_files, tmp_path_factory, request.param, tiny_files.alignment_heads)
 
 
 @pytest.fixture(scope="module")

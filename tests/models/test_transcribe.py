@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from graph_fixtures import onnx_cache_dir  # noqa: F401 - session fixture
+from graph_fixtures import load_cpu_decoder, onnx_cache_dir  # noqa: F401 - session fixture
 
 from captioner.audio.file_source import read_audio_16k
-from captioner.engine.offline import TranscribeOptions, load_decoder, transcribe_audio
+from captioner.engine.offline import TranscribeOptions, transcribe_audio
 from captioner.gpu.features_ref import whisper_input_features
 from captioner.models.ct2_oracle import Ct2Decoder
 from captioner.models.decoding import DecodingOptions
@@ -27,20 +27,14 @@ GREEDY = DecodingOptions(temperatures=(0.0,))
 TINY_EN_WER_BOUND = 0.09
 
 
-def _load(name: str, cache_dir):
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("CAPTIONER_CACHE_DIR", str(cache_dir))
-        return load_decoder(name, "cpu")
-
-
 @pytest.fixture(scope="module")
 def tiny(onnx_cache_dir):  # noqa: F811
-    return _load("tiny.en", onnx_cache_dir)
+    return load_cpu_decoder("tiny.en", onnx_cache_dir)
 
 
 @pytest.fixture(scope="module")
 def base(onnx_cache_dir):  # noqa: F811
-    return _load("base", onnx_cache_dir)
+    return load_cpu_decoder("base", onnx_cache_dir)
 
 
 @pytest.fixture(scope="module")
