@@ -52,6 +52,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
 
+from wer import word_edits  # noqa: E402
 from word_times import load_manifest, word_times  # noqa: E402
 
 SR = 16_000
@@ -87,13 +88,7 @@ NORMALIZER_NAME, NORMALIZE = _normalizer()
 def wer_counts(reference: str, hypothesis: str) -> tuple[int, int]:
     """(word errors, reference words) after normalising both sides; word-level Levenshtein."""
     ref, hyp = NORMALIZE(reference).split(), NORMALIZE(hypothesis).split()
-    previous = list(range(len(hyp) + 1))
-    for i, r in enumerate(ref, 1):
-        current = [i] + [0] * len(hyp)
-        for j, h in enumerate(hyp, 1):
-            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (r != h))
-        previous = current
-    return previous[-1], len(ref)
+    return word_edits(ref, hyp), len(ref)
 
 
 def padded_clip(path: str, tmp: Path) -> Path:

@@ -33,7 +33,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from wer import DEFAULT_SPEECH, _normalisers, load_clips, score  # noqa: E402
+from wer import DEFAULT_SPEECH, _normalisers, load_clips, score, word_edits  # noqa: E402
 
 MAX_CLIENTS = 4096
 CHUNK_S = 0.1
@@ -68,12 +68,7 @@ def plain_errors(reference: str, hypothesis: str) -> tuple[int, int]:
 
     r = re.sub(r"[^\w' ]+", " ", reference.lower()).split()
     h = re.sub(r"[^\w' ]+", " ", hypothesis.lower()).split()
-    row = list(range(len(h) + 1))
-    for i, word in enumerate(r, 1):
-        prev, row = row, [i] + [0] * len(h)
-        for j in range(1, len(h) + 1):
-            row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (word != h[j - 1]))
-    return row[-1], len(r)
+    return word_edits(r, h), len(r)
 
 
 def percentile(values: list[float], q: float) -> float | None:
