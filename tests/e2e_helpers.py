@@ -1,9 +1,10 @@
-"""Helpers of the end-to-end tests that drive real processes and audio (PulseAudio, listen,
-serve): waiting on a condition with a deadline, and the words of captions as a set. Called
-from the test's own thread."""
+"""Helpers of the end-to-end tests that drive real processes, audio and devices (PulseAudio,
+listen, serve, CUDA): waiting on a condition with a deadline, the words of captions as a set,
+a jiwer-free word error rate. Called from the test's own thread."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import pytest
@@ -25,3 +26,20 @@ def wait_for(predicate, timeout_s: float, what: str, detail=lambda: "") -> float
             return time.monotonic() - started
         time.sleep(0.05)
     pytest.fail(f"timed out after {timeout_s:g} s waiting for {what} {detail()}".rstrip())
+
+
+def plain_wer(references: list[str], hypotheses: list[str]) -> float:
+    """Pooled word error rate with a plain normaliser (case, punctuation), for machines without
+    jiwer (the GPU box): the same measure on both sides of a comparison."""
+    errors = total = 0
+    for ref, hyp in zip(references, hypotheses):
+        r = re.sub(r"[^\w' ]+", " ", ref.lower()).split()
+        h = re.sub(r"[^\w' ]+", " ", hyp.lower()).split()
+        row = list(range(len(h) + 1))
+        for i, word in enumerate(r, 1):
+            prev, row = row, [i] + [0] * len(h)
+            for j in range(1, len(h) + 1):
+                row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (word != h[j - 1]))
+        errors += row[-1]
+        total += len(r)
+    return errors / max(total, 1)

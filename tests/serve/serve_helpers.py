@@ -96,22 +96,3 @@ def wer(references: list[str], hypotheses: list[str]) -> float:
 
     norm = EnglishTextNormalizer()
     return jiwer.wer([norm(r) for r in references], [norm(h) for h in hypotheses])
-
-
-def plain_wer(references: list[str], hypotheses: list[str]) -> float:
-    """Pooled word error rate with a plain normaliser (case, punctuation), for machines without
-    jiwer (the GPU box): the same measure on both sides of a comparison."""
-    import re
-
-    errors = total = 0
-    for ref, hyp in zip(references, hypotheses):
-        r = re.sub(r"[^\w' ]+", " ", ref.lower()).split()
-        h = re.sub(r"[^\w' ]+", " ", hyp.lower()).split()
-        row = list(range(len(h) + 1))
-        for i, word in enumerate(r, 1):
-            prev, row = row, [i] + [0] * len(h)
-            for j in range(1, len(h) + 1):
-                row[j] = min(prev[j] + 1, row[j - 1] + 1, prev[j - 1] + (word != h[j - 1]))
-        errors += row[-1]
-        total += len(r)
-    return errors / max(total, 1)

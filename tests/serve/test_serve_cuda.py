@@ -7,9 +7,10 @@ from __future__ import annotations
 import threading
 
 import pytest
-from serve_helpers import Session, plain_wer, stream_recording
+from serve_helpers import Session, stream_recording
 
 from captioner.serve import protocol
+from e2e_helpers import plain_wer
 
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
