@@ -36,8 +36,13 @@ from typing import Protocol
 
 import numpy as np
 
-from captioner.models.device_rules import DeviceRules, to_host, token_logprobs
-from captioner.models.tokenizer import TIME_PRECISION_S, WhisperTokenizer
+from captioner.models.device_rules import (
+    DeviceRules,
+    rule_tokens,
+    to_host,
+    token_logprobs,
+)
+from captioner.models.tokenizer import WhisperTokenizer
 
 WINDOW_S = 30.0
 N_TEXT_CTX = 448
@@ -200,14 +205,8 @@ class LogitRules:
     """Whisper's token rules for one decode call (see the module docstring for the order)."""
 
     def __init__(self, tokenizer: WhisperTokenizer, options: DecodingOptions, n_vocab: int):
-        special = tokenizer.special
-        self.eot = special.eot
-        self.no_timestamps = special.no_timestamps
-        self.ts_begin = special.timestamp_begin
-        self.ts_end = min(special.timestamp_end, n_vocab - 1)
-        self.timestamps = not options.without_timestamps
-        index = int(round(options.max_initial_timestamp_s / TIME_PRECISION_S))
-        self.max_initial = self.ts_begin + index
+        (self.eot, self.no_timestamps, self.ts_begin, self.ts_end, self.timestamps,
+         self.max_initial) = rule_tokens(tokenizer, options, n_vocab)
         self.suppress = np.array(tokenizer.suppress_ids if options.suppress_tokens else (), dtype=np.int64)
         self.suppress_begin = np.array(tokenizer.suppress_ids_begin if options.suppress_blank else (), dtype=np.int64)
 

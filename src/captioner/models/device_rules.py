@@ -14,7 +14,7 @@ nothing here imports a GPU library: the module to compute with is passed in.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -36,6 +36,27 @@ def token_logprobs(xp, logits, tokens):
     return picked - peak[:, 0] - xp.log(total)
 
 
+class RuleTokens(NamedTuple):
+    """The token ids and switches of one decode call's rules: the one table ``LogitRules`` (row
+    by row) and ``DeviceRules`` (vectorised) both read, so their logic may differ in form but
+    never in the tokens it is about."""
+
+    eot: int
+    no_timestamps: int
+    ts_begin: int
+    ts_end: int  # the last timestamp token the logits have
+    timestamps: bool
+    max_initial: int  # the latest timestamp token allowed first
+
+
+def rule_tokens(tokenizer, options, n_vocab: int) -> RuleTokens:
+    special = tokenizer.special
+    index = int(round(options.max_initial_timestamp_s / TIME_PRECISION_S))
+    return RuleTokens(eot=special.eot, no_timestamps=special.no_timestamps, ts_begin=special.timestamp_begin,
+                      ts_end=min(special.timestamp_end, n_vocab - 1), timestamps=not options.without_timestamps,
+                      max_initial=special.timestamp_begin + index)
+
+
 @dataclass
 class RowState:
     """What the rules need to know of each row's sampled tokens, as [B] arrays on ``xp``'s
@@ -54,14 +75,8 @@ class DeviceRules:
 
     def __init__(self, xp, tokenizer, options, n_vocab: int):
         self.xp = xp
-        special = tokenizer.special
-        self.eot = special.eot
-        self.no_timestamps = special.no_timestamps
-        self.ts_begin = special.timestamp_begin
-        self.ts_end = min(special.timestamp_end, n_vocab - 1)
-        self.timestamps = not options.without_timestamps
-        index = int(round(options.max_initial_timestamp_s / TIME_PRECISION_S))
-        self.max_initial = self.ts_begin + index
+        (self.eot, self.no_timestamps, self.ts_begin, self.ts_end, self.timestamps,
+         self.max_initial) = rule_tokens(tokenizer, options, n_vocab)
         suppress = np.zeros(n_vocab, dtype=bool)
         if options.suppress_tokens:
             suppress[list(tokenizer.suppress_ids)] = True
