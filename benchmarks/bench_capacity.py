@@ -57,7 +57,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from bench_latency import NORMALIZER_NAME, match, split_words, wer_counts  # noqa: E402
+from bench_latency import NORMALIZER_NAME, match, percentile, split_words, wer_counts  # noqa: E402
 from word_times import load_manifest, word_times  # noqa: E402
 
 SR = 16_000
@@ -264,11 +264,6 @@ class GpuSampler:
 
 
 # -- one run --------------------------------------------------------------------------------------
-def pct(values, q):
-    values = [v for v in values if v is not None]
-    return None if not values else round(float(np.percentile(values, q)), 3)
-
-
 def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -> dict:
     from captioner.engine.admission import AdmissionConfig
     from captioner.engine.core import EngineConfig
@@ -389,7 +384,7 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
         "finished": finished, "run_wall_s": round(run_wall_s, 2), "audio_s_per_stream": round(audio_s / max(1, len(streams)), 1),
         "steps": len(records), "batch_mean": round(batches / max(1, len(records)), 1),
         "light_model_updates": None if light is None else sum(r.batch for r in records if r.model == light.name),
-        "step_ms_p50": pct(steps_ms, 50), "step_ms_p99": pct(steps_ms, 99),
+        "step_ms_p50": percentile(steps_ms, 50), "step_ms_p99": percentile(steps_ms, 99),
         "wall_ms_per_update": round(1e3 * model_wall_s / max(1, batches), 3),
         "host_cpu_ms_per_update": round(1e3 * model_cpu_s / max(1, batches), 3),
         "gpu_ms_per_update": None if util is None else round(1e3 * util * run_wall_s / max(1, batches), 3),
@@ -404,9 +399,9 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
             part: round(1e3 * seconds / max(1e-9, audio_s), 3)
             for part, seconds in [("ingest", ingest_s), *host_totals.items()]},
         "compute_over_audio": round(loop_wall_s / max(1e-9, audio_s / max(1, len(streams))), 3),
-        "update_interval_p50_s": pct(intervals, 50), "update_interval_p99_s": pct(intervals, 99),
-        "partial_p50_s": pct(shown_lat, 50), "partial_p99_s": pct(shown_lat, 99),
-        "commit_p50_s": pct(commit_lat, 50), "commit_p99_s": pct(commit_lat, 99),
+        "update_interval_p50_s": percentile(intervals, 50), "update_interval_p99_s": percentile(intervals, 99),
+        "partial_p50_s": percentile(shown_lat, 50), "partial_p99_s": percentile(shown_lat, 99),
+        "commit_p50_s": percentile(commit_lat, 50), "commit_p99_s": percentile(commit_lat, 99),
         "words": n_words, "words_committed": len(commit_lat),
         "wer_committed_pct": round(100 * err_s / max(1, n_ref), 2), "wer_offline_pct": round(100 * err_o / max(1, n_ref), 2),
         "feature_pool_bytes_per_stream": round(extra.get("feature_pool_bytes", 0) / max(1, len(streams))),
