@@ -581,6 +581,7 @@ class Engine:
         updates: list[CaptionUpdate] = []
         if s.speech_since_update or s.policy.has_pending_text:
             if s.segment_speech_frames >= self.config.min_speech_s * FRAMES_PER_S or s.policy.has_pending_text:
+                s.policy.start_after_committed()
                 updates += self._step([s], {s.name: True})
         end_s = self._audio_end_s(s)
         wall_s = (self.clock_ns() - s.start_ns) / 1e9 if s.start_ns is not None else end_s

@@ -240,7 +240,7 @@ class LocalAgreementPolicy:
         tail = words[start_index:]
 
         if close_segment:
-            self._commit(emit, tail)
+            self._commit(emit, tail + self._shown_beyond(tail))
             emit.partial([])
             self._close(close_at_s if close_at_s is not None else hypothesis.end_s)
             return out
@@ -263,6 +263,20 @@ class LocalAgreementPolicy:
             self._trim(words, start_index + agreed, offset, hypothesis)
         return out
 
+    def start_after_committed(self) -> None:
+        """The stream ends: its last window starts where the committed text ends (that text
+        becomes the prompt), when the committed words' times were measured (attention DTW).
+        A long window that begins with committed sentences is sometimes decoded as those
+        sentences alone (tiny.en, 15.6 s from a committed sentence and a pause: "Stuff it into
+        you, his belly counseled him." and end-of-text), and the stream's last words were then
+        never heard. Times spread over a segment are too rough to cut the audio at."""
+        s = self._s
+        if not s.committed or any(w.attend_s is None for w in s.committed):
+            return
+        s.history.extend(s.committed)
+        s.buffer_start_s = max(s.buffer_start_s, s.committed[-1].end_s)
+        s.committed = []
+
     def flush(self, emitted_audio_s: float, emitted_wall_s: float) -> list[CaptionUpdate]:
         """Commit whatever partial text is left (the stream ended without a final update)."""
         out: list[CaptionUpdate] = []
@@ -274,6 +288,21 @@ class LocalAgreementPolicy:
         return out
 
     # -- internals ----------------------------------------------------------------------------------
+    def _shown_beyond(self, tail: list[Word]) -> list[Word]:
+        """Words of the partial on screen that lie after the end of ``tail`` (the closing
+        hypothesis beyond the committed text). A closing window is sometimes decoded shorter
+        than the one before it (tiny.en ends a 15 s window at its first sentence, then
+        end-of-text); its words are committed, and so is the rest of what was shown, which
+        would otherwise vanish from the screen at the close."""
+        shown = self._s.previous_tail
+        if not shown:
+            return []
+        heard = [w for w in tail if w.key] or [w for w in self._s.committed if w.key]
+        if not heard:
+            return [] if tail else list(shown)
+        end_s = heard[-1].end_s
+        return [w for w in shown if (w.start_s + w.end_s) / 2 > end_s]
+
     def _agreed(self, tail: list[Word], hypothesis: Hypothesis) -> int:
         """How many words at the start of ``tail`` (the hypothesis beyond the committed text)
         to commit now: LocalAgreement's, those the previous hypothesis ended with too."""

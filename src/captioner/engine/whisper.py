@@ -20,7 +20,7 @@ from captioner.engine.policy import Hypothesis, words_from_segments
 from captioner.engine.wordtiming import words_with_times
 from captioner.languages import language_code
 from captioner.models.alignment import AttentionRecorder
-from captioner.models.decoding import DecodingOptions, decode
+from captioner.models.decoding import DecodingOptions, TimedSegment, decode
 from captioner.models.registry import N_AUDIO_FRAMES
 
 WINDOW_FRAMES = N_AUDIO_FRAMES  # what WhisperRuntime.encode requires
@@ -124,8 +124,10 @@ class WhisperRecognizer:
                 hypotheses.append(Hypothesis((), r.start_s, end_s, (), rejected=True, reason=w.dropped,
                                              language=w.language))
                 continue
-            segments = [(s.start_s, min(s.end_s, span_s), s.text) for s in w.segments]
-            timed = self._timed_words(recorder, windows, b, r, span_s) if recorder is not None and r.alignment else None
+            pieces = self._segments(w, span_s)
+            segments = [(s.start_s, min(s.end_s, span_s), s.text) for s in pieces]
+            timed = self._timed_words(recorder, windows, b, r, span_s, pieces) \
+                if recorder is not None and r.alignment else None
             words, ends = timed if timed is not None else words_from_segments(segments, r.start_s)
             # Only segments closed by a timestamp pair are safe places to cut the buffer.
             consumed = span_s if w.consumed_s is None else w.consumed_s
@@ -133,7 +135,30 @@ class WhisperRecognizer:
             hypotheses.append(Hypothesis(tuple(words), r.start_s, end_s, safe_ends, language=w.language))
         return hypotheses
 
-    def _timed_words(self, recorder: AttentionRecorder, windows, b: int, r, span_s: float):
+    def _segments(self, w, span_s: float) -> list[TimedSegment]:
+        """The window's segments, with the text after its last complete timestamp pair.
+
+        Whisper's seek rule leaves that text for a next window starting at the last pair; a
+        stream's next window starts at its policy's buffer instead, so the text would never be
+        heard at all (a stream's last sentence, decoded every update as ``... fat<|5.28|>
+        <|5.28|> mutton pieces ...`` and then end-of-text, lost its last nine words). It is kept
+        as a segment ending at the window's end, which ``consumed_s`` marks as no place to cut."""
+        pieces = list(w.segments)
+        if w.consumed_s is None:
+            return pieces
+        ts = self.tokenizer.timestamp_begin
+        tokens = [int(t) for t in w.tokens if int(t) != self.tokenizer.eot]
+        pairs = [i for i in range(1, len(tokens)) if tokens[i] >= ts and tokens[i - 1] >= ts]
+        if not pairs:
+            return pieces
+        rest = tokens[pairs[-1]:]
+        text_ids = tuple(t for t in rest if t < self.tokenizer.eot)
+        text = self.tokenizer.decode(list(text_ids))
+        if text.strip():
+            pieces.append(TimedSegment(min(self.tokenizer.timestamp_s(rest[0]), span_s), span_s, text_ids, text))
+        return pieces
+
+    def _timed_words(self, recorder: AttentionRecorder, windows, b: int, r, span_s: float, segments):
         """Row ``b``'s words with times and ``attend_s`` from the recorded attention, or ``None``
         (the recording does not line up, e.g. after a fallback pass)."""
         w = windows[b]
@@ -142,5 +167,5 @@ class WhisperRecognizer:
             rows = recorder.token_rows(b, len(w.tokens), not w.hit_length_limit, n_choices)
         except ValueError:
             return None
-        return words_with_times(w.tokens, rows, not w.hit_length_limit, w.segments, self.tokenizer.decode,
+        return words_with_times(w.tokens, rows, not w.hit_length_limit, segments, self.tokenizer.decode,
                                 self.tokenizer.eot, span_s, r.start_s)
