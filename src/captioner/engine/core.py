@@ -503,6 +503,9 @@ class Engine:
 
     def _step(self, streams: list[_Stream], closing: dict[str, bool]) -> list[CaptionUpdate]:
         t0 = self.timer_ns()
+        for s in streams:
+            if closing[s.name]:
+                s.policy.start_after_committed()  # a closing window holds only uncommitted audio
         spans = self._windows(streams)
         # Every window of the step in one read of the rings (one gather per bank).
         log_mels = self.features.log_mel_windows([s.slot for s in streams], [f for f, _ in spans],
@@ -581,7 +584,6 @@ class Engine:
         updates: list[CaptionUpdate] = []
         if s.speech_since_update or s.policy.has_pending_text:
             if s.segment_speech_frames >= self.config.min_speech_s * FRAMES_PER_S or s.policy.has_pending_text:
-                s.policy.start_after_committed()
                 updates += self._step([s], {s.name: True})
         end_s = self._audio_end_s(s)
         wall_s = (self.clock_ns() - s.start_ns) / 1e9 if s.start_ns is not None else end_s

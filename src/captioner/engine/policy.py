@@ -264,11 +264,12 @@ class LocalAgreementPolicy:
         return out
 
     def start_after_committed(self) -> None:
-        """The stream ends: its last window starts where the committed text ends (that text
-        becomes the prompt), when the committed words' times were measured (attention DTW).
+        """A segment closes (a pause, or the stream ends): its last window starts where the
+        committed text ends (that text becomes the prompt), when the committed words' times were
+        measured (attention DTW).
         A long window that begins with committed sentences is sometimes decoded as those
         sentences alone (tiny.en, 15.6 s from a committed sentence and a pause: "Stuff it into
-        you, his belly counseled him." and end-of-text), and the stream's last words were then
+        you, his belly counseled him." and end-of-text), and the segment's last words were then
         never heard. Times spread over a segment are too rough to cut the audio at."""
         s = self._s
         if not s.committed or any(w.attend_s is None for w in s.committed):
