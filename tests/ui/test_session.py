@@ -339,5 +339,5 @@ def test_the_entry_point_wires_window_and_controller(quiet_window, qtbot, make_c
     factory.built[0].leftovers = [final("clip", "Goodbye.", 1.0, 2.0)]
     window.controls.start_button.click()  # "Stop"
     qtbot.waitUntil(lambda: window.state_label.text() == "Stopped", timeout=5000)
-    assert window.caption_view.committed_text() == "clip: Hello. Goodbye."
+    assert window.caption_view.committed_text() == "clip: Hello.\nclip: Goodbye."  # a sentence end ends the line
     assert window.controls.start_button.text() == "Start" and controller.pipeline is None
