@@ -422,10 +422,6 @@ class Engine:
     def _audio_end_s(self, s: _Stream) -> float:
         return (self.features.frames_ready(s.slot) + s.frame_offset) / FRAMES_PER_S
 
-    def _close_pending(self, s: _Stream) -> bool:
-        open_segment = s.policy.has_pending_text or s.speech_since_update
-        return open_segment and self.vad.silence_frames(s.vad_row) >= self.config.pause_s * FRAMES_PER_S
-
     def views(self, active_only: bool = False) -> list[StreamView]:
         """What the scheduler sees of each stream; with ``active_only``, only the streams that
         could be due (speech waiting, or a segment to close): a quiet stream can be neither due
