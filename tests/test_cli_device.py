@@ -117,10 +117,11 @@ def commands(tmp_path: Path) -> dict[str, list[str]]:
         "transcribe --realtime": ["-m", "captioner", "transcribe", SAMPLE, "--realtime", "-o", str(tmp_path / "live.txt")],
         "listen": ["-m", "captioner", "listen", "--transcript", str(tmp_path / "transcript.txt")],
         "record_trace": ["-m", "captioner.app.record_trace", "--file", SAMPLE, "--out", str(tmp_path / "run.trace.jsonl")],
+        "serve": ["-m", "captioner", "serve", "--port", "0", "--transcripts", str(tmp_path / "transcripts")],
     }
 
 
-@pytest.mark.parametrize("command", ["gui", "transcribe", "transcribe --realtime", "listen", "record_trace"])
+@pytest.mark.parametrize("command", ["gui", "transcribe", "transcribe --realtime", "listen", "record_trace", "serve"])
 def test_a_device_that_cannot_be_used_is_one_line_and_exit_2(command, tmp_path):
     argv = commands(tmp_path)[command]
     for device in bad_devices():
@@ -142,7 +143,7 @@ def test_help_texts_say_the_same_about_device():
     from captioner.app.commands.device_option import DEVICE_HELP
 
     for argv in (["-m", "captioner", "transcribe", "--help"], ["-m", "captioner", "listen", "--help"],
-                 ["-m", "captioner.app.record_trace", "--help"]):
+                 ["-m", "captioner", "gui", "--help"], ["-m", "captioner.app.record_trace", "--help"]):
         done = run(argv)
         assert done.returncode == 0
         flat = " ".join(done.stdout.split())

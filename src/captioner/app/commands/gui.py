@@ -9,13 +9,14 @@ import argparse
 import os
 from pathlib import Path
 
+from captioner.app.commands.device_option import add_device_argument
 from captioner.app.commands.policy_option import POLICY_CHOICES, POLICY_HELP
 from captioner.errors import UserError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="tiny.en (default), base, or a CTranslate2 Whisper folder")
-    parser.add_argument("--device", help="cpu or cuda:N (default: the GPU when usable, else the CPU)")
+    add_device_argument(parser)  # the compute device, worded as in every command
     parser.add_argument("--file", metavar="PATH", action="append",
                         help="caption this audio file (played at real-time pace) instead of the microphone; "
                         "repeat for several streams at once")

@@ -109,8 +109,6 @@ def check_arguments(args) -> tuple[str | None, object]:
         raise UserError(f"refusing to serve on {args.host} without a token: anyone who can reach it could use "
                         "the GPU; give --token-file, or bind 127.0.0.1")
     context = tls_context(args.certfile, args.keyfile)
-    if args.transcripts is not None:
-        Path(args.transcripts).mkdir(parents=True, exist_ok=True)
     return token, context
 
 
@@ -127,6 +125,9 @@ def run(args) -> int:
 
         return run_ray(args, token)
     devices = serve_devices(args.device)
+    if args.transcripts is not None:
+        # Only once the device is known to exist: a refused device leaves nothing behind.
+        Path(args.transcripts).mkdir(parents=True, exist_ok=True)
 
     from captioner.engine.core import EngineConfig
     from captioner.engine.pipeline import Pipeline, telemetry_gpu_index
