@@ -114,7 +114,7 @@ def run(args) -> int:
     from captioner.engine.pipeline import Pipeline
 
     inputs = args.input or [None]
-    # Each input is resolved once (a PortAudio scan, pactl for PulseAudio names): the labels
+    # Each input is resolved once (a PortAudio scan, libpulse for PulseAudio names): the labels
     # are read from the resolution and the source opens what it found.
     choices = [resolve_device(name) for name in inputs]
     labels = _labels(choices, args.label)
