@@ -58,3 +58,50 @@ def test_a_failing_disk_keeps_the_captions_coming():
     thread.close(5)
     assert [u.text for u in published] == ["One.", "Two."]
     assert isinstance(thread.error, OSError)
+
+
+def test_a_session_writes_its_transcript_on_its_own_thread_never_the_worker(tmp_path):
+    """A whole session (file replay -> worker -> transcript thread -> outbox), a scripted model:
+    the model steps run on ``captioner-worker``, every transcript line is written (and fsync'd)
+    on ``captioner-transcript``, and the file holds each committed line in order."""
+    import soundfile as sf
+    from scripted import ScriptedRecognizer, keys, render_speech
+    from test_engine_scripted import long_script
+
+    from captioner.app.transcript import TranscriptWriter
+    from captioner.audio.file_source import FileSource
+    from captioner.engine.pipeline import Pipeline
+    from captioner.events import SAMPLE_RATE_HZ
+    from captioner.gpu.backend import cpu_backend
+
+    class WatchedTranscript(TranscriptWriter):
+        def write(self, u: CaptionUpdate) -> None:
+            self.threads.add(threading.current_thread().name)
+            super().write(u)
+
+    class WatchedScript(ScriptedRecognizer):
+        def decode(self, requests):
+            self.threads.add(threading.current_thread().name)
+            return super().decode(requests)
+
+    duration_s = 20.0
+    words = long_script(duration_s)
+    path = tmp_path / "talk.wav"
+    sf.write(path, render_speech(words, duration_s), SAMPLE_RATE_HZ)
+    transcript = WatchedTranscript(directory=tmp_path)
+    transcript.threads = set()
+    recognizer = WatchedScript({"talk": words})
+    recognizer.threads = set()
+    pipeline = Pipeline([FileSource(path, stream="talk")], transcript=transcript,
+                        recognizer_factory=lambda: (cpu_backend(), recognizer))
+    pipeline.start()
+    try:
+        assert pipeline.wait_exhausted(60)
+    finally:
+        pipeline.stop()
+    finals = [u for u in pipeline.drain_captions() if u.kind == "final" and u.text.strip()]
+    assert [w for u in finals for w in keys(u.text)] == keys(words)
+    assert recognizer.threads == {"captioner-worker"}
+    assert transcript.threads == {"captioner-transcript"}
+    lines = transcript.path.read_text(encoding="utf-8").splitlines()[1:]  # past the header
+    assert [line.split(": ", 1)[1] for line in lines] == [" ".join(u.text.split()) for u in finals]
