@@ -3,6 +3,9 @@
 # them), the Python package with its dependencies, and the CUDA runtime wheels when an NVIDIA
 # driver is present.  usage: scripts/setup.sh app|test
 #
+# At the end it builds the default model's ONNX graphs (python -m captioner.app.prepare), so the
+# first launch captions at once.
+#
 # A set-up that succeeded leaves a stamp in .venv (one per mode): a hash of what it was made
 # from (pyproject.toml, this script, the mode and extras, the venv's Python, the installed
 # captioner's dist-info). While that still matches, a later call skips the apt checks and pip
@@ -99,5 +102,10 @@ echo "captioner setup: installing captioner${extras:+[$extras]} and its Python p
      "(the first time downloads a few hundred MB; later runs skip this)"
 "$venv/bin/python" -m pip install --disable-pip-version-check --upgrade pip
 "$venv/bin/python" -m pip install --disable-pip-version-check -e ".${extras:+[$extras]}"
+# The default model is converted to ONNX graphs on first use (cached per user). Done here, where a
+# wait is expected and shown, rather than behind the first window (14 s without captions on a
+# 2-core CPU): tiny.en for the device the app will use, and base, which its language check loads.
+echo "captioner setup: preparing the default model (tiny.en) and the language check's (base)"
+"$venv/bin/python" -m captioner.app.prepare
 stamp_key "$mode" >"$(stamp_file "$mode")"
 echo "captioner setup: ready ($venv, extras: ${extras:-none})"

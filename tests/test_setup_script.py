@@ -75,6 +75,8 @@ def test_second_call_skips_apt_and_pip(checkout):
     assert pip_calls(calls) and any(c.startswith("dpkg-query") for c in calls)
     assert "pip: Successfully installed" in out  # pip's own output is shown, not hidden
     assert "ready" in out
+    # the default model's graphs are built by the set-up, not behind the first window
+    assert any(c == "python -m captioner.app.prepare" for c in calls), calls
     out, calls = setup(checkout)
     assert calls == [], "nothing should run when nothing changed"
     assert "up to date" in out and "skipping apt and pip" in out
