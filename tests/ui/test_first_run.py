@@ -87,6 +87,7 @@ def test_without_an_input_device_the_demo_starts_under_a_banner(open_app, gui_ar
     assert no_dialog_in_front()
     qtbot.waitUntil(lambda: window.state_label.text() == "Captioning", timeout=WAIT_MS)
     assert no_dialog_in_front()  # also not while the model was prepared (a status-bar progress)
+    assert window.caption_view.placeholderText().startswith("Listening…")  # not "press Start": it runs
     (pipeline,) = factory.built
     (source,) = pipeline.sources
     assert Path(source.info.path) == sample_speech_path() and source.stream == "Demo" and source.realtime
@@ -104,6 +105,7 @@ def test_without_an_input_device_the_demo_starts_under_a_banner(open_app, gui_ar
                     timeout=WAIT_MS)
     pipeline.exhausted = True  # the sample has played to its end: the app stops by itself
     qtbot.waitUntil(lambda: window.state_label.text() == "Demo finished: Start (F5) plays it again", timeout=WAIT_MS)
+    assert "press Start" in window.caption_view.placeholderText()
     assert window.banner.kind == "demo"  # still says how to caption one's own audio
     assert no_dialog_in_front()
     window.save_settings()

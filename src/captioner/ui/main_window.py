@@ -64,6 +64,8 @@ MAX_RECORD_EVENTS = 1_000_000
 TRACE_FILTER = "captioner traces (*.jsonl *.trace);;All files (*)"
 TRACE_DOCK_SHARE = 0.75
 PLACEHOLDER = "Captions appear here. Pick a source and press Start (F5)."
+LISTENING_PLACEHOLDER = "Listening… captions appear here as the words are heard."
+"""While a session runs and nothing was said yet: not "press Start", which it already is."""
 
 
 class Feed(Protocol):
@@ -351,6 +353,7 @@ class MainWindow(QMainWindow):
         self.controls.start_button.setEnabled(True)
         self.history.set_transcript_path(transcript_path)
         self.set_running(True)
+        self.caption_view.setPlaceholderText(LISTENING_PLACEHOLDER)
         self.record_meta.update(meta)
         self.banner.clear("error")
         if not self._running_demo():
@@ -383,6 +386,7 @@ class MainWindow(QMainWindow):
             state = "Stopped"
         self._finishing = False
         self.set_running(False, state)
+        self.caption_view.setPlaceholderText(PLACEHOLDER)
         if error:
             self.banner.show_message(failure_notice(error), "error", kind="error")
         self.banner.clear("engine")  # its message was about the session that ended
