@@ -168,11 +168,14 @@ def _client_process(args: tuple) -> dict:
 # -- the server process ------------------------------------------------------------------------
 
 class ServerProcess:
-    def __init__(self, model: str, device: str, token_file: Path, max_streams: int | None) -> None:
+    def __init__(self, model: str, device: str, token_file: Path, max_streams: int | None,
+                 isolation: str | None = None) -> None:
         import psutil
 
         command = [sys.executable, "-m", "captioner", "serve", "--port", "0", "--model", model, "--device", device,
                    "--token-file", str(token_file), "--quiet"]
+        if isolation:
+            command += ["--isolation", isolation]
         if max_streams:
             command += ["--max-streams", str(max_streams)]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -204,16 +207,19 @@ class ServerProcess:
 
 # -- the in-process baseline ---------------------------------------------------------------------
 
-def baseline(clips, assign: list[int], seconds: float, model: str, device: str, timeout_s: float) -> dict:
-    """The same recordings as streams of one in-process pipeline, replayed at real-time pace, and
-    the latency measured the way the clients measure it: when an update is drained, against when
-    the audio it ends with was released (each replay starts when its source is added)."""
+def baseline(clips, assign: list[int], seconds: float, model: str, device: str, timeout_s: float,
+             ramp_per_s: float, isolation: str) -> dict:
+    """The same recordings as streams of one in-process pipeline, replayed at real-time pace and
+    started at the clients' ramp, and the latency measured the way the clients measure it: when
+    an update is drained, against when the audio it ends with was released (each replay starts
+    when its source is added)."""
     import tempfile
 
     import soundfile as sf
 
     from captioner.audio.file_source import FileSource
     from captioner.engine.pipeline import Pipeline
+    from captioner.errors import UserError
 
     folder = Path(tempfile.mkdtemp(prefix="bench-serve-"))
     paths = []
@@ -222,15 +228,13 @@ def baseline(clips, assign: list[int], seconds: float, model: str, device: str, 
         path = folder / f"{k}.wav"
         sf.write(path, audio, 16000, subtype="PCM_16")
         paths.append(path)
-    pipeline = Pipeline([], model=model, device=device)
+    pipeline = Pipeline([], model=model, device=device, isolation=isolation)
     pipeline.start()
     started: dict[str, float] = {}
-    for i in range(len(assign)):
-        source = FileSource(paths[assign[i]], stream=f"c{i}", realtime=True)
-        started[source.stream] = time.monotonic()
-        pipeline.add_source(source)
     latency: dict[str, list[float]] = {"partial": [], "final": []}
-    deadline = time.monotonic() + timeout_s
+    first_s = time.monotonic()
+    deadline = first_s + timeout_s
+    refused = 0
 
     def drain() -> None:
         now = time.monotonic()
@@ -238,12 +242,28 @@ def baseline(clips, assign: list[int], seconds: float, model: str, device: str, 
             if u.text.strip():
                 latency[u.kind].append(now - (started[u.stream] + u.end_s))
 
+    # The streams start at the clients' ramp (all at once would be a different load), each
+    # from its own replay thread; updates are drained between the starts.
+    for i in range(len(assign)):
+        while time.monotonic() < first_s + i / ramp_per_s:
+            drain()
+            time.sleep(0.005)
+        source = FileSource(paths[assign[i]], stream=f"c{i}", realtime=True)
+        started[source.stream] = time.monotonic()
+        try:
+            pipeline.add_source(source)
+        except UserError:  # at capacity, as the server would refuse it
+            refused += 1
     while not pipeline.wait_exhausted(0.02) and time.monotonic() < deadline:
         drain()
     drain()
     pipeline.stop()
     drain()
-    return {kind: {"p50_s": percentile(v, 50), "p99_s": percentile(v, 99), "n": len(v)} for kind, v in latency.items()}
+    result = {kind: {"p50_s": percentile(v, 50), "p99_s": percentile(v, 99), "n": len(v)}
+              for kind, v in latency.items()}
+    result["refused"] = refused + len(pipeline.refused_streams)
+    result["wall_s"] = round(time.monotonic() - first_s, 1)
+    return result
 
 
 # -- main ------------------------------------------------------------------------------------------
@@ -265,6 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--silence", action="store_true",
                         help="clients send silence (the model never runs): what the front end and the "
                              "per-stream feature work cost per connection")
+    parser.add_argument("--isolation", choices=("inline", "process", "auto"), default=None,
+                        help="where the server's model runs (serve --isolation; default: serve's own)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     if not 1 <= args.clients <= MAX_CLIENTS:
@@ -289,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
     token_file = Path(tempfile.mkdtemp(prefix="bench-serve-")) / "token"
     token_file.write_text(token)
     started = time.monotonic()
-    server = ServerProcess(args.model, args.device, token_file, args.max_streams)
+    server = ServerProcess(args.model, args.device, token_file, args.max_streams, args.isolation)
     print(f"server up in {time.monotonic() - started:.1f} s on port {server.port}; {args.clients} clients, "
           f"{audio_s:.0f} s of audio each, {args.ramp:g}/s", file=sys.stderr, flush=True)
     url = f"ws://127.0.0.1:{server.port}"
@@ -358,10 +380,17 @@ def main(argv: list[str] | None = None) -> int:
     }
     if failed:
         result["server_log_tail"] = [line.rstrip() for line in server.err[-30:]]
+    if args.isolation:
+        result["isolation"] = args.isolation
+    result["served_wall_s"] = round(wall_s, 1)
+    if args.json is not None:  # what was served is kept even if the baseline runs out of time
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
     if args.baseline:
-        print("in-process baseline …", file=sys.stderr, flush=True)
+        print(f"served in {wall_s:.0f} s; in-process baseline …", file=sys.stderr, flush=True)
+        from captioner.app.commands.serve import SERVE_ISOLATION
+
         result["latency_in_process"] = baseline(clips, assign, args.seconds, args.model, args.device,
-                                                client_timeout_s)
+                                                client_timeout_s, args.ramp, args.isolation or SERVE_ISOLATION)
         for kind in ("partial", "final"):
             served_p99 = result["latency_served"][kind]["p99_s"]
             local_p99 = result["latency_in_process"][kind]["p99_s"]
