@@ -10,7 +10,9 @@ counted apart.
 
 Policies: ``--policies localagreement,alignatt`` (both by default) replays every clip under each
 commit policy, side by side in one run (``--first-context`` adds AlignAtt variants with other
-amounts of context before the first words of a segment are committed). *Revised*: words shown
+amounts of context before the first words of a segment are committed; ``--variants`` adds any
+policy with any :class:`~captioner.engine.policy.PolicyConfig` fields set, e.g.
+``alignatt:first_context_s=1,attend_margin_s=0.2;alignatt-gpu``). *Revised*: words shown
 (committed + partial) that a later update took back or replaced; committed words never are.
 
 No speech: ``--no-speech`` (on by default) also replays 60 s of digital silence, of generated
@@ -26,6 +28,17 @@ Replay modes:
   every model step advances it by its measured duration — exactly what a live worker sees,
   without waiting through the idle time (so a fast GPU finishes quickly);
 - ``live``: the real threads of ``captioner.engine.pipeline.Pipeline`` with a real-time file source.
+
+``--step-cost-ms 40`` (simulated replay only) charges the clock a fixed 40 ms per model step
+instead of the step's measured duration: the engine's scheduler, VAD and policy then see the
+timing of a device whose steps take 40 ms (an H200 with tiny.en), whatever this machine's steps
+really take, so a slow CPU can stand in for a GPU's timing. The numerics are this machine's
+(fp32 on the CPU, fp16 on CUDA), and a step's cost does not grow with its batch.
+With a fixed cost the clock, and so every window, no longer depends on the machine: a window
+decoded once (the same log-mel frames, start, prompt and attention request) gives the same
+hypothesis again, so ``--decode-cache DIR`` keeps every step's hypotheses on disk and replays
+them for the same window in any later configuration or run (a parameter search re-decodes only
+the windows a setting changes).
 
 Each clip gets 0.5 s of quiet room noise before and 2 s after, so the engine sees the pause that
 closes the last segment, as in conversation.
@@ -188,24 +201,113 @@ def word_latencies(updates, ref_words: list[dict]) -> list[dict]:
     return out
 
 
-def _config(interval_s: float, target_busy: float, pause_s: float | None, policy: tuple[str, float | None] = ("localagreement", None)):
-    from captioner.engine.core import EngineConfig
+Policy = tuple[str, tuple[tuple[str, float], ...]]
+"""A policy to replay: its kind (or preset name) and the PolicyConfig fields set on top."""
+
+
+def parse_variants(spec: str) -> list[Policy]:
+    """``kind[:field=value,field=value][;...]`` -> policies (one-line error on a bad field)."""
+    from dataclasses import fields
+
     from captioner.engine.policy import PolicyConfig
+
+    known = {f.name: f.type for f in fields(PolicyConfig)}
+    out: list[Policy] = []
+    for item in filter(None, (x.strip() for x in spec.split(";"))):
+        kind, _, rest = item.partition(":")
+        params = []
+        for pair in filter(None, (x.strip() for x in rest.split(","))):
+            name, eq, value = pair.partition("=")
+            if not eq or name not in known or name == "kind":
+                raise SystemExit(f"bench_latency: --variants: {pair!r} is not FIELD=VALUE of a PolicyConfig field "
+                                 f"({', '.join(n for n in known if n != 'kind')})")
+            params.append((name, _field_value(known[name], value)))
+        out.append((kind.strip(), tuple(params)))
+    return out
+
+
+def _field_value(kind: str, value: str):
+    if "bool" in str(kind):
+        if value.lower() not in ("true", "false", "1", "0"):
+            raise SystemExit(f"bench_latency: --variants: {value!r} is not a boolean")
+        return value.lower() in ("true", "1")
+    try:
+        return int(value) if "int" in str(kind) else float(value)
+    except ValueError:
+        raise SystemExit(f"bench_latency: --variants: {value!r} is not a number") from None
+
+
+def policy_config(policy: Policy):
+    from captioner.engine.policies import preset
+
+    kind, params = policy
+    try:
+        return preset(kind, **dict(params))
+    except ValueError as exc:
+        raise SystemExit(f"bench_latency: {exc}") from None
+
+
+def _config(interval_s: float, target_busy: float, pause_s: float | None, policy: Policy = ("localagreement", ())):
+    from captioner.engine.core import EngineConfig
     from captioner.engine.scheduler import SchedulerConfig
 
-    kind, first_context_s = policy
-    policy_config = PolicyConfig(kind=kind)
-    if first_context_s is not None:
-        policy_config.first_context_s = first_context_s
+    policy_config_ = policy_config(policy)
     config = EngineConfig(scheduler=SchedulerConfig(base_interval_s=interval_s, target_busy=target_busy),
-                          policy=policy_config)
+                          policy=policy_config_)
     if pause_s is not None:
         config.pause_s = pause_s
     return config
 
 
+class MemoRecognizer:
+    """The recognizer, with each batch's hypotheses kept under a hash of exactly what it decodes
+    (log-mel bytes and shape, start, prompt, language, attention asked), in memory and, given a
+    directory, on disk. Only for replays whose clock does not read the step's duration
+    (``--step-cost-ms``). Called by the engine's thread."""
+
+    def __init__(self, inner, cache_dir: Path | None) -> None:
+        self._inner = inner
+        self._dir = cache_dir
+        self._memory: dict[str, list] = {}
+        self.hits = self.misses = 0
+        if cache_dir is not None:
+            cache_dir.mkdir(parents=True, exist_ok=True)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+    def _key(self, requests) -> str:
+        import hashlib
+
+        h = hashlib.sha256(f"{self._inner.name}|{self._inner.provider}".encode())
+        for r in requests:
+            mel = np.ascontiguousarray(np.asarray(r.log_mel, dtype=np.float32))
+            h.update(repr((mel.shape, round(float(r.start_s), 6), r.prompt, r.language, bool(r.alignment))).encode())
+            h.update(mel.tobytes())
+        return h.hexdigest()
+
+    def decode(self, requests):
+        import pickle
+
+        key = self._key(requests)
+        path = None if self._dir is None else self._dir / f"{key}.pkl"
+        if key not in self._memory and path is not None and path.exists():
+            self._memory[key] = pickle.loads(path.read_bytes())
+        if key in self._memory:
+            self.hits += 1
+            return list(self._memory[key])
+        self.misses += 1
+        out = self._inner.decode(requests)
+        self._memory[key] = list(out)
+        if path is not None:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_bytes(pickle.dumps(list(out)))
+            tmp.replace(path)
+        return out
+
+
 def run_simulated(recognizer, backend, paths: list, interval_s: float, target_busy: float, pause_s=None,
-                  policy=("localagreement", None)):
+                  policy: Policy = ("localagreement", ()), step_cost_s: float | None = None):
     from captioner.engine.live import LiveCaptioner
     from captioner.engine.simulate import replay
 
@@ -214,13 +316,13 @@ def run_simulated(recognizer, backend, paths: list, interval_s: float, target_bu
         lambda clock, timer: LiveCaptioner(recognizer=recognizer, backend=backend, config=config,
                                            clock_ns=clock, timer_ns=timer),
         {f"s{i}": path for i, path in enumerate(paths)},
-        compute="measured",
+        compute="measured" if step_cost_s is None else step_cost_s,
     )
     return result.updates, result.step_s, result.statuses
 
 
 def run_live(recognizer, backend, paths: list[Path], interval_s: float, target_busy: float, pause_s=None,
-             policy=("localagreement", None)):
+             policy: Policy = ("localagreement", ()), step_cost_s: float | None = None):
     from captioner.audio.file_source import FileSource
     from captioner.engine.pipeline import Pipeline
 
@@ -244,9 +346,9 @@ def run_live(recognizer, backend, paths: list[Path], interval_s: float, target_b
     return pipeline.drain_captions(), steps, statuses
 
 
-def _policy_name(policy: tuple[str, float | None]) -> str:
-    kind, first_context_s = policy
-    return kind if first_context_s is None else f"{kind} (first context {first_context_s:g} s)"
+def _policy_name(policy: Policy) -> str:
+    kind, params = policy
+    return kind if not params else f"{kind} ({', '.join(f'{k}={v:g}' for k, v in params)})"
 
 
 def percentile(values, q):
@@ -278,6 +380,15 @@ def main() -> int:
     parser.add_argument("--first-context", default="",
                         help="AlignAtt variants: seconds of audio the first words of a segment wait for, comma "
                              "separated (default: the policy's own)")
+    parser.add_argument("--variants", default="",
+                        help="more policies, ';' separated: KIND[:FIELD=VALUE,...] with PolicyConfig fields, e.g. "
+                             "'alignatt:first_context_s=1,attend_margin_s=0.2;alignatt-gpu'")
+    parser.add_argument("--step-cost-ms", type=float, default=None,
+                        help="simulated replay: charge the clock this many ms per model step instead of the "
+                             "step's measured duration (another device's timing on this machine)")
+    parser.add_argument("--decode-cache", default=None,
+                        help="with --step-cost-ms: keep every step's hypotheses in this directory and reuse "
+                             "them for the same window (log-mel, start, prompt) in later configurations and runs")
     parser.add_argument("--no-speech", default="silence,noise,music",
                         help="60 s recordings without speech replayed under each policy (comma separated; "
                              "'none' to skip)")
@@ -286,12 +397,20 @@ def main() -> int:
     from captioner.engine.scheduler import SchedulerConfig
 
     n_streams = [int(x) for x in args.streams.split(",")]
-    policies: list[tuple[str, float | None]] = []
-    for kind in args.policies.split(","):
+    policies: list[Policy] = []
+    for kind in filter(None, args.policies.split(",")):
         if kind == "alignatt" and args.first_context:
-            policies += [(kind, float(x)) for x in args.first_context.split(",")]
+            policies += [(kind, (("first_context_s", float(x)),)) for x in args.first_context.split(",")]
         else:
-            policies.append((kind, None))
+            policies.append((kind, ()))
+    policies += parse_variants(args.variants)
+    for policy in policies:
+        policy_config(policy)  # a bad name is a one-line error before the model loads
+    step_cost_s = None if args.step_cost_ms is None else args.step_cost_ms / 1e3
+    if step_cost_s is not None and (args.mode != "simulated" or step_cost_s < 0):
+        parser.error("--step-cost-ms needs --mode simulated and a cost of 0 or more")
+    if args.decode_cache and step_cost_s is None:
+        parser.error("--decode-cache needs --step-cost-ms (a measured step's duration is not replayed)")
     pauses = [float(x) for x in args.pause_s.split(",")] if args.pause_s else [None]
     busies = [float(x) for x in args.target_busy.split(",")] if args.target_busy else [SchedulerConfig().target_busy]
 
@@ -314,21 +433,34 @@ def main() -> int:
     load_s = time.perf_counter() - t0
     print(f"model {recognizer.name} on {recognizer.provider} ({recognizer.device_name}), "
           f"features on {backend.name}; loaded in {load_s:.1f} s", file=sys.stderr)
+    if step_cost_s is not None:
+        recognizer = MemoRecognizer(recognizer, Path(args.decode_cache) if args.decode_cache else None)
 
     # Offline reference: the same model, the offline path.
     decoder = load_decoder(args.model, args.device)
     offline = {}
+    # The offline texts are kept with the decode cache too (per model, device and recording).
+    offline_cache = Path(args.decode_cache) / f"offline-{args.model}-{args.device}.json" if args.decode_cache else None
+    kept = json.loads(offline_cache.read_text(encoding="utf-8")) if offline_cache and offline_cache.exists() else {}
     for c in clips:
         t = time.perf_counter()
+        if c["path"] in kept:
+            offline[c["id"]] = {"text": kept[c["path"]], "seconds": None}
+            continue
         text = transcribe_file(c["path"], TranscribeOptions(model=args.model, device=args.device), decoder=decoder).text
         offline[c["id"]] = {"text": text, "seconds": time.perf_counter() - t}
+        kept[c["path"]] = text
+    if offline_cache is not None:
+        offline_cache.parent.mkdir(parents=True, exist_ok=True)
+        offline_cache.write_text(json.dumps(kept), encoding="utf-8")
 
     report = {
         "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(), "python": platform.python_version(),
         "device": args.device, "provider": recognizer.provider, "device_name": recognizer.device_name,
         "features_backend": backend.name, "model": recognizer.name, "mode": args.mode,
-        "command": " ".join(sys.argv), "pause_s": args.pause_s, "normalizer": NORMALIZER_NAME, "runs": [],
+        "command": " ".join(sys.argv), "pause_s": args.pause_s, "step_cost_ms": args.step_cost_ms,
+        "decode_cache": args.decode_cache, "normalizer": NORMALIZER_NAME, "runs": [],
     }
     # Every configuration replays each clip right after the others, so that a machine whose
     # load changes over the run (a shared CPU) weighs on all of them alike. With --streams N,
@@ -352,7 +484,7 @@ def main() -> int:
                 run = run_simulated if mode == "simulated" else run_live
                 wall0 = time.perf_counter()
                 updates, steps, statuses = run(recognizer, backend, [paths[i] for i in members], interval_s, busy, pause_s,
-                                               policy)
+                                               policy, step_cost_s)
                 wall_s = time.perf_counter() - wall0
                 group_audio_s = max(clips[i]["duration_s"] for i in members) + LEAD_S + TAIL_S
                 for k, i in enumerate(members):
@@ -408,11 +540,14 @@ def main() -> int:
         print(json.dumps(summary), file=sys.stderr)
 
     no_speech = [k for k in args.no_speech.split(",") if k and k != "none"]
+    if isinstance(recognizer, MemoRecognizer):
+        report["decode_cache_hits"], report["decode_cache_misses"] = recognizer.hits, recognizer.misses
+        print(f"decode cache: {recognizer.hits} steps replayed, {recognizer.misses} decoded", file=sys.stderr)
     report["no_speech"] = []
     for kind in no_speech:
         for policy in policies:
             updates, steps, _ = run_simulated(recognizer, backend, [no_speech_audio(kind)], 1.0,
-                                              busies[0], None, policy)
+                                              busies[0], None, policy, step_cost_s)
             words = sum(len(split_words(u.text)) for u in updates if u.kind == "final")
             shown = sum(len(split_words(u.text)) for u in updates if u.kind == "partial")
             report["no_speech"].append({"audio": kind, "seconds": 60, "policy": _policy_name(policy), "steps": len(steps),

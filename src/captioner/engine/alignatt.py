@@ -33,6 +33,13 @@ Rules, per update (times on the stream's clock; ``end`` = the end of the audio i
    and chords, 2-3 s windows, every word on frame 0). It is treated as the decoder's guards
    treat invented text.
 5. A hypothesis without attention (a model without alignment heads) falls back to agreement.
+6. Hybrid (``commit_on_agreement``): what two consecutive hypotheses agree on is committed too,
+   when that reaches further than the attention rule (a word whose attention runs into the
+   margin but that the last update heard the same); the first-words rule holds for both.
+
+The trade of lag for stability is in ``PolicyConfig``: ``attend_margin_s``, ``first_words``,
+``first_context_s``, ``first_words_per_sentence``, ``hold_s``, ``commit_on_agreement``; named
+settings per device class are in :mod:`captioner.engine.policies`.
 
 Partial text, trimming, prompting and closing at a pause are LocalAgreement's. Called only by the
 worker thread that owns the stream.
@@ -114,12 +121,26 @@ class AlignAttPolicy(LocalAgreementPolicy):
         limit_s = hypothesis.end_s - c.attend_margin_s
         n = 0
         for w in tail:
-            if w.attend_s > limit_s or w.end_s > limit_s:
-                break
-            if self._line_words + n < c.first_words and hypothesis.end_s - w.end_s < c.first_context_s:
+            if w.attend_s > limit_s or w.end_s > limit_s or not self._has_context(n, w, hypothesis):
                 break
             n += 1
+        if c.commit_on_agreement:
+            # The hybrid (rule 6): agreement of two hypotheses commits too, where it reaches
+            # further; the first words still wait for their context.
+            agreed = super()._agreed(tail, hypothesis)
+            k = 0
+            while k < agreed and self._has_context(k, tail[k], hypothesis):
+                k += 1
+            n = max(n, k)
         return n
+
+    def _has_context(self, n: int, word: Word, hypothesis: Hypothesis) -> bool:
+        """Whether ``word``, the ``n``-th beyond the committed text, may be committed under the
+        first-words rule (rule 2)."""
+        c = self.config
+        if self._line_words + n >= c.first_words:
+            return True
+        return hypothesis.end_s - word.end_s >= c.first_context_s
 
     def _commit(self, emit, words: list[Word]) -> None:
         """Commit ``words``, one caption per line: a sentence end closes the line."""
@@ -129,7 +150,10 @@ class AlignAttPolicy(LocalAgreementPolicy):
             if ends_sentence(w):
                 super()._commit(emit, piece)
                 self._s.segment += 1
-                self._line_words = 0
+                # Rule 2 after a sentence end, or only at a segment's start (then the sentence's
+                # words count on towards ``first_words``).
+                self._line_words = 0 if self.config.first_words_per_sentence else \
+                    self._line_words + sum(1 for x in piece if x.key)
                 piece = []
         if piece:
             super()._commit(emit, piece)

@@ -1,11 +1,22 @@
-"""The streaming policies by name: what ``PolicyConfig.kind`` (``--policy``) chooses."""
+"""The streaming policies by name: what ``PolicyConfig.kind`` (``--policy``) chooses.
+
+A name is a policy (``localagreement``, ``alignatt``), a preset (a policy with some of its
+:class:`~captioner.engine.policy.PolicyConfig` fields set, measured for a device class: see
+:data:`PRESETS`), or ``auto`` (the default of the engine's device class, :data:`DEFAULT_BY_DEVICE`).
+"""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from captioner.engine.alignatt import AlignAttPolicy
 from captioner.engine.policy import POLICIES, LocalAgreementPolicy, PolicyConfig
+
+PRESETS: dict[str, dict] = {
+    "alignatt-gpu": {"kind": "alignatt", "first_context_s": 1.0, "attend_margin_s": 0.2},
+}
+"""Named settings. ``alignatt-gpu``: AlignAtt tuned for a device whose model step takes about
+40 ms (tiny.en on an H200) at 0.5 s updates; see docs/latency.md, "AlignAtt tuned for the H200"."""
 
 DEFAULT_BY_DEVICE = {"cuda": "localagreement", "cpu": "alignatt"}
 """``"auto"``: the policy per device class, chosen by measurement (docs/latency.md, "AlignAtt
@@ -14,18 +25,43 @@ against LocalAgreement"). CPU: AlignAtt commits sooner at every update interval 
 5.9-6.3 %, offline 4.3 %). CUDA: LocalAgreement until the H200 run of the same benchmark."""
 
 
+def preset(name: str, **overrides) -> PolicyConfig:
+    """The configuration a policy or preset ``name`` stands for, with ``overrides`` (PolicyConfig
+    fields) on top; ``ValueError`` for an unknown name. ``"auto"`` stays ``"auto"``."""
+    if name in PRESETS:
+        config = PolicyConfig(**PRESETS[name])
+    elif name in POLICIES:
+        config = PolicyConfig(kind=name)
+    else:
+        raise ValueError(f"unknown streaming policy {name!r}; choose one of {', '.join(names())}")
+    return replace(config, **overrides)
+
+
+def names() -> tuple[str, ...]:
+    """Every name ``--policy`` may take."""
+    return (*POLICIES, *PRESETS)
+
+
 def resolve(config: PolicyConfig, provider: str) -> PolicyConfig:
     """``config`` with ``"auto"`` replaced by the default of the device class of ``provider``
-    (an ONNX Runtime provider name: CUDA's, or anything else for the CPU)."""
-    if config.kind != "auto":
-        return config
-    device_class = "cuda" if "CUDA" in str(provider).upper() else "cpu"
-    return replace(config, kind=DEFAULT_BY_DEVICE[device_class])
+    (an ONNX Runtime provider name: CUDA's, or anything else for the CPU), and a preset's name by
+    the policy and fields it stands for (fields the caller set to other values than the
+    defaults are kept)."""
+    kind = config.kind
+    if kind == "auto":
+        kind = DEFAULT_BY_DEVICE["cuda" if "CUDA" in str(provider).upper() else "cpu"]
+    if kind not in PRESETS:
+        return replace(config, kind=kind)
+    default = PolicyConfig()
+    mine = {f.name: getattr(config, f.name) for f in fields(PolicyConfig)
+            if f.name != "kind" and getattr(config, f.name) != getattr(default, f.name)}
+    return preset(kind, **mine)
 
 
 def make_policy(stream: str, config: PolicyConfig | None = None, start_s: float = 0.0) -> LocalAgreementPolicy:
     """The streaming policy ``config.kind`` names, for one stream (called where the stream is
-    opened, by the engine's thread; ``"auto"`` must be resolved first, see :func:`resolve`)."""
+    opened, by the engine's thread; ``"auto"`` and presets must be resolved first, see
+    :func:`resolve`)."""
     config = config or PolicyConfig()
     if config.kind == "alignatt":
         return AlignAttPolicy(stream, config, start_s)

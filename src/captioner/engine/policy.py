@@ -144,6 +144,12 @@ class PolicyConfig:
     """AlignAtt: the first ``first_words`` of a segment are committed only once the window holds
     this much audio after them (Whisper hears "my fellow" as "am I" with nothing after it)."""
     first_words: int = 3
+    first_words_per_sentence: bool = True
+    """AlignAtt: the first-words rule applies after every committed sentence end too, not only
+    at a segment's start (after a pause or the stream's start)."""
+    commit_on_agreement: bool = False
+    """AlignAtt: also commit what two consecutive hypotheses agree on (LocalAgreement's rule),
+    whichever of the two rules commits more; the first-words rule holds for both."""
     hold_s: float = 1.5
     """AlignAtt: a pause shorter than this after the last word does not close a segment whose
     first words still lack ``first_context_s`` (the next words give them context)."""
