@@ -246,6 +246,11 @@ def run_realtime(args) -> int:
     except BaseException:
         pipeline.stop()
         raise
+    if isinstance(output, _TerminalOutput):
+        # The replay has begun: said at once, as nothing else shows until the first words are
+        # recognised a few seconds in (the audio itself is not played aloud).
+        output.note(f"captioner: playing {source.info.path.name} ({source.duration_s:.0f} s) at its real pace; "
+                    "the captions follow as it is heard (Ctrl-C stops)")
     recognizer = pipeline.captioner.recognizer if pipeline.captioner is not None else None
     languages = LanguageReport(args.language, getattr(recognizer, "is_multilingual", False))
     interrupted = False
