@@ -174,3 +174,27 @@ def test_refresh_in_the_banner_offers_a_microphone_that_appeared(open_app, gui_a
     banner_button(window, "Caption the default input").click()
     (config,) = requested
     assert config.sources == (DEFAULT_INPUT,)
+
+
+FIRST_CAPTION_BOUND_S = 10.0
+
+
+@pytest.mark.slow
+def test_the_real_demo_shows_a_caption_within_ten_seconds_of_the_window(open_app, gui_args, qtbot):
+    """The whole first run with the real engine (tiny.en on the CPU, its graphs cached as the
+    set-up leaves them): from the window being shown to the first words of the demo on it."""
+    import time
+
+    from captioner.app.prepare import prepare
+
+    prepare("tiny.en", "cpu", with_language_check=True, progress=lambda message, fraction: None)
+    start_s = time.monotonic()
+    window, controller = open_app(gui_args("--device", "cpu"), None, devices=[])
+    assert window.isVisible() and window.banner.kind == "demo" and no_dialog_in_front()
+    qtbot.waitUntil(lambda: window.caption_view.toPlainText().strip() != "", timeout=60_000)
+    shown_s = time.monotonic() - start_s
+    assert shown_s <= FIRST_CAPTION_BOUND_S, f"first caption {shown_s:.1f} s after the window appeared"
+    lines = window.caption_view.toPlainText().splitlines()
+    assert lines[0] == "Demo" and lines[1].strip(), lines  # labelled once, then the words
+    assert no_dialog_in_front()
+    print(f"first demo caption {shown_s:.2f} s after the window was shown: {lines[1]!r}")
