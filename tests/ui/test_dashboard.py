@@ -163,6 +163,20 @@ def test_legends_sit_under_the_plots_not_on_the_curves(dashboard, qtbot):
     assert "15% free" in dashboard.legends["vram"].text()
 
 
+def test_the_real_time_label_sits_above_its_line(dashboard, qtbot):
+    # A real-time factor under 1 is the usual case: its curve runs beneath the line, so the
+    # line's label goes above it (beneath, it lay on the curve of a recorded run).
+    t0 = time.monotonic()
+    for i in range(5):
+        dashboard.add_status(status(t0 + i, real_time_factor=0.6 + 0.05 * i))
+    dashboard.refresh(force=True)
+    qtbot.wait(50)  # one layout pass
+    line = dashboard.rtf_line
+    label = line.label.sceneBoundingRect()
+    at_line = line.mapToScene(line.boundingRect().center()).y()
+    assert label.height() > 0 and label.bottom() <= at_line + 1
+
+
 @pytest.mark.parametrize("key", ["dropped", "load"])
 def test_counts_have_whole_number_axes_from_zero(dashboard, key):
     t0 = time.monotonic()

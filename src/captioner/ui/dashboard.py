@@ -412,8 +412,10 @@ class Dashboard(QWidget):
         temp.addItem(self.slowdown_line, ignoreBounds=True)
         # Percentages have a natural scale; a fixed range also spares re-rendering the axis.
         self.plots["util"].setYRange(0, 100, padding=0.02)
+        # Its label above the line: a real-time factor under 1 is the usual case, so the curve
+        # runs below it (beneath the line, the label lay on the curve of a recorded run).
         self.rtf_line = pg.InfiniteLine(pos=1.0, angle=0, movable=False, label="real time",
-                                        labelOpts={"position": 0.2})
+                                        labelOpts={"position": 0.35, "anchors": [(0.5, 1.0), (0.5, 1.0)]})
         self.plots["rtf"].addItem(self.rtf_line)
         for spec in PLOTS:
             self._title_values[spec.key] = NA
