@@ -81,6 +81,8 @@ class FakePipeline:
         self.exhausted = False
         self.backend = None
         self.stopped = 0
+        self.new_notices: list = []  # language notices notices() hands out next
+        self.notices_at_stop: list = []  # those a check still running reports as it stops
 
     def start(self):
         if self.gate is not None:
@@ -98,11 +100,17 @@ class FakePipeline:
     def latest_status(self):
         return self.status
 
+    def notices(self):
+        out, self.new_notices = self.new_notices, []
+        return out
+
     def wait_exhausted(self, timeout_s=None):
         return self.exhausted
 
     def stop(self, timeout_s=60.0):
         self.stopped += 1
+        self.new_notices.extend(self.notices_at_stop)
+        self.notices_at_stop = []
         self.captions.extend(self.leftovers)
         self.leftovers = []
         self.transcript.close()

@@ -198,3 +198,52 @@ def test_the_real_demo_shows_a_caption_within_ten_seconds_of_the_window(open_app
     assert lines[0] == "Demo" and lines[1].strip(), lines  # labelled once, then the words
     assert no_dialog_in_front()
     print(f"first demo caption {shown_s:.2f} s after the window was shown: {lines[1]!r}")
+
+
+def german_notice(stream: str):
+    from captioner.engine.language_check import language_notice
+
+    return language_notice(stream, {"de": 0.98, "en": 0.01}, "tiny.en")
+
+
+def test_a_language_notice_stays_in_the_banner_after_the_file_ended(open_app, gui_args, qtbot, tmp_path):
+    from dataclasses import replace
+
+    talk = tmp_path / "rede.flac"
+    shutil.copy(sample_speech_path(), talk)
+    factory = Factory()
+    window, _ = open_app(gui_args("--file", str(talk)), factory, devices=[])
+    qtbot.waitUntil(lambda: window.state_label.text() == "Captioning", timeout=WAIT_MS)
+    (pipeline,) = factory.built
+    notice = german_notice("rede")
+    assert notice.message == "this sounds like German; tiny.en is English-only — try --model base"
+    # as the engine makes it: the notice once, its message joined to every status after it
+    pipeline.new_notices = [notice]
+    pipeline.status = replace(pipeline.status, message=notice.message)
+    qtbot.waitUntil(lambda: window.banner.kind == "language", timeout=WAIT_MS)
+    assert window.banner.text() == notice.message and window.banner.level == "warning"
+    pipeline.exhausted = True  # the file played to its end
+    qtbot.waitUntil(lambda: window.state_label.text() == "Finished: every file has played", timeout=WAIT_MS)
+    qtbot.wait(100)  # a few more timer ticks
+    assert window.banner.isVisible() and window.banner.kind == "language"  # still said after the end
+    assert window.banner.text() == notice.message
+    assert no_dialog_in_front()
+
+
+def test_a_language_notice_made_as_the_session_stops_is_shown(open_app, gui_args, qtbot, tmp_path):
+    # On a busy CPU the check (it yields to the captioning) may finish only as the stream ends.
+    talk = tmp_path / "rede.flac"
+    shutil.copy(sample_speech_path(), talk)
+    factory = Factory()
+    window, _ = open_app(gui_args("--file", str(talk)), factory, devices=[])
+    qtbot.waitUntil(lambda: window.state_label.text() == "Captioning", timeout=WAIT_MS)
+    (pipeline,) = factory.built
+    pipeline.notices_at_stop = [german_notice("rede")]
+    pipeline.exhausted = True
+    qtbot.waitUntil(lambda: window.state_label.text() == "Finished: every file has played", timeout=WAIT_MS)
+    qtbot.waitUntil(lambda: window.banner.kind == "language", timeout=WAIT_MS)
+    assert window.banner.text().startswith("this sounds like German")
+    # the next session starts without it (it says its own, if any)
+    window.start_requested.emit(window.controls.run_config())
+    qtbot.waitUntil(lambda: len(factory.built) == 2 and window.state_label.text() == "Captioning", timeout=WAIT_MS)
+    assert window.banner.kind != "language"

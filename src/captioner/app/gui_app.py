@@ -110,6 +110,13 @@ class LiveController:
         # Held while pipeline/_busy/_closing change and while the view hears of it, so the view
         # gets the calls in the order of the changes, whichever thread makes them.
         self._lock = threading.Lock()
+        # Language notices (an English-only model hearing another language): taken from the
+        # pipeline by whichever thread looks first, shown by the window in a banner of their
+        # own that outlives the session; their text is kept out of the status messages, which
+        # the window clears when a session ends.
+        self._notice_lock = threading.Lock()
+        self._notices: list[str] = []
+        self._notice_messages: set[str] = set()
         self._start_thread: threading.Thread | None = None
         self._stop_thread: threading.Thread | None = None
         self.sampler = TelemetrySampler(gpu_index=telemetry_gpu_index(device))
@@ -154,9 +161,47 @@ class LiveController:
     def latest_status(self) -> PipelineStatus | None:
         pipeline = self.pipeline
         status = pipeline.latest_status() if pipeline is not None else None
+        if pipeline is not None:
+            self._take_notices(pipeline)
+        status = self._without_notices(status)
         if status is not None and self.metrics is not None:
             self.metrics.update_status(status)
         return status
+
+    def drain_notices(self) -> list[str]:
+        """GUI thread: the language notices made since the last call, each once, for the user
+        as they are ("this sounds like German; tiny.en is English-only — try --model base");
+        also those made as the last session stopped."""
+        with self._notice_lock:
+            out, self._notices = self._notices, []
+        return out
+
+    def _take_notices(self, pipeline: Any) -> None:
+        """Any thread: moves the pipeline's new language notices to the window's queue."""
+        take = getattr(pipeline, "notices", None)  # a pipeline without a language check has none
+        notices = take() if take is not None else []
+        if notices:
+            with self._notice_lock:
+                for notice in notices:
+                    message = str(getattr(notice, "message", notice))
+                    if message not in self._notice_messages:
+                        self._notice_messages.add(message)
+                        self._notices.append(message)
+
+    def _without_notices(self, status: PipelineStatus | None) -> PipelineStatus | None:
+        """``status`` with the language notices taken out of its message (the engine joins
+        them to it with "; "): the window shows them apart."""
+        if status is None or not status.message:
+            return status
+        with self._notice_lock:
+            known = set(self._notice_messages)
+        if not known:
+            return status
+        from dataclasses import replace
+
+        parts = status.message.split("; ")
+        kept = [part for part in parts if part not in known]
+        return status if len(kept) == len(parts) else replace(status, message="; ".join(kept))
 
     def latest_telemetry(self) -> TelemetrySample | None:
         """The GPU the captions come from: this machine's, or the server's as its status says."""
@@ -188,6 +233,8 @@ class LiveController:
         with self._lock:
             if self._busy or self._closing or self.pipeline is not None:
                 return
+            with self._notice_lock:
+                self._notice_messages.clear()  # a new session says its own notices again
             self._busy = True
             self._files_only = bool(config.sources) and all(c.kind == "file" for c in config.sources)
             self.view.session_starting(config.model)
@@ -280,7 +327,11 @@ class LiveController:
         self._busy = False
         leftovers = self._observed(pipeline.drain_captions())
         error = pipeline.error
-        self.view.session_stopped(leftovers, pipeline.latest_status(), None if error is None else str(error))
+        # A check still running when the stream ended reports as it stops (on a busy CPU the
+        # check, which yields to the captioning, may finish only then): the window shows it next.
+        self._take_notices(pipeline)
+        self.view.session_stopped(leftovers, self._without_notices(pipeline.latest_status()),
+                                  None if error is None else str(error))
 
     def session_meta(self) -> dict[str, Any]:
         """Any thread: what a saved trace says about the run's device and back-end."""

@@ -72,6 +72,7 @@ class Feed(Protocol):
     def drain_captions(self) -> list[CaptionUpdate]: ...
     def latest_status(self) -> PipelineStatus | None: ...
     def latest_telemetry(self) -> TelemetrySample | None: ...
+    # Optional: def drain_notices(self) -> list[str] (language notices, each once)
 
 
 class MainWindow(QMainWindow):
@@ -356,6 +357,7 @@ class MainWindow(QMainWindow):
         self.caption_view.setPlaceholderText(LISTENING_PLACEHOLDER)
         self.record_meta.update(meta)
         self.banner.clear("error")
+        self.banner.clear("language")  # about the session before; this one says its own
         if not self._running_demo():
             self.banner.clear("demo")  # the user's own audio now
             self.banner.clear("inputs")
@@ -451,6 +453,9 @@ class MainWindow(QMainWindow):
             sample = feed.latest_telemetry()
             if sample is not None and sample is not self._last_sample:
                 self.apply_telemetry(sample)
+            drain_notices = getattr(feed, "drain_notices", None)
+            for message in drain_notices() if drain_notices is not None else ():
+                self.show_language_notice(message)
         self.dashboard.refresh()
 
     def _keep(self, event: Any) -> None:
@@ -509,6 +514,12 @@ class MainWindow(QMainWindow):
         self.record_meta.setdefault("model", status.model)
         self.record_meta.setdefault("provider", status.provider)
         self.record_meta.setdefault("device", status.device_name)
+
+    def show_language_notice(self, message: str) -> None:
+        """A language notice ("this sounds like German; tiny.en is English-only — try --model
+        base"): in the banner until dismissed or the next session starts, not only while the
+        session that made it runs (a file may have ended by the time the check spoke)."""
+        self.banner.show_message(engine_notice(message), "warning", kind="language")
 
     def _show_engine_message(self, message: str) -> None:
         # Statuses repeat a message several times a second: show it when it changes, so that a
