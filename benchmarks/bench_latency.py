@@ -126,16 +126,22 @@ def match(reference: list[str], shown: list[str]) -> list[int]:
 
 
 def revised_words(updates) -> int:
-    """Words shown (committed + partial) that a later update of the stream took back or replaced."""
+    """Words shown (committed + partial) that a later update of the stream took back or replaced.
+    What is shown is compared after each model step, not after each update of a step: a commit
+    and the partial that follows it (two updates of one step, the same time) take nothing back."""
     shown: list[str] = []
     committed: list[str] = []
+    partial: list[str] = []
     revised = 0
-    for u in updates:
+    for k, u in enumerate(updates):
         if u.kind == "final":
             committed += split_words(u.text)
-            now = list(committed)
+            partial = []
         else:
-            now = committed + split_words(u.text)
+            partial = split_words(u.text)
+        if k + 1 < len(updates) and updates[k + 1].emitted_wall_s == u.emitted_wall_s:
+            continue
+        now = committed + partial
         common = 0
         for a, b in zip(shown, now):
             if a != b:

@@ -98,3 +98,31 @@ def test_auto_resolves_to_a_runnable_policy_on_every_device_class():
         assert config == resolve(PolicyConfig(kind=DEFAULT_BY_DEVICE[device_class]), provider)
         assert config.kind in ("localagreement", "alignatt")
         make_policy("s", config)
+
+
+def test_a_closing_window_overlaps_the_last_committed_words():
+    """With ``close_overlap_s`` the closing window starts before the last committed word, which
+    the closing hypothesis holds again: it is matched, not committed twice, and the word after it
+    is heard from its start."""
+    words = [("concord", 0.3, 0.9, 0.9), ("returned", 1.0, 1.5, 1.5), ("to", 1.6, 1.7, 1.7), ("its", 1.8, 1.9, 1.9),
+             ("place", 2.0, 2.4, 2.4), ("amidst", 2.5, 2.9, 2.9), ("the", 3.0, 3.2, 3.2), ("tents.", 3.3, 3.8, 4.2)]
+    for overlap_s, start_s in ((0.0, 3.2), (0.5, 2.9)):
+        policy = AlignAttPolicy("s", PolicyConfig(kind="alignatt", first_context_s=0.0, attend_margin_s=0.4,
+                                                  close_overlap_s=overlap_s))
+        out = policy.update(hyp(words, 3.9), 3.9, 3.9)
+        assert committed(out) == "concord returned to its place amidst the"
+        policy.start_after_committed()
+        assert policy.buffer_start_s == pytest.approx(start_s)
+        again = [w for w in words if w[1] >= start_s]
+        close = Hypothesis(tuple(Word(" " + t, a, b, 0, attend_s=att) for t, a, b, att in again), start_s, 4.6,
+                           (float("inf"),))
+        out = policy.update(close, 4.6, 4.6, close_segment=True)
+        assert committed(out) == "tents."
+
+
+def test_a_closing_window_of_committed_words_within_the_overlap_stays_where_it_is():
+    policy = AlignAttPolicy("s", PolicyConfig(kind="alignatt", first_context_s=0.0, attend_margin_s=0.4,
+                                              close_overlap_s=1.2))
+    policy.update(hyp([("he", 0.5, 0.8, 0.8), ("could", 0.9, 1.2, 1.2), ("wait", 1.3, 1.6, 1.6)], 2.1), 2.1, 2.1)
+    policy.start_after_committed()
+    assert policy.buffer_start_s == 0.0

@@ -38,7 +38,8 @@ Rules, per update (times on the stream's clock; ``end`` = the end of the audio i
    margin but that the last update heard the same); the first-words rule holds for both.
 
 The trade of lag for stability is in ``PolicyConfig``: ``attend_margin_s``, ``first_words``,
-``first_context_s``, ``first_words_per_sentence``, ``hold_s``, ``commit_on_agreement``; named
+``first_context_s``, ``first_words_per_sentence``, ``hold_s``, ``commit_on_agreement`` and
+``close_overlap_s`` (where a segment's closing window starts); named
 settings per device class are in :mod:`captioner.engine.policies`.
 
 Partial text, trimming, prompting and closing at a pause are LocalAgreement's. Called only by the

@@ -150,6 +150,13 @@ class PolicyConfig:
     commit_on_agreement: bool = False
     """AlignAtt: also commit what two consecutive hypotheses agree on (LocalAgreement's rule),
     whichever of the two rules commits more; the first-words rule holds for both."""
+    close_overlap_s: float = 0.0
+    """A closing window that starts at the committed text (see
+    :meth:`LocalAgreementPolicy.start_after_committed`) starts this much earlier: the committed
+    words that begin within it stay in the window (matched, not committed again), so a cut at a
+    word end the attention placed a little early falls inside a committed word, not on the first
+    word still to be heard (tiny.en, a window cut at "the|tents" heard "entrance"). 0: at the
+    committed text's end."""
     hold_s: float = 1.5
     """AlignAtt: a pause shorter than this after the last word does not close a segment whose
     first words still lack ``first_context_s`` (the next words give them context)."""
@@ -276,13 +283,26 @@ class LocalAgreementPolicy:
         A long window that begins with committed sentences is sometimes decoded as those
         sentences alone (tiny.en, 15.6 s from a committed sentence and a pause: "Stuff it into
         you, his belly counseled him." and end-of-text), and the segment's last words were then
-        never heard. Times spread over a segment are too rough to cut the audio at."""
+        never heard. Times spread over a segment are too rough to cut the audio at.
+        With ``close_overlap_s`` the last committed words (those that start within it of the
+        committed end) stay in the window, matched against its hypothesis as committed words,
+        and the cut falls before them."""
         s = self._s
         if not s.committed or any(w.attend_s is None for w in s.committed):
             return
-        s.history.extend(s.committed)
-        s.buffer_start_s = max(s.buffer_start_s, s.committed[-1].end_s)
-        s.committed = []
+        keep = 0
+        if self.config.close_overlap_s > 0:
+            # Keep the last committed words that start within the overlap (one at least); when
+            # that is all of them the window stays where it is (it is short: nothing to cut).
+            from_s = s.committed[-1].end_s - self.config.close_overlap_s
+            while keep < len(s.committed) and (keep == 0 or s.committed[-1 - keep].start_s >= from_s):
+                keep += 1
+        out = s.committed[:len(s.committed) - keep]
+        if not out:
+            return
+        s.history.extend(out)
+        s.buffer_start_s = max(s.buffer_start_s, out[-1].end_s)
+        s.committed = s.committed[len(out):]
 
     def flush(self, emitted_audio_s: float, emitted_wall_s: float) -> list[CaptionUpdate]:
         """Commit whatever partial text is left (the stream ended without a final update)."""
