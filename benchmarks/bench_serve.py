@@ -77,19 +77,37 @@ def percentile(values: list[float], q: float) -> float | None:
 
 # -- the clients ---------------------------------------------------------------------------------
 
-async def one_client(index: int, url: str, token: str | None, pcm: np.ndarray, start_at: float, out: dict) -> None:
+async def one_client(index: int, url: str, token: str | None, pcm: np.ndarray, start_at: float, out: dict,
+                     retry_s: float = 0.0) -> None:
     """Connects at ``start_at`` (loop clock), streams ``pcm`` at real-time pace, sends end,
-    collects every message until the close."""
+    collects every message until the close. A refusal at capacity (1013) is tried again with
+    backoff, as the app's client does, until ``retry_s`` after ``start_at``."""
+    loop = asyncio.get_running_loop()
+    await asyncio.sleep(max(0.0, start_at - loop.time()))
+    record = {"index": index, "captions": [], "ready": False, "close": None, "reason": "", "latency": [],
+              "statuses": 0, "refusals": 0}
+    out[index] = record
+    backoff_s = 0.5
+    rng = np.random.default_rng(index)
+    while True:
+        await _one_connection(index, url, token, pcm, record)
+        refused = record["close"] == 1013 and not record["ready"]
+        if not refused or loop.time() + backoff_s > start_at + retry_s:
+            return
+        record["refusals"] += 1
+        await asyncio.sleep(backoff_s * (0.5 + rng.random()))
+        backoff_s = min(8.0, backoff_s * 1.6)
+        record.update(close=None, reason="")
+
+
+async def _one_connection(index: int, url: str, token: str | None, pcm: np.ndarray, record: dict) -> None:
     from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed
 
     from captioner.serve import protocol
 
     loop = asyncio.get_running_loop()
-    await asyncio.sleep(max(0.0, start_at - loop.time()))
-    record = {"index": index, "captions": [], "ready": False, "close": None, "reason": "", "latency": [],
-              "statuses": 0}
-    out[index] = record
+    record["connected_at"] = loop.time()
     headers = {"Authorization": f"Bearer {token}"} if token else None
     try:
         async with connect(url + protocol.listen_path(f"c{index}", None, 16000), additional_headers=headers,
@@ -148,11 +166,12 @@ async def one_client(index: int, url: str, token: str | None, pcm: np.ndarray, s
 
 
 async def run_clients(indices: list[int], url: str, token: str | None, audio: dict[int, np.ndarray],
-                      ramp_per_s: float, timeout_s: float) -> dict:
+                      ramp_per_s: float, timeout_s: float, retry_s: float = 0.0) -> dict:
     loop = asyncio.get_running_loop()
     start = loop.time() + 0.5
     out: dict = {}
-    tasks = [asyncio.create_task(one_client(i, url, token, audio[i], start + i / ramp_per_s, out)) for i in indices]
+    tasks = [asyncio.create_task(one_client(i, url, token, audio[i], start + i / ramp_per_s, out, retry_s))
+             for i in indices]
     done, pending = await asyncio.wait(tasks, timeout=timeout_s)
     for task in pending:
         task.cancel()
@@ -160,9 +179,9 @@ async def run_clients(indices: list[int], url: str, token: str | None, audio: di
 
 
 def _client_process(args: tuple) -> dict:
-    indices, url, token, clip_audio, assign, ramp, timeout_s = args
+    indices, url, token, clip_audio, assign, ramp, timeout_s, retry_s = args
     audio = {i: clip_audio[assign[i]] for i in indices}
-    return asyncio.run(run_clients(indices, url, token, audio, ramp, timeout_s))
+    return asyncio.run(run_clients(indices, url, token, audio, ramp, timeout_s, retry_s))
 
 
 # -- the server process ------------------------------------------------------------------------
@@ -207,10 +226,10 @@ class ServerProcess:
 
 # -- the in-process baseline ---------------------------------------------------------------------
 
-def baseline(clips, assign: list[int], seconds: float, model: str, device: str, timeout_s: float,
-             ramp_per_s: float, isolation: str) -> dict:
-    """The same recordings as streams of one in-process pipeline, replayed at real-time pace and
-    started at the clients' ramp, and the latency measured the way the clients measure it: when
+def baseline(clips, assign: list[int], indices: list[int], seconds: float, model: str, device: str,
+             timeout_s: float, ramp_per_s: float, isolation: str) -> dict:
+    """The recordings of the clients the server held (``indices``) as streams of one in-process
+    pipeline, replayed at real-time pace and started at the clients' ramp, and the latency measured the way the clients measure it: when
     an update is drained, against when the audio it ends with was released (each replay starts
     when its source is added)."""
     import tempfile
@@ -228,7 +247,13 @@ def baseline(clips, assign: list[int], seconds: float, model: str, device: str, 
         path = folder / f"{k}.wav"
         sf.write(path, audio, 16000, subtype="PCM_16")
         paths.append(path)
-    pipeline = Pipeline([], model=model, device=device, isolation=isolation)
+    from captioner.engine.core import EngineConfig
+
+    # The streams the server held, admitted as they come: the engine's time budget (and its
+    # growth limit) already chose them on the server, so it is off here.
+    config = EngineConfig()
+    config.admission.time_budget = "off"
+    pipeline = Pipeline([], model=model, device=device, isolation=isolation, config=config)
     pipeline.start()
     started: dict[str, float] = {}
     latency: dict[str, list[float]] = {"partial": [], "final": []}
@@ -244,8 +269,8 @@ def baseline(clips, assign: list[int], seconds: float, model: str, device: str, 
 
     # The streams start at the clients' ramp (all at once would be a different load), each
     # from its own replay thread; updates are drained between the starts.
-    for i in range(len(assign)):
-        while time.monotonic() < first_s + i / ramp_per_s:
+    for k, i in enumerate(indices):
+        while time.monotonic() < first_s + k / ramp_per_s:
             drain()
             time.sleep(0.005)
         source = FileSource(paths[assign[i]], stream=f"c{i}", realtime=True)
@@ -287,6 +312,9 @@ def main(argv: list[str] | None = None) -> int:
                              "per-stream feature work cost per connection")
     parser.add_argument("--isolation", choices=("inline", "process", "auto"), default=None,
                         help="where the server's model runs (serve --isolation; default: serve's own)")
+    parser.add_argument("--retry-s", type=float, default=0.0,
+                        help="a client refused at capacity (1013) tries again with backoff for this long "
+                             "after its first attempt, as the app's client does (default 0: no retry)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     if not 1 <= args.clients <= MAX_CLIENTS:
@@ -303,7 +331,7 @@ def main(argv: list[str] | None = None) -> int:
         args.baseline = False
     assign = [i % len(clips) for i in range(args.clients)]
     audio_s = max(len(clip_audio[k]) for k in set(assign)) / 16000
-    client_timeout_s = min(args.timeout, args.clients / args.ramp + audio_s + 180.0)
+    client_timeout_s = min(args.timeout, args.clients / args.ramp + args.retry_s + audio_s + 180.0)
 
     import tempfile
 
@@ -329,13 +357,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.client_processes > 1:
             shares = [list(range(args.clients))[p::args.client_processes] for p in range(args.client_processes)]
             with multiprocessing.get_context("spawn").Pool(args.client_processes) as pool:
-                parts = pool.map(_client_process, [(s, url, token, clip_audio, assign, args.ramp, client_timeout_s)
-                                                   for s in shares])
+                parts = pool.map(_client_process, [(s, url, token, clip_audio, assign, args.ramp, client_timeout_s,
+                                                    args.retry_s) for s in shares])
             records = {k: v for part in parts for k, v in part.items()}
         else:
             audio = {i: clip_audio[assign[i]] for i in range(args.clients)}
             records = asyncio.run(run_clients(list(range(args.clients)), url, token, audio, args.ramp,
-                                              client_timeout_s))
+                                              client_timeout_s, args.retry_s))
         cpu_s, wall_s = server.cpu_s() - cpu0, time.monotonic() - wall0
     finally:
         sampling.set()
@@ -364,6 +392,8 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
         "model": args.model, "device": args.device, "clients": args.clients, "audio_s_per_client": round(audio_s, 1),
         "held": len(held), "refused": len(refused), "failed": len(failed),
+        "held_after_refusals": sum(1 for r in held if r["refusals"]),
+        "refusals_retried": sum(r["refusals"] for r in records.values()),
         "failures": sorted({f"{r['close']}: {r['reason']}"[:120] for r in failed})[:5],
         "latency_served": {kind: {"p50_s": percentile(v, 50), "p99_s": percentile(v, 99), "n": len(v)}
                            for kind, v in latency.items()},
@@ -389,8 +419,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"served in {wall_s:.0f} s; in-process baseline …", file=sys.stderr, flush=True)
         from captioner.app.commands.serve import SERVE_ISOLATION
 
-        result["latency_in_process"] = baseline(clips, assign, args.seconds, args.model, args.device,
-                                                client_timeout_s, args.ramp, args.isolation or SERVE_ISOLATION)
+        result["latency_in_process"] = baseline(clips, assign, sorted(r["index"] for r in held), args.seconds,
+                                                args.model, args.device, client_timeout_s, args.ramp,
+                                                args.isolation or SERVE_ISOLATION)
         for kind in ("partial", "final"):
             served_p99 = result["latency_served"][kind]["p99_s"]
             local_p99 = result["latency_in_process"][kind]["p99_s"]

@@ -144,6 +144,43 @@ def test_the_interval_measured_on_running_streams_refuses_new_ones_once_over_the
     one_line_refusal(lambda: live.open_stream("X0"), "update interval")
 
 
+def test_streams_opened_faster_than_they_can_be_measured_are_refused_for_now():
+    """With the time budget on, at most 32 streams (or a quarter of those running) are admitted
+    per 2 s of the engine's clock: a burst of 40 gets 32 in and 8 a one-line "for now" refusal
+    (nothing running changes); 2 s later the rest get in; with 200 running, 50 per window. A
+    stream re-opened after a restart (``readmit``) is never counted nor refused by time."""
+    clock = SimClock()
+    config = EngineConfig()
+    config.admission.time_budget = "on"
+    live = LiveCaptioner(recognizer=ScriptedRecognizer({}), clock_ns=clock, timer_ns=clock, config=config)
+    refused = []
+    for i in range(40):
+        try:
+            live.open_stream(f"a{i}")
+        except StreamRefused as error:
+            refused.append(str(error))
+    assert len(live.streams) == 32 and len(refused) == 8
+    assert all("refused for now" in r and "\n" not in r for r in refused)
+    assert live.status().streams_refused == 8
+    live.open_stream("restarted", readmit=True)  # a restart's re-open: admitted, not counted
+    clock.advance(2.0)
+    for i in range(32, 40):
+        live.open_stream(f"a{i}")
+    # Grow to 200 running streams, a window at a time, then one window admits a quarter of them.
+    n = 0
+    while len(live.streams) < 200:
+        clock.advance(2.0)
+        for _ in range(min(200 - len(live.streams), max(32, len(live.streams) // 4))):
+            live.open_stream(f"b{n}")
+            n += 1
+    clock.advance(2.0)
+    for i in range(50):
+        live.open_stream(f"c{i}")
+    one_line_refusal(lambda: live.open_stream("c50"), "for now")
+    live.engine.admission.time_budget_on = False  # a CPU engine: no time rules, no growth limit
+    live.open_stream("c51")
+
+
 def test_bad_priorities_are_one_line_value_errors():
     live = LiveCaptioner(recognizer=ScriptedRecognizer({}), clock_ns=SimClock())
     for bad in ("urgent", 1.5, None):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import enum
 import math
+from collections import deque
 from dataclasses import dataclass
 
 from captioner.errors import StreamRefused
@@ -81,6 +82,17 @@ class AdmissionConfig:
     load where a single batch would reach the interval limit (about 0.7 at the defaults)."""
     light_off_load: float = 0.4
     """...and under which they go back (the gap keeps it from flapping)."""
+    growth_streams: int = 32
+    """Streams admitted within one ``growth_window_s`` however few are running (where the time
+    budget is on)."""
+    growth_fraction: float = 0.25
+    """...or this share of the streams running before them, when that is more. A new stream's
+    cost is known only once it has spoken and been stepped; streams opened faster than that
+    (a thousand clients reconnecting at once) would all be admitted on the old measurement and
+    then slow every stream down together. Measured on the H200: 1,000 clients opened at 100 a
+    second were all admitted and none was captioned in time (docs/serve.md)."""
+    growth_window_s: float = 2.0
+    """The window of the growth limit, seconds of the engine's clock."""
 
 
 class StepCost:
@@ -189,6 +201,7 @@ class Admission:
         self.refusals = 0
         self.last_refusal = ""
         self.light_active = False
+        self._admitted_at_s: deque[float] = deque()  # engine-clock times of recent admissions
 
     def interval_limit_s(self, base_interval_s: float) -> float:
         cfg = self.config
@@ -222,6 +235,25 @@ class Admission:
             self._refuse(f"stream {name!r} refused: with it the update interval would be about "
                          f"{with_new.interval_s:.2f} s, over the {limit_s:.2f} s limit"
                          + (" kept for replays (live streams may use the rest)" if priority < Priority.LIVE else ""))
+
+    def check_growth(self, name: str, now_s: float, running: int) -> None:
+        """Refuse ``name`` for now if more streams were admitted in the last
+        ``growth_window_s`` than the growth limit allows (see :class:`AdmissionConfig`)."""
+        if not self.time_budget_on:
+            return
+        cfg = self.config
+        recent = self._admitted_at_s
+        while recent and recent[0] <= now_s - cfg.growth_window_s:
+            recent.popleft()
+        allowed = max(cfg.growth_streams, int(cfg.growth_fraction * (running - len(recent))))
+        if len(recent) >= allowed:
+            self._refuse(f"stream {name!r} refused for now: {len(recent)} streams were admitted in the last "
+                         f"{cfg.growth_window_s:g} s, and new ones are admitted as their cost is measured "
+                         "(try again in a few seconds)")
+
+    def admitted(self, now_s: float) -> None:
+        """A stream was admitted at ``now_s`` (the growth limit counts it)."""
+        self._admitted_at_s.append(now_s)
 
     def light_wanted(self, load: float | None) -> bool:
         """Whether new segments of English streams go to the light model: on from

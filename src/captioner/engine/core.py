@@ -223,20 +223,28 @@ class Engine:
     def streams(self) -> tuple[str, ...]:
         return tuple(self._streams)
 
-    def add_stream(self, name: str, language: str | None = None, priority: int | str = Priority.LIVE) -> None:
+    def add_stream(self, name: str, language: str | None = None, priority: int | str = Priority.LIVE,
+                   readmit: bool = False) -> None:
         """A new stream (a no-op for one already open); ``language`` overrides the engine's;
         ``priority`` ranks it when compute is short (:class:`~captioner.engine.admission.Priority`).
 
         Raises :class:`~captioner.errors.StreamRefused` when admission says it does not fit
-        (see :mod:`captioner.engine.admission`); nothing running changes then."""
+        (see :mod:`captioner.engine.admission`); nothing running changes then. ``readmit``: a
+        stream this engine's predecessor held (a worker restart re-opens it): only memory can
+        refuse it."""
         if name in self._streams:
             return
         rank = parse_priority(priority)
+        now_s = self.clock_ns() / 1e9
+        if not readmit:
+            self.admission.check_growth(name, now_s, len(self._streams))
         self.admission.check_memory(name, self.memory(), self.features.block_bytes if self.features.needs_block else 0,
                                     len(self._streams))
-        base_s = self.config.scheduler.base_interval_s
-        self.admission.check_time(name, rank, self.load_estimate(extra=(language, rank)),
-                                  self.measured_interval_p99_s(), base_s)
+        if not readmit:
+            base_s = self.config.scheduler.base_interval_s
+            self.admission.check_time(name, rank, self.load_estimate(extra=(language, rank)),
+                                      self.measured_interval_p99_s(), base_s)
+            self.admission.admitted(now_s)
         slot = self.features.acquire()
         self._streams[name] = _Stream(name, slot, self.vad.acquire(), self._make_policy(name),
                                       language=language, priority=rank)

@@ -239,11 +239,13 @@ class LiveCaptioner:
 
     # -- streams ---------------------------------------------------------------------------------
     def open_stream(self, label: str, language: str | None = None, *,
-                    priority: int | str = Priority.LIVE) -> CaptionStream:
+                    priority: int | str = Priority.LIVE, readmit: bool = False) -> CaptionStream:
         """A new stream named ``label`` (unique among the open streams). ``language``: a code
         ("en", "de", …), "auto"/``None`` for the captioner's default. ``priority``: ``"live"``
         (a microphone, a meeting; the default), ``"replay"`` (a file) or an integer, higher
-        served first when a model step cannot take every due stream.
+        served first when a model step cannot take every due stream. ``readmit``: the stream
+        was captioned before by a captioner that failed (a restart re-opens it): only memory
+        can refuse it, not the time budget nor the growth limit.
 
         Raises :class:`~captioner.errors.StreamRefused` (a one-line ``ValueError``) when the
         engine is at capacity; the streams already open are not touched."""
@@ -254,7 +256,7 @@ class LiveCaptioner:
             raise ValueError(f"a stream labelled {label!r} is already open")
         code = self._checked_language(language)
         rank = parse_priority(priority)
-        self.engine.add_stream(label, language=code, priority=rank)
+        self.engine.add_stream(label, language=code, priority=rank, readmit=readmit)
         stream = CaptionStream(self, label, code, rank)
         if self._wants_language_check(language_code(language)):
             stream._language_watch = self._checker().watch(label)

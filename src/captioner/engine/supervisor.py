@@ -351,7 +351,7 @@ class SupervisedCaptioner:
         code = self.recognizer.check_language(language) if language_code(language) else None
         stream = SupervisedStream(self, label, code)
         self._streams[label] = stream
-        self._host.send(("open", label, code, 0, 0))
+        self._host.send(("open", label, code, 0, 0, False))
         return stream
 
     def set_language(self, language: str | None) -> None:
@@ -530,7 +530,7 @@ class SupervisedCaptioner:
 
     def _refeed(self, stream: SupervisedStream) -> None:
         segment_base = stream.segment_max + 1
-        self._host.send(("open", stream.label, stream.language, stream.checkpoint, segment_base))
+        self._host.send(("open", stream.label, stream.language, stream.checkpoint, segment_base, True))
         for first, capture_ns, samples in stream.replay():
             self._host.send(("audio", stream.label, first, capture_ns, samples), wait=False)
         if stream.finishing:
