@@ -539,6 +539,7 @@ def main() -> int:
             "wer_offline_pct": round(100 * err_o / max(1, n_ref), 2),
             "compute_over_audio": round(sum(p["compute_over_audio"] * p["audio_s"] for p in per_clip) / audio_total, 3),
             "step_ms_mean": round(float(np.mean(step_means)), 1) if step_means else None,
+            "step_ms_charged": args.step_cost_ms,  # what the clock was charged per step (None: measured)
             "max_last_commit_after_audio_end_s": max((p["last_commit_after_audio_end_s"] or 0) for p in per_clip),
             "words_revised": sum(p["revised_words"] for p in per_clip),
         }

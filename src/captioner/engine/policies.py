@@ -27,7 +27,8 @@ DEFAULT_BY_DEVICE = {"cuda": "localagreement", "cpu": "alignatt"}
 """``"auto"``: the policy per device class, chosen by measurement (docs/latency.md, "AlignAtt
 against LocalAgreement"). CPU: AlignAtt commits sooner at every update interval (committed p50
 0.9-2.5 s earlier on the loaded 2-core machine) with a lower streaming WER (5.1-5.5 % against
-5.9-6.3 %, offline 4.3 %). CUDA: LocalAgreement until the H200 run of the same benchmark."""
+5.9-6.3 %, offline 4.3 %). CUDA: LocalAgreement until the H200 run of the same benchmark
+confirms ``alignatt-gpu`` (a preset name is a valid default)."""
 
 
 def preset(name: str, **overrides) -> PolicyConfig:

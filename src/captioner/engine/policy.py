@@ -125,7 +125,9 @@ class PolicyConfig:
     """Which commit rule: ``"localagreement"`` (two agreeing hypotheses), ``"alignatt"`` (the
     cross-attention says the words were heard; falls back to agreement for a hypothesis
     without attention), or ``"auto"``: the one measured better on the engine's device class
-    (:data:`captioner.engine.policies.DEFAULT_BY_DEVICE`)."""
+    (:data:`captioner.engine.policies.DEFAULT_BY_DEVICE`); or the name of a preset, a policy with
+    some of these fields set (:data:`captioner.engine.policies.PRESETS`, e.g. ``"alignatt-gpu"``),
+    which the engine resolves with ``"auto"``."""
     trim_after_s: float = 12.0
     """Trim the buffer at a committed segment end once it holds this much audio."""
     max_buffer_s: float = 24.0
