@@ -145,9 +145,9 @@ def test_the_interval_measured_on_running_streams_refuses_new_ones_once_over_the
 
 
 def test_streams_opened_faster_than_they_can_be_measured_are_refused_for_now():
-    """With the time budget on, at most 32 streams (or a quarter of those running) are admitted
+    """With the time budget on, at most 32 streams (or a tenth of those running) are admitted
     per 2 s of the engine's clock: a burst of 40 gets 32 in and 8 a one-line "for now" refusal
-    (nothing running changes); 2 s later the rest get in; with 200 running, 50 per window. A
+    (nothing running changes); 2 s later the rest get in; with 500 running, 50 per window. A
     stream re-opened after a restart (``readmit``) is never counted nor refused by time."""
     clock = SimClock()
     config = EngineConfig()
@@ -166,11 +166,11 @@ def test_streams_opened_faster_than_they_can_be_measured_are_refused_for_now():
     clock.advance(2.0)
     for i in range(32, 40):
         live.open_stream(f"a{i}")
-    # Grow to 200 running streams, a window at a time, then one window admits a quarter of them.
+    # Grow to 500 running streams, a window at a time, then one window admits a tenth of them.
     n = 0
-    while len(live.streams) < 200:
+    while len(live.streams) < 500:
         clock.advance(2.0)
-        for _ in range(min(200 - len(live.streams), max(32, len(live.streams) // 4))):
+        for _ in range(min(500 - len(live.streams), max(32, len(live.streams) // 10))):
             live.open_stream(f"b{n}")
             n += 1
     clock.advance(2.0)

@@ -85,7 +85,7 @@ class AdmissionConfig:
     growth_streams: int = 32
     """Streams admitted within one ``growth_window_s`` however few are running (where the time
     budget is on)."""
-    growth_fraction: float = 0.25
+    growth_fraction: float = 0.1
     """...or this share of the streams running before them, when that is more. A new stream's
     cost is known only once it has spoken and been stepped; streams opened faster than that
     (a thousand clients reconnecting at once) would all be admitted on the old measurement and

@@ -474,6 +474,12 @@ class Pipeline:
             return False
         return replay_sink
 
+    @property
+    def inbox_fill(self) -> float:
+        """How full the worker's inbox is, 0..1 (any thread; a server refuses new streams while
+        it is deep)."""
+        return self._inbox.qsize() / max(1, self._inbox.maxsize)
+
     def wait_exhausted(self, timeout_s: float | None = None) -> bool:
         """Block until every stream has ended and been committed (finite sources only)."""
         if self._worker is None:

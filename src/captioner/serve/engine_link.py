@@ -37,6 +37,13 @@ worker's inbox: each message as it came while the worker keeps up; under load, 0
 a second (the worker pays per item, and a full inbox drops audio)."""
 
 
+INBOX_REFUSE_FILL = 0.5
+"""A new connection is refused while the engine's inbox is at least this full."""
+
+DROP_HOLDOFF_S = 10.0
+"""...or for this long after a connection's audio was dropped at a full inbox."""
+
+
 def batch_s_for(queue_depth: int) -> float:
     for limit, batch_s in BATCH_BY_QUEUE_DEPTH:
         if limit is None or queue_depth < limit:
@@ -52,10 +59,11 @@ class NetworkSource:
 
     live = True
 
-    def __init__(self, stream: str, rate_hz: int) -> None:
+    def __init__(self, stream: str, rate_hz: int, on_drop: Callable[[], None] | None = None) -> None:
         self.stream = stream
         self.rate_hz = rate_hz
         self.batch_samples = 0
+        self._on_drop = on_drop  # told (loop thread) when a chunk found the inbox full
         self._sink = None
         self._lock = threading.Lock()  # push (loop thread) against stop (a helper thread)
         self._next_sample = 0
@@ -107,6 +115,8 @@ class NetworkSource:
         taken = self._sink(chunk)
         if not taken:
             self._dropped += 1
+            if self._on_drop is not None:
+                self._on_drop()
         return taken
 
 
@@ -150,6 +160,26 @@ class EngineWorker:
         self.sampler = make_sampler(device) if make_sampler is not None else None
         self.leases: dict[str, Lease] = {}
         self.failed = ""
+        self.last_drop_s: float | None = None
+        """``time.monotonic()`` when a connection's audio last found this engine's inbox full."""
+
+    def note_drop(self) -> None:
+        self.last_drop_s = time.monotonic()
+
+    def input_pressure(self, holdoff_s: float) -> str:
+        """Why this engine takes no new stream now ("" when it may): its inbox is over
+        :data:`INBOX_REFUSE_FILL` full, or audio was dropped within ``holdoff_s``. The model's
+        admission sees steps, not the audio waiting for the worker; past what one process can take
+        in (measured on an H200: 1,000 connections at 10 messages a second each), every stream
+        would lose audio, so the new one is refused instead."""
+        fill = getattr(self.pipeline, "inbox_fill", None)
+        if fill is not None and fill >= INBOX_REFUSE_FILL:
+            return (f"the server is taking in all the audio it can: its engine's input queue is "
+                    f"{100 * fill:.0f}% full; try again in a few seconds")
+        if self.last_drop_s is not None and time.monotonic() - self.last_drop_s < holdoff_s:
+            return (f"the server dropped audio {time.monotonic() - self.last_drop_s:.0f} s ago: it takes no "
+                    "new stream until it keeps up; try again in a few seconds")
+        return ""
 
     def status(self) -> PipelineStatus | None:
         return self.pipeline.latest_status()
@@ -169,10 +199,11 @@ class EngineLink:
 
     def __init__(self, devices: list[str | None], make_pipeline: Callable[[str | None], object],
                  make_sampler: Callable[[str | None], object] | None = None,
-                 max_streams_per_device: int | None = None) -> None:
+                 max_streams_per_device: int | None = None, drop_holdoff_s: float = DROP_HOLDOFF_S) -> None:
         if not devices:
             raise UserError("no device to serve from")
         self.max_streams_per_device = max_streams_per_device
+        self.drop_holdoff_s = drop_holdoff_s
         self.workers = [EngineWorker(d, i, make_pipeline, make_sampler) for i, d in enumerate(devices)]
         self._ids = itertools.count(1)
         self._lock = threading.Lock()  # leases change on the loop thread and in open()
@@ -231,9 +262,12 @@ class EngineLink:
             if limit is not None and len(worker.leases) >= limit:
                 raise StreamRefused(f"the server is full: it takes {limit} stream{'s' if limit != 1 else ''} "
                                     f"per device (--max-streams)")
+            pressure = worker.input_pressure(self.drop_holdoff_s)
+            if pressure:
+                raise StreamRefused(pressure)
             key = f"{label}#{next(self._ids)}"
-            lease = Lease(label, key, self._checked_language(worker, language), NetworkSource(key, rate_hz),
-                          worker, on_change=on_change)
+            lease = Lease(label, key, self._checked_language(worker, language),
+                          NetworkSource(key, rate_hz, on_drop=worker.note_drop), worker, on_change=on_change)
             worker.leases[key] = lease
         try:
             worker.pipeline.add_source(lease.source, language=lease.language)

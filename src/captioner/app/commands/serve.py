@@ -16,12 +16,12 @@ from pathlib import Path
 from captioner.errors import UserError
 
 DEFAULT_PORT = 8765
-SERVE_ISOLATION = "inline"
-"""The server's model runs on each device's worker thread (restarted there after a failed step),
-not in a child process: with ``isolation="process"`` the engine's refusal of a stream at
-capacity, raised in the child, fails the host (three times, then the whole worker) instead of
-refusing that one stream, and a server refuses streams routinely. Back to "auto" once the
-supervisor reports a refusal in the host as one."""
+SERVE_ISOLATION = "auto"
+"""Where each device's model runs: on a GPU a child process (a CUDA fault restarts it with the
+streams' recent audio re-fed, docs/reliability.md, and the model's work has a core of its own
+beside the network loop), on the CPU the worker thread. A stream the child's engine refuses at
+capacity is reported as refused (1013) like one refused in-process (seen on the H200: 34 of 1,000
+connections refused that way, docs/serve.md)."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -44,8 +44,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="streams per device at most (default: as many as the engine admits by "
                              "measured GPU memory and step time)")
     parser.add_argument("--isolation", choices=("inline", "process", "auto"), default=SERVE_ISOLATION,
-                        help="where each device's model runs (Pipeline isolation; default inline: a stream "
-                             "refused at capacity in a model process is not yet reported as a refusal)")
+                        help="where each device's model runs (Pipeline isolation; default auto: a process "
+                             "per GPU, restarted after a CUDA fault; the worker thread on the CPU)")
     parser.add_argument("--ray", action="store_true",
                         help="run as a Ray Serve application instead (needs captioner[cluster]; docs/cluster.md)")
     parser.add_argument("--replicas", type=int, default=None, metavar="N",

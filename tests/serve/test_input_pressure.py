@@ -1,0 +1,95 @@
+"""The server refuses a new connection while its engine cannot take in the audio it already has
+(issue 13: a refusal never degrades the streams already running).
+
+Measured on an H200 (docs/serve.md): a thousand connections at ten messages a second filled the
+worker's inbox of one process, audio was dropped for every stream, and the model's admission,
+which sees steps and not the audio waiting for them, kept admitting. Here a real pipeline whose
+model step is held (a scripted recognizer that waits for the test) fills a small inbox the same
+way; the link then refuses new streams with a one-line reason, and takes them again once the
+worker has caught up and the hold-off after the last drop has passed.
+"""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "engine"))
+from scripted import ScriptedRecognizer, phrase, render_speech  # noqa: E402
+
+from captioner.engine.core import EngineConfig  # noqa: E402
+from captioner.engine.pipeline import Pipeline  # noqa: E402
+from captioner.errors import StreamRefused  # noqa: E402
+from captioner.gpu.backend import cpu_backend  # noqa: E402
+from captioner.serve.engine_link import EngineLink  # noqa: E402
+
+HOLDOFF_S = 1.0
+
+
+class HeldRecognizer(ScriptedRecognizer):
+    """Answers from its script, but each model step waits until the test releases it."""
+
+    def __init__(self, script) -> None:
+        super().__init__(script)
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def decode(self, requests):
+        self.entered.set()
+        self.release.wait(30)
+        return super().decode(requests)
+
+
+def test_a_full_inbox_and_dropped_audio_refuse_new_streams_until_the_worker_keeps_up():
+    words = phrase("hello there this is a test", 0.3)
+    recognizer = HeldRecognizer({})
+    holder: dict = {}
+
+    def make_pipeline(device):
+        def factory():
+            return cpu_backend(), recognizer
+        holder["pipeline"] = Pipeline([], config=EngineConfig(), recognizer_factory=factory, inbox_items=16)
+        return holder["pipeline"]
+
+    link = EngineLink(["cpu"], make_pipeline, drop_holdoff_s=HOLDOFF_S)
+    link.start()
+    try:
+        first = link.open("first", None, 16000)
+        recognizer.script[first.key] = words
+        link.poll()
+        speech = np.clip(np.rint(render_speech(words, 4.0) * 32767), -32768, 32767).astype("<i2")
+        # Speech until the model's first step starts (and is held there).
+        for start in range(0, speech.shape[0], 1600):
+            first.push(speech[start:start + 1600].tobytes())
+            if recognizer.entered.wait(0.02):
+                break
+        assert recognizer.entered.is_set(), "the model never stepped"
+        # The worker is held in its step: a connection's audio fills the inbox, then is dropped.
+        taken = [first.push(np.zeros(1600, "<i2").tobytes()) for _ in range(40)]
+        assert not all(taken)
+        assert holder["pipeline"].inbox_fill >= 0.5
+        with pytest.raises(StreamRefused) as refused:
+            link.open("second", None, 16000)
+        assert "\n" not in str(refused.value) and "try again" in str(refused.value)
+        # The step goes on, the worker drains its inbox; the hold-off after the drop still refuses.
+        recognizer.release.set()
+        deadline = time.monotonic() + 20
+        while holder["pipeline"].inbox_fill > 0 and time.monotonic() < deadline:
+            link.poll()
+            time.sleep(0.02)
+        if time.monotonic() - link.workers[0].last_drop_s < HOLDOFF_S - 0.2:
+            with pytest.raises(StreamRefused, match="dropped audio"):
+                link.open("third", None, 16000)
+        time.sleep(HOLDOFF_S)
+        fourth = link.open("fourth", None, 16000)
+        assert fourth.state == "opening"
+        link.close(first)
+        link.close(fourth)
+    finally:
+        recognizer.release.set()
+        link.stop()
