@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -16,14 +17,29 @@ from graph_fixtures import tiny_files  # noqa: F401 - fixture
 from captioner.errors import UserError
 from captioner.models import onnx_export
 
-pytestmark = pytest.mark.slow  # each case converts tiny.en (fp32) once
+pytestmark = pytest.mark.slow  # converts tiny.en (fp32): once for the module, again where a case rebuilds
+
+
+@pytest.fixture(scope="module")
+def built_once(tmp_path_factory, tiny_files):  # noqa: F811
+    """One real conversion of tiny.en (fp32), made as any first use makes it; the cases below
+    each damage a copy of it."""
+    root = tmp_path_factory.mktemp("built-once")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("CAPTIONER_CACHE_DIR", str(root))
+        built = onnx_export.ensure_onnx(tiny_files, "fp32")
+    assert built.built
+    return built.folder
 
 
 @pytest.fixture()
-def cache(tmp_path, monkeypatch, tiny_files):  # noqa: F811
+def cache(tmp_path, monkeypatch, built_once):
+    """A cache folder of this test's own, byte for byte and mtime for mtime the built one (the
+    manifest's records then hold for it, as for a folder just built)."""
     monkeypatch.setenv("CAPTIONER_CACHE_DIR", str(tmp_path))
-    built = onnx_export.ensure_onnx(tiny_files, "fp32")
-    return built.folder
+    folder = onnx_export.cache_root() / built_once.name
+    shutil.copytree(built_once, folder)  # copy2: sizes and nanosecond mtimes are kept
+    return folder
 
 
 def _ensure(tiny_files):  # noqa: F811
