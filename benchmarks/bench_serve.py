@@ -274,6 +274,7 @@ def baseline(clips, assign: list[int], indices: list[int], seconds: float, model
             drain()
             time.sleep(0.005)
         source = FileSource(paths[assign[i]], stream=f"c{i}", realtime=True)
+        source.priority = "live"  # it stands for a network client, which is live
         started[source.stream] = time.monotonic()
         try:
             pipeline.add_source(source)

@@ -40,6 +40,9 @@ class ReplaySource(ABC):
     """
 
     live = False
+    priority = "replay"
+    """A replay waits when compute is short: microphones and meetings are served first, and on a
+    GPU a replay is refused a little before a live stream would be (the engine's admission)."""
     rate_hz: int
 
     def __init__(

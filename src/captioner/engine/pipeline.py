@@ -55,6 +55,12 @@ from captioner.errors import StreamRefused, UserError, one_line
 from captioner.events import MIN_FREE_VRAM_FRACTION, CaptionUpdate, PipelineStatus
 from captioner.languages import language_code
 
+
+def source_priority(source) -> int | str:
+    """How a source's stream ranks when compute is short: what the source says (a file replay
+    says ``"replay"``), else live (a microphone, a meeting, a network client)."""
+    return getattr(source, "priority", "live")
+
 INBOX_ITEMS = 3000
 """Chunks that may wait for the worker (about a minute of 20 ms chunks) before a live source's
 audio is dropped (and counted) or a replay waits."""
@@ -406,7 +412,7 @@ class Pipeline:
         self._worker = Worker(make_captioner if isolation == "none" else make_supervised, self._inbox,
                               self._deliver, self._publish, source_drops=self._source_drops)
         for source in self.sources:  # before any audio: the inbox keeps the order
-            self._inbox.put(OpenStream(source.stream))
+            self._inbox.put(OpenStream(source.stream, priority=source_priority(source)))
         self._watch = _InputWatch(self._inbox, self._stopping, self._retire, self._adopt)
         self._worker.start()
         self._worker.ready.wait(timeout_s)
@@ -597,7 +603,7 @@ class Pipeline:
         if source.stream in taken:
             raise UserError(f"a source labelled {source.stream!r} is already captioned")
         check_room_for_stream(self.latest_status())
-        self._send(OpenStream(source.stream, language_code(language)))
+        self._send(OpenStream(source.stream, language_code(language), source_priority(source)))
         source.start(self._sink_for(source))
         with self._sources_lock:
             self.sources.append(source)

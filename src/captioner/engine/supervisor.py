@@ -36,6 +36,7 @@ from types import MappingProxyType
 import numpy as np
 
 from captioner.audio.ingest import StreamIngest
+from captioner.engine.admission import parse_priority
 from captioner.engine.policy import normalize_word
 from captioner.engine.worker_process import HostInfo, HostSpec, InlineHost, ProcessHost
 from captioner.errors import UserError
@@ -154,10 +155,12 @@ def _without(update: CaptionUpdate, words: list[str], n: int) -> CaptionUpdate |
 class SupervisedStream:
     """One stream of a :class:`SupervisedCaptioner`, as the worker sees it (worker thread)."""
 
-    def __init__(self, owner: SupervisedCaptioner, label: str, language: str | None) -> None:
+    def __init__(self, owner: SupervisedCaptioner, label: str, language: str | None,
+                 priority: int | str = "live") -> None:
         self._owner = owner
         self.label = label
         self.language = language
+        self.priority = priority
         self._ingest = StreamIngest(label)
         self.ring: deque[tuple[int, int, np.ndarray]] = deque()  # (first sample, capture_ns, 16 kHz)
         self.ring_samples = 0
@@ -343,15 +346,17 @@ class SupervisedCaptioner:
     def streams(self) -> Mapping[str, SupervisedStream]:
         return MappingProxyType(self._streams)
 
-    def open_stream(self, label: str, language: str | None = None) -> SupervisedStream:
+    def open_stream(self, label: str, language: str | None = None, *,
+                    priority: int | str = "live") -> SupervisedStream:
         if self._closed:
             raise ValueError("this captioner is closed")
         if label in self._streams:
             raise ValueError(f"a stream labelled {label!r} is already open")
         code = self.recognizer.check_language(language) if language_code(language) else None
-        stream = SupervisedStream(self, label, code)
+        parse_priority(priority)  # a bad one is the caller's one-line ValueError, here
+        stream = SupervisedStream(self, label, code, priority)
         self._streams[label] = stream
-        self._host.send(("open", label, code, 0, 0, False))
+        self._host.send(("open", label, code, 0, 0, False, priority))
         return stream
 
     def set_language(self, language: str | None) -> None:
@@ -530,7 +535,8 @@ class SupervisedCaptioner:
 
     def _refeed(self, stream: SupervisedStream) -> None:
         segment_base = stream.segment_max + 1
-        self._host.send(("open", stream.label, stream.language, stream.checkpoint, segment_base, True))
+        self._host.send(("open", stream.label, stream.language, stream.checkpoint, segment_base, True,
+                        stream.priority))
         for first, capture_ns, samples in stream.replay():
             self._host.send(("audio", stream.label, first, capture_ns, samples), wait=False)
         if stream.finishing:

@@ -50,6 +50,9 @@ just before the worker looks, still finds its place after the silence instead of
 class OpenStream:
     label: str
     language: str | None = None
+    priority: int | str = "live"
+    """How the stream ranks when compute is short (``"live"``, ``"replay"`` or an int:
+    :class:`~captioner.engine.admission.Priority`); the pipeline takes it from the source."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +268,7 @@ class Worker(threading.Thread):
                 clock.waiting = True
         elif isinstance(item, OpenStream):
             try:
-                live.open_stream(item.label, item.language)
+                live.open_stream(item.label, item.language, priority=item.priority)
             except StreamRefused as refused:
                 # At capacity: this stream only is refused (its audio that follows is dropped,
                 # as for any stream that is not open); the running ones go on.

@@ -12,7 +12,7 @@ worker thread and makes a new one after a failure.
 Both speak the same small messages, plain tuples that pickle cheaply:
 
 parent -> host
-    ``("open", label, language, base_sample, segment_base, readmit)`` a stream whose clock starts at
+    ``("open", label, language, base_sample, segment_base, readmit, priority)`` a stream whose clock starts at
     16 kHz index ``base_sample`` of the supervisor's stream clock; ``("audio", label,
     first_sample, capture_ns, samples)`` 16 kHz float32 whole frames; ``("finish", label)``;
     ``("language", code)``; ``("model", name)``; ``("close",)``.
@@ -172,9 +172,9 @@ class HostCore:
                 # would pass its pauses inside one step, and no checkpoint would be seen there.
                 return self._work()
         elif kind == "open":
-            _, label, language, base_sample, segment_base, readmit = message
+            _, label, language, base_sample, segment_base, readmit, priority = message
             try:
-                self.live.open_stream(label, language, readmit=readmit)
+                self.live.open_stream(label, language, readmit=readmit, priority=priority)
             except StreamRefused as refused:  # at capacity: this stream only; the host goes on
                 return [("refused", label, one_line(refused))]
             self._base[label] = (base_sample, segment_base)
