@@ -1,6 +1,7 @@
 """A stream's priority travels from its source to the engine (issue 12): a file replay ranks
 below a microphone or a meeting, through the worker thread and through a model host (the same
-messages a model process gets), and a restart re-opens it with the same rank."""
+messages a model process gets), and a restart re-opens it with the same rank. A stream that
+ended leaves nothing behind in the worker."""
 
 from __future__ import annotations
 
@@ -51,5 +52,11 @@ def test_a_file_replay_ranks_below_a_live_source(tmp_path, isolation):
         assert streams["meeting"].priority == Priority.LIVE
         if isolation == "inline":
             assert pipeline.captioner._streams["file"].priority == "replay"  # kept for a re-open
+        # Both replays end; their streams leave and the worker keeps nothing of them (a server
+        # opens and ends streams for days).
+        assert pipeline.wait_exhausted(15)
+        pipeline.add_source(FileSource(path, stream="third", realtime=False))
+        assert pipeline.wait_exhausted(15)
+        assert not pipeline._worker._clocks
     finally:
         pipeline.stop()

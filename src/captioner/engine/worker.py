@@ -341,6 +341,9 @@ class Worker(threading.Thread):
         if updates:
             self._deliver(updates)
         live = self.captioner
+        if live is not None and len(self._clocks) > len(live.streams):
+            # A stream that has ended keeps no clock (a server opens and ends streams for days).
+            self._clocks = {label: c for label, c in self._clocks.items() if label in live.streams}
         if live is not None and self._opened and not live.streams:
             self.all_ended.set()
 
