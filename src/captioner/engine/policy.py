@@ -158,7 +158,11 @@ class PolicyConfig:
     words that begin within it stay in the window (matched, not committed again), so a cut at a
     word end the attention placed a little early falls inside a committed word, not on the first
     word still to be heard (tiny.en, a window cut at "the|tents" heard "entrance"). 0: at the
-    committed text's end."""
+    committed text's end (the default). 3 s measured best (docs/latency.md, "AlignAtt tuned for
+    the H200": 4-5 fewer word errors in 256, the same latency, at 40 ms and at 500 ms per step),
+    but a stream fed faster than real time (tests/engine/test_last_words.py) then at times has
+    its closing window decoded as the kept committed words alone and loses the words shown
+    after them: not the default until that is fixed."""
     hold_s: float = 1.5
     """AlignAtt: a pause shorter than this after the last word does not close a segment whose
     first words still lack ``first_context_s`` (the next words give them context)."""
