@@ -292,6 +292,19 @@ def baseline(clips, assign: list[int], indices: list[int], seconds: float, model
     return result
 
 
+def steady_cpu(samples: list[tuple[float, float]], start_s: float, ramp_s: float, audio_s: float,
+               connections: int) -> dict:
+    """The server's CPU while every connection streams: from 2 s after the last one opened to 2 s
+    before the first one's audio ends (the ramp and the ends left out), as cores and per connection."""
+    window = [(t, c) for t, c in samples if start_s + ramp_s + 2.0 <= t <= start_s + audio_s - 2.0]
+    if len(window) < 2:
+        return {}
+    (t0, c0), (t1, c1) = window[0], window[-1]
+    cores = (c1 - c0) / (t1 - t0)
+    return {"cores_steady": round(cores, 3), "cores_steady_per_connection": round(cores / max(1, connections), 5),
+            "steady_window_s": round(t1 - t0, 1)}
+
+
 # -- main ------------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
@@ -316,6 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--retry-s", type=float, default=0.0,
                         help="a client refused at capacity (1013) tries again with backoff for this long "
                              "after its first attempt, as the app's client does (default 0: no retry)")
+    parser.add_argument("--py-spy", type=Path, default=None, metavar="FILE",
+                        help="profile the server process while the clients run (py-spy record --pid, "
+                             "speedscope format, all threads, idle included) into FILE")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     if not 1 <= args.clients <= MAX_CLIENTS:
@@ -344,14 +360,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"server up in {time.monotonic() - started:.1f} s on port {server.port}; {args.clients} clients, "
           f"{audio_s:.0f} s of audio each, {args.ramp:g}/s", file=sys.stderr, flush=True)
     url = f"ws://127.0.0.1:{server.port}"
+    profiler = None
+    if args.py_spy is not None:  # its own process, not the server's child: its CPU is not counted
+        profiler = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking", "--pid",
+                                     str(server.process.pid), "--format", "speedscope", "--threads", "--idle",
+                                     "--rate", "50", "-o", str(args.py_spy)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cpu0, wall0 = server.cpu_s(), time.monotonic()
     peak_rss = server.rss_bytes()
     sampling = threading.Event()
+    cpu_samples: list[tuple[float, float]] = []  # (wall, server CPU seconds), once a second
 
     def sample_rss() -> None:
         nonlocal peak_rss
         while not sampling.wait(1.0):
             peak_rss = max(peak_rss, server.rss_bytes())
+            cpu_samples.append((time.monotonic(), server.cpu_s()))
 
     threading.Thread(target=sample_rss, daemon=True).start()
     try:
@@ -368,6 +392,12 @@ def main(argv: list[str] | None = None) -> int:
         cpu_s, wall_s = server.cpu_s() - cpu0, time.monotonic() - wall0
     finally:
         sampling.set()
+        if profiler is not None:
+            profiler.send_signal(2)  # SIGINT: py-spy writes its file
+            try:
+                profiler.wait(60)
+            except subprocess.TimeoutExpired:
+                profiler.kill()
         server.stop()
 
     held = [r for r in records.values() if r["ready"] and r["close"] == 1000]
@@ -400,6 +430,10 @@ def main(argv: list[str] | None = None) -> int:
                            for kind, v in latency.items()},
         "server_cpu": {"cores_total": round(cpu_s / wall_s, 3),
                        "cores_per_connection": round(cpu_s / wall_s / max(1, len(held) + len(failed)), 4),
+                       # CPU seconds per second of audio taken in, per connection: comparable
+                       # across runs where the server kept pace and where it fell behind.
+                       "core_s_per_connection_audio_s": round(cpu_s / max(1.0, audio_s * max(1, len(held))), 5),
+                       **steady_cpu(cpu_samples, wall0, args.clients / args.ramp, audio_s, len(held) + len(failed)),
                        "peak_rss_mib": round(peak_rss / 2**20)},
         "committed_wer": round(errors / units, 4) if units else None,
         "wer_normaliser": "whisper english" if normalisers else "plain",
