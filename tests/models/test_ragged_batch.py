@@ -44,8 +44,23 @@ def _prompts(tok, n: int) -> list[list[int]]:
     return [words[: (0, 3, 7, 12, 20)[i % 5]] for i in range(n)]
 
 
-def _alone(rt, tok, mel, prompts) -> list[tuple[int, ...]]:
-    return [decode(rt, tok, mel[b:b + 1], OPTIONS, previous_tokens=[prompts[b]])[0].tokens for b in range(len(mel))]
+@pytest.fixture(scope="module")
+def alone(tok, windows):
+    """``alone(concat, n)``: the tokens of the first ``n`` windows, each decoded alone by the
+    concatenating decoder with its prompt of ``_prompts`` (the reference every test compares
+    with). Each window is decoded once for the module: the concatenating runtime is the same
+    fp32 graphs whichever fixed-cache variant it came with, and a row's prompt does not depend
+    on ``n``."""
+    memo: dict[int, tuple[int, ...]] = {}
+
+    def tokens(concat, n: int) -> list[tuple[int, ...]]:
+        prompts = _prompts(tok, n)
+        for b in range(n):
+            if b not in memo:
+                memo[b] = decode(concat, tok, windows[b:b + 1], OPTIONS, previous_tokens=[prompts[b]])[0].tokens
+        return [memo[b] for b in range(n)]
+
+    return tokens
 
 
 def test_bucket_sizes():
@@ -53,11 +68,11 @@ def test_bucket_sizes():
         [1, 2, 4, 8, 16, 24, 32, 48, 96, 256, 320, 320]
 
 
-def test_ragged_prompts_decode_in_one_pass_with_each_rows_tokens(runtimes, tok, windows):
+def test_ragged_prompts_decode_in_one_pass_with_each_rows_tokens(runtimes, tok, windows, alone):
     """Five windows with prompts of 0 to 20 text tokens: one pass (one encoder run, one start)
     in a batch padded to 8 rows, on the device rules and on the host rules alike."""
     prompts = _prompts(tok, len(windows))
-    want = _alone(runtimes.concat, tok, windows, prompts)
+    want = alone(runtimes.concat, len(windows))
     assert any(len(w) > 10 for w in want)
     rt = runtimes.fixed
     for decode_on in ("device", "host"):
@@ -70,11 +85,11 @@ def test_ragged_prompts_decode_in_one_pass_with_each_rows_tokens(runtimes, tok, 
     assert (8, False) in rt._slots and (5, False) not in rt._slots
 
 
-def test_finished_rows_leave_the_batch(runtimes, tok, windows):
+def test_finished_rows_leave_the_batch(runtimes, tok, windows, alone):
     """Greedy passes on the device move the rows still decoding into a smaller bucket as rows
     finish (caches and cross K/V copied by row): the tokens stay each row's own."""
     prompts = _prompts(tok, len(windows))
-    want = _alone(runtimes.concat, tok, windows, prompts)
+    want = alone(runtimes.concat, len(windows))
     for rt in (runtimes.fixed, runtimes.replay):
         before = rt.compactions
         got = decode(rt, tok, windows, OPTIONS, previous_tokens=prompts)
@@ -87,23 +102,23 @@ def test_finished_rows_leave_the_batch(runtimes, tok, windows):
         assert [g.tokens for g in same] == want
 
 
-def test_batch_sizes_of_one_bucket_share_its_graph(runtimes, tok, windows):
+def test_batch_sizes_of_one_bucket_share_its_graph(runtimes, tok, windows, alone):
     rt = runtimes.fixed
     prompts = _prompts(tok, 4)
     decode(rt, tok, windows[:4], OPTIONS, previous_tokens=prompts)  # bucket 4
     graphs = rt._n_graphs
     got = decode(rt, tok, windows[:3], OPTIONS, previous_tokens=prompts[:3])  # padded to 4
     assert rt._n_graphs == graphs
-    assert [g.tokens for g in got] == _alone(runtimes.concat, tok, windows[:3], prompts[:3])
+    assert [g.tokens for g in got] == alone(runtimes.concat, 3)
 
 
-def test_ragged_prompts_fed_step_by_step(runtimes, tok, windows):
+def test_ragged_prompts_fed_step_by_step(runtimes, tok, windows, alone):
     """Without the prefill graph each row's prompt is fed one captured step per token, rows
     that have ended re-feeding their last token: the same tokens."""
     assert runtimes.replay.prefill_model is None
     prompts = _prompts(tok, 3)
     got = decode(runtimes.replay, tok, windows[:3], OPTIONS, previous_tokens=prompts)
-    assert [g.tokens for g in got] == _alone(runtimes.concat, tok, windows[:3], prompts)
+    assert [g.tokens for g in got] == alone(runtimes.concat, 3)
 
 
 def test_ragged_rows_keep_their_alignment_attention(runtimes, tok, windows):
