@@ -6,7 +6,8 @@ offline transcription hears at the end of the last recording. Before the fix, th
 was decoded every update as ``... fat<|5.28|><|5.28|> mutton pieces ...`` then end-of-text, and
 the recognizer dropped the text after the last timestamp pair (Whisper's seek rule, meant for a
 next window that a stream never decodes): "mutton ... sauce" was shown in part, then never
-committed. Both commit policies are checked.
+committed. Both commit policies are checked, AlignAtt also with the closing window that keeps
+the last committed words (``close_overlap_s``) and as the ``alignatt-gpu`` preset.
 """
 
 from __future__ import annotations
@@ -51,10 +52,20 @@ def talk(speech_clips, tmp_path_factory):
     return path, offline
 
 
-@pytest.mark.parametrize("policy", ["localagreement", "alignatt"])
+POLICIES = {
+    "localagreement": PolicyConfig(kind="localagreement"),
+    "alignatt": PolicyConfig(kind="alignatt"),
+    # A closing window that keeps the last 3 s of committed words (the alignatt-gpu preset's
+    # close_overlap_s): its hypothesis hears them again, or stops at them.
+    "alignatt-overlap": PolicyConfig(kind="alignatt", close_overlap_s=3.0),
+    "alignatt-gpu": PolicyConfig(kind="alignatt-gpu"),
+}
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_the_end_of_a_file_commits_its_last_words(cpu_model, talk, policy):
     path, offline = talk
-    config = EngineConfig(policy=PolicyConfig(kind=policy))
+    config = EngineConfig(policy=POLICIES[policy])
     pipeline = Pipeline([FileSource(path, stream="talk", realtime=False)], config=config,
                         recognizer_factory=lambda: cpu_model)
     updates = []

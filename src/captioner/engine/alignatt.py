@@ -94,7 +94,8 @@ class AlignAttPolicy(LocalAgreementPolicy):
         if not hypothesis.rejected and _unanchored(hypothesis):
             hypothesis = replace(hypothesis, rejected=True, reason="unanchored")
         held = close_segment and not hypothesis.rejected and self._defer_close(hypothesis)
-        out = super().update(hypothesis, emitted_audio_s, emitted_wall_s, close_segment and not held, close_at_s)
+        out = super().update(hypothesis, emitted_audio_s, emitted_wall_s, close_segment and not held, close_at_s,
+                             keep_shown=held)
         if held and self._s.previous_tail:
             last_end_s = max(w.end_s for w in hypothesis.words)
             self._held_until_s = last_end_s + self.config.hold_s

@@ -159,10 +159,11 @@ class PolicyConfig:
     word end the attention placed a little early falls inside a committed word, not on the first
     word still to be heard (tiny.en, a window cut at "the|tents" heard "entrance"). 0: at the
     committed text's end (the default). 3 s measured best (docs/latency.md, "AlignAtt tuned for
-    the H200": 4-5 fewer word errors in 256, the same latency, at 40 ms and at 500 ms per step),
-    but a stream fed faster than real time (tests/engine/test_last_words.py) then at times has
-    its closing window decoded as the kept committed words alone and loses the words shown
-    after them: not the default until that is fixed."""
+    the H200": 4-5 fewer word errors in 256, the same latency, at 40 ms and at 500 ms per step).
+    The closing hypothesis hears the kept words again, reworded, in part or alone: they are
+    aligned to it as a whole (:meth:`LocalAgreementPolicy._match_kept`), so none is committed
+    twice, and the words shown after them that it stops short of are committed
+    (tests/engine/test_alignatt_close.py)."""
     hold_s: float = 1.5
     """AlignAtt: a pause shorter than this after the last word does not close a segment whose
     first words still lack ``first_context_s`` (the next words give them context)."""
@@ -226,12 +227,15 @@ class LocalAgreementPolicy:
         emitted_wall_s: float,
         close_segment: bool = False,
         close_at_s: float | None = None,
+        keep_shown: bool = False,
     ) -> list[CaptionUpdate]:
         """Fold in the hypothesis of one update and return the caption changes it causes.
 
         ``close_segment``: the VAD saw a pause (or the stream ends); everything the hypothesis
         holds beyond the committed text is committed, and the next buffer starts at
-        ``close_at_s`` (default: the hypothesis' end).
+        ``close_at_s`` (default: the hypothesis' end). ``keep_shown``: the hypothesis is a
+        closing window's whose close is put off (AlignAtt's hold): the partial words it stops
+        short of stay shown, to be committed when the segment closes.
         """
         s = self._s
         out: list[CaptionUpdate] = []
@@ -253,7 +257,10 @@ class LocalAgreementPolicy:
             return out
 
         words = list(hypothesis.words)
-        start_index = self._match_committed(words)
+        if (close_segment or keep_shown) and self._kept_in_window():
+            start_index = self._match_kept(words)
+        else:
+            start_index = self._match_committed(words)
         # Our committed word i corresponds to words[i - offset] of this hypothesis.
         offset = len(s.committed) - start_index
         tail = words[start_index:]
@@ -267,6 +274,8 @@ class LocalAgreementPolicy:
         agreed = self._agreed(tail, hypothesis)
         new_commit = tail[:agreed]
         rest = tail[agreed:]
+        if keep_shown:
+            rest += self._shown_beyond(tail)
         self._commit(emit, new_commit)
         s.previous_tail = rest
         emit.partial(rest)
@@ -326,15 +335,68 @@ class LocalAgreementPolicy:
         hypothesis beyond the committed text). A closing window is sometimes decoded shorter
         than the one before it (tiny.en ends a 15 s window at its first sentence, then
         end-of-text); its words are committed, and so is the rest of what was shown, which
-        would otherwise vanish from the screen at the close."""
+        would otherwise vanish from the screen at the close. A ``tail`` that is the start of
+        the shown words, word for word, stops short of the rest whatever its times say (the
+        attention of a last word often runs on over audio the text never reached)."""
         shown = self._s.previous_tail
         if not shown:
             return []
+        tail_keys = [w.key for w in tail if w.key]
+        shown_keys = [w.key for w in shown if w.key]
+        if tail_keys and len(tail_keys) < len(shown_keys) and shown_keys[:len(tail_keys)] == tail_keys:
+            reached = 0
+            for i, w in enumerate(shown):
+                reached += bool(w.key)
+                if reached == len(tail_keys):
+                    return list(shown[i + 1:])
         heard = [w for w in tail if w.key] or [w for w in self._s.committed if w.key]
         if not heard:
             return [] if tail else list(shown)
         end_s = heard[-1].end_s
         return [w for w in shown if (w.start_s + w.end_s) / 2 > end_s]
+
+    def _kept_in_window(self) -> bool:
+        """Whether the closing window holds committed words on purpose (``close_overlap_s``,
+        see :meth:`start_after_committed`): then its hypothesis hears them again, as they were,
+        reworded, in part, or alone."""
+        committed = self._s.committed
+        return self.config.close_overlap_s > 0 and bool(committed) and all(w.attend_s is not None for w in committed)
+
+    def _match_kept(self, words: list[Word]) -> int:
+        """Index in ``words`` (a closing hypothesis) where the text beyond the committed words
+        kept in its window starts.
+
+        All the kept words are aligned to the start of the hypothesis (a word alignment whose
+        substitutions cost more the further apart in time the two words lie, measured times on
+        both sides), and the hypothesis' words after it are free: the boundary is where that
+        alignment is cheapest. A reworded kept word is thus matched to its rewording, not
+        committed again ("sauce." heard twice, "cabbage" heard "cabbages"), and a hypothesis
+        that stops within the kept words leaves nothing beyond them (the words shown after them
+        are then committed by :meth:`_shown_beyond`); :meth:`_match_committed` matches only the
+        last few words and, failing that, cuts by time, which a rewording with other times fools.
+        On a tie the boundary lies further on: a word heard where a kept word was is that word."""
+        kept = self._s.committed
+        n, m = len(words), len(kept)
+        keys = [w.key for w in words]
+        kkeys = [w.key for w in kept]
+        if keys[:m] == kkeys:
+            return m
+
+        def substitution(w: Word, k: Word, wkey: str, kkey: str) -> float:
+            apart_s = abs((w.start_s + w.end_s) - (k.start_s + k.end_s)) / 2
+            return _substitution(wkey, kkey) + min(1.0, max(0.0, apart_s - 0.5))
+
+        # cost[i][j]: words[:i] aligned with kept[:j]; a missing or extra word costs 1.
+        cost = [[float(i + j) if i == 0 or j == 0 else 0.0 for j in range(m + 1)] for i in range(n + 1)]
+        for i in range(1, n + 1):
+            for j in range(1, m + 1):
+                cost[i][j] = min(cost[i - 1][j - 1] + substitution(words[i - 1], kept[j - 1], keys[i - 1], kkeys[j - 1]),
+                                 cost[i - 1][j] + 1.0, cost[i][j - 1] + 1.0)
+        best_i = 0
+        for i in range(1, n + 1):
+            if cost[i][m] <= cost[best_i][m]:
+                best_i = i
+        return best_i
 
     def _agreed(self, tail: list[Word], hypothesis: Hypothesis) -> int:
         """How many words at the start of ``tail`` (the hypothesis beyond the committed text)
