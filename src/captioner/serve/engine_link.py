@@ -37,6 +37,9 @@ worker's inbox: each message as it came while the worker keeps up; under load, 0
 a second (the worker pays per item, and a full inbox drops audio)."""
 
 
+RESCAN_S = 1.0
+"""The pump looks at every lease at least this often even when the engine's status has not changed."""
+
 INBOX_REFUSE_FILL = 0.5
 """A new connection is refused while the engine's inbox is at least this full."""
 
@@ -68,7 +71,7 @@ class NetworkSource:
         self._lock = threading.Lock()  # push (loop thread) against stop (a helper thread)
         self._next_sample = 0
         self._dropped = 0
-        self._pending: list[np.ndarray] = []
+        self._pending: list[bytes] = []  # as received: converted once per chunk, in _flush
         self._pending_samples = 0
 
     def start(self, sink) -> None:
@@ -94,21 +97,23 @@ class NetworkSource:
         """Loop thread: hands ``pcm`` (whole little-endian int16 samples) to the worker, or holds
         it until ``batch_samples`` are there; False when it was dropped (a full inbox) or the
         source is stopped."""
-        samples = np.frombuffer(pcm, dtype="<i2").astype(np.float32) * _INT16_SCALE
         with self._lock:
             if self._sink is None:
                 return False
-            self._pending.append(samples)
-            self._pending_samples += samples.shape[0]
+            self._pending.append(pcm)
+            self._pending_samples += len(pcm) >> 1
             if self._pending_samples < self.batch_samples:
                 return True
             return self._flush(capture_ns)
 
     def _flush(self, capture_ns: int) -> bool:
-        """With the lock held: what is pending as one chunk into the inbox."""
+        """With the lock held: what is pending as one chunk into the inbox. The int16 -> float32
+        conversion is one NumPy call per chunk (each call on the loop thread may hand the GIL to
+        the worker), and a batch of messages is joined as bytes before it."""
         if not self._pending:
             return True
-        samples = self._pending[0] if len(self._pending) == 1 else np.concatenate(self._pending)
+        pcm = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+        samples = np.multiply(np.frombuffer(pcm, dtype="<i2"), _INT16_SCALE, dtype=np.float32)
         self._pending, self._pending_samples = [], 0
         chunk = RawChunk(self.stream, self.rate_hz, self._next_sample, capture_ns, samples)
         self._next_sample += samples.shape[0]
@@ -140,8 +145,9 @@ class Lease:
     on_change: Callable[[Lease], None] | None = None
     opened_s: float = field(default_factory=time.monotonic)
 
-    def push(self, pcm: bytes) -> bool:
-        return self.source.push(pcm, time.monotonic_ns())
+    def push(self, pcm: bytes, capture_ns: int | None = None) -> bool:
+        """Loop thread: ``capture_ns`` is when it was received (default: now)."""
+        return self.source.push(pcm, time.monotonic_ns() if capture_ns is None else capture_ns)
 
     def _set(self, state: str, reason: str = "") -> None:
         self.state, self.reason = state, reason
@@ -162,6 +168,9 @@ class EngineWorker:
         self.failed = ""
         self.last_drop_s: float | None = None
         """``time.monotonic()`` when a connection's audio last found this engine's inbox full."""
+        self.scanned: tuple = ()
+        """What the leases' states were last worked out from (:meth:`EngineLink.poll`)."""
+        self.scanned_s = 0.0
 
     def note_drop(self) -> None:
         self.last_drop_s = time.monotonic()
@@ -307,15 +316,24 @@ class EngineLink:
             status = pipeline.latest_status()
             error = pipeline.error
             updates = pipeline.drain_captions()
-            listed = set(status.streams) if status is not None else set()
             refusals = pipeline.refused_streams
-            batch_s = batch_s_for(status.queue_depth if status is not None else 0)
             for update in updates:
                 lease = worker.leases.get(update.stream)
                 if lease is not None:
                     out.append((lease, _relabelled(update, lease.label)))
             if error is not None and not worker.failed:
                 worker.failed = one_line(error)
+            # The leases' states and batch sizes follow from the status, the refusals and a
+            # failure, which change a few times a second: the leases are looked at when one of
+            # them did (and once a second regardless), not 50 times a second each.
+            now_s = time.monotonic()
+            last = worker.scanned
+            if (last and last[0] is status and last[1] == refusals and last[2] == worker.failed
+                    and now_s - worker.scanned_s < RESCAN_S):
+                continue
+            worker.scanned, worker.scanned_s = (status, refusals, worker.failed), now_s
+            listed = set(status.streams) if status is not None else set()
+            batch_s = batch_s_for(status.queue_depth if status is not None else 0)
             for lease in list(worker.leases.values()):
                 lease.source.batch_samples = int(batch_s * lease.source.rate_hz)
                 if worker.failed:

@@ -259,9 +259,10 @@ class CaptionServer:
                 n_samples = protocol.check_audio(message)
                 if n_samples < 0:
                     return True
-                conn.pace.add(n_samples / rate, time.monotonic())
+                now_ns = time.monotonic_ns()  # one clock read for the pace and the chunk's capture time
+                conn.pace.add(n_samples / rate, now_ns / 1e9)
                 if n_samples:
-                    lease.push(message)
+                    lease.push(message, now_ns)
         except ConnectionClosed as closed:
             rcvd = closed.rcvd
             if rcvd is not None and rcvd.code == protocol.CLOSE_TOO_BIG:
