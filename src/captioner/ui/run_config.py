@@ -16,9 +16,11 @@ LANGUAGES = (
 )
 """The spoken languages offered (code, name); "auto" detects."""
 
-POLICIES = (("auto", "Automatic"), ("localagreement", "LocalAgreement"), ("alignatt", "AlignAtt"))
+POLICIES = (("auto", "Automatic"), ("localagreement", "LocalAgreement"), ("alignatt", "AlignAtt"),
+            ("alignatt-gpu", "AlignAtt, GPU-tuned"))
 """The streaming commit policies offered (``--policy`` name, label); "auto" takes the one
-measured better on the engine's device (docs/latency.md)."""
+measured better on the engine's device (docs/latency.md); "alignatt-gpu" is AlignAtt's setting
+for a fast GPU step (:data:`captioner.engine.policies.PRESETS`)."""
 
 
 @dataclass(frozen=True)

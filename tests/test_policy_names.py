@@ -1,0 +1,33 @@
+"""The policy names the user can pick (issue 14): ``--policy`` on every live command and the
+app's policy list offer exactly the names the engine knows (policies and presets), and a preset
+picked there reaches the engine as its policy and fields. No model, no Qt."""
+
+from __future__ import annotations
+
+import argparse
+
+from captioner.app.commands.policy_option import (
+    POLICY_CHOICES,
+    add_policy_argument,
+    engine_config,
+)
+from captioner.engine.policies import PRESETS, make_policy, names, resolve
+from captioner.ui.run_config import POLICIES
+
+
+def test_the_cli_and_the_app_offer_every_name_the_engine_knows():
+    assert set(POLICY_CHOICES) == set(names())
+    assert [code for code, _ in POLICIES] == list(POLICY_CHOICES)
+    assert len({label for _, label in POLICIES}) == len(POLICIES)
+
+
+def test_the_gpu_preset_from_the_command_line_reaches_the_engine():
+    parser = argparse.ArgumentParser()
+    add_policy_argument(parser)
+    config = engine_config(parser.parse_args(["--policy", "alignatt-gpu"])).policy
+    assert config.kind == "alignatt-gpu"
+    resolved = resolve(config, "CUDAExecutionProvider")
+    assert resolved.kind == "alignatt"
+    for field, value in PRESETS["alignatt-gpu"].items():
+        assert getattr(resolved, field) == value
+    assert type(make_policy("s", resolved)).__name__ == "AlignAttPolicy"
