@@ -112,6 +112,24 @@ def speech_clips() -> SpeechSet:
     return SpeechSet({c.id: c for c in clips}, speech_dir())
 
 
+@pytest.fixture(scope="session")
+def offline_tiny_en():
+    """``offline_tiny_en(clip)``: ``captioner.transcribe(clip.wav, model="tiny.en",
+    language="en", device="cpu")``, the public offline API on the CPU, run once a session per
+    recording. The tests that compare live captions with the offline transcription, and the
+    golden transcripts, ask for the same call on the same recordings: it is decoded once."""
+    import captioner
+
+    done = {}
+
+    def transcribe(clip: SpeechClip):
+        if clip.wav not in done:
+            done[clip.wav] = captioner.transcribe(clip.wav, model="tiny.en", language="en", device="cpu")
+        return done[clip.wav]
+
+    return transcribe
+
+
 def cuda_available() -> bool:
     from captioner.gpu import (
         backend,  # imported lazily: the back-end decides what "usable" means

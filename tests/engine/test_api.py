@@ -84,7 +84,7 @@ def _wer(references: list[str], hypotheses: list[str]) -> float:
 
 
 @pytest.mark.slow
-def test_live_streams_match_offline_accuracy(speech_clips):
+def test_live_streams_match_offline_accuracy(speech_clips, offline_tiny_en):
     """Every English recording up to 35 s, four at a time as streams of one captioner: the
     committed text's pooled WER is within 2 points of the offline transcription by the same
     model."""
@@ -94,7 +94,7 @@ def test_live_streams_match_offline_accuracy(speech_clips):
         pytest.skip("needs at least three English recordings")
     live_text = caption_live(clips, device="cpu")
     references = [c.reference for c in clips]
-    offline_text = [captioner.transcribe(c.wav, model="tiny.en", language="en", device="cpu").text for c in clips]
+    offline_text = [offline_tiny_en(c).text for c in clips]
     live_wer = _wer(references, [live_text[c.id] for c in clips])
     offline_wer = _wer(references, offline_text)
     print(f"{len(clips)} clips: live WER {live_wer:.3f}, offline {offline_wer:.3f}")

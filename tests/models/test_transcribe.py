@@ -68,12 +68,16 @@ def _wer(reference: str, hypothesis: str, language: str = "en") -> tuple[int, in
     return out.substitutions + out.deletions + out.insertions, len(ref.split())
 
 
-def test_golden_transcripts_tiny_en(tiny, speech_clips):
+def test_golden_transcripts_tiny_en(offline_tiny_en, speech_clips):
+    """The public API's transcription (shared with the tests comparing live captions with it:
+    the same call, decoded once a session) against the references."""
     errors = words = 0
+    texts = {}
     for clip in speech_clips.values():
         if clip.language != "en":
             continue
-        result = transcribe_audio(tiny, read_audio_16k(clip.wav), TranscribeOptions(model="tiny.en"))
+        result = offline_tiny_en(clip)
+        texts[clip.id] = result.text
         e, n = _wer(clip.reference, result.text)
         errors, words = errors + e, words + n
         assert result.segments, clip.id
@@ -83,7 +87,7 @@ def test_golden_transcripts_tiny_en(tiny, speech_clips):
     assert words > 300
     assert errors / words <= TINY_EN_WER_BOUND, f"WER {errors / words:.3f}"
     jfk = speech_clips["en_jfk_inaugural_excerpt"]
-    text = transcribe_audio(tiny, read_audio_16k(jfk.wav), TranscribeOptions(model="tiny.en")).text
+    text = texts[jfk.id]  # transcribed in the loop above: the same decoder, audio and options
     assert _wer(jfk.reference, text)[0] == 0, text
 
 

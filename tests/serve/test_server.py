@@ -24,12 +24,10 @@ pytestmark = pytest.mark.slow
 CLIPS = ("en_ls_1089-134691-0001", "en_ami_ES2011a_hs0_40-46s", "en_ljspeech_LJ001-0001")
 
 
-def test_three_clients_get_their_own_captions(served, speech_clips):
+def test_three_clients_get_their_own_captions(served, speech_clips, offline_tiny_en):
     """Three recordings at once, each its own connection: each client's committed text is its
     own recording's (pooled WER within 2 points of the offline transcription), status messages
     arrive every second, and ``end`` brings the last finals and a 1000 close."""
-    import captioner
-
     clips = [speech_clips[c] for c in CLIPS]
     sessions: dict[str, Session] = {}
 
@@ -41,7 +39,7 @@ def test_three_clients_get_their_own_captions(served, speech_clips):
         thread.start()
     for thread in threads:
         thread.join(300)
-    offline = [captioner.transcribe(c.wav, model="tiny.en", language="en", device="cpu").text for c in clips]
+    offline = [offline_tiny_en(c).text for c in clips]
     live = [sessions[c.id].committed for c in clips]
     live_wer, offline_wer = wer([c.reference for c in clips], live), wer([c.reference for c in clips], offline)
     print(f"served WER {live_wer:.3f}, offline {offline_wer:.3f}: {live}")
