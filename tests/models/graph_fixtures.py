@@ -77,11 +77,27 @@ class Runtimes:
     concat: WhisperRuntime  # the concatenating decoder (the CPU's, exact against CTranslate2): the reference
 
 
+_REFERENCE_FOLDERS: dict[str, object] = {}
+"""A model's hash (its weights) -> its folder of concatenating fp32 graphs, built once a test session."""
+
+
+def reference_graphs(files, tmp_path_factory):
+    """The folder of ``files``' concatenating fp32 graphs (the CPU's, exact against
+    CTranslate2), built the first time a test session asks and shared after that: every
+    fixed-cache variant and test module compares with the same graphs."""
+    key = onnx_export.model_hash(files)
+    folder = _REFERENCE_FOLDERS.get(key)
+    if folder is None:
+        folder = tmp_path_factory.mktemp("reference")
+        onnx_export._build_into(files, "fp32", folder, lambda message, fraction: None)
+        _REFERENCE_FOLDERS[key] = folder
+    return folder
+
+
 def fixed_cache_runtimes(files, tmp_path_factory, variant: str, alignment_heads=()) -> Runtimes:
     """The three fp32 CPU runtimes the fixed-cache tests compare; ``variant`` is "matmul" or
     "fused" (the attention of the fixed-cache graphs)."""
-    reference = tmp_path_factory.mktemp("reference")
-    onnx_export._build_into(files, "fp32", reference, lambda message, fraction: None)
+    reference = reference_graphs(files, tmp_path_factory)
     folder = tmp_path_factory.mktemp(variant)
     graphs = fixed_cache_graphs(files, variant == "fused", alignment_heads)
     prefill = graphs.pop("decoder_prefill")

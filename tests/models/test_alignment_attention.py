@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from graph_fixtures import fixed_cache_graphs, save_graphs, tiny_files  # noqa: F401 - fixture
+from graph_fixtures import fixed_cache_graphs, reference_graphs, save_graphs, tiny_files  # noqa: F401 - fixture
 from mel_helper import load_audio_16k, whisper_features
 
 from captioner.models import onnx_export, onnx_graphs, session
@@ -23,8 +23,7 @@ CPU = session.ProviderChoice(session.CPU, None, "cpu")
 
 @pytest.fixture(scope="module")
 def concat(tiny_files, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("concat")
-    onnx_export._build_into(tiny_files, "fp32", folder, lambda message, fraction: None)
+    folder = reference_graphs(tiny_files, tmp_path_factory)
     return WhisperRuntime(tiny_files, CPU, onnx_export.OnnxFiles(folder, "fp32", built=True))
 
 
