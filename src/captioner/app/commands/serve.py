@@ -8,6 +8,7 @@ port) are made before the model loads; each refusal is one line and exit status 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
@@ -117,6 +118,11 @@ def _sigterm_as_interrupt(signum, frame):
 
 
 def run(args) -> int:
+    # Before NumPy is loaded (here and in a model process, which inherits it): OpenBLAS's own
+    # threads spin between the CPU feature path's matrix products, which a server makes for
+    # many streams at once; one thread did the same work in a third of the worker's time and
+    # halved the process's CPU at 20 connections (docs/serve.md). An operator's setting wins.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     token, context = check_arguments(args)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
