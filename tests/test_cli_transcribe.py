@@ -63,7 +63,8 @@ def test_a_too_short_file_is_the_same_error_offline_and_live(cli, tmp_path):
     assert offline[2] == live[2] and offline[2].count("\n") == 1, (offline, live)
 
 
-def test_srt_vtt_jsonl_files_parse(cli, speech_clips, tmp_path):
+def test_srt_of_a_long_recording_parses(cli, speech_clips, tmp_path):
+    # The 53 s sonnet: the subtitles run past the 30 s window, in order, to its end.
     wav = speech_clips["en_sonnet001_librivox"].wav
     code, out, _ = cli(wav, "--model", "tiny.en", "--language", "en", "-o", tmp_path / "s.srt")
     assert code == 0 and out == ""
@@ -72,6 +73,16 @@ def test_srt_vtt_jsonl_files_parse(cli, speech_clips, tmp_path):
     assert subs[-1].end.total_seconds() > 45
     assert all(a.start <= b.start for a, b in zip(subs, subs[1:]))
     assert "fairest creatures" in " ".join(s.content for s in subs).lower()
+
+
+def test_vtt_and_jsonl_files_parse_and_carry_the_srt_cues(cli, speech_clips, tmp_path):
+    # The formats differ only in how the same cues are written: a 2 s clip shows that as well as
+    # the long recording above does, at a twentieth of the decoding.
+    wav = speech_clips["en_ls_7902-96591-0000"].wav
+    code, out, _ = cli(wav, "-o", tmp_path / "s.srt")
+    assert code == 0 and out == ""
+    subs = list(srt.parse((tmp_path / "s.srt").read_text(encoding="utf-8"), ignore_errors=False))
+    assert subs and "cutter" in " ".join(s.content for s in subs).lower()
 
     code, _, _ = cli(wav, "--format", "vtt", "-o", tmp_path / "s.txt")
     assert code == 0
@@ -82,7 +93,7 @@ def test_srt_vtt_jsonl_files_parse(cli, speech_clips, tmp_path):
     assert code == 0
     records = [json.loads(line) for line in out.splitlines()]
     assert [r["text"] for r in records] == [s.content for s in subs]
-    assert all(r["stream"] == "en_sonnet001_librivox" and r["kind"] == "final" for r in records)
+    assert all(r["stream"] == "en_ls_7902-96591-0000" and r["kind"] == "final" for r in records)
     assert {"start_s", "end_s", "emitted_audio_s", "emitted_wall_s"} <= set(records[0])
 
 
