@@ -64,6 +64,8 @@ def test_realtime_bad_file_is_one_line_error(tmp_path):
 # -- the terminal demo: output streams while the file plays ---------------------------------------
 
 JFK = str(sample_speech_path())  # 11 s; the first sentence ends about 2 s in
+THREE_LINES = "en_ls_1089-134691-0001"  # 5.4 s; a live replay commits it as three lines
+SHORT = "en_ls_7902-96591-0000"  # 2 s: "I am from the cutter lying off the coast"
 _DIM_TEXT = re.compile(r"\x1b\[2m.*?\x1b\[0m", re.S)  # partial (provisional) words are dim
 _CODES = re.compile(r"\x1b\[\d*[A-Za-z]")
 
@@ -79,9 +81,11 @@ def realtime(*argv: str, **popen) -> subprocess.Popen:
                             env=env, stdin=subprocess.DEVNULL, **popen)
 
 
-def test_on_a_terminal_committed_lines_appear_while_the_file_plays():
+def test_on_a_terminal_committed_lines_appear_while_the_file_plays(speech_clips):
+    # A 5.4 s sentence that a live replay commits as three lines (JFK, 11 s, showed the same at
+    # twice the replay time): words are committed while more are still to come.
     leader, follower = os.openpty()
-    process = realtime(JFK, stdout=follower, stderr=subprocess.PIPE)
+    process = realtime(str(speech_clips[THREE_LINES].wav), stdout=follower, stderr=subprocess.PIPE)
     os.close(follower)
     raw = b""
     first_seen_at = None  # len(raw) when committed words were first on screen
@@ -115,7 +119,7 @@ def test_on_a_terminal_committed_lines_appear_while_the_file_plays():
     # arrived after the first (the rest of the speech was still to come).
     assert "\x1b[2m" in text and "\r\x1b[K" in text
     later = committed_text(text[first_seen_at:]).lower()
-    assert "country" in later, text
+    assert "longer" in later, text
 
 
 def test_text_to_a_pipe_arrives_line_by_line_and_ctrl_c_keeps_it():
@@ -156,14 +160,16 @@ def test_subtitles_stream_cue_by_cue_to_a_file(tmp_path):
     assert cues and cues[0].index == 1 and all(c.content for c in cues)
 
 
-def test_webvtt_of_a_whole_replay_parses(tmp_path):
+def test_webvtt_of_a_whole_replay_parses(speech_clips, tmp_path):
+    # A whole replay's file, closed at its end: the 2 s clip parses as well as a long one would.
     out = tmp_path / "live.vtt"
-    done = realtime(JFK, "-o", str(out), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    done = realtime(str(speech_clips[SHORT].wav), "-o", str(out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    text=True)
     _, err = done.communicate(timeout=180)
     assert done.returncode == 0, err
     cues = list(webvtt.from_buffer(io.StringIO(out.read_text(encoding="utf-8"))))
     words = {normalize_word(w) for c in cues for w in c.text.split()}
-    assert {"ask", "country"} <= words
+    assert {"cutter", "coast"} <= words
 
 
 def test_a_multilingual_model_says_once_which_language_it_detected(speech_clips):
