@@ -136,3 +136,29 @@ def test_a_held_close_keeps_the_shown_words_its_hypothesis_stops_short_of():
     policy.start_after_committed()
     out = policy.update(hyp(spoken[:6], policy.buffer_start_s, 6.0), 6.0, 6.0, close_segment=True)
     assert final_words(out) == ["pieces", "to", "be"] and policy.partial_text == ""
+
+
+@pytest.mark.parametrize("kind", ["alignatt", "localagreement"])
+def test_a_window_decoded_as_its_first_sentence_alone_keeps_the_partial_and_the_buffer(kind):
+    """A stream fed faster than real time: a 15 s window that begins with a committed sentence is
+    decoded as that sentence alone, its closing timestamp at the window's end. That says nothing
+    about the words after the committed text: the partial on screen stays (and is committed at
+    the close), and the buffer is not trimmed past audio nobody committed."""
+    from captioner.engine.policies import make_policy
+
+    policy = make_policy("s", PolicyConfig(kind=kind, first_context_s=0.0, attend_margin_s=0.1))
+    sentence = [("Stuff", 0.2, 0.5), ("it", 0.6, 0.7), ("into", 0.8, 1.0), ("you.", 1.1, 1.5)]
+    more = [("He", 2.0, 2.2), ("hoped", 2.3, 2.7), ("for", 2.8, 3.0), ("stew", 3.1, 3.5), ("and", 3.6, 3.8)]
+    shown = [("thick", 13.0, 13.4, 14.1), ("sauce.", 13.5, 14.0)]
+    heard = sentence + more + [(t, 4.0 + i * 0.9, 4.7 + i * 0.9) for i, t in enumerate(
+        ["turnips", "and", "carrots", "and", "bruised", "potatoes", "and", "fat", "mutton", "pieces"])]
+    policy.update(hyp(heard, 0.0, 12.9), 12.9, 12.9)  # LocalAgreement commits these on the next one
+    policy.update(hyp(heard + shown, 0.0, 14.1), 14.1, 14.1)
+    assert policy.partial_text == "thick sauce."
+    committed_before = policy.committed_words_total
+    short = Hypothesis(tuple(Word(" " + t, a, b, 0, attend_s=b) for t, a, b in sentence), 0.0, 15.0, (15.0,))
+    out = policy.update(short, 15.0, 15.0)
+    assert out == [] and policy.partial_text == "thick sauce." and policy.buffer_start_s < 13.0
+    close = policy.update(Hypothesis((), policy.buffer_start_s, 15.5), 15.5, 15.5, close_segment=True)
+    assert final_words(close) == ["thick", "sauce"]
+    assert policy.committed_words_total == committed_before + 2

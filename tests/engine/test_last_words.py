@@ -83,7 +83,8 @@ def test_the_end_of_a_file_commits_its_last_words(cpu_model, talk, policy):
     # "flower-fat and" streamed), so most, not all, of the last words must match, and the very
     # last one must be among the last committed.
     heard = [w for w in expected if w in tail]
-    assert len(heard) >= LAST_WORDS - 2, (policy, expected, finals[-2 * LAST_WORDS:])
-    assert expected[-1] in finals[-3:], (policy, expected, finals[-2 * LAST_WORDS:])
+    said = f"{policy}: expected {' '.join(expected)!r}, committed ... {' '.join(finals[-4 * LAST_WORDS:])!r}"
+    assert len(heard) >= LAST_WORDS - 2, said
+    assert expected[-1] in finals[-3:], said
     # Every word shown as a partial at the end was committed: nothing is left on screen.
     assert updates[-1].kind != "partial" or updates[-1].text == ""

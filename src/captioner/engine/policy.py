@@ -257,10 +257,12 @@ class LocalAgreementPolicy:
             return out
 
         words = list(hypothesis.words)
+        start_index = self._match_committed(words)
         if (close_segment or keep_shown) and self._kept_in_window():
-            start_index = self._match_kept(words)
-        else:
-            start_index = self._match_committed(words)
+            # Whichever of the two matches reaches further: a reworded kept word is matched by
+            # the whole alignment, a kept word heard as two ("Americans asked" as "America and",
+            # JFK) by the cut in time that _match_committed falls back to.
+            start_index = max(start_index, self._match_kept(words))
         # Our committed word i corresponds to words[i - offset] of this hypothesis.
         offset = len(s.committed) - start_index
         tail = words[start_index:]
@@ -269,6 +271,19 @@ class LocalAgreementPolicy:
             self._commit(emit, tail + self._shown_beyond(tail))
             emit.partial([])
             self._close(close_at_s if close_at_s is not None else hypothesis.end_s)
+            return out
+
+        if not tail and self._stops_short(words):
+            # A long window decoded as its first committed sentence(s) alone (tiny.en, a window
+            # fed faster than real time: 15 s from "Stuff it into you, his belly counseled him."
+            # on, then end-of-text): it says nothing about the words after the committed text.
+            # The partial on screen stays, and the buffer is not trimmed at that sentence's
+            # end timestamp, which lay past audio no hypothesis had committed (the rest of the
+            # recording was skipped and its shown words lost).
+            if s.previous_tail and hypothesis.end_s - s.buffer_start_s >= self.config.max_buffer_s:
+                self._commit(emit, s.previous_tail)
+                emit.partial([])
+                self._close(hypothesis.end_s, keep_segment=True)
             return out
 
         agreed = self._agreed(tail, hypothesis)
@@ -354,6 +369,16 @@ class LocalAgreementPolicy:
             return [] if tail else list(shown)
         end_s = heard[-1].end_s
         return [w for w in shown if (w.start_s + w.end_s) / 2 > end_s]
+
+    def _stops_short(self, words: list[Word]) -> bool:
+        """Whether a hypothesis with nothing beyond the committed text ends well before the
+        committed text does: its words stop more than ``match_tolerance_s`` before the end of the
+        last committed word (none at all counts as short too, with committed words in the buffer)."""
+        committed = self._s.committed
+        if not committed:
+            return False
+        heard = [w for w in words if w.key]
+        return not heard or heard[-1].end_s < committed[-1].end_s - self.config.match_tolerance_s
 
     def _kept_in_window(self) -> bool:
         """Whether the closing window holds committed words on purpose (``close_overlap_s``,
