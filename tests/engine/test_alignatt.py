@@ -275,8 +275,11 @@ def test_auto_takes_the_default_of_the_device_class():
     from captioner.engine.policies import DEFAULT_BY_DEVICE, resolve
 
     auto = PolicyConfig(kind="auto")
-    assert resolve(auto, "CUDAExecutionProvider").kind == DEFAULT_BY_DEVICE["cuda"]
-    assert resolve(auto, "CPUExecutionProvider").kind == DEFAULT_BY_DEVICE["cpu"]
+    for provider, device_class in (("CUDAExecutionProvider", "cuda"), ("CPUExecutionProvider", "cpu")):
+        assert resolve(auto, provider) == resolve(PolicyConfig(kind=DEFAULT_BY_DEVICE[device_class]), provider)
+    # CUDA: the GPU preset, AlignAtt with its closing-window overlap (docs/latency.md)
+    gpu = resolve(auto, "CUDAExecutionProvider")
+    assert gpu.kind == "alignatt" and gpu.close_overlap_s > 0 and gpu.first_context_s < PolicyConfig().first_context_s
     assert resolve(PolicyConfig(kind="alignatt"), "CPUExecutionProvider").kind == "alignatt"
     with pytest.raises(ValueError):
         make_policy("s", auto)  # unresolved
