@@ -277,3 +277,34 @@ def test_offline_reports_the_notice_in_the_info(speech_clips, base_detector):
     assert transcribe_audio(decoder, english, greedy).info.language_notice is None
     unchecked = TranscribeOptions(language_check=False, decoding=greedy.decoding)
     assert transcribe_audio(decoder, german, unchecked, detector_loader=pytest.fail).info.language_notice is None
+
+
+@pytest.mark.parametrize("closed", [False, True], ids=["never closed", "closed with no wait"])
+def test_a_program_that_ends_while_its_check_is_busy_exits_cleanly(closed):
+    """The check thread is inside its (slow) model load when the program ends, closed or not:
+    the program waits for that work, then exits 0 — a daemon thread cut off inside ONNX Runtime
+    aborted the process instead (SIGABRT, "terminate called without an active exception")."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(f"""
+        import time
+        from captioner.engine.language_check import LiveLanguageCheck
+
+        def slow_loader():
+            time.sleep(1.5)  # a model load on a busy machine
+            return None
+
+        check = LiveLanguageCheck("tiny.en", slow_loader)
+        check.watch("talk")
+        time.sleep(0.2)
+        if {closed}:
+            check.close(timeout_s=0.0)
+        print("main done", flush=True)
+    """)
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "main done" and done.stderr == ""
+    assert time.monotonic() - started < 30  # it did not hang on an idle inbox

@@ -15,7 +15,7 @@ Parts, and who calls them:
 - :func:`language_notice`: language probabilities -> a notice or ``None``. Pure.
 - :class:`SpeechOnset`: collects one stream's audio until it holds enough speech to judge.
   Used by the check thread only.
-- :class:`LiveLanguageCheck`: the background daemon thread of a
+- :class:`LiveLanguageCheck`: the background thread of a
   :class:`~captioner.engine.live.LiveCaptioner`. The captioner's thread only hands it audio
   (a queue put), so a step never waits for the check, and the thread that works the GPU never
   shares it with ``base``.
@@ -312,8 +312,12 @@ chunks a microphone delivers, under 4 MB): the bound keeps a stalled check from 
 memory; audio beyond it is dropped (from the check only), which at worst delays the notice."""
 
 
+EXIT_POLL_S = 0.5
+"""How often the idle check thread looks whether the program is exiting."""
+
+
 class LiveLanguageCheck(threading.Thread):
-    """The background daemon thread that checks the language of each watched stream once.
+    """The background thread that checks the language of each watched stream once.
 
     The captioner's thread calls :meth:`watch`, :meth:`feed` and :meth:`end` (each a queue put
     or less: never a wait) and :meth:`close`; any thread may call :meth:`notices` and
@@ -324,7 +328,12 @@ class LiveLanguageCheck(threading.Thread):
     def __init__(self, model: str, loader: DetectorLoader = load_detector, *,
                  min_probability: float = NOTICE_MIN_PROBABILITY, check_speech_s: float = CHECK_SPEECH_S,
                  name: str = "captioner-language-check") -> None:
-        super().__init__(name=name, daemon=True)
+        # Not a daemon: a daemon thread still inside ONNX Runtime (loading base, or checking a
+        # window) when the interpreter exits is cut off mid-call, and the runtime's own threads
+        # then abort the process ("terminate called without an active exception": seen on a
+        # loaded 2-core machine when a short replay ended before its check did). The thread
+        # instead finishes what it is on and leaves once the main thread has ended.
+        super().__init__(name=name, daemon=False)
         self.model = model
         """The English-only model the notices name (the captioner updates it on a model swap)."""
         self._loader = loader
@@ -400,7 +409,12 @@ class LiveLanguageCheck(threading.Thread):
             self._unavailable = True
         onsets: dict[StreamWatch, SpeechOnset] = {}
         while not self.stop_event.is_set():
-            item = self._inbox.get()
+            try:
+                item = self._inbox.get(timeout=EXIT_POLL_S)
+            except queue.Empty:
+                if not threading.main_thread().is_alive():
+                    break  # the program is exiting without having closed the check
+                continue
             if item is _STOP:
                 break
             watch, samples = item
