@@ -6,8 +6,8 @@ offline transcription hears at the end of the last recording. Before the fix, th
 was decoded every update as ``... fat<|5.28|><|5.28|> mutton pieces ...`` then end-of-text, and
 the recognizer dropped the text after the last timestamp pair (Whisper's seek rule, meant for a
 next window that a stream never decodes): "mutton ... sauce" was shown in part, then never
-committed. Both commit policies are checked, AlignAtt also with the closing window that keeps
-the last committed words (``close_overlap_s``) and as the ``alignatt-gpu`` preset.
+committed. Both commit policies are checked, AlignAtt also without the closing window that keeps
+the last committed words (``close_overlap_s=0``) and as the ``alignatt-gpu`` preset.
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ def talk(speech_clips, tmp_path_factory):
 POLICIES = {
     "localagreement": PolicyConfig(kind="localagreement"),
     "alignatt": PolicyConfig(kind="alignatt"),
-    # A closing window that keeps the last 3 s of committed words (the alignatt-gpu preset's
-    # close_overlap_s): its hypothesis hears them again, or stops at them.
-    "alignatt-overlap": PolicyConfig(kind="alignatt", close_overlap_s=3.0),
+    # AlignAtt's closing window keeps the last 3 s of committed words (close_overlap_s, the
+    # default): its hypothesis hears them again, or stops at them. Without: the cut at the end.
+    "alignatt-no-overlap": PolicyConfig(kind="alignatt", close_overlap_s=0.0),
     "alignatt-gpu": PolicyConfig(kind="alignatt-gpu"),
 }
 
