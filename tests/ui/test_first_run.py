@@ -206,15 +206,22 @@ def german_notice(stream: str):
     return language_notice(stream, {"de": 0.98, "en": 0.01}, "tiny.en")
 
 
-def test_a_language_notice_stays_in_the_banner_after_the_file_ended(open_app, gui_args, qtbot, tmp_path):
-    from dataclasses import replace
-
+def captioning_a_file(open_app, gui_args, qtbot, tmp_path):
+    """The window captioning a file named "rede" (German for "speech"), its pipeline and the
+    factory that makes the pipelines."""
     talk = tmp_path / "rede.flac"
     shutil.copy(sample_speech_path(), talk)
     factory = Factory()
     window, _ = open_app(gui_args("--file", str(talk)), factory, devices=[])
     qtbot.waitUntil(lambda: window.state_label.text() == "Captioning", timeout=WAIT_MS)
     (pipeline,) = factory.built
+    return window, pipeline, factory
+
+
+def test_a_language_notice_stays_in_the_banner_after_the_file_ended(open_app, gui_args, qtbot, tmp_path):
+    from dataclasses import replace
+
+    window, pipeline, _ = captioning_a_file(open_app, gui_args, qtbot, tmp_path)
     notice = german_notice("rede")
     assert notice.message == "this sounds like German; tiny.en is English-only — try --model base"
     # as the engine makes it: the notice once, its message joined to every status after it
@@ -232,12 +239,7 @@ def test_a_language_notice_stays_in_the_banner_after_the_file_ended(open_app, gu
 
 def test_a_language_notice_made_as_the_session_stops_is_shown(open_app, gui_args, qtbot, tmp_path):
     # On a busy CPU the check (it yields to the captioning) may finish only as the stream ends.
-    talk = tmp_path / "rede.flac"
-    shutil.copy(sample_speech_path(), talk)
-    factory = Factory()
-    window, _ = open_app(gui_args("--file", str(talk)), factory, devices=[])
-    qtbot.waitUntil(lambda: window.state_label.text() == "Captioning", timeout=WAIT_MS)
-    (pipeline,) = factory.built
+    window, pipeline, factory = captioning_a_file(open_app, gui_args, qtbot, tmp_path)
     pipeline.notices_at_stop = [german_notice("rede")]
     pipeline.exhausted = True
     qtbot.waitUntil(lambda: window.state_label.text() == "Finished: every file has played", timeout=WAIT_MS)

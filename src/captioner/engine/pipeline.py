@@ -55,15 +55,16 @@ from captioner.errors import StreamRefused, UserError, one_line
 from captioner.events import MIN_FREE_VRAM_FRACTION, CaptionUpdate, PipelineStatus
 from captioner.languages import language_code
 
+INBOX_ITEMS = 3000
+"""Chunks that may wait for the worker (about a minute of 20 ms chunks) before a live source's
+audio is dropped (and counted) or a replay waits."""
+
 
 def source_priority(source) -> int | str:
     """How a source's stream ranks when compute is short: what the source says (a file replay
     says ``"replay"``), else live (a microphone, a meeting, a network client)."""
     return getattr(source, "priority", "live")
 
-INBOX_ITEMS = 3000
-"""Chunks that may wait for the worker (about a minute of 20 ms chunks) before a live source's
-audio is dropped (and counted) or a replay waits."""
 
 _WAIT_FOR_ROOM_S = 0.1
 _RETRY_TRANSCRIPT_S = 2.0

@@ -181,8 +181,8 @@ class EngineWorker:
         admission sees steps, not the audio waiting for the worker; past what one process can take
         in (measured on an H200: 1,000 connections at 10 messages a second each), every stream
         would lose audio, so the new one is refused instead."""
-        fill = getattr(self.pipeline, "inbox_fill", None)
-        if fill is not None and fill >= INBOX_REFUSE_FILL:
+        fill = self.pipeline.inbox_fill
+        if fill >= INBOX_REFUSE_FILL:
             return (f"the server is taking in all the audio it can: its engine's input queue is "
                     f"{100 * fill:.0f}% full; try again in a few seconds")
         if self.last_drop_s is not None and time.monotonic() - self.last_drop_s < holdoff_s:
