@@ -67,3 +67,12 @@ def test_the_interval_stretches_by_a_whole_round_when_it_takes_several_steps():
     for _ in range(30):
         s.record_step(0.3)
     assert abs(s.interval_s - 1.8) < 0.01
+
+
+def test_an_unset_interval_goes_by_the_device_class_and_a_set_one_is_kept():
+    from captioner.engine.scheduler import BASE_INTERVAL_BY_DEVICE_S, for_device
+
+    assert for_device(SchedulerConfig(), on_gpu=True).base_interval_s == BASE_INTERVAL_BY_DEVICE_S["cuda"] == 0.5
+    assert for_device(SchedulerConfig(), on_gpu=False).base_interval_s == BASE_INTERVAL_BY_DEVICE_S["cpu"] == 1.0
+    assert for_device(SchedulerConfig(base_interval_s=1.0), on_gpu=True).base_interval_s == 1.0
+    assert Scheduler().interval_s == 1.0  # no device to go by: the CPU's

@@ -24,7 +24,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -42,7 +42,12 @@ from captioner.engine.policies import make_policy
 from captioner.engine.policies import resolve as resolve_policy
 from captioner.engine.policy import LocalAgreementPolicy, PolicyConfig
 from captioner.engine.recognizer import Recognizer, WindowRequest
-from captioner.engine.scheduler import Scheduler, SchedulerConfig, StreamView
+from captioner.engine.scheduler import (
+    Scheduler,
+    SchedulerConfig,
+    StreamView,
+    for_device,
+)
 from captioner.engine.vad import VadConfig, band_energy_db, speech_band
 from captioner.engine.vad_bank import VadBank
 from captioner.events import (
@@ -165,7 +170,9 @@ class Engine:
         if hasattr(backend, "use"):
             backend.use()  # the thread that makes the engine is the one that works its GPU
         self.recognizer = recognizer
-        self.config = config or EngineConfig()
+        config = config or EngineConfig()
+        on_gpu = bool(getattr(backend, "is_cuda", False))
+        self.config = replace(config, scheduler=for_device(config.scheduler, on_gpu))
         self.light_recognizer: Recognizer | None = None
         if light_recognizer is not None:
             self.set_light_recognizer(light_recognizer)
@@ -178,7 +185,7 @@ class Engine:
         self.scheduler = Scheduler(self.config.scheduler)
         self.language = self.config.language
         self._streams: dict[str, _Stream] = {}
-        self.admission = Admission(self.config.admission, on_gpu=bool(getattr(backend, "is_cuda", False)))
+        self.admission = Admission(self.config.admission, on_gpu=on_gpu)
         self.vad = VadBank(self.config.vad)
         self._intervals_s: deque[float] = deque(maxlen=4096)
         self._interval_p99: tuple[int, float] | None = None

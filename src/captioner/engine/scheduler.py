@@ -20,8 +20,16 @@ here, so a replay with a simulated clock is deterministic. Pure Python; the work
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
+
+BASE_INTERVAL_BY_DEVICE_S = {"cuda": 0.5, "cpu": 1.0}
+"""The base update interval when the configuration leaves it to the engine's device class
+(docs/latency.md). CUDA: 0.5 s, where the ``alignatt-gpu`` policy met the issue's targets on an
+H200 (tiny.en committed p50 0.78 s, WER 0.78 points above offline; at 1.0 s the same policy
+commits at 1.08 s with the same WER; base at 0.5 s: 0.65 s). A model step there takes 20-40 ms,
+so the second update a second costs a few per cent of the GPU. CPU: 1.0 s — a tiny.en step takes
+most of a second on two cores, and the scheduler stretches the interval anyway."""
 
 
 class StreamView(NamedTuple):
@@ -44,10 +52,10 @@ class StreamView(NamedTuple):
 
 @dataclass(slots=True)
 class SchedulerConfig:
-    base_interval_s: float = 1.0
-    """Measured on the H200 (docs/latency.md): at 1.0 s tiny.en's committed text is within 2 WER
-    points of offline (1.6) with partial p50 0.39 s and commit p50 1.3 s; at 0.5 s words are
-    committed before the model has enough context and WER drops 3 points behind offline."""
+    base_interval_s: float | None = None
+    """Seconds of new audio between a stream's updates while compute allows; ``None``: by the
+    engine's device class (:data:`BASE_INTERVAL_BY_DEVICE_S`, see :func:`for_device`). A server
+    sized for many streams passes 1.0 (the capacity figures in docs/capacity.md are at 1 s)."""
     max_interval_s: float = 4.0
     target_busy: float = 0.7
     """Largest share of wall time model steps may take before the interval stretches."""
@@ -59,11 +67,19 @@ class SchedulerConfig:
     measures others)."""
 
 
+def for_device(config: SchedulerConfig, on_gpu: bool) -> SchedulerConfig:
+    """``config`` with an unset base interval filled in for the device class."""
+    if config.base_interval_s is not None:
+        return config
+    return replace(config, base_interval_s=BASE_INTERVAL_BY_DEVICE_S["cuda" if on_gpu else "cpu"])
+
+
 class Scheduler:
     """Update timing for all streams of one worker. Called only by that worker's thread."""
 
     def __init__(self, config: SchedulerConfig | None = None) -> None:
-        self.config = config or SchedulerConfig()
+        # Without a device to go by (a scheduler made on its own), the CPU's interval.
+        self.config = for_device(config or SchedulerConfig(), on_gpu=False)
         if self.config.max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {self.config.max_batch}")
         self.interval_s = self.config.base_interval_s

@@ -137,12 +137,16 @@ def run(args) -> int:
 
     from captioner.engine.core import EngineConfig
     from captioner.engine.pipeline import Pipeline, telemetry_gpu_index
+    from captioner.engine.scheduler import SchedulerConfig
     from captioner.gpu.telemetry import TelemetrySampler
     from captioner.serve.engine_link import EngineLink
     from captioner.serve.server import CaptionServer, ServerThread
 
     def make_pipeline(device):
-        return Pipeline([], model=args.model, language=args.language, device=device, config=EngineConfig(),
+        # A server is sized for many streams: updates every 1 s (the capacity figures of
+        # docs/capacity.md), not the desktop's 0.5 s on a GPU, which would halve the streams held.
+        config = EngineConfig(scheduler=SchedulerConfig(base_interval_s=1.0))
+        return Pipeline([], model=args.model, language=args.language, device=device, config=config,
                         isolation=args.isolation)
 
     link = EngineLink(devices, make_pipeline, lambda device: TelemetrySampler(gpu_index=telemetry_gpu_index(device)),
