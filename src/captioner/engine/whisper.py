@@ -7,6 +7,13 @@ device they live on, encoded together and decoded greedily together (see
 decoder's guards decide what may be shown: a window judged silent, looping or over-compressible
 comes back as a rejected hypothesis.
 
+Shorter encoder windows (``runtime.audio_contexts``, off unless the runtime enables them): a
+window is padded only to the shortest enabled context that holds its audio plus
+``context_margin_s`` of silence (Whisper was trained with padding after the speech; a window
+filled to the last frame loses its last words more often), and the batch is split into one
+group per context, each encoded and decoded on its own. Timestamps and attention frames are 20 ms
+positions from the window's start in every context, so nothing downstream changes.
+
 Called only by the thread that owns the runtime (the worker).
 """
 
@@ -26,6 +33,8 @@ from captioner.models.registry import N_AUDIO_FRAMES
 WINDOW_FRAMES = N_AUDIO_FRAMES  # what WhisperRuntime.encode requires
 LOG_FLOOR = -10.0  # log10(1e-10): what Whisper's zero padding turns into
 REJECT = ("no_speech", "repetition", "compression")
+CONTEXT_MARGIN_S = 1.0
+"""Silence after a window's audio that a shorter encoder context must still hold."""
 
 
 def default_streaming_options(task: str = "transcribe") -> DecodingOptions:
@@ -39,11 +48,12 @@ class WhisperRecognizer:
 
     def __init__(self, runtime, tokenizer, xp=np, task: str = "transcribe",
                  options: DecodingOptions | None = None, prompt_tokens: int = 48, synchronize=None,
-                 decode_on: str | None = None) -> None:
+                 decode_on: str | None = None, context_margin_s: float = CONTEXT_MARGIN_S) -> None:
         """``decode_on``: ``"device"`` (the token rules and greedy choice run on ``xp`` where the
         logits lie; on CUDA only token ids and log-probabilities reach the host) or ``"host"``
         (NumPy row by row, the specification) or ``"auto"`` (the device from
-        ``decoding.DEVICE_DECODING_MIN_BATCH`` rows up); ``None`` keeps ``options.decode_on``."""
+        ``decoding.DEVICE_DECODING_MIN_BATCH`` rows up); ``None`` keeps ``options.decode_on``.
+        ``context_margin_s``: see :data:`CONTEXT_MARGIN_S` (used only with shorter contexts)."""
         self.runtime = runtime
         self.tokenizer = tokenizer
         self.xp = xp
@@ -62,7 +72,11 @@ class WhisperRecognizer:
         self.device_name = runtime.device_name
         self.n_mels = runtime.n_mels
         self.is_multilingual = runtime.is_multilingual
-        self._batch = None  # the padded input, reused while the batch size stays
+        self._batches: dict[tuple[int, int], object] = {}  # (rows, mel frames) -> the padded input, reused
+        # Mel frames of each audio context the runtime encodes (3000 alone unless shorter ones are on).
+        contexts = getattr(runtime, "audio_contexts", (WINDOW_FRAMES // 2,))
+        self.context_frames = tuple(sorted(2 * int(n) for n in contexts))
+        self._margin_frames = int(round(context_margin_s * 100))
 
     def check_language(self, language: str | None) -> str | None:
         """The language code to decode with (``None``: detect / English), or a ``UserError``
@@ -85,23 +99,43 @@ class WhisperRecognizer:
             tokens = [t[-common:] if t else t for t in tokens]
         return tokens
 
-    def _input(self, requests):
+    def window_frames(self, n_frames: int) -> int:
+        """Mel frames a window of ``n_frames`` is padded to: the shortest enabled context that
+        holds it and the margin, else the full 30 s."""
+        need = min(int(n_frames), WINDOW_FRAMES) + self._margin_frames
+        return next((width for width in self.context_frames if need <= width), WINDOW_FRAMES)
+
+    def _input(self, requests, width: int = WINDOW_FRAMES):
         xp = self.xp
         batch = len(requests)
-        if self._batch is None or self._batch.shape[0] != batch:
-            self._batch = xp.empty((batch, self.n_mels, WINDOW_FRAMES), dtype=xp.float32)
-        self._batch.fill(LOG_FLOOR)
+        padded = self._batches.get((batch, width))
+        if padded is None:
+            padded = self._batches[(batch, width)] = xp.empty((batch, self.n_mels, width), dtype=xp.float32)
+        padded.fill(LOG_FLOOR)
         for b, r in enumerate(requests):
-            n = min(int(r.log_mel.shape[1]), WINDOW_FRAMES)
-            self._batch[b, :, :n] = r.log_mel[:, -n:] if n else 0
+            n = min(int(r.log_mel.shape[1]), width)
+            padded[b, :, :n] = r.log_mel[:, -n:] if n else 0
         # Whisper's normalisation, per window: clamp to its max - 8, then (x + 4) / 4.
-        peak = self._batch.max(axis=(1, 2), keepdims=True)
-        return (xp.maximum(self._batch, peak - 8.0) + 4.0) / 4.0
+        peak = padded.max(axis=(1, 2), keepdims=True)
+        return (xp.maximum(padded, peak - 8.0) + 4.0) / 4.0
 
     def decode(self, requests) -> list[Hypothesis]:
         if not requests:
             return []
-        mel = self._input(requests)
+        widths = [self.window_frames(r.log_mel.shape[1]) for r in requests]
+        if len(set(widths)) == 1:
+            return self._decode_group(requests, widths[0])
+        # Windows of different contexts: one encoder run and one decoding pass per context.
+        out: list[Hypothesis | None] = [None] * len(requests)
+        for width in sorted(set(widths)):
+            rows = [b for b, w in enumerate(widths) if w == width]
+            for b, hypothesis in zip(rows, self._decode_group([requests[b] for b in rows], width)):
+                out[b] = hypothesis
+        return out
+
+    def _decode_group(self, requests, width: int) -> list[Hypothesis]:
+        """Requests padded to ``width`` mel frames, decoded in one batch."""
+        mel = self._input(requests, width)
         if self._synchronize is not None:
             self._synchronize()
         spans_s = [min(int(r.log_mel.shape[1]), WINDOW_FRAMES) / 100.0 for r in requests]

@@ -17,6 +17,13 @@ over, for each part of model.bin, its size, its first 4 MiB (header, variable ta
 last 4 MiB (the tail variables and the alias table). Any re-conversion changes the size or those
 bytes in practice; a deliberate same-size edit in the middle would not be seen, which is accepted.
 Bump CONVERTER_VERSION whenever the graphs change.
+
+Shorter audio contexts (see :mod:`captioner.models.onnx_graphs`) live in folders of their own
+beside the model's, named with a variant suffix, built only when a runtime enables them:
+``...-ctx500/`` holds ``encoder.onnx`` and ``cross_kv.onnx`` for 500 positions (10 s), and
+``...-frames/`` the decoder graphs that take cross K/V of any length, shared by every short
+context. The 30 s folder is never touched by them, so turning short contexts on or off neither
+rebuilds nor changes it.
 """
 
 from __future__ import annotations
@@ -44,6 +51,26 @@ PRECISIONS = {"fp32": np.float32, "fp16": np.float16}
 # decoder step that is captured as a CUDA graph (see onnx_graphs).
 # A prompt is prefilled in one run of ``decoder_prefill``, which writes the same fixed cache.
 GRAPHS = {"fp32": ("encoder", "cross_kv", "decoder"), "fp16": ("encoder", "cross_kv", "decoder_step", "decoder_prefill")}
+FRAMES_VARIANT = "frames"
+"""The variant whose decoder graphs take cross K/V of any number of audio positions."""
+FRAMES_DIM = "frames"
+"""The symbolic dimension those graphs declare for it."""
+
+
+def context_variant(n_audio_ctx: int) -> str:
+    """The variant holding the encoder and cross K/V graphs of ``n_audio_ctx`` positions."""
+    return f"ctx{int(n_audio_ctx)}"
+
+
+def variant_graphs(precision: str, variant: str = "") -> tuple[str, ...]:
+    """The graphs a cache folder of ``variant`` holds ("": the model's own, 30 s)."""
+    if not variant:
+        return GRAPHS[precision]
+    if variant == FRAMES_VARIANT:
+        return tuple(g for g in GRAPHS[precision] if g.startswith("decoder"))
+    if variant.startswith("ctx") and variant[3:].isdigit():
+        return ("encoder", "cross_kv")
+    raise ValueError(f"unknown graph variant {variant!r}")
 _HASH_EDGE_BYTES = 4 << 20
 
 # progress(message, fraction in [0, 1]); called from the thread that loads the model.
@@ -83,8 +110,9 @@ def cache_root() -> Path:
     return Path(platformdirs.user_cache_dir("captioner", appauthor=False)) / "onnx"
 
 
-def cache_folder(files: ModelFiles, precision: str, fused_attention: bool = False) -> Path:
-    return cache_root() / f"{model_hash(files)}-v{CONVERTER_VERSION}-{precision}{'-fused' if fused_attention else ''}"
+def cache_folder(files: ModelFiles, precision: str, fused_attention: bool = False, variant: str = "") -> Path:
+    suffix = f"-{variant}" if variant else ""
+    return cache_root() / f"{model_hash(files)}-v{CONVERTER_VERSION}-{precision}{'-fused' if fused_attention else ''}{suffix}"
 
 
 _TMP_MARK = ".tmp-"
@@ -118,7 +146,7 @@ def _write_manifest(folder: Path, manifest: dict) -> None:
     os.replace(tmp, folder / "manifest.json")
 
 
-def cache_problem(folder: Path, precision: str) -> str | None:
+def cache_problem(folder: Path, precision: str, variant: str = "") -> str | None:
     """Why the cache folder cannot be used as it is (``None``: it can). Hashes only the files
     whose modification time moved since the manifest was written, and records the new time of
     a file whose hash still matches, so the next check is cheap again."""
@@ -128,7 +156,7 @@ def cache_problem(folder: Path, precision: str) -> str | None:
         return "incomplete"
     except (OSError, ValueError):
         return "its manifest is unreadable"
-    for graph in GRAPHS[precision]:
+    for graph in variant_graphs(precision, variant):
         if not (folder / f"{graph}.onnx").is_file():
             return f"{graph}.onnx is missing"
     records = manifest.get("files")
@@ -211,19 +239,21 @@ def remove_stale_builds(parent: Path) -> list[str]:
 
 def ensure_onnx(
     files: ModelFiles, precision: str, progress: ProgressFn | None = None, fused_attention: bool | None = None,
-    rebuild: bool = False,
+    rebuild: bool = False, variant: str = "",
 ) -> OnnxFiles:
     """The cached graphs for ``files`` at ``precision`` ("fp32" or "fp16"), built if missing or
     damaged (or when ``rebuild`` says the last use failed). ``fused_attention`` (default: on for
     fp16, i.e. CUDA) uses ONNX Runtime's MultiHeadAttention contrib op; the fp32 CPU graphs keep
-    plain MatMul attention, which matches CTranslate2 exactly."""
+    plain MatMul attention, which matches CTranslate2 exactly. ``variant``: "" (the model's
+    graphs), :func:`context_variant` or :data:`FRAMES_VARIANT` (shorter audio contexts)."""
     if precision not in PRECISIONS:
         raise ValueError(f"precision must be one of {sorted(PRECISIONS)}")
     if fused_attention is None:
         fused_attention = precision == "fp16"
+    variant_graphs(precision, variant)  # ValueError for an unknown variant
     report = progress or (lambda message, fraction: None)
-    folder = cache_folder(files, precision, fused_attention)
-    problem = "it failed to load" if rebuild else (cache_problem(folder, precision) if folder.exists() else "absent")
+    folder = cache_folder(files, precision, fused_attention, variant)
+    problem = "it failed to load" if rebuild else (cache_problem(folder, precision, variant) if folder.exists() else "absent")
     if problem is None:
         report(f"{files.name}: ONNX graphs cached", 1.0)
         return OnnxFiles(folder, precision, built=False)
@@ -239,13 +269,13 @@ def ensure_onnx(
     except OSError as e:
         raise UserError(f"cannot write the model cache at {folder.parent}: {e.strerror}") from None
     try:
-        _build_into(files, precision, tmp, report, fused_attention)
+        _build_into(files, precision, tmp, report, fused_attention, variant)
         (tmp / _LOCK_NAME).unlink(missing_ok=True)
         try:
             os.rename(tmp, folder)
         except OSError:
             # Another process finished the same build first: keep theirs.
-            if cache_problem(folder, precision) is not None:
+            if cache_problem(folder, precision, variant) is not None:
                 raise
             shutil.rmtree(tmp, ignore_errors=True)
     except OSError as e:
@@ -264,7 +294,8 @@ def ensure_onnx(
     return OnnxFiles(folder, precision, built=True)
 
 
-def _build_into(files: ModelFiles, precision: str, out: Path, report: ProgressFn, fused_attention: bool = False) -> None:
+def _build_into(files: ModelFiles, precision: str, out: Path, report: ProgressFn, fused_attention: bool = False,
+                variant: str = "") -> None:
     import onnx
 
     from captioner.models import onnx_graphs
@@ -272,31 +303,12 @@ def _build_into(files: ModelFiles, precision: str, out: Path, report: ProgressFn
     dtype = PRECISIONS[precision]
     weights = files.open_weights()
     started = time.monotonic()
+    dims = files.dims
     try:
-        # Fractions: encoder 0-0.4 (per layer), cross K/V 0.45, decoder 0.55, saving it 0.85-1.
-        report(f"{files.name}: building encoder ({precision})", 0.0)
-        enc = onnx_graphs.build_encoder(
-            weights, files.dims, dtype,
-            progress=lambda f: report(f"{files.name}: building encoder ({precision})", 0.4 * f),
-            fused_attention=fused_attention,
-        )
-        _save(onnx, enc, out / "encoder.onnx")
-        del enc
-        report(f"{files.name}: building cross-attention K/V", 0.45)
-        _save(onnx, onnx_graphs.build_cross_kv(weights, files.dims, dtype, fused_attention), out / "cross_kv.onnx")
-        if "decoder" in GRAPHS[precision]:
-            report(f"{files.name}: building decoder", 0.55)
-            dec = onnx_graphs.build_decoder(weights, files.dims, dtype, files.alignment_heads)
+        if variant:
+            dims = _build_variant(onnx, onnx_graphs, files, weights, dtype, precision, out, report, fused_attention, variant)
         else:
-            report(f"{files.name}: building decoder step (fixed cache)", 0.55)
-            dec = onnx_graphs.build_decoder_step(weights, files.dims, dtype, fused_attention, files.alignment_heads)
-        report(f"{files.name}: saving decoder", 0.7)
-        name = "decoder" if "decoder" in GRAPHS[precision] else "decoder_step"
-        _save(onnx, dec, out / f"{name}.onnx")
-        del dec
-        if "decoder_prefill" in GRAPHS[precision]:
-            report(f"{files.name}: building prompt prefill", 0.85)
-            _save(onnx, onnx_graphs.build_decoder_prefill(weights, files.dims, dtype, fused_attention, files.alignment_heads), out / "decoder_prefill.onnx")
+            _build_model_graphs(onnx, onnx_graphs, files, weights, dtype, precision, out, report, fused_attention)
     finally:
         weights.close()
     manifest = {
@@ -306,11 +318,72 @@ def _build_into(files: ModelFiles, precision: str, out: Path, report: ProgressFn
         "converter_version": CONVERTER_VERSION,
         "precision": precision,
         "fused_attention": fused_attention,
-        "dims": files.dims.__dict__,
+        "dims": dims.__dict__,
         "build_s": round(time.monotonic() - started, 2),
     }
+    if variant:
+        manifest["variant"] = variant
     manifest["files"] = _file_records(out)
     _write_manifest(out, manifest)
+
+
+def _build_variant(onnx, onnx_graphs, files: ModelFiles, weights, dtype, precision: str, out: Path, report: ProgressFn,
+                   fused_attention: bool, variant: str):
+    """The graphs of a shorter audio context (encoder + cross K/V), or the decoders that take
+    cross K/V of any length; returns the dimensions they were built for."""
+    if variant == FRAMES_VARIANT:
+        frames = {"audio_frames": FRAMES_DIM}
+        if "decoder" in GRAPHS[precision]:
+            report(f"{files.name}: building decoder for short windows", 0.2)
+            _save(onnx, onnx_graphs.build_decoder(weights, files.dims, dtype, files.alignment_heads, **frames), out / "decoder.onnx")
+        else:
+            report(f"{files.name}: building decoder step for short windows", 0.2)
+            _save(onnx, onnx_graphs.build_decoder_step(weights, files.dims, dtype, fused_attention, files.alignment_heads, **frames),
+                  out / "decoder_step.onnx")
+            report(f"{files.name}: building prompt prefill for short windows", 0.6)
+            _save(onnx, onnx_graphs.build_decoder_prefill(weights, files.dims, dtype, fused_attention, files.alignment_heads, **frames),
+                  out / "decoder_prefill.onnx")
+        return files.dims
+    dims = files.dims.with_audio_ctx(int(variant[3:]))
+    window_s = f"{dims.n_audio_ctx * 0.02:g} s"
+    report(f"{files.name}: building encoder for {window_s} windows ({precision})", 0.0)
+    enc = onnx_graphs.build_encoder(
+        weights, dims, dtype, fused_attention=fused_attention,
+        progress=lambda f: report(f"{files.name}: building encoder for {window_s} windows ({precision})", 0.8 * f),
+    )
+    _save(onnx, enc, out / "encoder.onnx")
+    del enc
+    report(f"{files.name}: building cross-attention K/V for {window_s} windows", 0.85)
+    _save(onnx, onnx_graphs.build_cross_kv(weights, dims, dtype, fused_attention), out / "cross_kv.onnx")
+    return dims
+
+
+def _build_model_graphs(onnx, onnx_graphs, files: ModelFiles, weights, dtype, precision: str, out: Path, report: ProgressFn,
+                        fused_attention: bool) -> None:
+    # Fractions: encoder 0-0.4 (per layer), cross K/V 0.45, decoder 0.55, saving it 0.85-1.
+    report(f"{files.name}: building encoder ({precision})", 0.0)
+    enc = onnx_graphs.build_encoder(
+        weights, files.dims, dtype,
+        progress=lambda f: report(f"{files.name}: building encoder ({precision})", 0.4 * f),
+        fused_attention=fused_attention,
+    )
+    _save(onnx, enc, out / "encoder.onnx")
+    del enc
+    report(f"{files.name}: building cross-attention K/V", 0.45)
+    _save(onnx, onnx_graphs.build_cross_kv(weights, files.dims, dtype, fused_attention), out / "cross_kv.onnx")
+    if "decoder" in GRAPHS[precision]:
+        report(f"{files.name}: building decoder", 0.55)
+        dec = onnx_graphs.build_decoder(weights, files.dims, dtype, files.alignment_heads)
+    else:
+        report(f"{files.name}: building decoder step (fixed cache)", 0.55)
+        dec = onnx_graphs.build_decoder_step(weights, files.dims, dtype, fused_attention, files.alignment_heads)
+    report(f"{files.name}: saving decoder", 0.7)
+    name = "decoder" if "decoder" in GRAPHS[precision] else "decoder_step"
+    _save(onnx, dec, out / f"{name}.onnx")
+    del dec
+    if "decoder_prefill" in GRAPHS[precision]:
+        report(f"{files.name}: building prompt prefill", 0.85)
+        _save(onnx, onnx_graphs.build_decoder_prefill(weights, files.dims, dtype, fused_attention, files.alignment_heads), out / "decoder_prefill.onnx")
 
 
 def _save(onnx, model, path: Path) -> None:

@@ -17,6 +17,13 @@ new position over the encoder frames (20 ms each). Streaming policies read where
 The fixed-cache prefill outputs only its last position (T = 1), so step and prefill share one
 output buffer.
 
+Shorter audio contexts (as whisper.cpp's ``audio_ctx``): built with ``dims.with_audio_ctx(n)``,
+the encoder takes mel [B, n_mels, 2n] and adds only the first n positional embeddings, and the
+cross K/V graph gives [.., n, ..]; the decoder graphs built with ``audio_frames="frames"`` take
+cross K/V (and output alignment weights) of any length, so one decoder serves every short
+context while the 30 s graphs stay exactly as they are. Positions are still 20 ms each from the
+window's start, so timestamps and attention frames keep their meaning.
+
 Cache layout, and why it grows by concatenation rather than living in a fixed-capacity buffer:
 standard ONNX has no in-place update, so a fixed [.., 448, ..] cache would be rewritten (Scatter
 into a new output) at every step anyway, and attention over it would need a mask and a full 448
@@ -143,14 +150,19 @@ class _Graph:
         probs = self.op("Softmax", [scores], axis=-1, hint="probs")
         return self.op("MatMul", [probs, v_bhpd], hint="ctx"), probs
 
-    def alignment_output(self, per_layer: list[str], n_heads: int, n_frames: int, last_only: bool = False,
+    def alignment_output(self, per_layer: list[str], n_heads: int, n_frames: int | str, last_only: bool = False,
                          last_index: str | None = None) -> onnx.ValueInfoProto:
         """Concatenate the selected heads' weights ([B, a_l, T, S] per layer) into the float32
         output ``alignment_attn`` [B, A, T, S] (``last_only``: the last position, T = 1; or, with
         ``last_index`` [B], each row's own last position)."""
         attn = per_layer[0] if len(per_layer) == 1 else self.op("Concat", per_layer, axis=1, hint="align")
         if last_only and last_index is not None:
-            index = self.op("Expand", [self.op("Reshape", [last_index, self.ints([-1, 1, 1, 1])]), self.ints([1, n_heads, 1, n_frames])])
+            if isinstance(n_frames, str):  # frames known at run time only: read off the weights
+                frames = self.op("Slice", [self.op("Shape", [attn]), self.ints([3]), self.ints([4])])
+                target = self.op("Concat", [self.ints([1, n_heads, 1]), frames], axis=0)
+            else:
+                target = self.ints([1, n_heads, 1, n_frames])
+            index = self.op("Expand", [self.op("Reshape", [last_index, self.ints([-1, 1, 1, 1])]), target])
             attn = self.op("GatherElements", [attn, index], axis=2, hint="align_last")
         elif last_only:
             attn = self.op("Slice", [attn, self.ints([-1]), self.ints([np.iinfo(np.int64).max]), self.ints([2])], hint="align_last")
@@ -199,7 +211,7 @@ def build_encoder(
     x = "mel" if g.dtype == np.float32 else g.op("Cast", ["mel"], to=g.onnx_float)
     x = g.gelu(g.op("Conv", [x, g.weight("encoder/conv1/weight"), g.weight("encoder/conv1/bias")], pads=[1, 1], kernel_shape=[3]))
     x = g.gelu(g.op("Conv", [x, g.weight("encoder/conv2/weight"), g.weight("encoder/conv2/bias")], pads=[1, 1], strides=[2], kernel_shape=[3]))
-    x = g.op("Add", [g.op("Transpose", [x], perm=[0, 2, 1]), g.weight("encoder/position_encodings/encodings")])
+    x = g.op("Add", [g.op("Transpose", [x], perm=[0, 2, 1]), _audio_positions(g, dims.n_audio_ctx)])
     shape_bthd = None if fused_attention else g.ints([-1, dims.n_audio_ctx, h, dh])
     shape_n_d = g.ints([-1, d])
     x = g.op("Reshape", [x, shape_n_d])
@@ -227,6 +239,18 @@ def build_encoder(
     return g.model("whisper_encoder", [mel], [out], "Whisper encoder: log-mel -> encoder states")
 
 
+def _audio_positions(g: _Graph, n_audio_ctx: int) -> str:
+    """The encoder's positional embeddings for ``n_audio_ctx`` positions: all of them (the
+    30 s graph, exactly as before), or the first ``n_audio_ctx`` for a shorter context."""
+    name = "encoder/position_encodings/encodings"
+    stored = g.weights.variable(name).shape[0]
+    if n_audio_ctx == stored:
+        return g.weight(name)
+    if not 0 < n_audio_ctx < stored:
+        raise ValueError(f"audio context of {n_audio_ctx} positions: the model has {stored}")
+    return g._sliced(name, slice(0, n_audio_ctx), 1.0)
+
+
 def build_cross_kv(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_attention: bool = False) -> onnx.ModelProto:
     """Keys come out [B, H, dh, 1500] for MatMul attention, or [B, H, 1500, dh] (the layout
     MultiHeadAttention takes) with ``fused_attention``."""
@@ -252,14 +276,17 @@ def build_cross_kv(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_atte
     return g.model("whisper_cross_kv", [enc], outputs, "Whisper cross-attention keys/values of every decoder layer")
 
 
-def build_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, alignment_heads=()) -> onnx.ModelProto:
-    """``alignment_heads``: (layer, head) pairs whose cross-attention weights are output too."""
+def build_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, alignment_heads=(),
+                  audio_frames: int | str | None = None) -> onnx.ModelProto:
+    """``alignment_heads``: (layer, head) pairs whose cross-attention weights are output too.
+    ``audio_frames``: the cross K/V length the graph declares (default ``dims.n_audio_ctx``; a
+    name such as ``"frames"`` makes it symbolic, for the shorter audio contexts)."""
     g = _Graph(weights, float_dtype)
     align = _heads_by_layer(alignment_heads, dims.n_text_layer, dims.n_text_head)
     align_attn: list[str] = []
     dt, h = dims.n_text_state, dims.n_text_head
     dh = dt // h
-    s = dims.n_audio_ctx
+    s = dims.n_audio_ctx if audio_frames is None else audio_frames
     inputs = [helper.make_tensor_value_info("tokens", TensorProto.INT64, ["batch", "new"])]
     for i in range(dims.n_text_layer):
         inputs += [
@@ -336,7 +363,7 @@ def build_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, alignment_h
 
 
 def build_decoder_step(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_attention: bool = False,
-                       alignment_heads=()) -> onnx.ModelProto:
+                       alignment_heads=(), audio_frames: int | str | None = None) -> onnx.ModelProto:
     """One decoder step over a fixed-capacity cache, for CUDA graph capture.
 
     Every shape is static for a given batch (no Shape/Range nodes, which ONNX Runtime would run on
@@ -354,29 +381,32 @@ def build_decoder_step(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_
     [B, H, positions, dh] keys and values (cache keys then share the values' layout, and cross keys
     come from ``build_cross_kv(fused_attention=True)``), a few kernels instead of about ten each.
     The alignment heads' weights are then computed beside the fused op, for those heads only.
+    ``audio_frames`` as for :func:`build_decoder`.
     """
-    return _fixed_cache_decoder(weights, dims, float_dtype, fused_attention, prefill=False, alignment_heads=alignment_heads)
+    return _fixed_cache_decoder(weights, dims, float_dtype, fused_attention, prefill=False, alignment_heads=alignment_heads,
+                                audio_frames=audio_frames)
 
 
 def build_decoder_prefill(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_attention: bool = False,
-                          alignment_heads=()) -> onnx.ModelProto:
+                          alignment_heads=(), audio_frames: int | str | None = None) -> onnx.ModelProto:
     """The step graph's twin for a whole prompt: tokens [B, T] at positions offset .. offset+T-1,
     written into the same fixed cache in place (a one-hot [T, n_text_ctx] matrix places each new
     key/value in its column, exactly: one product by 1 plus zeros), causal mask, and the logits of
     each row's position ``last[b]`` ([B] int64): prompts of different lengths are right-padded to
     T, the padding's keys and values land in columns the row's next steps mask out and then
     overwrite. Its shapes depend on T, so it is run normally, not captured."""
-    return _fixed_cache_decoder(weights, dims, float_dtype, fused_attention, prefill=True, alignment_heads=alignment_heads)
+    return _fixed_cache_decoder(weights, dims, float_dtype, fused_attention, prefill=True, alignment_heads=alignment_heads,
+                                audio_frames=audio_frames)
 
 
 def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fused: bool, prefill: bool,
-                         alignment_heads=()) -> onnx.ModelProto:
+                         alignment_heads=(), audio_frames: int | str | None = None) -> onnx.ModelProto:
     g = _Graph(weights, float_dtype)
     align = _heads_by_layer(alignment_heads, dims.n_text_layer, dims.n_text_head)
     align_attn: list[str] = []
     dt, h = dims.n_text_state, dims.n_text_head
     dh = dt // h
-    s, cap = dims.n_audio_ctx, dims.n_text_ctx
+    s, cap = (dims.n_audio_ctx if audio_frames is None else audio_frames), dims.n_text_ctx
     inputs = [helper.make_tensor_value_info("tokens", TensorProto.INT64, ["batch", "new" if prefill else 1])]
     if prefill:  # every row from `offset`; row b's prompt ends at column last[b] (shorter ones padded)
         inputs += [helper.make_tensor_value_info("offset", TensorProto.INT64, [1]),

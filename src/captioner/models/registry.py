@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from captioner.errors import UserError
@@ -41,6 +41,38 @@ class WhisperDims:
     n_text_state: int
     n_text_head: int
     n_text_layer: int
+
+    def with_audio_ctx(self, n_audio_ctx: int) -> WhisperDims:
+        """The same model over a shorter audio context (whisper.cpp's ``audio_ctx``): an encoder of
+        ``n_audio_ctx`` positions (``2 * n_audio_ctx`` mel frames, 20 ms per position), which
+        uses the first ``n_audio_ctx`` of the weights' positional embeddings."""
+        if not 0 < n_audio_ctx <= self.n_audio_ctx:
+            raise ValueError(f"audio context of {n_audio_ctx} positions: the model has {self.n_audio_ctx}")
+        return replace(self, n_audio_ctx=int(n_audio_ctx))
+
+
+AUDIO_POSITION_S = 0.02
+"""Seconds per encoder position (30 s over 1500): a context of ``n`` positions holds ``n * 0.02`` s."""
+
+
+def audio_contexts(windows_s, dims: WhisperDims) -> tuple[int, ...]:
+    """Encoder window lengths in seconds (e.g. ``(10.0, 20.0)``) -> their audio contexts in
+    positions, sorted, without the model's full one (``(500, 1000)``). Raises ``UserError``
+    for a length that is not a whole number of 20 ms positions or not shorter than the model's
+    window."""
+    full_s = dims.n_audio_ctx * AUDIO_POSITION_S
+    out = set()
+    for window_s in windows_s:
+        try:
+            value_s = float(window_s)
+        except (TypeError, ValueError):
+            raise UserError(f"encoder window {window_s!r} is not a number of seconds") from None
+        n = round(value_s / AUDIO_POSITION_S)
+        if not 0 < value_s < full_s or abs(n * AUDIO_POSITION_S - value_s) > 1e-6:
+            raise UserError(f"encoder window {value_s:g} s: give a length between 0.02 and {full_s:g} s "
+                            f"in steps of 0.02 s (20 ms encoder positions)")
+        out.add(n)
+    return tuple(sorted(out))
 
 
 @dataclass(frozen=True)

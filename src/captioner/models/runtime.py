@@ -9,6 +9,14 @@ device-resident ``OrtValue`` handles on CUDA; only logits ([B, n_vocab] float32)
 and, when a caller asks (``attention=True``), the alignment heads' cross-attention of the newest
 position ([B, A, 1500] float32, see :mod:`captioner.models.onnx_graphs`).
 A runtime is driven by one thread at a time (the GPU worker or the CLI's main thread).
+
+Shorter audio contexts (``load_runtime(..., encoder_windows_s=(10.0, 20.0))``, or
+``CAPTIONER_ENCODER_WINDOWS_S=10,20``; off by default): beside the 30 s graphs, an encoder and
+cross K/V graph per enabled context (mel [B, n_mels, 2n] -> [B, n, d]) and one decoder (step and
+prefill on CUDA) that takes cross K/V of any length. :meth:`WhisperRuntime.encode` picks the
+graphs by the mel's width; the encoder output carries its context, and everything decoded from
+it (cross K/V, the decoder's slots, the attention [B, A, n]) follows. One ``encode`` is one
+context: a caller with windows of several lengths groups them (see ``engine/whisper.py``).
 """
 
 from __future__ import annotations
@@ -24,8 +32,24 @@ import numpy as np
 
 from captioner.errors import UserError, one_line
 from captioner.models import session as ort_session
-from captioner.models.onnx_export import OnnxFiles, ProgressFn, ensure_onnx
-from captioner.models.registry import N_AUDIO_FRAMES, ModelFiles, resolve_model
+from captioner.models.onnx_export import (
+    FRAMES_DIM,
+    FRAMES_VARIANT,
+    OnnxFiles,
+    ProgressFn,
+    cache_folder,
+    context_variant,
+    ensure_onnx,
+)
+from captioner.models.registry import (
+    N_AUDIO_FRAMES,
+    ModelFiles,
+    audio_contexts,
+    resolve_model,
+)
+
+ENCODER_WINDOWS_ENV = "CAPTIONER_ENCODER_WINDOWS_S"
+"""Shorter encoder windows in seconds, comma-separated ("10,20"); unset or empty: off."""
 
 # Live decoder states of one batch size on CUDA, each with its own buffers and CUDA graph.
 MAX_SLOTS_PER_BATCH = 4
@@ -47,7 +71,7 @@ def bucket_size(batch: int) -> int:
 class _EncoderBuffer:
     """Encoder states of one bucket size, written by every ``encode`` of that size."""
 
-    value: Any  # OrtValue [rows, 1500, d]
+    value: Any  # OrtValue [rows, n_ctx, d]
     generation: int = 0
 
 
@@ -63,6 +87,21 @@ class EncoderOutput:
     rows: int = 0
     buffer: _EncoderBuffer | None = field(default=None, repr=False)
     generation: int = 0
+    n_ctx: int = 1500
+    """Encoder positions (the audio context: 1500 is 30 s); the graphs that decode it follow."""
+
+
+@dataclass
+class _AudioContext:
+    """The graphs of one audio context of ``n_ctx`` encoder positions (1500: Whisper's 30 s).
+    Short contexts share one decoder (its cross K/V length is symbolic)."""
+
+    n_ctx: int
+    encoder: Any  # OrtModel
+    cross_kv: Any
+    decoder: Any = None  # the concatenating decoder (CPU)
+    step_model: Any = None  # the fixed-cache step and prefill (CUDA)
+    prefill_model: Any = None
 
 
 @dataclass
@@ -89,10 +128,13 @@ class _Slot:
     """Fixed device buffers for one batch size, bound once to the step graph (and to the cross
     K/V graph's outputs), so the step can be captured as a CUDA graph and replayed."""
 
-    def __init__(self, rt: WhisperRuntime, batch: int, graph_id: int, xp=None):
+    def __init__(self, rt: WhisperRuntime, batch: int, graph_id: int, xp=None, context: _AudioContext | None = None):
         """``xp``: a device array module (CuPy) whose array receives the logits, so that decoding
-        rules on them where they are; ``None``: an OrtValue, fetched to the host."""
-        d, m, f = rt.dims, rt.step_model, rt._float
+        rules on them where they are; ``None``: an OrtValue, fetched to the host. ``context``:
+        the audio context whose cross K/V the slot holds (default: the 30 s one)."""
+        context = context or rt._contexts[rt.dims.n_audio_ctx]
+        d, m, f = rt.dims, context.step_model, rt._float
+        self.n_ctx = context.n_ctx
         self.graph_id = graph_id
         self.generation = 0
         self.owner: weakref.ref | None = None  # the DecoderState using these buffers now
@@ -103,7 +145,7 @@ class _Slot:
         self.position = np.zeros(batch, np.int64)  # host side of `offset`, reused every step
         self.logits = m.zeros((batch, d.n_vocab), np.float32)
         self.step = m.binding()
-        self.cross_binding = rt.cross_kv.binding()
+        self.cross_binding = context.cross_kv.binding()
         self.step.bind("tokens", self.tokens)
         self.step.bind("offset", self.offset)
         self.xp = xp
@@ -117,12 +159,12 @@ class _Slot:
         # Bound always, so the captured graph is the same whether a caller reads it or not.
         self.attention = None
         if rt.has_alignment:
-            self.attention = m.zeros((batch, len(rt.alignment_heads), 1, d.n_audio_ctx), np.float32)
+            self.attention = m.zeros((batch, len(rt.alignment_heads), 1, context.n_ctx), np.float32)
             self.step.bind_output_value("alignment_attn", self.attention)
         self.buffers: dict[str, Any] = {}
         # Buffer shapes follow the step graph's declared inputs (the key layout differs between
         # the MatMul and the fused-attention variants).
-        shapes = {name: tuple(batch if isinstance(n, str) else int(n) for n in dims) for name, dims in m.input_shapes.items()}
+        shapes = _bound_shapes(m.input_shapes, batch, context.n_ctx)
         for i in range(d.n_text_layer):
             for kind in ("k", "v"):
                 cache = m.zeros(shapes[f"cache_{kind}_{i}"], f)
@@ -134,9 +176,9 @@ class _Slot:
                 self.buffers[f"cache_{kind}_{i}"] = cache
                 self.buffers[f"cross_{kind}_{i}"] = cross
         self.prefill = None
-        if rt.prefill_model is not None:
+        if context.prefill_model is not None:
             # The prompt graph works on the very same buffers (not captured: its shapes vary).
-            self.prefill = rt.prefill_model.binding()
+            self.prefill = context.prefill_model.binding()
             for name, value in self.buffers.items():
                 self.prefill.bind(name, value)
                 if name.startswith("cache_"):
@@ -145,7 +187,7 @@ class _Slot:
                 self.prefill.bind_output_array("logits", self.device_logits)
             else:
                 self.prefill.bind_output_value("logits", self.logits)
-            if self.attention is not None and "alignment_attn" in rt.prefill_model.output_names:
+            if self.attention is not None and "alignment_attn" in context.prefill_model.output_names:
                 self.prefill.bind_output_value("alignment_attn", self.attention)
 
     def fetch_logits(self):
@@ -156,13 +198,24 @@ class _Slot:
         return ort_session.to_numpy(self.logits)
 
 
+def _bound_shapes(declared: dict[str, list], batch: int, n_ctx: int) -> dict[str, tuple[int, ...]]:
+    """A graph's declared input shapes with its symbolic dimensions filled in: the audio
+    context's length for the short-context decoders' cross K/V, the batch for every other."""
+    return {name: tuple((n_ctx if n == FRAMES_DIM else batch) if isinstance(n, str) else int(n) for n in dims)
+            for name, dims in declared.items()}
+
+
 class WhisperRuntime:
     def __init__(
         self, files: ModelFiles, choice: ort_session.ProviderChoice, onnx_files: OnnxFiles,
         intra_threads: int | None = None, fixed_cache: bool | None = None,
+        short_contexts: dict[int, OnnxFiles] | None = None, frames_files: OnnxFiles | None = None,
     ):
         """``fixed_cache``: decode with the fixed-buffer step graph (default: on CUDA, where it is
-        captured as a CUDA graph); the CPU uses the concatenating decoder."""
+        captured as a CUDA graph); the CPU uses the concatenating decoder. ``short_contexts``:
+        encoder positions -> the folder of that context's encoder and cross K/V graphs, with
+        ``frames_files`` the folder of the decoder graphs they share (see
+        :func:`captioner.models.onnx_export.context_variant`)."""
         self.files = files
         self.onnx_files = onnx_files
         self.name = files.name
@@ -184,9 +237,9 @@ class WhisperRuntime:
         else:
             self.decoder = ort_session.OrtModel(onnx_files.path("decoder"), choice, intra_threads)
             decoder_provider = self.decoder.provider
-        self._slots: dict[tuple[int, bool], list[_Slot]] = {}  # (batch, logits on a device array)
-        self._encoder_buffers: dict[int, _EncoderBuffer] = {}
-        self._gather_rows = None  # the row-compaction graph, opened at its first use
+        self._slots: dict[tuple[int, bool, int], list[_Slot]] = {}  # (batch, logits on a device array, n_ctx)
+        self._encoder_buffers: dict[tuple[int, int], _EncoderBuffer] = {}  # (rows, n_ctx)
+        self._gather_rows: dict[int, ort_session.OrtModel] = {}  # row-compaction graphs by n_ctx, opened at first use
         self.compactions = 0  # how many times finished rows were dropped (compact), for tests and benchmarks
         self._gather_choice = choice
         self._n_graphs = 0
@@ -211,6 +264,34 @@ class WhisperRuntime:
         self.suppress_ids_begin = files.suppress_ids_begin
         self._head_dim = d.n_text_state // d.n_text_head
         self._float = np.float16 if self.precision == "fp16" else np.float32
+        self._contexts = {d.n_audio_ctx: _AudioContext(d.n_audio_ctx, self.encoder, self.cross_kv, self.decoder,
+                                                       self.step_model, self.prefill_model)}
+        if short_contexts:
+            self._open_short_contexts(short_contexts, frames_files, choice, intra_threads)
+
+    def _open_short_contexts(self, short_contexts: dict[int, OnnxFiles], frames: OnnxFiles | None,
+                             choice: ort_session.ProviderChoice, intra_threads: int | None) -> None:
+        if frames is None:
+            raise ValueError("short audio contexts need the folder of their decoder graphs (frames_files)")
+        shared: dict[str, Any] = {}
+        if self.step_model is not None:
+            shared["step_model"] = _open_step_model(frames.path("decoder_step"), choice)
+            if self.prefill_model is not None and frames.path("decoder_prefill").is_file():
+                shared["prefill_model"] = ort_session.OrtModel(frames.path("decoder_prefill"), choice, intra_threads)
+        else:
+            shared["decoder"] = ort_session.OrtModel(frames.path("decoder"), choice, intra_threads)
+        for n_ctx, folder in sorted(short_contexts.items()):
+            if not 0 < n_ctx < self.dims.n_audio_ctx:
+                raise ValueError(f"audio context of {n_ctx} positions: the model has {self.dims.n_audio_ctx}")
+            self._contexts[n_ctx] = _AudioContext(
+                n_ctx, ort_session.OrtModel(folder.path("encoder"), choice, intra_threads),
+                ort_session.OrtModel(folder.path("cross_kv"), choice, intra_threads), **shared)
+
+    @property
+    def audio_contexts(self) -> tuple[int, ...]:
+        """Encoder positions of every audio context this runtime encodes, shortest first (the
+        model's own, 1500 = 30 s, last; alone unless shorter ones are enabled)."""
+        return tuple(sorted(self._contexts))
 
     def __repr__(self) -> str:
         return f"WhisperRuntime({self.name!r}, provider={self.provider}, precision={self.precision})"
@@ -219,32 +300,36 @@ class WhisperRuntime:
 
     def encode(self, mel) -> EncoderOutput:
         """mel: [B, n_mels, 3000] (or [n_mels, 3000]) float32, NumPy or a device array (CuPy);
-        device data is bound by pointer and never copied to the host."""
+        device data is bound by pointer and never copied to the host. With shorter audio
+        contexts enabled, [B, n_mels, 2n] for any of them (n in :attr:`audio_contexts`)."""
         shape = tuple(mel.shape)
         if len(shape) == 2:
             mel = mel[None]
             shape = (1, *shape)
-        if len(shape) != 3 or shape[1] != self.n_mels or shape[2] != N_AUDIO_FRAMES:
-            raise ValueError(f"mel must be [B, {self.n_mels}, {N_AUDIO_FRAMES}], got {shape}")
+        context = self._contexts.get(shape[2] // 2) if len(shape) == 3 and shape[2] % 2 == 0 else None
+        if len(shape) != 3 or shape[1] != self.n_mels or context is None:
+            widths = " | ".join(str(2 * n) for n in self.audio_contexts) if len(self._contexts) > 1 else str(N_AUDIO_FRAMES)
+            raise ValueError(f"mel must be [B, {self.n_mels}, {widths}], got {shape}")
         if np.dtype(mel.dtype) != np.float32:
             mel = mel.astype(np.float32)
         if not hasattr(mel, "__cuda_array_interface__"):
             mel = np.ascontiguousarray(mel)
         elif not mel.flags.c_contiguous:
             mel = mel.copy()
+        n_ctx = context.n_ctx
         if self.step_model is None:
-            out = self.encoder.run({"mel": mel})
-            return EncoderOutput(out["encoder_out"], shape[0], rows=shape[0])
+            out = context.encoder.run({"mel": mel})
+            return EncoderOutput(out["encoder_out"], shape[0], rows=shape[0], n_ctx=n_ctx)
         # Fixed cache: the states go into the first rows of a buffer of the batch's bucket size,
         # which the cross K/V graph then reads whole; the encoder itself runs on real rows only.
         rows = bucket_size(shape[0])
-        buffer = self._encoder_buffers.get(rows)
+        buffer = self._encoder_buffers.get((rows, n_ctx))
         if buffer is None:
             d = self.dims
-            buffer = self._encoder_buffers[rows] = _EncoderBuffer(self.encoder.zeros((rows, d.n_audio_ctx, d.n_audio_state), self._float))
+            buffer = self._encoder_buffers[(rows, n_ctx)] = _EncoderBuffer(context.encoder.zeros((rows, n_ctx, d.n_audio_state), self._float))
         buffer.generation += 1
-        self.encoder.run_into({"mel": mel}, "encoder_out", buffer.value, (shape[0], self.dims.n_audio_ctx, self.dims.n_audio_state))
-        return EncoderOutput(buffer.value, shape[0], rows=rows, buffer=buffer, generation=buffer.generation)
+        context.encoder.run_into({"mel": mel}, "encoder_out", buffer.value, (shape[0], n_ctx, self.dims.n_audio_state))
+        return EncoderOutput(buffer.value, shape[0], rows=rows, buffer=buffer, generation=buffer.generation, n_ctx=n_ctx)
 
     # --- decoder -----------------------------------------------------------------------------
 
@@ -272,7 +357,8 @@ class WhisperRuntime:
             raise ValueError(f"prompt_tokens must be [{enc.batch}, T>=1] (rows of one length on this decoder), got {tokens.shape}")
         if tokens.shape[1] > self.n_text_ctx:
             raise ValueError(f"prompt of {tokens.shape[1]} tokens exceeds the text context of {self.n_text_ctx}")
-        cross = self.cross_kv.run({"encoder_out": enc.value})
+        context = self._contexts[enc.n_ctx]
+        cross = context.cross_kv.run({"encoder_out": enc.value})
         d = self.dims
         empty_k = np.zeros((enc.batch, d.n_text_head, self._head_dim, 0), self._float)
         empty_v = np.zeros((enc.batch, d.n_text_head, 0, self._head_dim), self._float)
@@ -280,7 +366,7 @@ class WhisperRuntime:
         for i in range(d.n_text_layer):
             past[f"past_k_{i}"] = empty_k
             past[f"past_v_{i}"] = empty_v
-        binding = self.decoder.binding()
+        binding = context.decoder.binding()
         binding.bind_all(cross)
         state = DecoderState(cross=cross, past=past, binding=binding, batch=enc.batch, length=0)
         if attention:
@@ -364,7 +450,7 @@ class WhisperRuntime:
         if rows > batch:  # padding rows of the bucket: row 0's prompt again (their output is dropped)
             tokens = np.concatenate([tokens, np.repeat(tokens[:1], rows - batch, axis=0)])
             lengths = np.concatenate([lengths, np.repeat(lengths[:1], rows - batch)])
-        slot = self._free_slot(rows, xp)
+        slot = self._free_slot(rows, xp, enc.n_ctx)
         slot.generation += 1
         self._starts += 1
         slot.last_used = self._starts
@@ -386,6 +472,8 @@ class WhisperRuntime:
                     for each in other:
                         each.prefill = None
                 self.prefill_model = None
+                for context in self._contexts.values():
+                    context.prefill_model = None
         if logits is None:  # one captured step per prompt token
             for t in range(n):
                 # A row whose prompt has ended feeds its last token at its last position again
@@ -414,11 +502,11 @@ class WhisperRuntime:
             raise ValueError("this DecoderState's cache was taken over by a newer start()")
         rows = bucket_size(len(keep))
         index = np.concatenate([keep, np.repeat(keep[:1], rows - len(keep))])  # padding rows: the first again
-        new = self._free_slot(rows, old.xp)
+        new = self._free_slot(rows, old.xp, old.n_ctx)
         new.generation += 1
         new.last_used = self._starts
         self.compactions += 1
-        binding = self._gather_model().binding()
+        binding = self._gather_model(old.n_ctx).binding()
         binding.bind("rows", index)
         for name, value in old.buffers.items():
             binding.bind(name, value)
@@ -431,27 +519,30 @@ class WhisperRuntime:
         old.generation += 1
         return moved
 
-    def _gather_model(self) -> ort_session.OrtModel:
-        if self._gather_rows is None:
+    def _gather_model(self, n_ctx: int) -> ort_session.OrtModel:
+        model = self._gather_rows.get(n_ctx)
+        if model is None:
             from captioner.models.onnx_graphs import build_gather_rows  # noqa: PLC0415 - onnx is only needed here
 
             element = 10 if self._float == np.float16 else 1  # TensorProto.FLOAT16 / FLOAT
-            shapes = self.step_model.input_shapes
-            tensors = {name: (element, [int(n) for n in shapes[name][1:]])
+            shapes = _bound_shapes(self._contexts[n_ctx].step_model.input_shapes, 1, n_ctx)
+            tensors = {name: (element, list(shapes[name][1:]))
                        for name in shapes if name.startswith(("cache_", "cross_"))}
-            self._gather_rows = ort_session.OrtModel(
+            model = self._gather_rows[n_ctx] = ort_session.OrtModel(
                 Path("gather_rows.onnx"), self._gather_choice, model_bytes=build_gather_rows(tensors).SerializeToString())
-        return self._gather_rows
+        return model
 
-    def _free_slot(self, batch: int, xp=None) -> _Slot:
+    def _free_slot(self, batch: int, xp=None, n_ctx: int | None = None) -> _Slot:
         """A slot whose last state is gone (dropped by the caller), a new one while the pool for
-        this batch size (and logits destination) is small, else the least recently started one."""
-        pool = self._slots.setdefault((batch, xp is not None), [])
+        this batch size (logits destination and audio context) is small, else the least
+        recently started one."""
+        n_ctx = self.dims.n_audio_ctx if n_ctx is None else n_ctx
+        pool = self._slots.setdefault((batch, xp is not None, n_ctx), [])
         for slot in pool:
             if slot.owner is None or slot.owner() is None:
                 return slot
         if len(pool) < MAX_SLOTS_PER_BATCH:
-            slot = _Slot(self, batch, graph_id=self._n_graphs, xp=xp)
+            slot = _Slot(self, batch, graph_id=self._n_graphs, xp=xp, context=self._contexts[n_ctx])
             self._n_graphs += 1
             pool.append(slot)
             return slot
@@ -498,30 +589,57 @@ def _open_step_model(path: Path, choice: ort_session.ProviderChoice) -> ort_sess
         return ort_session.OrtModel(path, choice, cuda_graph=False)
 
 
+def encoder_windows_from_env() -> tuple[float, ...]:
+    """The shorter encoder windows ``CAPTIONER_ENCODER_WINDOWS_S`` asks for ("10,20" -> (10.0,
+    20.0)); unset, empty or "off": none. Raises UserError for anything else."""
+    text = os.environ.get(ENCODER_WINDOWS_ENV, "").strip()
+    if text.lower() in ("", "off", "0", "none"):
+        return ()
+    try:
+        return tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise UserError(f"{ENCODER_WINDOWS_ENV}={text!r}: give encoder windows in seconds, e.g. 10,20") from None
+
+
 def load_runtime(
     name_or_path: str | Path,
     device: str | None = None,
     progress: ProgressFn | None = None,
     intra_threads: int | None = None,
+    encoder_windows_s=None,
 ) -> WhisperRuntime:
     """Resolve, convert (cached) and open a Whisper model. ``device``: None/"auto", "cpu",
-    "cuda" or "cuda:N" (``CAPTIONER_DEVICE`` applies when None). Raises UserError on bad input."""
+    "cuda" or "cuda:N" (``CAPTIONER_DEVICE`` applies when None). ``encoder_windows_s``: shorter
+    encoder windows to enable beside 30 s, e.g. ``(10.0, 20.0)`` (``None``: what
+    ``CAPTIONER_ENCODER_WINDOWS_S`` says, by default none); their graphs are built on first use
+    and cached like the others. Raises UserError on bad input."""
     files = resolve_model(str(name_or_path))
     choice = ort_session.choose_provider(device)
     precision = "fp16" if choice.is_cuda else "fp32"
+    windows_s = encoder_windows_from_env() if encoder_windows_s is None else tuple(encoder_windows_s)
+    contexts = audio_contexts(windows_s, files.dims)
     # CAPTIONER_FUSED_ATTENTION=0 builds the CUDA graphs with plain MatMul attention instead.
     fused = precision == "fp16" and os.environ.get("CAPTIONER_FUSED_ATTENTION", "1") != "0"
-    onnx_files = ensure_onnx(files, precision, progress, fused_attention=fused)
+
+    def open_runtime(rebuild: bool) -> WhisperRuntime:
+        onnx_files = ensure_onnx(files, precision, progress, fused_attention=fused, rebuild=rebuild)
+        short = {n: ensure_onnx(files, precision, progress, fused_attention=fused, rebuild=rebuild, variant=context_variant(n))
+                 for n in contexts}
+        frames = ensure_onnx(files, precision, progress, fused_attention=fused, rebuild=rebuild,
+                             variant=FRAMES_VARIANT) if contexts else None
+        return WhisperRuntime(files, choice, onnx_files, intra_threads, short_contexts=short, frames_files=frames)
+
     try:
-        return WhisperRuntime(files, choice, onnx_files, intra_threads)
+        return open_runtime(rebuild=False)
     except UserError:
         raise
     except Exception:  # graphs ONNX Runtime cannot open (damaged past what the manifest saw): rebuild once
-        onnx_files = ensure_onnx(files, precision, progress, fused_attention=fused, rebuild=True)
+        pass
     try:
-        return WhisperRuntime(files, choice, onnx_files, intra_threads)
+        return open_runtime(rebuild=True)
     except UserError:
         raise
     except Exception as e:
-        raise UserError(f"cannot open the ONNX graphs in {onnx_files.folder} even after rebuilding them: "
+        folder = cache_folder(files, precision, fused)
+        raise UserError(f"cannot open the ONNX graphs in {folder} even after rebuilding them: "
                         f"{one_line(e)}") from None
