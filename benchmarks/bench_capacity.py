@@ -443,6 +443,9 @@ def main() -> int:
                         help="where greedy decoding runs, comma separated: host, device (device needs the switch)")
     parser.add_argument("--max-n", type=int, default=4096, help="largest number of streams (N doubles from 1)")
     parser.add_argument("--min-n", type=int, default=1)
+    parser.add_argument("--ns", default=None,
+                        help="the numbers of streams to run, comma separated (e.g. 1024,1536,2048), instead of "
+                             "doubling from --min-n to --max-n")
     parser.add_argument("--audio-s", type=float, default=30.0, help="speech per stream (whole recordings, at least this)")
     parser.add_argument("--interval-s", type=float, default=1.0, help="the scheduler's base update interval")
     parser.add_argument("--max-batch", type=int, default=64, help="most streams in one model step")
@@ -468,6 +471,9 @@ def main() -> int:
             raise ValueError(f"--decode-on takes host and/or device, got {args.decode_on!r}")
         if args.min_n < 1 or args.max_n < args.min_n:
             raise ValueError("--min-n must be >= 1 and at most --max-n")
+        ns = sorted({int(v) for v in args.ns.split(",") if v.strip()}) if args.ns else None
+        if ns is not None and (not ns or ns[0] < 1):
+            raise ValueError(f"--ns takes positive numbers of streams, got {args.ns!r}")
         if args.audio_s <= 0 or args.interval_s <= 0 or args.max_batch < 1:
             raise ValueError("--audio-s, --interval-s and --max-batch must be positive")
     except ValueError as error:
@@ -507,9 +513,10 @@ def main() -> int:
                 f"{model}, decoding on the {mode}: {recognizer.provider} ({recognizer.device_name})"
             print(f"{what}, {len(clips)} recordings" + (f", light model {light.name}" if light else ""), file=sys.stderr)
             run_once(backend, recognizer, clips, 1, argparse.Namespace(**{**vars(args), "audio_s": 5.0}), light)  # warm-up
-            n = args.min_n
+            todo = list(ns) if ns else []
+            n = todo.pop(0) if ns else args.min_n
             last_wall_s = 0.0
-            while n <= args.max_n:
+            while n is not None and n <= (ns[-1] if ns else args.max_n):
                 left_s = args.time_limit_s - (time.perf_counter() - sweep0)
                 if left_s < 2.2 * last_wall_s:
                     print(f"  stop before N={n}: {left_s:.0f} s of the time limit left", file=sys.stderr)
@@ -536,7 +543,7 @@ def main() -> int:
                 if p99 is not None and p99 > 4 * args.interval_s and not args.keep_going:
                     print(f"  stop after N={n}: update interval p99 {p99} s, the engine is saturated", file=sys.stderr)
                     break
-                n *= 2
+                n = (todo.pop(0) if todo else None) if ns else n * 2
     print("\n| model | decoding | N | step p50 / p99 ms | wall / host / GPU ms per update | engine host ms per stream-s "
           "| interval p50 / p99 s | partial p50 / p99 s | committed p50 / p99 s | WER committed / offline | "
           "VRAM per stream (pool / device) |")
