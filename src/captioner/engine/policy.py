@@ -20,6 +20,7 @@ cross-attention says it has heard whole, on one hypothesis).
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections import deque
@@ -73,8 +74,12 @@ class Hypothesis:
 _PUNCT_RE = re.compile(r"[^\w']+", re.UNICODE)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def normalize_word(text: str) -> str:
-    """Compare words the way a reader would: case, punctuation and accents-as-composed ignored."""
+    """Compare words the way a reader would: case, punctuation and accents-as-composed ignored.
+
+    Cached: every update compares a stream's words again (on the H200 at 512 streams, 455,000
+    calls took a second of the engine thread), and a stream's words repeat from update to update."""
     text = unicodedata.normalize("NFKC", text).lower().replace("\u2019", "'")
     return _PUNCT_RE.sub("", text).strip("'")
 
