@@ -71,7 +71,7 @@ class NetworkSource:
         self._lock = threading.Lock()  # push (loop thread) against stop (a helper thread)
         self._next_sample = 0
         self._dropped = 0
-        self._pending: list[bytes] = []  # as received: converted once per chunk, in _flush
+        self._pending: list = []  # int16 bytes as received (converted once per chunk, in _flush), or float32 arrays
         self._pending_samples = 0
 
     def start(self, sink) -> None:
@@ -106,14 +106,31 @@ class NetworkSource:
                 return True
             return self._flush(capture_ns)
 
+    def push_samples(self, samples: np.ndarray, capture_ns: int) -> bool:
+        """Hub loop thread (``--frontends``): like :meth:`push`, for float32 samples a front-end
+        process converted already (a view into its batch: the whole batch was copied once)."""
+        with self._lock:
+            if self._sink is None:
+                return False
+            self._pending.append(samples)
+            self._pending_samples += samples.shape[0]
+            if self._pending_samples < self.batch_samples:
+                return True
+            return self._flush(capture_ns)
+
     def _flush(self, capture_ns: int) -> bool:
         """With the lock held: what is pending as one chunk into the inbox. The int16 -> float32
         conversion is one NumPy call per chunk (each call on the loop thread may hand the GIL to
-        the worker), and a batch of messages is joined as bytes before it."""
+        the worker), and a batch of messages is joined as bytes before it. A front-end's float32
+        pieces (:meth:`push_samples`) are joined as arrays."""
         if not self._pending:
             return True
-        pcm = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
-        samples = np.multiply(np.frombuffer(pcm, dtype="<i2"), _INT16_SCALE, dtype=np.float32)
+        first = self._pending[0]
+        if isinstance(first, np.ndarray):
+            samples = first if len(self._pending) == 1 else np.concatenate(self._pending)
+        else:
+            pcm = first if len(self._pending) == 1 else b"".join(self._pending)
+            samples = np.multiply(np.frombuffer(pcm, dtype="<i2"), _INT16_SCALE, dtype=np.float32)
         self._pending, self._pending_samples = [], 0
         chunk = RawChunk(self.stream, self.rate_hz, self._next_sample, capture_ns, samples)
         self._next_sample += samples.shape[0]
@@ -148,6 +165,10 @@ class Lease:
     def push(self, pcm: bytes, capture_ns: int | None = None) -> bool:
         """Loop thread: ``capture_ns`` is when it was received (default: now)."""
         return self.source.push(pcm, time.monotonic_ns() if capture_ns is None else capture_ns)
+
+    def push_samples(self, samples: np.ndarray, capture_ns: int) -> bool:
+        """Hub loop thread: float32 samples a front-end process received at ``capture_ns``."""
+        return self.source.push_samples(samples, capture_ns)
 
     def _set(self, state: str, reason: str = "") -> None:
         self.state, self.reason = state, reason

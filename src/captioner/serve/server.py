@@ -163,6 +163,10 @@ class CaptionServer:
             return response
         return None
 
+    @property
+    def scheme(self) -> str:
+        return "wss" if self.ssl_context is not None else "ws"
+
     @staticmethod
     def _peer(connection) -> str:
         address = getattr(connection, "remote_address", None)
@@ -424,14 +428,21 @@ class CaptionServer:
 
 
 class ServerThread:
-    """A :class:`CaptionServer` on a loop of its own thread (tests, benchmarks, the desktop app
-    one day): ``start`` returns once it listens, ``stop`` drains and joins."""
+    """A :class:`CaptionServer` (or a :class:`~captioner.serve.hub.FrontendHub`) on a loop of its
+    own thread (the command, tests, benchmarks): ``start`` returns once it listens, ``stop``
+    drains and joins.
+
+    Whether the loop has ended is an event of its own (``_done``), not ``Thread.is_alive()``: a
+    ``join`` cut short by Ctrl-C or SIGTERM (the command waits in one) can leave ``is_alive()``
+    False while the thread runs on (CPython before 3.13), and ``stop`` then skipped the drain:
+    the process ended with every connection cut (1006), no stream committed."""
 
     def __init__(self, server: CaptionServer) -> None:
         self.server = server
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._thread = threading.Thread(target=self._run, name="captioner-serve-loop", daemon=True)
+        self._done = threading.Event()
         self.error: BaseException | None = None
 
     def _run(self) -> None:
@@ -445,6 +456,8 @@ class ServerThread:
         except BaseException as error:
             self.error = error
             self.server.bound.set()
+        finally:
+            self._done.set()
 
     def start(self, timeout_s: float = 30.0) -> int:
         self._thread.start()
@@ -455,20 +468,20 @@ class ServerThread:
 
     @property
     def url(self) -> str:
-        scheme = "wss" if self.server.ssl_context is not None else "ws"
-        return f"{scheme}://{self.server.host}:{self.server.port}"
+        return f"{self.server.scheme}://{self.server.host}:{self.server.port}"
 
     def wait(self, timeout_s: float | None = None) -> bool:
         """Blocks until the server has stopped (or ``timeout_s``); whether it has."""
-        self._thread.join(timeout_s)
-        return not self._thread.is_alive()
+        return self._done.wait(timeout_s)
 
     def stop(self, timeout_s: float = 30.0) -> None:
         """Drains (each stream committed, 1001) and joins; safe to call twice."""
-        if self._loop is not None and self._stop is not None and self._thread.is_alive():
+        if not self._thread.ident:  # never started
+            return
+        if self._loop is not None and self._stop is not None and not self._done.is_set():
             try:
                 self._loop.call_soon_threadsafe(self._stop.set)
             except RuntimeError:  # the loop closed meanwhile: the server has stopped
                 pass
-        if self._thread.is_alive():
-            self._thread.join(timeout_s)
+        if self._done.wait(timeout_s):
+            self._thread.join(1.0)

@@ -25,6 +25,24 @@ capacity is reported as refused (1013) like one refused in-process (seen on the 
 connections refused that way, docs/serve.md)."""
 
 
+MAX_FRONTENDS = 64
+FRONTENDS_AUTO_DOC = "half the CPU cores, 1 to 8"
+
+
+def frontends_count(text: str, cpus: int | None = None) -> int:
+    """``--frontends``: a whole number 1..MAX_FRONTENDS, or ``auto`` (half the cores, at most 8:
+    the other half is for the engine's own Python, the model's process and the clients' TLS)."""
+    if text == "auto":
+        return max(1, min(8, (cpus if cpus is not None else (os.cpu_count() or 1)) // 2))
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if not 1 <= count <= MAX_FRONTENDS:
+        raise UserError(f"--frontends must be auto or a whole number 1..{MAX_FRONTENDS}, not {text!r}")
+    return count
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind (default 127.0.0.1; any other address needs --token-file)")
@@ -47,6 +65,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--isolation", choices=("inline", "process", "auto"), default=SERVE_ISOLATION,
                         help="where each device's model runs (Pipeline isolation; default auto: a process "
                              "per GPU, restarted after a CUDA fault; the worker thread on the CPU)")
+    parser.add_argument("--frontends", default="1", metavar="K|auto",
+                        help="processes doing the network work (WebSocket, checks, audio conversion), all on "
+                             "--port, feeding this process's engines in batches (default 1: the network loop "
+                             f"in this process; auto: {FRONTENDS_AUTO_DOC}; docs/serve.md)")
     parser.add_argument("--ray", action="store_true",
                         help="run as a Ray Serve application instead (needs captioner[cluster]; docs/cluster.md)")
     parser.add_argument("--replicas", type=int, default=None, metavar="N",
@@ -110,6 +132,9 @@ def check_arguments(args) -> tuple[str | None, object]:
         raise UserError(f"refusing to serve on {args.host} without a token: anyone who can reach it could use "
                         "the GPU; give --token-file, or bind 127.0.0.1")
     context = tls_context(args.certfile, args.keyfile)
+    args.frontends = frontends_count(str(args.frontends))
+    if args.ray and args.frontends > 1:
+        raise UserError("--frontends is for the plain server: with --ray, Ray Serve's proxy spreads the connections")
     return token, context
 
 
@@ -140,6 +165,7 @@ def run(args) -> int:
     from captioner.engine.scheduler import SchedulerConfig
     from captioner.gpu.telemetry import TelemetrySampler
     from captioner.serve.engine_link import EngineLink
+    from captioner.serve.hub import FrontendHub
     from captioner.serve.server import CaptionServer, ServerThread
 
     def make_pipeline(device):
@@ -163,8 +189,13 @@ def run(args) -> int:
 
         metrics = MetricsExporter(args.metrics_port)
     log = (lambda line: None) if args.quiet else (lambda line: print(f"captioner: {line}", file=sys.stderr, flush=True))
-    server = CaptionServer(link, args.host, args.port, token=token, ssl_context=context, transcripts=transcripts,
-                           metrics=metrics, log=log)
+    if args.frontends > 1:
+        server = FrontendHub(link, args.host, args.port, frontends=args.frontends, token=token,
+                             tls_files=(args.certfile, args.keyfile) if context is not None else None,
+                             transcripts=transcripts, metrics=metrics, log=log)
+    else:
+        server = CaptionServer(link, args.host, args.port, token=token, ssl_context=context, transcripts=transcripts,
+                               metrics=metrics, log=log)
     print(f"captioner: loading {args.model} on {', '.join(d or 'auto' for d in devices)} …", file=sys.stderr, flush=True)
     thread = None
     try:
@@ -178,7 +209,9 @@ def run(args) -> int:
         except OSError as error:
             raise UserError(f"cannot listen on {args.host}:{args.port}: {error.strerror or error}") from None
         print(f"captioner: serving {args.model} on {thread.url}/v1/listen"
-              + (" (token required)" if token else "") + "; Ctrl-C stops", file=sys.stderr, flush=True)
+              + (" (token required)" if token else "")
+              + (f", {args.frontends} front-end processes" if args.frontends > 1 else "")
+              + "; Ctrl-C stops", file=sys.stderr, flush=True)
         if args.port == 0:
             print(port, flush=True)  # for scripts that asked for a free port
         while not thread.wait(0.5):

@@ -1,0 +1,372 @@
+"""One front-end process of ``captioner serve --frontends K``: an asyncio WebSocket server on the
+shared host:port (``SO_REUSEPORT``: the kernel spreads the connections over the K processes)
+doing every connection's network work, and one channel to the hub (:mod:`captioner.serve.channel`).
+
+What runs here, per connection: the HTTP upgrade, the token check (constant time), the query
+parameters, the message-size limit, the message checks, the too-fast-sender check, int16 ->
+float32 (once per batch for all connections, one NumPy call), and sending the ready, caption and
+status messages and the close. What the hub decides (a stream admitted or refused, its captions,
+when it is over and with which code) arrives as events; the connection is closed as the hub says.
+The protocol is the one of the single-process server (docs/protocol.md): a client cannot tell.
+
+Started by :class:`captioner.serve.hub.FrontendHub` as ``python -m captioner.serve.frontend FD
+INDEX`` (a fresh interpreter: none of the hub's threads, CUDA context or model). SIGINT and
+SIGTERM are ignored: Ctrl-C in a terminal or a service manager's SIGTERM reaches the whole process
+group, and the hub, which drains every stream first, tells the front-ends when to close. The
+end of the channel (the hub is gone) closes every connection with 1011 and ends the process.
+
+One thread, the loop's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import signal
+import socket
+import sys
+import time
+from http import HTTPStatus
+from urllib.parse import urlsplit
+
+import numpy as np
+
+from captioner.errors import one_line
+from captioner.serve import channel, protocol
+from captioner.serve.protocol import ProtocolError
+
+_INT16_SCALE = np.float32(1.0 / 32768.0)
+MAX_OUTBOX = 10_000
+"""Messages waiting for a client that does not read: past this the connection is closed (1008)."""
+SHUTDOWN_S = 20.0
+"""How long the connections left at ``exit`` may take to send what they hold and close."""
+HUB_GONE = (protocol.CLOSE_INTERNAL, "the server's engine process ended")
+STOPPING = (protocol.CLOSE_GOING_AWAY, "the server is shutting down")
+
+
+def close_reason(text: str) -> str:
+    """A close reason fits 123 bytes of UTF-8 (RFC 6455): cut at a character boundary."""
+    raw = one_line(text).encode("utf-8")[:123]
+    return raw.decode("utf-8", errors="ignore")
+
+
+class _Conn:
+    """One connection on this front-end."""
+
+    __slots__ = ("sid", "ws", "params", "pace", "peer", "outbox", "decision", "closing", "worker", "listed")
+
+    def __init__(self, sid: int, ws, params: protocol.StreamParams, max_ahead_s: float, peer: str) -> None:
+        loop = asyncio.get_running_loop()
+        self.sid = sid
+        self.ws = ws
+        self.params = params
+        self.pace = protocol.Pace(max_ahead_s)
+        self.peer = peer
+        self.outbox: asyncio.Queue[str | None] = asyncio.Queue()
+        self.decision: asyncio.Future = loop.create_future()  # None: admitted; (code, reason): refused
+        self.closing: asyncio.Future = loop.create_future()  # (code, reason): the hub ended the stream
+        self.worker = -1
+        self.listed = False  # the ready message went out: status messages may follow
+
+    def put(self, text: str) -> None:
+        self.outbox.put_nowait(text)
+        if self.outbox.qsize() == MAX_OUTBOX + 1:  # once: the close is on its way
+            asyncio.create_task(self.ws.close(protocol.CLOSE_POLICY, "the client does not read its captions"))
+
+    def resolve(self, code_reason: tuple[int, str]) -> None:
+        if not self.decision.done():
+            self.decision.set_result(code_reason)
+        if not self.closing.done():
+            self.closing.set_result(code_reason)
+
+
+class FrontEnd:
+    """The front-end's server. ``config``: what the hub sent (host, port, token, TLS files,
+    max_ahead_s); ``writer``/``reader``: the channel to the hub."""
+
+    def __init__(self, index: int, config: dict, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.index = index
+        self.host = config["host"]
+        self.port = config["port"]
+        self.token = config.get("token")
+        self.tls_files = config.get("tls_files")
+        self.max_ahead_s = config.get("max_ahead_s", protocol.MAX_AHEAD_S)
+        self._reader, self._writer = reader, writer
+        self.conns: dict[int, _Conn] = {}
+        self._sids = itertools.count(1)
+        self._events: list[tuple] = []
+        self._audio: dict[int, list] = {}  # sid -> [int16 messages, samples, capture_ns of the last]
+        self._audio_bytes = 0
+        self.stopping = False
+        self._end = STOPPING
+
+    # -- to the hub ----------------------------------------------------------------------------------
+    def _event(self, event: tuple) -> None:
+        self._events.append(event)
+
+    def log(self, line: str) -> None:
+        self._events.append(("log", line))
+
+    def _add_audio(self, sid: int, pcm: bytes, n_samples: int, capture_ns: int) -> None:
+        held = self._audio.get(sid)
+        if held is None:
+            self._audio[sid] = [[pcm], n_samples, capture_ns]
+        else:
+            held[0].append(pcm)
+            held[1] += n_samples
+            held[2] = capture_ns
+        self._audio_bytes += len(pcm)
+        if self._audio_bytes >= channel.FLUSH_BYTES:
+            self.flush()
+
+    def flush(self) -> None:
+        """What was gathered since the last frame, as one frame: every connection's audio
+        converted to float32 in one NumPy call."""
+        if not self._events and not self._audio:
+            return
+        index, parts = [], []
+        for sid, (pieces, n_samples, capture_ns) in self._audio.items():
+            index.append((sid, n_samples, capture_ns))
+            parts.extend(pieces)
+        pcm = b"".join(parts)
+        samples = np.multiply(np.frombuffer(pcm, dtype="<i2"), _INT16_SCALE, dtype=np.float32).tobytes() if pcm else b""
+        frame = (self._events, index, samples)
+        self._events, self._audio, self._audio_bytes = [], {}, 0
+        if not self._writer.is_closing():
+            self._writer.write(channel.encode(frame))
+
+    async def _flusher(self) -> None:
+        while True:
+            await asyncio.sleep(channel.FLUSH_S)
+            self.flush()
+            try:
+                await self._writer.drain()
+            except ConnectionError:  # the hub is gone: _from_hub ends the process
+                return
+
+    # -- from the hub --------------------------------------------------------------------------------
+    async def _from_hub(self) -> None:
+        """The hub's events until ``exit`` or the end of the channel."""
+        while True:
+            events = await channel.read_frame(self._reader)
+            if events is None:
+                self._end = HUB_GONE
+                return
+            for event in events:
+                kind = event[0]
+                if kind == "send":
+                    conn = self.conns.get(event[1])
+                    if conn is not None:
+                        conn.put(event[2])
+                elif kind == "status":
+                    texts = event[1]
+                    for conn in self.conns.values():
+                        text = texts.get(conn.worker) if conn.listed else None
+                        if text is not None:
+                            conn.put(text)
+                elif kind == "ready":
+                    conn = self.conns.get(event[1])
+                    if conn is not None:
+                        conn.listed = True
+                        conn.put(event[2])
+                elif kind == "admit":
+                    conn = self.conns.get(event[1])
+                    if conn is not None and not conn.decision.done():
+                        conn.worker = event[2]
+                        conn.decision.set_result(None)
+                elif kind in ("refuse", "close"):
+                    conn = self.conns.get(event[1])
+                    if conn is not None:
+                        conn.resolve((event[2], event[3]))
+                elif kind == "stopping":
+                    self.stopping = True
+                elif kind == "exit":
+                    self._end = STOPPING
+                    return
+
+    # -- handshake -----------------------------------------------------------------------------------
+    def _process_request(self, connection, request):
+        """Before the upgrade: a wrong path is 404, a missing or wrong token 401."""
+        if urlsplit(request.path).path != protocol.PATH:
+            return connection.respond(HTTPStatus.NOT_FOUND, f"captioner: connect to {protocol.PATH}\n")
+        if self.token is not None and not protocol.token_matches(request.headers.get("Authorization"), self.token):
+            self._event(("refused",))
+            self.log(f"refused {_peer(connection)}: missing or wrong token")
+            response = connection.respond(HTTPStatus.UNAUTHORIZED, "captioner: missing or wrong bearer token\n")
+            response.headers["WWW-Authenticate"] = 'Bearer realm="captioner"'
+            return response
+        return None
+
+    # -- one connection ------------------------------------------------------------------------------
+    async def handle(self, ws) -> None:
+        """One connection, from its parameters to its close (the hub decides its stream)."""
+        try:
+            params = protocol.parse_path(ws.request.path)
+        except ProtocolError as error:
+            self._event(("refused",))
+            await ws.close(error.code, close_reason(error.reason))
+            return
+        if self.stopping:
+            await ws.close(*STOPPING)
+            return
+        conn = _Conn(next(self._sids), ws, params, self.max_ahead_s, _peer(ws))
+        self.conns[conn.sid] = conn
+        self._event(("open", conn.sid, params.label, params.language, params.sample_rate_hz, conn.peer))
+        try:
+            refusal = await conn.decision
+            if refusal is not None:
+                await ws.close(refusal[0], close_reason(refusal[1]))
+                return
+            await self._serve(conn)
+        finally:
+            self.conns.pop(conn.sid, None)
+
+    async def _serve(self, conn: _Conn) -> None:
+        sender = asyncio.create_task(self._sender(conn))
+        receiver = asyncio.create_task(self._receive(conn))
+        code, reason = protocol.CLOSE_NORMAL, ""
+        try:
+            await asyncio.wait({receiver, conn.closing}, return_when=asyncio.FIRST_COMPLETED)
+            if receiver.done():
+                try:
+                    got_end = receiver.result()
+                except ProtocolError as error:
+                    got_end, code, reason = False, error.code, error.reason
+                if got_end:
+                    self._event(("end", conn.sid))
+                    code, reason = await conn.closing
+                else:
+                    self._event(("gone", conn.sid))
+                    if code == protocol.CLOSE_NORMAL:
+                        code = None  # the client went away: nothing to send
+            else:
+                receiver.cancel()
+                code, reason = conn.closing.result()
+        except asyncio.CancelledError:
+            code, reason = STOPPING
+            raise
+        finally:
+            if not receiver.done():
+                receiver.cancel()
+            conn.outbox.put_nowait(None)
+            if code not in (None, protocol.CLOSE_NORMAL, protocol.CLOSE_GOING_AWAY):
+                sender.cancel()  # a refused client gets its code now, not its captions
+            try:
+                await asyncio.wait_for(sender, 30.0)
+            except (asyncio.TimeoutError, asyncio.CancelledError):
+                pass
+            if code is not None:
+                await conn.ws.close(code, close_reason(reason))
+
+    async def _receive(self, conn: _Conn) -> bool:
+        """The client's messages until ``end`` (True) or until it closes (False); raises
+        :class:`ProtocolError` for a message the protocol does not allow."""
+        from websockets.exceptions import ConnectionClosed
+
+        rate = conn.params.sample_rate_hz
+        sid = conn.sid
+        try:
+            async for message in conn.ws:
+                n_samples = protocol.check_audio(message)
+                if n_samples < 0:
+                    return True
+                now_ns = time.monotonic_ns()
+                conn.pace.add(n_samples / rate, now_ns / 1e9)
+                if n_samples:
+                    self._add_audio(sid, message, n_samples, now_ns)
+        except ConnectionClosed as closed:
+            for frame in (closed.rcvd, closed.sent):
+                if frame is not None and frame.code == protocol.CLOSE_TOO_BIG:
+                    raise ProtocolError(protocol.CLOSE_TOO_BIG, frame.reason) from None
+        return False
+
+    @staticmethod
+    async def _sender(conn: _Conn) -> None:
+        from websockets.exceptions import ConnectionClosed
+
+        try:
+            while True:
+                message = await conn.outbox.get()
+                if message is None:
+                    return
+                await conn.ws.send(message)
+        except ConnectionClosed:
+            return
+
+    # -- running -------------------------------------------------------------------------------------
+    async def run(self) -> None:
+        from websockets.asyncio.server import serve
+
+        try:
+            server = await serve(self.handle, self.host, self.port, reuse_port=True,
+                                 process_request=self._process_request, max_size=protocol.MAX_MESSAGE_BYTES,
+                                 ssl=_tls_context(self.tls_files), compression=None, server_header=None,
+                                 ping_interval=20, ping_timeout=20, close_timeout=5)
+        except OSError as error:
+            self._event(("failed", f"cannot listen on {self.host}:{self.port}: {error.strerror or error}"))
+            self.flush()
+            await self._writer.drain()
+            return
+        self._event(("listening", server.sockets[0].getsockname()[1] if server.sockets else self.port))
+        self.flush()
+        flusher = asyncio.create_task(self._flusher())
+        try:
+            await self._from_hub()
+        finally:
+            self.stopping = True
+            server.close(close_connections=False)  # no new connection; each one left ends below
+            for conn in list(self.conns.values()):
+                conn.resolve(self._end)
+            try:
+                await asyncio.wait_for(server.wait_closed(), SHUTDOWN_S)
+            except asyncio.TimeoutError:
+                pass
+            flusher.cancel()
+            self.flush()
+            if not self._writer.is_closing():
+                try:
+                    await asyncio.wait_for(self._writer.drain(), 5.0)
+                except (asyncio.TimeoutError, ConnectionError):
+                    pass
+                self._writer.close()
+
+
+def _peer(connection) -> str:
+    address = getattr(connection, "remote_address", None)
+    return f"{address[0]}:{address[1]}" if address else "?"
+
+
+def _tls_context(files):
+    if not files:
+        return None
+    import ssl
+
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(files[0], files[1])
+    return context
+
+
+async def _main(fd: int, index: int) -> None:
+    sock = socket.socket(fileno=fd)
+    reader, writer = await channel.open_channel(sock)
+    config = await channel.read_frame(reader)
+    if config is None:
+        return
+    await FrontEnd(index, config, reader, writer).run()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m captioner.serve.frontend FD INDEX``: the process's entry."""
+    fd, index = (sys.argv[1:3] if argv is None else argv)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        asyncio.run(_main(int(fd), int(index)))
+    except KeyboardInterrupt:
+        pass
+    os._exit(0)  # nothing left to flush: the channel was drained above
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,448 @@
+"""``captioner serve --frontends K`` (K > 1): the hub, the process that holds the engines.
+
+K front-end processes (:mod:`captioner.serve.frontend`) listen on the same host:port
+(``SO_REUSEPORT``) and do each connection's network work; each talks to the hub over one
+local channel (:mod:`captioner.serve.channel`) in batches, every 50 ms. The hub keeps what must be
+decided in one place: admission (the :class:`~captioner.serve.engine_link.EngineLink` and its
+pipelines, as in the single-process server: refusals 1013, a language the model lacks 1008),
+each stream's life, its captions, the status messages, ``--transcripts`` and the metrics. Per
+frame it pays one copy of the batch's audio and one push per stream that sent audio, never a
+WebSocket read, a message check or a JSON parse per client message.
+
+A front-end that dies: its connections break (clients connect again, 1006), the hub ends their
+streams as if each client had left and goes on with the others; the kernel sends new
+connections to the front-ends still listening. The hub that ends (its channel closes) ends the
+front-ends, which close their connections with 1011.
+
+Tasks on the hub's loop: one reader per front-end, one task per stream (opened, ended, closed),
+the pump (captions from the engine, every 20 ms, then one frame to each front-end) and the status
+task (one ``status`` text per device a second, to every front-end).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from captioner.errors import StreamRefused, UserError, one_line
+from captioner.serve import channel, protocol
+from captioner.serve.engine_link import EngineLink, Lease, status_fields
+from captioner.serve.server import (
+    END_TIMEOUT_S,
+    OPEN_TIMEOUT_S,
+    POLL_PERIOD_S,
+    SHUTDOWN_S,
+    CaptionServer,
+    _TranscriptThread,
+    is_loopback,
+)
+
+START_TIMEOUT_S = 60.0
+"""How long a front-end may take to start and listen (a fresh interpreter importing websockets)."""
+EXIT_TIMEOUT_S = 30.0
+"""How long the front-ends may take to close what is left once told to, before they are killed."""
+
+
+class _Frontend:
+    """One front-end process as the hub sees it (hub loop thread)."""
+
+    def __init__(self, index: int, process: subprocess.Popen, reader, writer) -> None:
+        self.index = index
+        self.process = process
+        self.reader = reader
+        self.writer = writer
+        self.out: list[tuple] = []
+        self.streams: dict[int, _Stream] = {}
+        self.alive = True
+        self.accepted = 0
+        """Streams admitted through this front-end so far."""
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+
+class _Stream:
+    """One connection's stream, as the hub sees it (hub loop thread)."""
+
+    __slots__ = ("fe", "sid", "conn_id", "label", "language", "rate_hz", "peer", "lease", "ready",
+                 "opened", "ended", "end_asked", "gone")
+
+    def __init__(self, fe: _Frontend, sid: int, conn_id: int, label: str, language: str | None, rate_hz: int,
+                 peer: str) -> None:
+        self.fe, self.sid, self.conn_id = fe, sid, conn_id
+        self.label, self.language, self.rate_hz, self.peer = label, language, rate_hz, peer
+        self.lease: Lease | None = None
+        self.ready = ""  # the ready message, once the stream is admitted
+        self.opened = asyncio.Event()  # the engine listed the stream (or it ended first)
+        self.ended = asyncio.Event()  # done, refused or failed
+        self.end_asked = asyncio.Event()  # the client sent end
+        self.gone = asyncio.Event()  # the connection is over without end (or its front-end died)
+
+
+class FrontendHub:
+    """The server with ``frontends`` front-end processes. Arguments as :class:`CaptionServer`'s,
+    but TLS as files (``tls_files``: certificate chain and key, loaded by each front-end).
+    ``serve(stop)`` runs it on the calling thread's loop (:class:`ServerThread` runs it)."""
+
+    def __init__(self, link: EngineLink, host: str = "127.0.0.1", port: int = 8765, *, frontends: int = 2,
+                 token: str | None = None, tls_files: tuple[str, str] | None = None,
+                 max_ahead_s: float = protocol.MAX_AHEAD_S, transcripts: Callable[[str], object] | None = None,
+                 metrics=None, status_period_s: float = protocol.STATUS_PERIOD_S,
+                 log: Callable[[str], None] = lambda line: None) -> None:
+        if not token and not is_loopback(host):
+            raise UserError(f"refusing to serve on {host} without a token: anyone who can reach it could use "
+                            "the GPU; give --token-file, or bind 127.0.0.1")
+        if frontends < 1:
+            raise UserError(f"--frontends must be at least 1, not {frontends}")
+        self.link = link
+        self.host = host
+        self.port = port
+        self.n_frontends = frontends
+        self.token = token
+        self.tls_files = tls_files
+        self.scheme = "wss" if tls_files else "ws"
+        self.max_ahead_s = max_ahead_s
+        self.metrics = metrics
+        self.status_period_s = status_period_s
+        self.log = log
+        self.frontends: list[_Frontend] = []
+        self._transcripts = _TranscriptThread(transcripts) if transcripts is not None else None
+        self._by_lease: dict[str, _Stream] = {}
+        self._ids = itertools.count(1)
+        self._stopping = False
+        self._flush_due = False
+        self._tasks: list[asyncio.Task] = []
+        self._placeholder: socket.socket | None = None
+        self.counts = {"accepted": 0, "refused": 0, "closed": 0}
+        self.bound = threading.Event()
+        """Set once every front-end listens (``port`` is then the real one, for port 0)."""
+
+    # -- the front-end processes --------------------------------------------------------------------
+    def _reserve_port(self) -> None:
+        """For port 0: a port picked now and held by a bound (not listening) socket with
+        ``SO_REUSEPORT``, so every front-end binds the same one and nothing else can take it."""
+        if self.port != 0:
+            return
+        family, kind, proto, _, address = socket.getaddrinfo(self.host, 0, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(address)
+        self._placeholder = sock
+        self.port = sock.getsockname()[1]
+
+    async def _start_frontend(self, index: int) -> _Frontend:
+        """A fresh interpreter (``python -m captioner.serve.frontend``): none of this process's
+        threads, CUDA context or model; it imports what this process imports (its ``sys.path``)."""
+        ours, theirs = socket.socketpair()
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        try:
+            process = subprocess.Popen([sys.executable, "-m", "captioner.serve.frontend", str(theirs.fileno()),
+                                        str(index)], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env)
+        finally:
+            theirs.close()  # the child's end: its death then reads as the end of the channel here
+        reader, writer = await channel.open_channel(ours)
+        writer.write(channel.encode({"host": self.host, "port": self.port, "token": self.token,
+                                     "tls_files": self.tls_files, "max_ahead_s": self.max_ahead_s}))
+        return _Frontend(index, process, reader, writer)
+
+    async def _wait_listening(self, fe: _Frontend) -> str:
+        """"" once ``fe`` listens, else why it does not."""
+        frame = await asyncio.wait_for(channel.read_frame(fe.reader), START_TIMEOUT_S)
+        if frame is None:
+            return f"front-end {fe.index} ended at its start (exit status {fe.process.wait()})"
+        for event in frame[0]:
+            if event[0] == "failed":
+                return event[1]
+            if event[0] == "listening":
+                return ""
+        return f"front-end {fe.index} said {frame[0]!r} at its start"
+
+    async def _start_frontends(self) -> None:
+        self._reserve_port()
+        self.frontends = [await self._start_frontend(i) for i in range(self.n_frontends)]
+        try:
+            problems = await asyncio.gather(*(self._wait_listening(fe) for fe in self.frontends))
+        except asyncio.TimeoutError:
+            problems = [f"a front-end did not start within {START_TIMEOUT_S:g} s"]
+        problems = [p for p in problems if p]
+        if problems:
+            await self._end_frontends(0.0)
+            raise UserError(problems[0])
+        for fe in self.frontends:
+            self._tasks.append(asyncio.create_task(self._read(fe), name=f"captioner-hub-read-{fe.index}"))
+
+    async def _end_frontends(self, timeout_s: float) -> None:
+        for fe in self.frontends:
+            self._send(fe, ("exit",))
+        self._flush()
+        deadline = time.monotonic() + timeout_s
+        for fe in self.frontends:
+            try:
+                await asyncio.to_thread(fe.process.wait, max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                fe.process.kill()
+                await asyncio.to_thread(fe.process.wait)
+            fe.writer.close()
+        if self._placeholder is not None:
+            self._placeholder.close()
+            self._placeholder = None
+
+    # -- from the front-ends ------------------------------------------------------------------------
+    async def _read(self, fe: _Frontend) -> None:
+        while True:
+            frame = await channel.read_frame(fe.reader)
+            if frame is None:
+                break
+            self._on_frame(fe, frame)
+        self._frontend_ended(fe)
+
+    def _on_frame(self, fe: _Frontend, frame: tuple) -> None:
+        """One batch: the audio first (a stream's audio precedes its end), then the events."""
+        events, index, audio = frame
+        if index:
+            # One copy for the whole batch (the received bytes are read-only); each stream's
+            # chunk is a view of it.
+            samples = np.frombuffer(audio, dtype=np.float32).copy()
+            streams = fe.streams
+            offset = 0
+            for sid, n_samples, capture_ns in index:
+                stream = streams.get(sid)
+                if stream is not None and stream.lease is not None:
+                    stream.lease.push_samples(samples[offset:offset + n_samples], capture_ns)
+                offset += n_samples
+        for event in events:
+            kind = event[0]
+            if kind == "open":
+                _, sid, label, language, rate_hz, peer = event
+                stream = _Stream(fe, sid, next(self._ids), label, language, rate_hz, peer)
+                fe.streams[sid] = stream
+                asyncio.create_task(self._run_stream(stream))
+            elif kind in ("end", "gone"):
+                stream = fe.streams.get(event[1])
+                if stream is not None:
+                    (stream.end_asked if kind == "end" else stream.gone).set()
+            elif kind == "log":
+                self.log(f"front-end {fe.index}: {event[1]}")
+            elif kind == "refused":
+                self.counts["refused"] += 1
+
+    def _frontend_ended(self, fe: _Frontend) -> None:
+        """Its channel closed: every stream of it ends as if its client had left."""
+        fe.alive = False
+        fe.out = []
+        if not self._stopping:
+            self.log(f"front-end {fe.index} (pid {fe.pid}) ended: its {len(fe.streams)} connection(s) "
+                     "are closed, the other front-ends serve on")
+        for stream in list(fe.streams.values()):
+            stream.gone.set()
+        asyncio.create_task(asyncio.to_thread(fe.process.wait))  # reaped, not left a zombie
+
+    # -- to the front-ends --------------------------------------------------------------------------
+    def _send(self, fe: _Frontend, event: tuple) -> None:
+        if fe.alive:
+            fe.out.append(event)
+            if not self._flush_due:
+                self._flush_due = True
+                asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        """Each front-end's pending events as one frame."""
+        self._flush_due = False
+        for fe in self.frontends:
+            if fe.out and fe.alive:
+                out, fe.out = fe.out, []
+                if not fe.writer.is_closing():
+                    fe.writer.write(channel.encode(out))
+
+    # -- one stream ----------------------------------------------------------------------------------
+    async def _run_stream(self, stream: _Stream) -> None:
+        fe = stream.fe
+        if self._stopping:
+            self._send(fe, ("refuse", stream.sid, *_STOPPING))
+            fe.streams.pop(stream.sid, None)
+            return
+        try:
+            lease = await asyncio.to_thread(self.link.open, stream.label, stream.language, stream.rate_hz,
+                                            lambda lease: self._lease_changed(stream, lease))
+        except StreamRefused as error:
+            self.counts["refused"] += 1
+            self.log(f"#{stream.conn_id} {stream.peer}: refused at capacity: {one_line(error)}")
+            self._send(fe, ("refuse", stream.sid, protocol.CLOSE_TRY_LATER, str(error)))
+            fe.streams.pop(stream.sid, None)
+            return
+        except UserError as error:  # a language the model lacks
+            self.counts["refused"] += 1
+            self._send(fe, ("refuse", stream.sid, protocol.CLOSE_POLICY, str(error)))
+            fe.streams.pop(stream.sid, None)
+            return
+        stream.lease = lease
+        self._by_lease[lease.key] = stream
+        self.counts["accepted"] += 1
+        fe.accepted += 1
+        self.log(f"#{stream.conn_id} {stream.peer}: open ({stream.rate_hz} Hz, {lease.worker.device or 'auto'}, "
+                 f"front-end {fe.index})")
+        stream.ready = protocol.ready_message(stream.label, self.link.model, stream.rate_hz, lease.language)
+        self._send(fe, ("admit", stream.sid, lease.worker.index))
+        if lease.state == "open":  # listed already (the pump ran while the stream was opened)
+            self._send(fe, ("ready", stream.sid, stream.ready))
+        if self._stopping:
+            asyncio.create_task(self._shutdown_one(stream))
+        code: int | None = None
+        reason = ""
+        waits = [asyncio.create_task(e.wait()) for e in (stream.end_asked, stream.gone, stream.ended)]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if stream.gone.is_set():
+                code = None  # nothing to send: the connection is over
+            elif stream.end_asked.is_set():
+                code, reason = await self._finish(stream)
+            else:
+                code, reason = CaptionServer._end_code(lease)
+                if self._stopping and code == protocol.CLOSE_NORMAL:  # committed by the stop
+                    code, reason = _STOPPING
+        finally:
+            for wait in waits:
+                wait.cancel()
+            if code is not None:
+                self._send(fe, ("close", stream.sid, code, reason))
+            await self._retire(stream)
+            self.log(f"#{stream.conn_id} {stream.peer}: closed {code if code is not None else 'by the client'}"
+                     + (f" ({one_line(reason)})" if reason else ""))
+
+    def _lease_changed(self, stream: _Stream, lease: Lease) -> None:
+        """Hub loop thread (from the pump)."""
+        if lease.state == "open" and stream.ready:
+            self._send(stream.fe, ("ready", stream.sid, stream.ready))  # before any caption or status
+        if lease.state != "opening":
+            stream.opened.set()
+        if lease.state in ("done", "refused", "failed"):
+            stream.ended.set()
+
+    async def _finish(self, stream: _Stream) -> tuple[int, str]:
+        """After ``end``: the stream's open text is committed, its finals go out, then 1000."""
+        try:
+            await asyncio.wait_for(stream.opened.wait(), OPEN_TIMEOUT_S)
+            await asyncio.to_thread(self.link.close, stream.lease)
+            await asyncio.wait_for(stream.ended.wait(), END_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            return protocol.CLOSE_INTERNAL, "the engine did not finish the stream in time"
+        return CaptionServer._end_code(stream.lease)
+
+    async def _retire(self, stream: _Stream) -> None:
+        """Whatever way a stream ended, it is committed and leaves the engine."""
+        lease = stream.lease
+        try:
+            if lease is not None and lease.state in ("opening", "open"):
+                await asyncio.wait_for(stream.opened.wait(), OPEN_TIMEOUT_S)
+                await asyncio.to_thread(self.link.close, lease)
+            await asyncio.wait_for(stream.ended.wait(), END_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            pass
+        finally:
+            stream.fe.streams.pop(stream.sid, None)
+            if lease is not None:
+                self._by_lease.pop(lease.key, None)
+            if self._transcripts is not None:
+                self._transcripts.items.put((stream.conn_id, "", None))
+            self.counts["closed"] += 1
+
+    async def _shutdown_one(self, stream: _Stream) -> None:
+        """Commits the stream; its task closes it with 1001 once its finals are out."""
+        try:
+            await asyncio.wait_for(stream.opened.wait(), SHUTDOWN_S)
+            await asyncio.to_thread(self.link.close, stream.lease)
+        except asyncio.TimeoutError:
+            stream.gone.set()
+
+    # -- engine side ---------------------------------------------------------------------------------
+    async def _pump(self) -> None:
+        """Captions and stream states from the engine to the front-ends, one frame each per round."""
+        while True:
+            for lease, update in self.link.poll():
+                stream = self._by_lease.get(lease.key)
+                if stream is None:
+                    continue
+                self._send(stream.fe, ("send", stream.sid, protocol.caption_message(update.to_json_dict())))
+                if self.metrics is not None and update.text.strip():
+                    self.metrics.observe_caption(update)
+                if self._transcripts is not None and update.kind == "final" and update.text.strip():
+                    self._transcripts.items.put((stream.conn_id, f"{stream.label} via {stream.peer}", update))
+            self._flush()
+            await asyncio.sleep(POLL_PERIOD_S)
+
+    async def _status(self) -> None:
+        """One ``status`` text per device a second, to every front-end (each sends it to its
+        connections on that device)."""
+        while True:
+            await asyncio.sleep(self.status_period_s)
+            listed: dict[int, int] = {}
+            for stream in self._by_lease.values():
+                if stream.lease.seen:
+                    index = stream.lease.worker.index
+                    listed[index] = listed.get(index, 0) + 1
+            texts = {}
+            for worker in self.link.workers:
+                if self.metrics is not None and worker.index == 0:
+                    status, sample = worker.status(), worker.telemetry()
+                    if status is not None:
+                        self.metrics.update_status(status)
+                    if sample is not None:
+                        self.metrics.update_telemetry(sample)
+                if listed.get(worker.index):
+                    texts[worker.index] = protocol.status_message(status_fields(worker, listed[worker.index]))
+            if texts:
+                for fe in self.frontends:
+                    self._send(fe, ("status", texts))
+
+    # -- running -------------------------------------------------------------------------------------
+    def streams_on(self, frontend_index: int) -> list[str]:
+        """The labels of the streams held through front-end ``frontend_index`` now (tests, logs)."""
+        return [s.label for s in tuple(self.frontends[frontend_index].streams.values())]
+
+    async def serve(self, stop: asyncio.Event) -> None:
+        """Serves until ``stop`` is set; then every open stream is committed, its finals sent and
+        its connection closed with 1001, and the front-ends end."""
+        if self._transcripts is not None and not self._transcripts.is_alive():
+            self._transcripts.start()
+        try:
+            await self._start_frontends()
+            self._tasks += [asyncio.create_task(self._pump(), name="captioner-hub-pump"),
+                            asyncio.create_task(self._status(), name="captioner-hub-status")]
+            self.bound.set()
+            await stop.wait()
+            await self.stop_all()
+        finally:
+            for task in self._tasks:
+                task.cancel()
+            self._tasks = []
+            await self._end_frontends(EXIT_TIMEOUT_S)
+            if self._transcripts is not None and self._transcripts.is_alive():
+                self._transcripts.items.put(None)
+                self._transcripts.join(10)
+
+    async def stop_all(self) -> None:
+        """Every open stream is committed, its finals sent, its connection closed with 1001."""
+        self._stopping = True
+        for fe in self.frontends:
+            self._send(fe, ("stopping",))
+        for stream in list(self._by_lease.values()):
+            if stream.lease.state in ("opening", "open"):
+                asyncio.create_task(self._shutdown_one(stream))
+        deadline = time.monotonic() + SHUTDOWN_S
+        while any(fe.streams for fe in self.frontends) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        self._flush()
+
+
+_STOPPING = (protocol.CLOSE_GOING_AWAY, "the server is shutting down")

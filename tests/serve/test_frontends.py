@@ -1,0 +1,316 @@
+"""`captioner serve --frontends 2` for real: tiny.en on the CPU in the hub, two front-end
+processes on one loopback port (SO_REUSEPORT), clients streaming real recordings at real-time
+pace. What a client sees must be what the single-process server gives it (docs/protocol.md)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from serve_helpers import (
+    MAX_AHEAD_S,
+    MAX_STREAMS,
+    TOKEN,
+    Session,
+    connect,
+    pcm_of,
+    receive_all,
+    stream_recording,
+    wer,
+)
+
+from captioner.serve import protocol
+
+pytestmark = pytest.mark.slow
+
+CLIPS = ("en_ls_1089-134691-0001", "en_ami_ES2011a_hs0_40-46s", "en_ls_1089-134686-0001")
+
+
+class HubServed:
+    def __init__(self, url, hub, link, transcripts, lines):
+        self.url, self.hub, self.link, self.transcripts, self.lines = url, hub, link, transcripts, lines
+
+
+@pytest.fixture(scope="module")
+def hub_served(tmp_path_factory):
+    """The served engine of conftest's ``served`` (admission holds MAX_STREAMS streams), behind
+    a hub with two front-ends."""
+    from captioner.app.transcript import TranscriptWriter
+    from captioner.engine.admission import AdmissionConfig
+    from captioner.engine.core import EngineConfig
+    from captioner.engine.pipeline import Pipeline
+    from captioner.gpu.backend import cpu_backend
+    from captioner.gpu.features import FeaturePool
+    from captioner.gpu.telemetry import TelemetrySampler
+    from captioner.serve.engine_link import EngineLink
+    from captioner.serve.hub import FrontendHub
+    from captioner.serve.server import ServerThread
+
+    base = EngineConfig()
+    bank_bytes = FeaturePool(cpu_backend(), n_mels=80, ring_frames=base.ring_frames, block_streams=1).block_bytes
+    admission = AdmissionConfig(vram_budget_bytes=int((MAX_STREAMS + 0.6) / 0.85 * bank_bytes), max_interval_s=600.0)
+
+    def make_pipeline(device):
+        return Pipeline([], model="tiny.en", device=device, config=EngineConfig(block_streams=1, admission=admission))
+
+    link = EngineLink(["cpu"], make_pipeline, lambda device: TelemetrySampler(gpu_index=0))
+    link.start()
+    folder = tmp_path_factory.mktemp("transcripts")
+    lines: list[str] = []
+    hub = FrontendHub(link, "127.0.0.1", 0, frontends=2, token=TOKEN, max_ahead_s=MAX_AHEAD_S,
+                      transcripts=lambda title: TranscriptWriter(directory=folder, title=title), log=lines.append)
+    thread = ServerThread(hub)
+    thread.start()
+    try:
+        yield HubServed(thread.url, hub, link, folder, lines)
+    finally:
+        thread.stop()
+        link.stop()
+    assert all(fe.process.poll() is not None for fe in hub.frontends), "every front-end process ended"
+
+
+def test_three_clients_get_their_own_captions(hub_served, speech_clips, offline_tiny_en):
+    """As tests/serve/test_server.py's, through the front-ends: each client's committed text is
+    its own recording's (pooled WER within 2 points of offline), a status every second, ``end``
+    brings the last finals and 1000, and --transcripts (written by the hub) holds every final."""
+    clips = [speech_clips[c] for c in CLIPS]
+    sessions: dict[str, Session] = {}
+
+    def run(clip):
+        sessions[clip.id] = stream_recording(hub_served.url, clip.wav, label=clip.id[:20])
+
+    threads = [threading.Thread(target=run, args=(clip,)) for clip in clips]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    offline = [offline_tiny_en(c).text for c in clips]
+    live = [sessions[c.id].committed for c in clips]
+    live_wer, offline_wer = wer([c.reference for c in clips], live), wer([c.reference for c in clips], offline)
+    print(f"served WER {live_wer:.3f}, offline {offline_wer:.3f}: {live}")
+    assert live_wer <= offline_wer + 0.02, (live, offline)
+    for clip in clips:
+        session = sessions[clip.id]
+        assert session.close_code == protocol.CLOSE_NORMAL, (session.close_code, session.close_reason)
+        assert session.ready == {"type": "ready", "stream": clip.id[:20], "model": "tiny.en",
+                                 "sample_rate": session.ready["sample_rate"], "language": "auto"}
+        assert {c["stream"] for c in session.captions} == {clip.id[:20]}
+        last_final = max(i for i, c in enumerate(session.captions) if c["kind"] == "final")
+        assert all(not c["text"] for c in session.captions[last_final + 1:]), "the end commits everything shown"
+        assert len(session.statuses) >= 3, "one status a second while the recording plays"
+        status = session.statuses[-1]
+        assert status["model"] == "tiny.en" and status["provider"] == "CPUExecutionProvider"
+        assert 1 <= status["connections"] <= 3 and status["step_latency_ms"] is not None
+    written = " ".join(f.read_text(encoding="utf-8") for f in sorted(hub_served.transcripts.glob("*.txt")))
+    for clip in clips:
+        for caption in sessions[clip.id].captions:
+            if caption["kind"] == "final":
+                assert caption["text"] in written
+
+
+def _short_stream(url: str, label: str) -> Session:
+    """A connection that is admitted, sends 0.1 s of silence and ends."""
+    ws = connect(url, label=label)
+    assert '"ready"' in ws.recv(timeout=30)
+    ws.send(np.zeros(1600, "<i2").tobytes())
+    ws.send(protocol.END_MESSAGE)
+    session = Session()
+    receive_all(ws, session)
+    return session
+
+
+def test_connections_land_on_both_frontends(hub_served):
+    """The kernel spreads connections over the front-ends (by a hash of the client's address and
+    port): within 24 connections both have taken some (all on one: a chance of 2^-23)."""
+    before = [fe.accepted for fe in hub_served.hub.frontends]
+    for i in range(24):
+        session = _short_stream(hub_served.url, f"L{i}")
+        assert session.close_code == protocol.CLOSE_NORMAL, session.close_reason
+        if all(fe.accepted > b for fe, b in zip(hub_served.hub.frontends, before)):
+            break
+    assert all(fe.accepted > b for fe, b in zip(hub_served.hub.frontends, before)), before
+    assert any("front-end 0)" in line for line in hub_served.lines)
+    assert any("front-end 1)" in line for line in hub_served.lines)
+
+
+def _bad(url, path=None, send=(), **params) -> Session:
+    session = Session()
+    ws = connect(url, path=path, **params)
+    try:
+        for message in send:
+            ws.send(message)
+            time.sleep(0.001)
+    except Exception:  # the server may close while we are still sending: that is the point
+        pass
+    receive_all(ws, session)
+    return session
+
+
+def test_auth_and_bad_inputs_are_refused_by_the_frontends(hub_served):
+    """401/404 before any WebSocket, and each protocol breach closed with its code and reason;
+    the language check (the model's) is the hub's, relayed."""
+    from websockets.exceptions import InvalidStatus
+
+    url = hub_served.url
+    for token in (None, "wrong-token-0123456789abcdef", TOKEN[:-1]):
+        with pytest.raises(InvalidStatus) as caught:
+            connect(url, token=token)
+        assert caught.value.response.status_code == 401
+    with pytest.raises(InvalidStatus) as caught:
+        connect(url, path="/other")
+    assert caught.value.response.status_code == 404
+    second = np.zeros(16000, "<i2").tobytes()
+    cases = {
+        "unknown parameter": (_bad(url, path="/v1/listen?label=X&rate=16000"), protocol.CLOSE_POLICY, "unknown parameter"),
+        "rate too low": (_bad(url, path="/v1/listen?sample_rate=4000"), protocol.CLOSE_POLICY, "outside 8000..48000"),
+        "language": (_bad(url, path="/v1/listen?language=de"), protocol.CLOSE_POLICY, "English-only"),
+        "text": (_bad(url, send=[second, "hello"], label="T"), protocol.CLOSE_UNSUPPORTED, "text message"),
+        "odd bytes": (_bad(url, send=[b"\x00\x01\x02"], label="O"), protocol.CLOSE_BAD_PAYLOAD, "even number of bytes"),
+        "too big": (_bad(url, send=[b"\x00" * (protocol.MAX_MESSAGE_BYTES + 2)], label="B"), protocol.CLOSE_TOO_BIG, ""),
+        "too fast": (_bad(url, send=[second] * 8, label="F"), protocol.CLOSE_POLICY, "faster than real time"),
+    }
+    for name, (session, code, words) in cases.items():
+        assert session.close_code == code, (name, session.close_code, session.close_reason)
+        assert words in session.close_reason, (name, session.close_reason)
+        assert not session.captions, name
+    assert any("missing or wrong token" in line for line in hub_served.lines)
+
+
+def test_capacity_refusal_reaches_the_client_as_1013(hub_served):
+    """The hub's engine holds MAX_STREAMS streams: the next connection, whichever front-end took
+    it, is closed with 1013 and the engine's reason; the streams held end normally."""
+    deadline = time.monotonic() + 60
+    while hub_served.link.streams() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    held = [connect(hub_served.url, label=f"H{i}") for i in range(MAX_STREAMS)]
+    try:
+        for ws in held:
+            assert '"ready"' in ws.recv(timeout=30)
+        refused = Session()
+        receive_all(connect(hub_served.url, label="Over"), refused)
+        assert refused.close_code == protocol.CLOSE_TRY_LATER, refused.close_reason
+        assert "refused" in refused.close_reason and "memory" in refused.close_reason
+        assert refused.ready is None
+    finally:
+        ended = []
+        for ws in held:
+            ws.send(np.zeros(1600, "<i2").tobytes())
+            ws.send(protocol.END_MESSAGE)
+        for ws in held:
+            session = Session()
+            receive_all(ws, session)
+            ended.append(session.close_code)
+    assert ended == [protocol.CLOSE_NORMAL] * MAX_STREAMS
+
+
+def test_a_killed_frontend_drops_only_its_connections(hub_served, speech_clips):
+    """Last in the module: it kills a front-end. Its client's connection breaks (1006); the
+    client on the other front-end streams on and gets its captions and 1000; the hub lets the
+    dead front-end's stream go; a client connecting again is served by the front-end left."""
+    hub = hub_served.hub
+    deadline = time.monotonic() + 60
+    while hub_served.link.streams() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    # One connection held on each front-end: a connection that lands where one is held already ends.
+    placed: dict[int, object] = {}
+    for i in range(24):
+        ws = connect(hub_served.url, label=f"K{i}")
+        assert '"ready"' in ws.recv(timeout=30)
+        where = next(fe.index for fe in hub.frontends if f"K{i}" in hub.streams_on(fe.index))
+        if where in placed:
+            ws.send(protocol.END_MESSAGE)
+            receive_all(ws, Session())
+            continue
+        placed[where] = ws
+        if len(placed) == 2:
+            break
+    assert len(placed) == 2
+    victim_ws, survivor_ws = placed[0], placed[1]
+    victim = Session()
+    victim_thread = threading.Thread(target=receive_all, args=(victim_ws, victim), daemon=True)
+    victim_thread.start()
+    survivor = Session()
+    survivor_thread = threading.Thread(target=receive_all, args=(survivor_ws, survivor), daemon=True)
+    survivor_thread.start()
+    pcm, rate = pcm_of(speech_clips["en_ls_1089-134691-0001"].wav)
+    assert rate == 16000
+    step = rate // 10
+    started = time.monotonic()
+    killed = False
+    for first in range(0, len(pcm), step):
+        survivor_ws.send(pcm[first:first + step].tobytes())
+        if not killed and first >= 2 * rate:
+            os.kill(hub.frontends[0].pid, signal.SIGKILL)
+            killed = True
+        time.sleep(max(0.0, started + (first + step) / rate - time.monotonic()))
+    survivor_ws.send(protocol.END_MESSAGE)
+    victim_thread.join(30)
+    survivor_thread.join(240)
+    assert victim.close_code == 1006, (victim.close_code, victim.close_reason)
+    assert survivor.close_code == protocol.CLOSE_NORMAL, (survivor.close_code, survivor.close_reason)
+    words = set(survivor.committed.lower().replace(",", "").replace(".", "").split())
+    assert {"full", "hour", "paced", "waiting", "longer"} <= words, survivor.committed
+    assert any("front-end 0 (pid" in line and "ended" in line for line in hub_served.lines)
+    assert not hub.streams_on(0), "the dead front-end's stream left the engine"
+    accepted = hub.frontends[1].accepted
+    again = _short_stream(hub_served.url, "Again")
+    assert again.close_code == protocol.CLOSE_NORMAL, again.close_reason
+    assert hub.frontends[1].accepted == accepted + 1
+
+
+def test_cli_sigterm_commits_and_closes_1001(tmp_path, speech_clips):
+    """`captioner serve --frontends 2` as a command: SIGTERM mid-stream commits what the stream
+    showed, sends it, closes with 1001 and ends the front-ends; the hub wrote the transcript."""
+    import psutil
+
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    command = [sys.executable, "-m", "captioner", "serve", "--port", "0", "--model", "tiny.en", "--device", "cpu",
+               "--frontends", "2", "--token-file", str(token_file), "--transcripts", str(tmp_path / "t")]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        port = int(server.stdout.readline())
+        children = psutil.Process(server.pid).children(recursive=True)
+        assert len(children) >= 2
+        pcm, rate = pcm_of(speech_clips["en_ls_1089-134691-0001"].wav)
+        session = Session()
+        ws = connect(f"ws://127.0.0.1:{port}", label="Cut", sample_rate_hz=rate)
+        receiver = threading.Thread(target=receive_all, args=(ws, session), daemon=True)
+        receiver.start()
+        step = rate // 10
+        started = time.monotonic()
+        for first in range(0, int(2.5 * rate), step):  # "for a full hour he had ..." and no pause
+            ws.send(pcm[first:first + step].tobytes())
+            time.sleep(max(0.0, started + (first + step) / rate - time.monotonic()))
+        server.send_signal(signal.SIGTERM)
+        receiver.join(60)
+        assert server.wait(60) == 0
+    finally:
+        if server.poll() is None:
+            server.kill()
+    err = server.stderr.read()
+    assert session.close_code == protocol.CLOSE_GOING_AWAY, (session.close_code, session.close_reason, err)
+    words = session.committed.lower()
+    assert "full" in words and "hour" in words, session.captions
+    assert "2 front-end processes" in err and "served 1 connection(s)" in err, err
+    assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE], "front-ends ended"
+    written = " ".join(f.read_text(encoding="utf-8") for f in Path(tmp_path / "t").glob("*.txt"))
+    assert "full" in written.lower() and "hour" in written.lower(), written
+
+
+def test_cli_refuses_a_bad_frontends_count(tmp_path):
+    for value in ("0", "many", "65"):
+        done = subprocess.run([sys.executable, "-m", "captioner", "serve", "--frontends", value, "--port", "0"],
+                              capture_output=True, text=True, timeout=60,
+                              env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)))
+        assert done.returncode == 2, done.stderr
+        assert "--frontends must be auto or a whole number 1..64" in done.stderr
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
