@@ -119,9 +119,16 @@ class WhisperRecognizer:
         peak = padded.max(axis=(1, 2), keepdims=True)
         return (xp.maximum(padded, peak - 8.0) + 4.0) / 4.0
 
-    def decode(self, requests) -> list[Hypothesis]:
+    def decode(self, requests, window_frames: int | None = None) -> list[Hypothesis]:
+        """A hypothesis per request. ``window_frames``: pad every window to this many mel
+        frames (one of :attr:`context_frames`) instead of choosing per window; benchmarks and
+        tests compare contexts with it."""
         if not requests:
             return []
+        if window_frames is not None:
+            if window_frames not in self.context_frames:
+                raise ValueError(f"window_frames must be one of {self.context_frames}, not {window_frames}")
+            return self._decode_group(requests, window_frames)
         widths = [self.window_frames(r.log_mel.shape[1]) for r in requests]
         if len(set(widths)) == 1:
             return self._decode_group(requests, widths[0])
