@@ -16,8 +16,9 @@ policy with any :class:`~captioner.engine.policy.PolicyConfig` fields set, e.g.
 (committed + partial) that a later update took back or replaced; committed words never are.
 
 No speech: ``--no-speech`` (on by default) also replays 60 s of digital silence, of generated
-room noise and of synthesised music (chords of pure tones) under each policy; every word
-captioned there is counted (it should be none).
+room noise and of two synthesised pieces of music (``music``: chords of pure tones;
+``music-drums``: a melody of harmonic notes with bass, kick, and noise-burst snare and hi-hat)
+under each policy; every word captioned there is counted (it should be none).
 
 Accuracy: WER of the committed streaming text and of the same model's offline transcription
 (``captioner.engine.offline``), both against the references, Whisper's English normaliser on
@@ -65,6 +66,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
 
+from no_speech import NO_SPEECH, no_speech_audio  # noqa: E402
 from wer import word_edits  # noqa: E402
 from word_times import load_manifest, word_times  # noqa: E402
 
@@ -150,33 +152,6 @@ def revised_words(updates) -> int:
         revised += len(shown) - common
         shown = now
     return revised
-
-
-def no_speech_audio(kind: str, seconds: float = 60.0) -> np.ndarray:
-    """60 s of digital silence, of room noise (pink-ish, -45 dBFS: white noise through a one-pole
-    low-pass) or of music (a I-vi-IV-V progression of three-tone chords with a bass note, one
-    chord a second, with decaying notes)."""
-    n = int(seconds * SR)
-    rng = np.random.default_rng(11)
-    if kind == "silence":
-        return np.zeros(n, np.float32)
-    if kind == "noise":
-        # White noise through a one-pole low-pass: the dull hiss of a room (fans, traffic).
-        white = rng.standard_normal(n)
-        alpha = 0.97
-        spectrum = np.fft.rfft(white) * (1 - alpha) / (1 - alpha * np.exp(-2j * np.pi * np.fft.rfftfreq(n)))
-        room = np.fft.irfft(spectrum, n)
-        room *= 10 ** (-45 / 20) / (np.sqrt(np.mean(room ** 2)) + 1e-12)
-        return room.astype(np.float32)
-    chords = [(261.63, 329.63, 392.0, 130.81), (220.0, 261.63, 329.63, 110.0),
-              (174.61, 220.0, 261.63, 87.31), (196.0, 246.94, 293.66, 98.0)]
-    t = np.arange(SR) / SR
-    decay = np.exp(-2.5 * t)
-    out = []
-    for i in range(int(seconds)):
-        chord = chords[i % 4]
-        out.append(sum(0.06 * np.sin(2 * np.pi * f * t) * decay for f in chord))
-    return np.concatenate(out).astype(np.float32)
 
 
 def word_latencies(updates, ref_words: list[dict]) -> list[dict]:
@@ -395,9 +370,9 @@ def main() -> int:
     parser.add_argument("--decode-cache", default=None,
                         help="with --step-cost-ms: keep every step's hypotheses in this directory and reuse "
                              "them for the same window (log-mel, start, prompt) in later configurations and runs")
-    parser.add_argument("--no-speech", default="silence,noise,music",
-                        help="60 s recordings without speech replayed under each policy (comma separated; "
-                             "'none' to skip)")
+    parser.add_argument("--no-speech", default=",".join(NO_SPEECH),
+                        help=f"60 s recordings without speech replayed under each policy (comma separated, of "
+                             f"{', '.join(NO_SPEECH)}; 'none' to skip)")
     parser.add_argument("--out", default=None, help="write the full results (JSON) here")
     args = parser.parse_args()
     from captioner.engine.scheduler import SchedulerConfig
@@ -412,6 +387,10 @@ def main() -> int:
     policies += parse_variants(args.variants)
     for policy in policies:
         policy_config(policy)  # a bad name is a one-line error before the model loads
+    no_speech = [k for k in args.no_speech.split(",") if k and k != "none"]
+    unknown = [k for k in no_speech if k not in NO_SPEECH]
+    if unknown:
+        parser.error(f"--no-speech: unknown {', '.join(unknown)} (choose from {', '.join(NO_SPEECH)}, or none)")
     step_cost_s = None if args.step_cost_ms is None else args.step_cost_ms / 1e3
     if step_cost_s is not None and (args.mode != "simulated" or step_cost_s < 0):
         parser.error("--step-cost-ms needs --mode simulated and a cost of 0 or more")
@@ -546,7 +525,6 @@ def main() -> int:
         report["runs"].append({"summary": summary, "clips": per_clip})
         print(json.dumps(summary), file=sys.stderr)
 
-    no_speech = [k for k in args.no_speech.split(",") if k and k != "none"]
     if isinstance(recognizer, MemoRecognizer):
         report["decode_cache_hits"], report["decode_cache_misses"] = recognizer.hits, recognizer.misses
         print(f"decode cache: {recognizer.hits} steps replayed, {recognizer.misses} decoded", file=sys.stderr)

@@ -1,4 +1,4 @@
-"""VAD on log-mel frames: real speech is found, silence and steady noise are not speech."""
+"""VAD on log-mel frames: real speech is found, silence, steady noise and music are not speech."""
 
 from __future__ import annotations
 
@@ -7,8 +7,10 @@ import pytest
 
 from captioner.engine.vad import (
     FULL_SCALE_SINE_DB,
+    VadConfig,
     VoiceActivity,
     band_energy_db,
+    spectral_change_db,
     speech_band,
 )
 from captioner.gpu import features_ref as ref
@@ -18,6 +20,27 @@ SR = 16_000
 
 def energies(audio):
     return band_energy_db(np, ref.log_mel_spectrogram(audio.astype(np.float32)), speech_band(80))
+
+
+def changes(audio):
+    """Spectral change per frame as the engine measures it (its first frame stands in for the
+    frames before the stream)."""
+    lag = VadConfig().change_lag_frames
+    log_mel = ref.log_mel_spectrogram(audio.astype(np.float32))
+    log_mel = np.concatenate([np.repeat(log_mel[:, :1], lag, axis=1), log_mel], axis=1)
+    return spectral_change_db(np, log_mel, speech_band(80), lag, VadConfig().change_range_db)
+
+
+def no_speech_audio(kind: str) -> np.ndarray:
+    """The latency benchmark's minutes without speech (benchmarks/no_speech.py)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "no_speech.py"
+    spec = importlib.util.spec_from_file_location("no_speech", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.no_speech_audio(kind)
 
 
 def test_full_scale_sine_reads_zero_db():
@@ -69,6 +92,37 @@ def test_silence_is_never_speech():
     assert not vad.push(energies(np.zeros(3 * SR, np.float32))).any()
 
 
+@pytest.mark.parametrize("kind", ["music", "music-drums"])
+def test_music_is_loud_enough_for_the_energy_test_but_not_speech(kind):
+    """The energy test alone takes most of a minute of music for speech (the chords' and the
+    melody's tones lie in the speech band); with the spectral change, the chords have no
+    speech-like frame, the drums fewer than the 0.3 s a segment needs before its first update."""
+    audio = no_speech_audio(kind)
+    energy_only = VoiceActivity()
+    assert energy_only.push(energies(audio)).mean() > 0.8
+    vad = VoiceActivity()
+    flags = vad.push(energies(audio), changes(audio))
+    assert vad.voiced_frames < 30, vad.voiced_frames
+    if kind == "music":
+        assert not flags.any()
+
+
+def test_the_articulation_tests_take_no_speech_from_real_recordings(speech_clips):
+    """Every recording (English, German, Mandarin), after half a second of a quiet room: the same
+    speech-like frames, frame for frame, with the spectral change as with energy alone."""
+    rng = np.random.default_rng(3)
+    for clip in speech_clips.values():
+        from captioner.audio.file_source import read_audio_16k
+
+        room = (rng.standard_normal(SR // 2) * 10 ** (-70 / 20)).astype(np.float32)
+        audio = np.concatenate([room, read_audio_16k(clip.wav), room, room])
+        energy_only, gated = VoiceActivity(), VoiceActivity()
+        want = energy_only.push(energies(audio))
+        got = gated.push(energies(audio), changes(audio))
+        assert gated.voiced_frames == energy_only.voiced_frames and np.array_equal(got, want), clip.id
+        assert gated.articulated_share > 0.9, clip.id
+
+
 @pytest.mark.gpu
 def test_band_energy_same_on_cupy():
     from captioner.gpu.backend import get_backend
@@ -78,3 +132,6 @@ def test_band_energy_same_on_cupy():
     log_mel = ref.log_mel_spectrogram((0.3 * np.sin(2 * np.pi * 440 * t)).astype(np.float32))
     on_gpu = backend.asnumpy(band_energy_db(backend.xp, backend.asarray(log_mel), speech_band(80)))
     np.testing.assert_allclose(on_gpu, band_energy_db(np, log_mel, speech_band(80)), atol=1e-3)
+    change = spectral_change_db(backend.xp, backend.asarray(log_mel), speech_band(80), 4, 40.0)
+    np.testing.assert_allclose(backend.asnumpy(change), spectral_change_db(np, log_mel, speech_band(80), 4, 40.0),
+                               atol=1e-3)

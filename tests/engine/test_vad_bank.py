@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from captioner.engine.vad import VadConfig, VoiceActivity
 from captioner.engine.vad_bank import VadBank
@@ -21,11 +22,27 @@ def _energies(rng, n_frames: int) -> np.ndarray:
     return e.astype(np.float32)
 
 
-def test_the_bank_matches_voice_activity_row_by_row_whatever_the_push_sizes():
+def _changes(rng, n_frames: int) -> np.ndarray:
+    """Spectral changes that stay low for a while (held notes) and high for a while (speech), with
+    single articulated frames in the low stretches (note onsets): both articulation tests engage."""
+    c = np.empty(n_frames, np.float32)
+    t = 0
+    while t < n_frames:
+        length = int(rng.integers(5, 150))
+        high = rng.random() < 0.6
+        c[t:t + length] = rng.normal(5.0 if high else 0.5, 1.5 if high else 0.4, len(c[t:t + length]))
+        t += length
+    c[rng.random(n_frames) < 0.05] = 6.0
+    return c
+
+
+@pytest.mark.parametrize("with_change", [False, True], ids=["energy", "energy-and-change"])
+def test_the_bank_matches_voice_activity_row_by_row_whatever_the_push_sizes(with_change):
     rng = np.random.default_rng(7)
     config = VadConfig()
     n_streams, n_frames = 70, 900
     energies = [_energies(rng, n_frames) for _ in range(n_streams)]
+    changes = [_changes(rng, n_frames) for _ in range(n_streams)]
     singles = [VoiceActivity(config) for _ in range(n_streams)]
     bank = VadBank(config)
     rows = [bank.acquire() for _ in range(n_streams)]
@@ -39,15 +56,22 @@ def test_the_bank_matches_voice_activity_row_by_row_whatever_the_push_sizes():
             group = [i for i in range(n_streams) if position[i] < n_frames]
             size = min(n_frames - position[i] for i in group)
         block = np.stack([energies[i][position[i]:position[i] + size] for i in group])
-        got = bank.push([rows[i] for i in group], block)
+        change = np.stack([changes[i][position[i]:position[i] + size] for i in group]) if with_change else None
+        got = bank.push([rows[i] for i in group], block, change)
         for k, i in enumerate(group):
-            want = singles[i].push(block[k])
+            want = singles[i].push(block[k], None if change is None else change[k])
             assert np.array_equal(got[k], want), (i, position[i])
+            assert bank.articulated_share[rows[i]] == singles[i].articulated_share
             assert bank.voiced_frames[rows[i]] == singles[i].voiced_frames
             assert bank.silence_frames(rows[i]) == singles[i].silence_frames()
             assert bank.floor_db[rows[i]] == singles[i].floor_db
             assert bool(bank.speaking[rows[i]]) == singles[i].speaking
             position[i] += size
+    if with_change:  # the articulation tests did drop loud frames, and not all of them
+        loud = VadBank(config)
+        plain = [loud.acquire() for _ in range(n_streams)]
+        loud.push(plain, np.stack(energies))
+        assert 0 < bank.voiced_frames[rows].sum() < loud.voiced_frames[plain].sum()
 
 
 def test_a_released_row_starts_afresh():
@@ -58,6 +82,7 @@ def test_a_released_row_starts_afresh():
     bank.release(row)
     again = bank.acquire()
     assert again == row and bank.voiced_frames[row] == 0 and bank.silence_frames(row) == 0
+    assert bank.articulated_share[row] == VadConfig().articulated_share_start
     single = VoiceActivity()
     e = np.concatenate([np.full(20, -70.0), np.full(10, -20.0)])
     assert np.array_equal(bank.push([row], e[None])[0], single.push(e))

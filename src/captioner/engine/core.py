@@ -48,7 +48,12 @@ from captioner.engine.scheduler import (
     StreamView,
     for_device,
 )
-from captioner.engine.vad import VadConfig, band_energy_db, speech_band
+from captioner.engine.vad import (
+    VadConfig,
+    band_energy_db,
+    spectral_change_db,
+    speech_band,
+)
 from captioner.engine.vad_bank import VadBank
 from captioner.events import (
     FRAME_SAMPLES,
@@ -405,18 +410,28 @@ class Engine:
         first = np.maximum(np.maximum(seen, ready - self.features.ring_frames), 0)
         for k in np.nonzero(first > seen)[0].tolist():
             s = streams[k]
-            self.vad.push([s.vad_row], np.full((1, int(first[k] - seen[k])), -120.0))
+            lost = int(first[k] - seen[k])
+            self.vad.push([s.vad_row], np.full((1, lost), -120.0), np.zeros((1, lost)))
         counts = ready - first
         xp = self.backend.xp
         lead_in_s = self.config.lead_in_s
-        for count in np.unique(counts[counts > 0]).tolist():
-            members = np.nonzero(counts == count)[0]
+        # The spectral change of a frame compares it with the frame `lag` before: those frames
+        # are read again (all of them but at a stream's start, where the first frame stands in).
+        vad = self.config.vad
+        lag = vad.change_lag_frames
+        back = np.minimum(lag, first - np.maximum(ready - self.features.ring_frames, 0))
+        for count, have in sorted({(int(c), int(b)) for c, b in zip(counts.tolist(), back.tolist()) if c > 0}):
+            members = np.nonzero((counts == count) & (back == have))[0]
             group = [streams[k] for k in members.tolist()]
-            log_mel = self.features.log_mel_frames([s.slot for s in group], first[members], count)
-            energy = self.backend.asnumpy(band_energy_db(xp, log_mel, self._band))
+            log_mel = self.features.log_mel_frames([s.slot for s in group], first[members] - have, count + have)
+            if have < lag:
+                log_mel = xp.concatenate([xp.repeat(log_mel[..., :1], lag - have, axis=-1), log_mel], axis=-1)
+            judged = xp.stack([band_energy_db(xp, log_mel[..., lag:], self._band),
+                               spectral_change_db(xp, log_mel, self._band, lag, vad.change_range_db)])
+            energy, change = self.backend.asnumpy(judged)  # one copy to the host
             rows = np.fromiter((s.vad_row for s in group), dtype=np.int64, count=len(group))
             voiced_before = self.vad.voiced_frames[rows]
-            any_speech = self.vad.push(rows, energy).any(axis=1).tolist()
+            any_speech = self.vad.push(rows, energy, change).any(axis=1).tolist()
             voiced_new = (self.vad.voiced_frames[rows] - voiced_before).tolist()
             ready_group = ready[members].tolist()
             for s, speech, voiced, end in zip(group, any_speech, voiced_new, ready_group):

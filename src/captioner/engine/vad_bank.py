@@ -9,7 +9,8 @@ and steps all rows that received frames together: the loop runs over the frames 
 Same decisions, bit for bit (the test holds it to ``VoiceActivity`` on random energies): the
 smoothed level is the mean of the last ``smooth_frames`` energies summed oldest first, the
 floor the minimum of the last ``floor_window_frames`` smoothed levels (a window kept whole per
-row instead of a monotonic queue), then the same onset, hangover and voiced-frame counts.
+row instead of a monotonic queue), the articulation count over the last ``articulation_frames``
+(a window of flags kept per row), then the same onset, hangover and voiced-frame counts.
 
 Called only by the engine's thread.
 """
@@ -37,6 +38,9 @@ class VadBank:
         self._hang = np.zeros(0, np.int64)
         self._recent = np.zeros((0, cfg.smooth_frames))
         self._levels = np.zeros((0, cfg.floor_window_frames))
+        self._articulated = np.zeros((0, max(0, cfg.articulation_frames - 1)), bool)
+        self.articulated_share = np.zeros(0)
+        """The articulation flags of each row's last ``articulation_frames - 1`` frames, oldest first."""
         self._free: list[int] = []
 
     # -- rows ------------------------------------------------------------------------------------
@@ -64,6 +68,8 @@ class VadBank:
         self._hang = pad(self._hang, 0)
         self._recent = pad(self._recent, 0.0)
         self._levels = pad(self._levels, np.inf)
+        self._articulated = pad(self._articulated, False)
+        self.articulated_share = pad(self.articulated_share, self.config.articulated_share_start)
         self.capacity = old + extra
         self._free = sorted(self._free + list(range(old, self.capacity)))
 
@@ -77,6 +83,8 @@ class VadBank:
         self._hang[row] = 0
         self._recent[row] = 0.0
         self._levels[row] = np.inf
+        self._articulated[row] = False
+        self.articulated_share[row] = self.config.articulated_share_start
 
     def silence_frames(self, row: int) -> int:
         """Frames since the row's last speech-like frame (all seen frames if there was none)."""
@@ -93,9 +101,11 @@ class VadBank:
         return np.where(last < 0, seen, seen - 1 - last)
 
     # -- frames ----------------------------------------------------------------------------------
-    def push(self, rows, energy_db) -> np.ndarray:
+    def push(self, rows, energy_db, change_db=None) -> np.ndarray:
         """The next ``n`` frame energies of each row (``energy_db[i]`` for ``rows[i]``, shape
-        ``[len(rows), n]``, distinct rows); returns their speech flags ``[len(rows), n]``."""
+        ``[len(rows), n]``, distinct rows) and their spectral changes (the same shape, or
+        ``None``: energy alone decides, as :meth:`VoiceActivity.push`); returns their speech
+        flags ``[len(rows), n]``."""
         cfg = self.config
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
         energy = np.asarray(energy_db, dtype=np.float64).reshape(rows.shape[0], -1)
@@ -127,6 +137,28 @@ class VadBank:
         recent = ext[:, -smooth:]
         floors = _floors(levels, index, smoothed)
         voiced_all = (energy >= floors + cfg.threshold_db) & (energy >= cfg.min_level_db)
+        if change_db is None:
+            articulated = np.ones(energy.shape, bool)
+        else:
+            articulated = np.asarray(change_db, dtype=np.float64).reshape(energy.shape) >= cfg.change_db
+        keep = self._articulated.shape[1]
+        history = np.concatenate([self._articulated[rows], articulated], axis=1)  # [B, keep + n]
+        if change_db is not None and cfg.articulation_min_frames > 0:
+            # Articulated frames among the last `articulation_frames` up to each frame of the push.
+            counts = np.cumsum(np.concatenate([np.zeros((rows.shape[0], 1), np.int64), history], axis=1), axis=1)
+            articulated_recently = counts[:, keep + 1:] - counts[:, :n]
+            articulate = articulated_recently >= cfg.articulation_min_frames
+            # The share of loud frames that are articulated, frame by frame (an exponential average).
+            share = self.articulated_share[rows]
+            shares = np.empty(energy.shape)
+            for i in range(n):
+                share = np.where(voiced_all[:, i], share + (articulate[:, i].astype(np.float64) - share)
+                                 / cfg.articulated_share_frames, share)
+                shares[:, i] = share
+            self.articulated_share[rows] = share
+            voiced_all &= articulate & (shares >= cfg.articulated_share_min)
+        if keep:
+            self._articulated[rows] = history[:, -keep:]
         voiced_count = voiced_count + voiced_all.sum(axis=1)
         last_in_push = n - 1 - np.argmax(voiced_all[:, ::-1], axis=1)
         last_voiced = np.where(voiced_all.any(axis=1), seen + last_in_push, last_voiced)
