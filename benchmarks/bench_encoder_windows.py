@@ -128,9 +128,10 @@ def encoder_ms(runtime, recognizer, pieces: list[Piece], width: int, batch: int)
     return 1000.0 * total_s / max(1, rows)
 
 
-def score(clips: list[dict], pieces: list[Piece], pick, words) -> tuple[int, int]:
+def score(clips: list[dict], pieces: list[Piece], pick, words, texts: dict | None = None) -> tuple[int, int]:
     """(word errors, reference words) over the recordings, each one's piece texts joined in order;
-    ``pick(piece)`` says which context's text a piece contributes."""
+    ``pick(piece)`` says which context's text a piece contributes; ``texts`` receives each
+    recording's joined text."""
     errors = units = 0
     by_clip: dict[str, list[Piece]] = {}
     for p in pieces:
@@ -140,7 +141,10 @@ def score(clips: list[dict], pieces: list[Piece], pick, words) -> tuple[int, int
         if not own:
             continue
         reference = words(clip["reference"])
-        hypothesis = words(" ".join(p.text[pick(p)] for p in own))
+        joined = " ".join(p.text[pick(p)] for p in own)
+        if texts is not None:
+            texts[clip["id"]] = joined
+        hypothesis = words(joined)
         errors += word_edits(reference, hypothesis)
         units += len(reference)
     return errors, units
@@ -188,8 +192,9 @@ def run(args) -> dict:
                     decode_all(recognizer, pieces_in, width, args.batch)
                 if width < longest:
                     continue  # a context that does not hold every window gets no row of its own
-                errors, units = score(clips, pieces, lambda p, w=width: w, words)
-                row = {"model": model, "window_s": window_s, "context_s": width / 100, "windows": len(pieces),
+                texts: dict[str, str] = {}
+                errors, units = score(clips, pieces, lambda p, w=width: w, words, texts)
+                row = {"texts": texts, "model": model, "window_s": window_s, "context_s": width / 100, "windows": len(pieces),
                        "words": units, "errors": errors, "wer": errors / units,
                        "ms_per_window": 1000 * float(np.mean([p.seconds[width] for p in pieces])),
                        "encoder_ms_per_window": encoder_ms(runtime, recognizer, pieces, width, args.batch)}

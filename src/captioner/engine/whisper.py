@@ -72,7 +72,9 @@ class WhisperRecognizer:
         self.device_name = runtime.device_name
         self.n_mels = runtime.n_mels
         self.is_multilingual = runtime.is_multilingual
-        self._batches: dict[tuple[int, int], object] = {}  # (rows, mel frames) -> the padded input, reused
+        # Mel frames -> the padded input of that width, reused while the batch size stays (one
+        # buffer per width: batch sizes vary from tick to tick, keeping each would pile up memory).
+        self._batches: dict[int, object] = {}
         # Mel frames of each audio context the runtime encodes (3000 alone unless shorter ones are on).
         contexts = getattr(runtime, "audio_contexts", (WINDOW_FRAMES // 2,))
         self.context_frames = tuple(sorted(2 * int(n) for n in contexts))
@@ -108,9 +110,9 @@ class WhisperRecognizer:
     def _input(self, requests, width: int = WINDOW_FRAMES):
         xp = self.xp
         batch = len(requests)
-        padded = self._batches.get((batch, width))
-        if padded is None:
-            padded = self._batches[(batch, width)] = xp.empty((batch, self.n_mels, width), dtype=xp.float32)
+        padded = self._batches.get(width)
+        if padded is None or padded.shape[0] != batch:
+            padded = self._batches[width] = xp.empty((batch, self.n_mels, width), dtype=xp.float32)
         padded.fill(LOG_FLOOR)
         for b, r in enumerate(requests):
             n = min(int(r.log_mel.shape[1]), width)
