@@ -11,9 +11,15 @@ Bounded: at most ``--clients`` connections (``MAX_CLIENTS``), opened at ``--ramp
 each streaming ``--seconds`` of audio (its recording looped), and the whole run ends by
 ``--timeout`` whatever happens.
 
+``--frontends 1,2`` runs the server once per value of ``serve --frontends``, one after the
+other with the same clients, and reports them side by side, the server's CPU split into the hub
+(the serve process and its model processes) and the front-end processes.
+
     python benchmarks/bench_serve.py --clients 4 --device cpu            # here, 2 cores
+    python benchmarks/bench_serve.py --silence --clients 150 --seconds 30 --ramp 50 --no-baseline \
+        --frontends 1,2,2,1                                             # the network side's cost
     python benchmarks/bench_serve.py --clients 1000 --device cuda:0 --seconds 60 --ramp 50 \
-        --client-processes 8 --json serve-h200.json                     # an H200
+        --client-processes 8 --frontends 1,4 --json serve-h200.json      # an H200
 """
 
 from __future__ import annotations
@@ -125,6 +131,9 @@ async def _one_connection(index: int, url: str, token: str | None, pcm: np.ndarr
                     message = json.loads(text)
                     if message["type"] == "status":
                         record["statuses"] += 1
+                        # From the server making it (its clock: this machine's) to here: the way
+                        # out through the loop (or the hub and a front-end), no model in it.
+                        record.setdefault("status_delay_s", []).append(time.time() - message["time_s"])
                         record["dropped_frames"] = message.get("dropped_frames")
                         record["queue_depth_max"] = max(record.get("queue_depth_max", 0), message.get("queue_depth") or 0)
                         now = loop.time()
@@ -188,11 +197,11 @@ def _client_process(args: tuple) -> dict:
 
 class ServerProcess:
     def __init__(self, model: str, device: str, token_file: Path, max_streams: int | None,
-                 isolation: str | None = None) -> None:
+                 isolation: str | None = None, frontends: int = 1) -> None:
         import psutil
 
         command = [sys.executable, "-m", "captioner", "serve", "--port", "0", "--model", model, "--device", device,
-                   "--token-file", str(token_file), "--quiet"]
+                   "--token-file", str(token_file), "--quiet", "--frontends", str(frontends)]
         if isolation:
             command += ["--isolation", isolation]
         if max_streams:
@@ -207,11 +216,31 @@ class ServerProcess:
             raise SystemExit("the server did not start:\n" + "".join(self.err[-20:]))
         self.port = int(line)
         self.ps = psutil.Process(self.process.pid)
+        self._kinds: dict[int, bool] = {}  # child pid -> whether it is a front-end
 
     def cpu_s(self) -> float:
+        return sum(self.cpu_split())
+
+    def cpu_split(self) -> tuple[float, float]:
+        """CPU seconds so far: (the hub: the serve process and its model process(es), the
+        front-end processes). A process that ended since the last call is no longer counted, so
+        a front-end must live through the run (it does unless killed)."""
+        import psutil
+
         times = self.ps.cpu_times()
-        return times.user + times.system + sum(
-            (c.cpu_times().user + c.cpu_times().system) for c in self.ps.children(recursive=True))
+        hub, fronts = times.user + times.system, 0.0
+        for child in self.ps.children(recursive=True):
+            try:
+                if child.pid not in self._kinds:
+                    self._kinds[child.pid] = "captioner.serve.frontend" in " ".join(child.cmdline())
+                t = child.cpu_times()
+            except psutil.Error:
+                continue
+            if self._kinds[child.pid]:
+                fronts += t.user + t.system
+            else:
+                hub += t.user + t.system
+        return hub, fronts
 
     def rss_bytes(self) -> int:
         return self.ps.memory_info().rss
@@ -307,6 +336,16 @@ def steady_cpu(samples: list[tuple[float, float]], start_s: float, ramp_s: float
 
 # -- main ------------------------------------------------------------------------------------------
 
+def _frontends_list(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or any(not 1 <= v <= 64 for v in values):
+        raise SystemExit(f"--frontends must be a comma-separated list of 1..64, not {text!r}")
+    return values
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=4)
@@ -320,12 +359,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--client-processes", type=int, default=1, help="processes the clients are spread over")
     parser.add_argument("--baseline", action=argparse.BooleanOptionalAction, default=True,
                         help="also run the same streams in-process (default: yes)")
-    parser.add_argument("--timeout", type=float, default=900.0, help="the whole run ends by then (s)")
+    parser.add_argument("--timeout", type=float, default=900.0, help="each server run ends by then (s)")
     parser.add_argument("--silence", action="store_true",
                         help="clients send silence (the model never runs): what the front end and the "
                              "per-stream feature work cost per connection")
     parser.add_argument("--isolation", choices=("inline", "process", "auto"), default=None,
                         help="where the server's model runs (serve --isolation; default: serve's own)")
+    parser.add_argument("--frontends", default="1", metavar="K[,K...]",
+                        help="serve --frontends; several (e.g. 1,2): one server run each, one after the "
+                             "other with the same clients, reported side by side (default 1)")
     parser.add_argument("--retry-s", type=float, default=0.0,
                         help="a client refused at capacity (1013) tries again with backoff for this long "
                              "after its first attempt, as the app's client does (default 0: no retry)")
@@ -336,6 +378,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 1 <= args.clients <= MAX_CLIENTS:
         raise SystemExit(f"--clients must be 1..{MAX_CLIENTS}")
+    frontends = _frontends_list(args.frontends)
     speech = args.speech if (args.speech / "manifest.tsv").exists() else HERE.parent / "tests" / "data" / "speech"
     clips = english_clips(speech)
     clip_audio = {}
@@ -355,27 +398,89 @@ def main(argv: list[str] | None = None) -> int:
     token = "bench-" + os.urandom(16).hex()
     token_file = Path(tempfile.mkdtemp(prefix="bench-serve-")) / "token"
     token_file.write_text(token)
+    runs, held_any = [], set()
+    for count in frontends:
+        result, held_indices = serve_run(args, count, clips, clip_audio, repeats, assign, audio_s, client_timeout_s,
+                                         token, token_file)
+        runs.append(result)
+        held_any |= held_indices
+        if args.json is not None:  # what was served is kept even if a later run runs out of time
+            args.json.write_text(json.dumps(_combined(runs), indent=2) + "\n")
+    if args.baseline:
+        print("in-process baseline …", file=sys.stderr, flush=True)
+        from captioner.app.commands.serve import SERVE_ISOLATION
+
+        local = baseline(clips, assign, sorted(held_any), args.seconds, args.model, args.device, client_timeout_s,
+                         args.ramp, args.isolation or SERVE_ISOLATION)
+        for result in runs:
+            result["latency_in_process"] = local
+            for kind in ("partial", "final"):
+                served_p99 = result["latency_served"][kind]["p99_s"]
+                local_p99 = local[kind]["p99_s"]
+                if served_p99 is not None and local_p99 is not None:
+                    result.setdefault("p99_over_in_process_ms", {})[kind] = round(1000 * (served_p99 - local_p99), 1)
+    combined = _combined(runs)
+    text = json.dumps(combined, indent=2)
+    print(text)
+    if len(runs) > 1:
+        print(_side_by_side(runs), file=sys.stderr)
+    if args.json is not None:
+        args.json.write_text(text + "\n")
+    return 0 if not any(r["failed"] for r in runs) else 1
+
+
+def _combined(runs: list[dict]) -> dict:
+    """One run as before; several as ``{"runs": [...]}``."""
+    return runs[0] if len(runs) == 1 else {"runs": runs}
+
+
+def _side_by_side(runs: list[dict]) -> str:
+    rows = [("frontends", lambda r: r["frontends"]), ("held / refused / failed",
+            lambda r: f"{r['held']} / {r['refused']} / {r['failed']}"),
+            ("CPU ms per conn per audio-s: hub", lambda r: r["server_cpu"].get("hub_ms_per_connection_audio_s")),
+            ("  front-ends", lambda r: r["server_cpu"].get("frontends_ms_per_connection_audio_s")),
+            ("  together", lambda r: r["server_cpu"].get("ms_per_connection_audio_s")),
+            ("cores steady: hub / front-ends", lambda r: f"{r['server_cpu'].get('hub_cores_steady')} / "
+                                                         f"{r['server_cpu'].get('frontends_cores_steady')}"),
+            ("final latency p50 / p99 s", lambda r: f"{r['latency_served']['final']['p50_s']} / "
+                                                    f"{r['latency_served']['final']['p99_s']}"),
+            ("partial latency p50 / p99 s", lambda r: f"{r['latency_served']['partial']['p50_s']} / "
+                                                      f"{r['latency_served']['partial']['p99_s']}"),
+            ("engine dropped frames", lambda r: r["engine_dropped_frames"]),
+            ("engine inbox deepest", lambda r: r["engine_queue_depth_max"]),
+            ("status gap p99 s", lambda r: r["status_gap_p99_s"]),
+            ("status delay p50 / p99 ms", lambda r: f"{r['status_delay_ms']['p50']} / {r['status_delay_ms']['p99']}"),
+            ("committed WER", lambda r: r["committed_wer"])]
+    return "\n".join(f"{name:34s}" + "".join(f"{str(get(r)):>22s}" for r in runs) for name, get in rows)
+
+
+def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s: float, client_timeout_s: float,
+              token: str, token_file: Path) -> tuple[dict, set[int]]:
+    """One server (``--frontends frontends``), the clients against it, what they saw and what it cost."""
     started = time.monotonic()
-    server = ServerProcess(args.model, args.device, token_file, args.max_streams, args.isolation)
-    print(f"server up in {time.monotonic() - started:.1f} s on port {server.port}; {args.clients} clients, "
-          f"{audio_s:.0f} s of audio each, {args.ramp:g}/s", file=sys.stderr, flush=True)
+    server = ServerProcess(args.model, args.device, token_file, args.max_streams, args.isolation, frontends)
+    print(f"server (--frontends {frontends}) up in {time.monotonic() - started:.1f} s on port {server.port}; "
+          f"{args.clients} clients, {audio_s:.0f} s of audio each, {args.ramp:g}/s", file=sys.stderr, flush=True)
     url = f"ws://127.0.0.1:{server.port}"
     profiler = None
     if args.py_spy is not None:  # its own process, not the server's child: its CPU is not counted
+        out = args.py_spy
+        if "," in args.frontends:  # one profile per run
+            out = out.with_name(f"{out.stem}-fe{frontends}-{time.strftime('%H%M%S')}{out.suffix}")
         profiler = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking", "--pid",
                                      str(server.process.pid), "--format", "speedscope", "--threads", "--idle",
-                                     "--rate", "50", "-o", str(args.py_spy)],
+                                     "--rate", "50", "-o", str(out)],
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    cpu0, wall0 = server.cpu_s(), time.monotonic()
+    (hub0, fronts0), wall0 = server.cpu_split(), time.monotonic()
     peak_rss = server.rss_bytes()
     sampling = threading.Event()
-    cpu_samples: list[tuple[float, float]] = []  # (wall, server CPU seconds), once a second
+    cpu_samples: list[tuple[float, float, float]] = []  # (wall, hub CPU s, front-ends CPU s), once a second
 
     def sample_rss() -> None:
         nonlocal peak_rss
         while not sampling.wait(1.0):
             peak_rss = max(peak_rss, server.rss_bytes())
-            cpu_samples.append((time.monotonic(), server.cpu_s()))
+            cpu_samples.append((time.monotonic(), *server.cpu_split()))
 
     threading.Thread(target=sample_rss, daemon=True).start()
     try:
@@ -389,7 +494,8 @@ def main(argv: list[str] | None = None) -> int:
             audio = {i: clip_audio[assign[i]] for i in range(args.clients)}
             records = asyncio.run(run_clients(list(range(args.clients)), url, token, audio, args.ramp,
                                               client_timeout_s, args.retry_s))
-        cpu_s, wall_s = server.cpu_s() - cpu0, time.monotonic() - wall0
+        hub1, fronts1 = server.cpu_split()
+        wall_s = time.monotonic() - wall0
     finally:
         sampling.set()
         if profiler is not None:
@@ -399,6 +505,8 @@ def main(argv: list[str] | None = None) -> int:
             except subprocess.TimeoutExpired:
                 profiler.kill()
         server.stop()
+    hub_s, fronts_s = hub1 - hub0, fronts1 - fronts0
+    cpu_s = hub_s + fronts_s
 
     held = [r for r in records.values() if r["ready"] and r["close"] == 1000]
     refused = [r for r in records.values() if r["close"] == 1013 or "1013" in str(r["reason"])]
@@ -419,8 +527,14 @@ def main(argv: list[str] | None = None) -> int:
         reference = " ".join([clips[k].reference] * repeats[k])
         e, n = score(reference, committed, "en", normalisers)[:2] if normalisers else plain_errors(reference, committed)
         errors, units = errors + e, units + n
+    connection_audio_s = max(1.0, audio_s * max(1, len(held)))
+    connections = len(held) + len(failed)
+    steady = steady_cpu([(t, h + f) for t, h, f in cpu_samples], wall0, args.clients / args.ramp, audio_s, connections)
+    steady_hub = steady_cpu([(t, h) for t, h, _ in cpu_samples], wall0, args.clients / args.ramp, audio_s, connections)
+    steady_fronts = steady_cpu([(t, f) for t, _, f in cpu_samples], wall0, args.clients / args.ramp, audio_s,
+                               connections)
     result = {
-        "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()),
+        "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "frontends": frontends,
         "model": args.model, "device": args.device, "clients": args.clients, "audio_s_per_client": round(audio_s, 1),
         "held": len(held), "refused": len(refused), "failed": len(failed),
         "held_after_refusals": sum(1 for r in held if r["refusals"]),
@@ -429,17 +543,26 @@ def main(argv: list[str] | None = None) -> int:
         "latency_served": {kind: {"p50_s": percentile(v, 50), "p99_s": percentile(v, 99), "n": len(v)}
                            for kind, v in latency.items()},
         "server_cpu": {"cores_total": round(cpu_s / wall_s, 3),
-                       "cores_per_connection": round(cpu_s / wall_s / max(1, len(held) + len(failed)), 4),
+                       "cores_per_connection": round(cpu_s / wall_s / max(1, connections), 4),
                        # CPU seconds per second of audio taken in, per connection: comparable
                        # across runs where the server kept pace and where it fell behind.
-                       "core_s_per_connection_audio_s": round(cpu_s / max(1.0, audio_s * max(1, len(held))), 5),
-                       **steady_cpu(cpu_samples, wall0, args.clients / args.ramp, audio_s, len(held) + len(failed)),
+                       "core_s_per_connection_audio_s": round(cpu_s / connection_audio_s, 5),
+                       "ms_per_connection_audio_s": round(1000 * cpu_s / connection_audio_s, 2),
+                       "hub_ms_per_connection_audio_s": round(1000 * hub_s / connection_audio_s, 2),
+                       "frontends_ms_per_connection_audio_s": round(1000 * fronts_s / connection_audio_s, 2),
+                       "hub_cores_total": round(hub_s / wall_s, 3), "frontends_cores_total": round(fronts_s / wall_s, 3),
+                       **steady,
+                       "hub_cores_steady": steady_hub.get("cores_steady"),
+                       "frontends_cores_steady": steady_fronts.get("cores_steady"),
                        "peak_rss_mib": round(peak_rss / 2**20)},
         "committed_wer": round(errors / units, 4) if units else None,
         "wer_normaliser": "whisper english" if normalisers else "plain",
         "engine_dropped_frames": max((r.get("dropped_frames") or 0 for r in held), default=None),
         "engine_queue_depth_max": max((r.get("queue_depth_max", 0) for r in held), default=None),
         "status_gap_p99_s": percentile([g for r in held for g in r.get("status_gaps", [])], 99),
+        "status_delay_ms": {q: round(1000 * v, 1) if v is not None else None for q, v in
+                            (("p50", percentile([d for r in held for d in r.get("status_delay_s", [])], 50)),
+                             ("p99", percentile([d for r in held for d in r.get("status_delay_s", [])], 99)))},
         "statuses_per_client_s": round(np.mean([r["statuses"] / max(1.0, r.get("wall_s", 1.0)) for r in held]), 2)
         if held else None,
     }
@@ -448,25 +571,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.isolation:
         result["isolation"] = args.isolation
     result["served_wall_s"] = round(wall_s, 1)
-    if args.json is not None:  # what was served is kept even if the baseline runs out of time
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
-    if args.baseline:
-        print(f"served in {wall_s:.0f} s; in-process baseline …", file=sys.stderr, flush=True)
-        from captioner.app.commands.serve import SERVE_ISOLATION
-
-        result["latency_in_process"] = baseline(clips, assign, sorted(r["index"] for r in held), args.seconds,
-                                                args.model, args.device, client_timeout_s, args.ramp,
-                                                args.isolation or SERVE_ISOLATION)
-        for kind in ("partial", "final"):
-            served_p99 = result["latency_served"][kind]["p99_s"]
-            local_p99 = result["latency_in_process"][kind]["p99_s"]
-            if served_p99 is not None and local_p99 is not None:
-                result.setdefault("p99_over_in_process_ms", {})[kind] = round(1000 * (served_p99 - local_p99), 1)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json is not None:
-        args.json.write_text(text + "\n")
-    return 0 if not failed else 1
+    return result, {r["index"] for r in held}
 
 
 if __name__ == "__main__":

@@ -238,8 +238,10 @@ class CaptionServer:
                 receiver.cancel()
             asyncio.create_task(self._retire(conn))
             conn.outbox.put_nowait(None)
-            if code is not None and code != protocol.CLOSE_NORMAL:
-                sender.cancel()  # a refused client gets its code now, not its captions
+            if code not in (None, protocol.CLOSE_NORMAL, protocol.CLOSE_GOING_AWAY):
+                # A refused client gets its code now, not its captions; a stream the stop
+                # committed (1001) gets its finals first, queued in the same pump round.
+                sender.cancel()
             try:
                 await asyncio.wait_for(sender, 30.0)
             except (asyncio.TimeoutError, asyncio.CancelledError):
