@@ -463,13 +463,12 @@ def _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, lim
     compact = options.drop_finished and callable(getattr(type(runtime), "compact", None))
     for step in range(int(limits.max())):
         last_step = step == limits[current] - 1
-        tokens, logprobs = rules.choose(logits, rows)
-        both = to_host(xp.stack([tokens.astype(xp.float64), logprobs.astype(xp.float64)]))
+        # Rules, choice and the rows' state update (one kernel launch on CUDA), one copy back.
+        both = rules.choose_and_advance(logits, rows, last_step)
         chosen = both[0].astype(np.int64)
         _record(chosen, both[1], eot, last_step, sampled, sums, done, hit_limit, current)
         if done.all():
             break
-        rules.advance(rows, tokens, xp.asarray(last_step))
         live = np.flatnonzero(~done[current])
         if compact and runtime.can_compact(state, len(live)):
             state = runtime.compact(state, live)
