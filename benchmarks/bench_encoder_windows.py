@@ -12,9 +12,12 @@ against its reference transcript, so a context is judged on the same windows, th
 what the recognizer does when short contexts are on: each window in the shortest context that
 holds it plus ``--margin-s`` of silence, else 30 s (taken from the same decodes).
 
-Time: each context's windows are decoded in batches of ``--batch`` (wall time of the batched
-call, encoder + cross K/V + every decoder step, over its rows); the encoder alone is timed on the
-same batches. One batch of each shape runs first, untimed (graph set-up, CUDA graph capture).
+Time: for each window length, one batch of ``--batch`` of its windows is decoded in every
+context that holds them (encoder + cross K/V + every decoder step, the recognizer's whole call),
+and encoded alone, the contexts taking turns, ``--repeats`` rounds; the median per window is
+reported. Taking turns keeps a shared machine's changing load from favouring one context. One
+call of each shape runs first, untimed (graph set-up, CUDA graph capture). ``auto``'s time is
+the contexts' times weighted by how many windows each got.
 
 Run (here):  .venv/bin/python benchmarks/bench_encoder_windows.py --device cpu --out docs/encoder-windows-cpu.json
 Run (H200):  PYTHONPATH=src:/tmp/site:/tmp/stage/ortsite:/tmp/stage python3 benchmarks/bench_encoder_windows.py \\
@@ -57,7 +60,6 @@ class Piece:
     log_mel: np.ndarray  # raw log10 mel [80, frames]
     duration_s: float
     text: dict[int, str] = field(default_factory=dict)  # mel frames of the context -> decoded text
-    seconds: dict[int, float] = field(default_factory=dict)  # its share of the batched call's wall time
 
 
 def english_clips(folder: Path) -> list[dict]:
@@ -87,45 +89,45 @@ def normaliser():
         return "lowercase", lambda text: re.sub(r"[^a-z0-9' ]+", " ", text.lower()).split()
 
 
+def _requests(pieces: list[Piece], xp):
+    from captioner.engine.recognizer import WindowRequest
+
+    return [WindowRequest(f"{p.clip}#{p.index}", xp.asarray(p.log_mel), 0.0, "", None) for p in pieces]
+
+
 def decode_all(recognizer, pieces: list[Piece], width: int, batch: int) -> None:
     """Decode ``pieces`` padded to ``width`` mel frames, ``batch`` at a time, keeping each
-    piece's text and its share of the call's wall time."""
-    from captioner.engine.recognizer import WindowRequest
-
-    def requests(group):
-        return [WindowRequest(f"{p.clip}#{p.index}", p.log_mel, 0.0, "", None) for p in group]
-
-    recognizer.decode(requests(pieces[:batch]), window_frames=width)  # warm-up: graph set-up, capture
+    piece's text."""
     for start in range(0, len(pieces), batch):
         group = pieces[start:start + batch]
-        reqs = requests(group)
-        began = time.perf_counter()
-        hypotheses = recognizer.decode(reqs, window_frames=width)
-        share_s = (time.perf_counter() - began) / len(group)
-        for piece, h in zip(group, hypotheses):
+        for piece, h in zip(group, recognizer.decode(_requests(group, recognizer.xp), window_frames=width)):
             piece.text[width] = " ".join(w.text.strip() for w in h.words)
-            piece.seconds[width] = share_s
 
 
-def encoder_ms(runtime, recognizer, pieces: list[Piece], width: int, batch: int) -> float:
-    """Encoder alone (no cross K/V, no decoding), ms per window, on the same batches."""
-    from captioner.engine.recognizer import WindowRequest
-
-    total_s, rows = 0.0, 0
-    mels = []
-    for start in range(0, len(pieces), batch):
-        group = pieces[start:start + batch]
-        mel = recognizer._input([WindowRequest("", p.log_mel, 0.0, "", None) for p in group], width)
-        mels.append(mel.copy())
-    runtime.encode(mels[0])  # warm-up
-    for mel in mels:
-        if recognizer._synchronize is not None:  # the padding and normalisation, on CuPy's stream
-            recognizer._synchronize()
-        began = time.perf_counter()
-        runtime.encode(mel)  # ONNX Runtime returns once its stream is done
-        total_s += time.perf_counter() - began
-        rows += mel.shape[0]
-    return 1000.0 * total_s / max(1, rows)
+def timings_ms(runtime, recognizer, batches: dict[int, list[Piece]], repeats: int) -> dict[int, tuple[float, float]]:
+    """Width -> (median ms per window of the recognizer's whole call, of the encoder alone) on
+    its batch of pieces, the contexts taking turns."""
+    widths = sorted(batches)
+    requests = {w: _requests(batches[w], recognizer.xp) for w in widths}
+    sync = recognizer._synchronize or (lambda: None)
+    mels = {w: recognizer._input(requests[w], w).copy() for w in widths}
+    for w in widths:  # warm-up: graph set-up, CUDA graph capture
+        recognizer.decode(requests[w], window_frames=w)
+        runtime.encode(mels[w])
+    calls: dict[int, list[float]] = {w: [] for w in widths}
+    encodes: dict[int, list[float]] = {w: [] for w in widths}
+    for _ in range(repeats):
+        for w in widths:
+            sync()
+            began = time.perf_counter()
+            recognizer.decode(requests[w], window_frames=w)
+            calls[w].append(time.perf_counter() - began)
+            sync()
+            began = time.perf_counter()
+            runtime.encode(mels[w])  # ONNX Runtime returns once its stream is done
+            encodes[w].append(time.perf_counter() - began)
+    return {w: (1000 * float(np.median(calls[w])) / len(batches[w]), 1000 * float(np.median(encodes[w])) / len(batches[w]))
+            for w in widths}
 
 
 def score(clips: list[dict], pieces: list[Piece], pick, words, texts: dict | None = None) -> tuple[int, int]:
@@ -186,6 +188,11 @@ def run(args) -> dict:
             pieces = [Piece(c["id"], i, log_mel_spectrogram(p, runtime.n_mels), len(p) / SAMPLE_RATE_HZ)
                       for c in clips for i, p in enumerate(cut(audio[c["id"]], window_s))]
             longest = max(p.log_mel.shape[1] for p in pieces)
+            # Each context times the longest windows it holds: the same batch for every context
+            # that holds all of them (the side-by-side rows), shorter ones for "auto" only.
+            by_length = sorted(pieces, key=lambda p: -p.duration_s)
+            batches = {w: [p for p in by_length if p.log_mel.shape[1] <= w][:args.batch] for w in recognizer.context_frames}
+            times = timings_ms(runtime, recognizer, {w: b for w, b in batches.items() if b}, args.repeats)
             for width in sorted(recognizer.context_frames, reverse=True):  # 30 s first
                 pieces_in = [p for p in pieces if p.log_mel.shape[1] <= width]
                 if pieces_in:  # every window it holds, for "auto" below
@@ -196,8 +203,7 @@ def run(args) -> dict:
                 errors, units = score(clips, pieces, lambda p, w=width: w, words, texts)
                 row = {"texts": texts, "model": model, "window_s": window_s, "context_s": width / 100, "windows": len(pieces),
                        "words": units, "errors": errors, "wer": errors / units,
-                       "ms_per_window": 1000 * float(np.mean([p.seconds[width] for p in pieces])),
-                       "encoder_ms_per_window": encoder_ms(runtime, recognizer, pieces, width, args.batch)}
+                       "ms_per_window": times[width][0], "encoder_ms_per_window": times[width][1]}
                 rows.append(row)
                 print(f"{model:8s} {window_s:4.0f} s windows in {width / 100:4.0f} s: WER {100 * row['wer']:5.2f} % "
                       f"({errors}/{units}), {row['ms_per_window']:7.1f} ms/window, encoder {row['encoder_ms_per_window']:6.1f}",
@@ -206,10 +212,11 @@ def run(args) -> dict:
             errors, units = score(clips, pieces, lambda p, c=chosen: c[id(p)], words)
             rows.append({"model": model, "window_s": window_s, "context_s": "auto", "windows": len(pieces),
                          "words": units, "errors": errors, "wer": errors / units,
-                         "ms_per_window": 1000 * float(np.mean([p.seconds[chosen[id(p)]] for p in pieces])),
+                         "ms_per_window": float(np.mean([times[chosen[id(p)]][0] for p in pieces])),
                          "contexts_used_s": sorted({chosen[id(p)] / 100 for p in pieces})})
     return {"date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
             "cpu": platform.processor() or platform.machine(), "device": args.device, "batch": args.batch,
+            "repeats": args.repeats,
             "margin_s": args.margin_s, "speech_dir": str(folder), "normaliser": normalised_by,
             "clips": [c["id"] for c in clips], "models": models, "rows": rows}
 
@@ -237,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="shorter encoder windows to compare with 30 s (comma-separated)")
     parser.add_argument("--margin-s", type=float, default=1.0, help="silence a context must hold after the audio (auto)")
     parser.add_argument("--batch", type=int, default=4, help="windows decoded per call")
+    parser.add_argument("--repeats", type=int, default=3, help="timing rounds (the median is reported)")
     parser.add_argument("--only", nargs="*", default=None, help="recording ids (default: every English one)")
     parser.add_argument("--out", type=Path, default=None, help="write the rows as JSON here")
     try:
