@@ -22,6 +22,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from graph_fixtures import load_cpu_decoder, onnx_cache_dir  # noqa: F401 - session fixture
+from test_device_rules import _assert_same, _shipped_windows
 
 from captioner.models import rules_kernel
 from captioner.models.decoding import DecodingOptions, LogitRules, _token_logprobs
@@ -412,3 +414,24 @@ def test_the_kernel_is_refused_without_cuda(tok):
     with pytest.raises(RuntimeError, match="RawModule"):
         DeviceRules(np, tok, DecodingOptions(), tok.n_vocab, kernel=True)
     assert not DeviceRules(np, tok, DecodingOptions(), tok.n_vocab).uses_kernel
+
+
+@pytest.mark.slow
+def test_decoding_through_the_kernel_gives_the_host_tokens(host_build, onnx_cache_dir, monkeypatch):  # noqa: F811
+    """Greedy decoding of five shipped windows with tiny.en on the CPU, its rules through the
+    kernel's source (decoding.py's call, row compaction as rows finish, the state updated in
+    place): the tokens, log-probabilities and verdicts of the host path (``LogitRules``)."""
+    from captioner.models import decoding
+
+    kernels = host_build(96)
+    monkeypatch.setattr(decoding, "DeviceRules",
+                        lambda xp, tokenizer, options, n_vocab: DeviceRules(xp, tokenizer, options, n_vocab, kernel=kernels))
+    tiny = load_cpu_decoder("tiny.en", onnx_cache_dir)
+    ids, mel = _shipped_windows()
+    keep = [0, 3, 5, 9, 12]
+    ids, mel = [ids[i] for i in keep], mel[keep]
+    options = DecodingOptions(temperatures=(0.0,), sample_len=40)
+    host = tiny.decode(mel, replace(options, decode_on="host"))
+    device = tiny.decode(mel, replace(options, decode_on="device"))
+    _assert_same(ids, host, device)
+    assert kernels.choose.launches > 20 and sum(len(w.tokens) for w in host) > 100
