@@ -29,6 +29,7 @@ import asyncio
 import json
 import multiprocessing
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -449,6 +450,8 @@ def _side_by_side(runs: list[dict]) -> str:
             ("engine dropped frames", lambda r: r["engine_dropped_frames"]),
             ("engine inbox deepest", lambda r: r["engine_queue_depth_max"]),
             ("status gap p99 s", lambda r: r["status_gap_p99_s"]),
+            ("front-end -> engine p50 / p99 ms", lambda r: "{p50} / {p99}".format(
+                **r.get("frontend_to_engine_ms", {"p50": "-", "p99": "-"}))),
             ("status delay p50 / p99 ms", lambda r: f"{r['status_delay_ms']['p50']} / {r['status_delay_ms']['p99']}"),
             ("committed WER", lambda r: r["committed_wer"])]
     return "\n".join(f"{name:34s}" + "".join(f"{str(get(r)):>22s}" for r in runs) for name, get in rows)
@@ -566,6 +569,11 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
         "statuses_per_client_s": round(np.mean([r["statuses"] / max(1.0, r.get("wall_s", 1.0)) for r in held]), 2)
         if held else None,
     }
+    time.sleep(0.5)  # the server's last lines on their way to server.err
+    for line in server.err[-5:]:
+        found = re.search(r"audio waited p50 ([\d.]+) / p99 ([\d.]+) ms", line)
+        if found:  # --frontends > 1: front-end -> the engine's inbox, the hub's own count
+            result["frontend_to_engine_ms"] = {"p50": float(found[1]), "p99": float(found[2])}
     if failed:
         result["server_log_tail"] = [line.rstrip() for line in server.err[-30:]]
     if args.isolation:

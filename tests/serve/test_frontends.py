@@ -213,7 +213,10 @@ def test_capacity_refusal_reaches_the_client_as_1013(hub_served):
 def test_a_killed_frontend_drops_only_its_connections(hub_served, speech_clips):
     """Last in the module: it kills a front-end. Its client's connection breaks (1006); the
     client on the other front-end streams on and gets its captions and 1000; the hub lets the
-    dead front-end's stream go; a client connecting again is served by the front-end left."""
+    dead front-end's stream go; a client connecting again is served; a new front-end takes the
+    dead one's place."""
+    import psutil
+
     hub = hub_served.hub
     deadline = time.monotonic() + 60
     while hub_served.link.streams() and time.monotonic() < deadline:
@@ -241,28 +244,47 @@ def test_a_killed_frontend_drops_only_its_connections(hub_served, speech_clips):
     survivor_thread.start()
     pcm, rate = pcm_of(speech_clips["en_ls_1089-134691-0001"].wav)
     assert rate == 16000
+    hub.restart_delay_s = 10.0  # long enough for a client to connect while one front-end is left
+    accepted_left = hub.frontends[1].accepted
+    again: dict[str, Session] = {}
     step = rate // 10
     started = time.monotonic()
-    killed = False
+    killed_pid = hub.frontends[0].pid
     for first in range(0, len(pcm), step):
         survivor_ws.send(pcm[first:first + step].tobytes())
-        if not killed and first >= 2 * rate:
-            os.kill(hub.frontends[0].pid, signal.SIGKILL)
-            killed = True
+        if first == 2 * rate:
+            os.kill(killed_pid, signal.SIGKILL)
+        if first == 3 * rate:  # the victim's client connecting again
+            reconnect = threading.Thread(target=lambda: again.update(s=_short_stream(hub_served.url, "Again")))
+            reconnect.start()
         time.sleep(max(0.0, started + (first + step) / rate - time.monotonic()))
     survivor_ws.send(protocol.END_MESSAGE)
     victim_thread.join(30)
     survivor_thread.join(240)
+    reconnect.join(60)
     assert victim.close_code == 1006, (victim.close_code, victim.close_reason)
     assert survivor.close_code == protocol.CLOSE_NORMAL, (survivor.close_code, survivor.close_reason)
     words = set(survivor.committed.lower().replace(",", "").replace(".", "").split())
     assert {"full", "hour", "paced", "waiting", "longer"} <= words, survivor.committed
-    assert any("front-end 0 (pid" in line and "ended" in line for line in hub_served.lines)
-    assert not hub.streams_on(0), "the dead front-end's stream left the engine"
-    accepted = hub.frontends[1].accepted
-    again = _short_stream(hub_served.url, "Again")
-    assert again.close_code == protocol.CLOSE_NORMAL, again.close_reason
-    assert hub.frontends[1].accepted == accepted + 1
+    assert any(f"front-end 0 (pid {killed_pid})" in line and "ended" in line for line in hub_served.lines)
+    assert killed_pid not in psutil.pids() or psutil.Process(killed_pid).status() == psutil.STATUS_ZOMBIE
+    deadline = time.monotonic() + 30
+    while hub_served.link.streams() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not hub_served.link.streams(), "the dead front-end's stream left the engine"
+    assert again["s"].close_code == protocol.CLOSE_NORMAL, again["s"].close_reason
+    assert hub.frontends[1].accepted == accepted_left + 1, "the front-end left served the reconnection"
+    # Then a new front-end takes the dead one's place, and connections land on it too.
+    deadline = time.monotonic() + 30
+    while not any("front-end 0 started again (pid" in line for line in hub_served.lines) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert any("front-end 0 started again (pid" in line for line in hub_served.lines), hub_served.lines[-5:]
+    assert hub.frontends[0].pid != killed_pid and hub.frontends[0].process.poll() is None
+    for i in range(24):
+        if hub.frontends[0].accepted:
+            break
+        assert _short_stream(hub_served.url, f"N{i}").close_code == protocol.CLOSE_NORMAL
+    assert hub.frontends[0].accepted, "the new front-end takes connections"
 
 
 def test_cli_sigterm_commits_and_closes_1001(tmp_path, speech_clips):

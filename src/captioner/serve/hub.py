@@ -11,7 +11,8 @@ WebSocket read, a message check or a JSON parse per client message.
 
 A front-end that dies: its connections break (clients connect again, 1006), the hub ends their
 streams as if each client had left and goes on with the others; the kernel sends new
-connections to the front-ends still listening. The hub that ends (its channel closes) ends the
+connections to the front-ends still listening, and after a second a new front-end takes the dead
+one's place (at most :data:`MAX_RESTARTS_PER_MIN` a minute). The hub that ends (its channel closes) ends the
 front-ends, which close their connections with 1011.
 
 Tasks on the hub's loop: one reader per front-end, one task per stream (opened, ended, closed),
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 
 import numpy as np
@@ -50,6 +52,12 @@ START_TIMEOUT_S = 60.0
 """How long a front-end may take to start and listen (a fresh interpreter importing websockets)."""
 EXIT_TIMEOUT_S = 30.0
 """How long the front-ends may take to close what is left once told to, before they are killed."""
+RESTART_DELAY_S = 1.0
+"""A front-end that died is started again after this long (its clients are reconnecting meanwhile,
+to the front-ends left)..."""
+MAX_RESTARTS_PER_MIN = 5
+"""...unless this many were started again in the last minute: a front-end that keeps dying is left
+dead (and logged), the others serve on."""
 
 
 class _Frontend:
@@ -123,6 +131,11 @@ class FrontendHub:
         self._flush_due = False
         self._tasks: list[asyncio.Task] = []
         self._placeholder: socket.socket | None = None
+        self.restart_delay_s = RESTART_DELAY_S
+        self._restarts: list[float] = []  # when front-ends were started again (monotonic s)
+        self._inbound_ms: deque[float] = deque(maxlen=100_000)
+        """Per frame with audio: how long its oldest audio waited between its front-end taking it
+        in and the engine's inbox (the front-end's batching, the channel, the hub's loop)."""
         self.counts = {"accepted": 0, "refused": 0, "closed": 0}
         self.bound = threading.Event()
         """Set once every front-end listens (``port`` is then the real one, for port 0)."""
@@ -211,6 +224,7 @@ class FrontendHub:
         """One batch: the audio first (a stream's audio precedes its end), then the events."""
         events, index, audio = frame
         if index:
+            self._inbound_ms.append((time.monotonic_ns() - min(capture_ns for _, _, capture_ns in index)) / 1e6)
             # One copy for the whole batch (the received bytes are read-only); each stream's
             # chunk is a view of it.
             samples = np.frombuffer(audio, dtype=np.float32).copy()
@@ -247,6 +261,35 @@ class FrontendHub:
         for stream in list(fe.streams.values()):
             stream.gone.set()
         asyncio.create_task(asyncio.to_thread(fe.process.wait))  # reaped, not left a zombie
+        if not self._stopping:
+            asyncio.create_task(self._restart(fe.index))
+
+    async def _restart(self, index: int) -> None:
+        """A dead front-end's place taken by a new one on the same port, within a restart budget."""
+        now_s = time.monotonic()
+        self._restarts = [t for t in self._restarts if now_s - t < 60.0]
+        if len(self._restarts) >= MAX_RESTARTS_PER_MIN:
+            self.log(f"front-end {index} not started again: {len(self._restarts)} were in the last minute")
+            return
+        self._restarts.append(now_s)
+        await asyncio.sleep(self.restart_delay_s)
+        if self._stopping:
+            return
+        fe = await self._start_frontend(index)
+        try:
+            problem = await self._wait_listening(fe)
+        except asyncio.TimeoutError:
+            problem = f"it did not listen within {START_TIMEOUT_S:g} s"
+        if problem or self._stopping:
+            fe.process.kill()
+            await asyncio.to_thread(fe.process.wait)
+            fe.writer.close()
+            if problem:
+                self.log(f"front-end {index} could not be started again: {problem}")
+            return
+        self.frontends[index] = fe
+        self._tasks.append(asyncio.create_task(self._read(fe), name=f"captioner-hub-read-{index}"))
+        self.log(f"front-end {index} started again (pid {fe.pid})")
 
     # -- to the front-ends --------------------------------------------------------------------------
     def _send(self, fe: _Frontend, event: tuple) -> None:
@@ -406,6 +449,15 @@ class FrontendHub:
                     self._send(fe, ("status", texts))
 
     # -- running -------------------------------------------------------------------------------------
+    def inbound_delay_ms(self) -> tuple[float, float] | None:
+        """p50 and p99 of how long audio waited between a front-end and the engine's inbox
+        (the oldest of each frame; the last 100,000 frames), or ``None`` before any audio."""
+        waits = list(self._inbound_ms)
+        if not waits:
+            return None
+        p50, p99 = np.percentile(waits, [50, 99])
+        return round(float(p50), 1), round(float(p99), 1)
+
     def streams_on(self, frontend_index: int) -> list[str]:
         """The labels of the streams held through front-end ``frontend_index`` now (tests, logs)."""
         return [s.label for s in tuple(self.frontends[frontend_index].streams.values())]

@@ -227,5 +227,8 @@ def run(args) -> int:
         if metrics is not None:
             metrics.stop()
     c = server.counts
-    print(f"captioner: served {c['accepted']} connection(s), refused {c['refused']}", file=sys.stderr, flush=True)
+    inbound = server.inbound_delay_ms() if args.frontends > 1 else None
+    print(f"captioner: served {c['accepted']} connection(s), refused {c['refused']}"
+          + (f"; audio waited p50 {inbound[0]} / p99 {inbound[1]} ms between the front-ends and the engine"
+             if inbound else ""), file=sys.stderr, flush=True)
     return 0
