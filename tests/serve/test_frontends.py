@@ -336,3 +336,68 @@ def test_cli_refuses_a_bad_frontends_count(tmp_path):
         assert done.returncode == 2, done.stderr
         assert "--frontends must be auto or a whole number 1..64" in done.stderr
         assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_a_dead_hub_ends_the_frontends(tmp_path):
+    """The serve process killed (SIGKILL: no drain): its front-ends see their channel close, close
+    their connections with 1011 (a client connects again) and exit."""
+    import psutil
+
+    command = [sys.executable, "-m", "captioner", "serve", "--port", "0", "--model", "tiny.en", "--device", "cpu",
+               "--frontends", "2", "--quiet"]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    try:
+        port = int(server.stdout.readline())
+        frontends = [c for c in psutil.Process(server.pid).children(recursive=True)
+                     if "captioner.serve.frontend" in " ".join(c.cmdline())]
+        assert len(frontends) == 2
+        ws = connect(f"ws://127.0.0.1:{port}", token=None, label="Orphan")
+        assert '"ready"' in ws.recv(timeout=30)
+        ws.send(np.zeros(1600, "<i2").tobytes())
+        server.kill()
+        session = Session()
+        receive_all(ws, session)
+        assert session.close_code == protocol.CLOSE_INTERNAL, (session.close_code, session.close_reason)
+        assert "engine process ended" in session.close_reason
+        gone, alive = psutil.wait_procs(frontends, timeout=30)
+        assert not alive, "the front-ends exit once the hub is gone"
+    finally:
+        if server.poll() is None:
+            server.kill()
+        server.wait(30)
+
+
+def test_tls_through_the_frontends(tmp_path):
+    """--certfile/--keyfile: each front-end loads the certificate and serves wss://."""
+    import ssl
+
+    from websockets.sync.client import connect as ws_connect
+
+    from captioner.engine.pipeline import Pipeline
+    from captioner.serve.engine_link import EngineLink
+    from captioner.serve.hub import FrontendHub
+    from captioner.serve.server import ServerThread
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    link = EngineLink(["cpu"], lambda device: Pipeline([], model="tiny.en", device=device))
+    link.start()
+    thread = ServerThread(FrontendHub(link, "127.0.0.1", 0, frontends=2, tls_files=(str(cert), str(key))))
+    thread.start()
+    try:
+        assert thread.url.startswith("wss://")
+        ws = ws_connect(thread.url + protocol.listen_path("S"), ssl=ssl.create_default_context(cafile=str(cert)),
+                        open_timeout=30).__enter__()
+        assert '"ready"' in ws.recv(timeout=60)
+        ws.send(protocol.END_MESSAGE)
+        session = Session()
+        receive_all(ws, session)
+        assert session.close_code == protocol.CLOSE_NORMAL, session.close_reason
+        with pytest.raises(ssl.SSLError):  # a client that does not trust the certificate gets nowhere
+            ws_connect(thread.url + protocol.listen_path("X"), ssl=ssl.create_default_context(), open_timeout=10)
+    finally:
+        thread.stop()
+        link.stop()
