@@ -14,7 +14,8 @@ NumPy call); ``audio_index`` says whose they are, in order: ``(sid, n_samples, c
 
 - ``("open", sid, label, language, rate_hz, peer)``: a connection passed its handshake checks
 - ``("end", sid)``: the client sent ``end`` (its last audio is in this frame or an earlier one)
-- ``("gone", sid)``: the connection is over without ``end`` (the client left, or broke the protocol)
+- ``("gone", sid, code, reason)``: the connection is over without ``end``: the client left
+  (``code`` None) or the front-end closed it for breaking the protocol (its code and reason)
 - ``("log", line)``, ``("refused",)``: a log line, a connection refused before any stream
 - ``("listening", port)`` / ``("failed", message)``: the front-end's start
 

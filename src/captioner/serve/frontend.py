@@ -237,9 +237,9 @@ class FrontEnd:
                     self._event(("end", conn.sid))
                     code, reason = await conn.closing
                 else:
-                    self._event(("gone", conn.sid))
                     if code == protocol.CLOSE_NORMAL:
                         code = None  # the client went away: nothing to send
+                    self._event(("gone", conn.sid, code, reason))
             else:
                 receiver.cancel()
                 code, reason = conn.closing.result()

@@ -83,7 +83,7 @@ class _Stream:
     """One connection's stream, as the hub sees it (hub loop thread)."""
 
     __slots__ = ("fe", "sid", "conn_id", "label", "language", "rate_hz", "peer", "lease", "ready",
-                 "opened", "ended", "end_asked", "gone")
+                 "opened", "ended", "end_asked", "gone", "closed_by")
 
     def __init__(self, fe: _Frontend, sid: int, conn_id: int, label: str, language: str | None, rate_hz: int,
                  peer: str) -> None:
@@ -95,6 +95,7 @@ class _Stream:
         self.ended = asyncio.Event()  # done, refused or failed
         self.end_asked = asyncio.Event()  # the client sent end
         self.gone = asyncio.Event()  # the connection is over without end (or its front-end died)
+        self.closed_by: tuple = (None, "")  # the front-end's close code and reason then (None: the client left)
 
 
 class FrontendHub:
@@ -242,10 +243,15 @@ class FrontendHub:
                 stream = _Stream(fe, sid, next(self._ids), label, language, rate_hz, peer)
                 fe.streams[sid] = stream
                 asyncio.create_task(self._run_stream(stream))
-            elif kind in ("end", "gone"):
+            elif kind == "end":
                 stream = fe.streams.get(event[1])
                 if stream is not None:
-                    (stream.end_asked if kind == "end" else stream.gone).set()
+                    stream.end_asked.set()
+            elif kind == "gone":
+                stream = fe.streams.get(event[1])
+                if stream is not None:
+                    stream.closed_by = event[2:]
+                    stream.gone.set()
             elif kind == "log":
                 self.log(f"front-end {fe.index}: {event[1]}")
             elif kind == "refused":
@@ -329,6 +335,11 @@ class FrontendHub:
             self._send(fe, ("refuse", stream.sid, protocol.CLOSE_POLICY, str(error)))
             fe.streams.pop(stream.sid, None)
             return
+        except Exception as error:  # the engine failed: the client is told, not left waiting
+            self.log(f"#{stream.conn_id} {stream.peer}: the engine could not open the stream: {one_line(error)}")
+            self._send(fe, ("refuse", stream.sid, protocol.CLOSE_INTERNAL, f"the engine failed: {error}"))
+            fe.streams.pop(stream.sid, None)
+            return
         stream.lease = lease
         self._by_lease[lease.key] = stream
         self.counts["accepted"] += 1
@@ -342,12 +353,14 @@ class FrontendHub:
         if self._stopping:
             asyncio.create_task(self._shutdown_one(stream))
         code: int | None = None
-        reason = ""
+        reason = why = ""
+        closed_by = None
         waits = [asyncio.create_task(e.wait()) for e in (stream.end_asked, stream.gone, stream.ended)]
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             if stream.gone.is_set():
                 code = None  # nothing to send: the connection is over
+                closed_by, why = stream.closed_by
             elif stream.end_asked.is_set():
                 code, reason = await self._finish(stream)
             else:
@@ -360,6 +373,8 @@ class FrontendHub:
             if code is not None:
                 self._send(fe, ("close", stream.sid, code, reason))
             await self._retire(stream)
+            if code is None and closed_by is not None:  # the front-end closed it for the client's input
+                code, reason = closed_by, why
             self.log(f"#{stream.conn_id} {stream.peer}: closed {code if code is not None else 'by the client'}"
                      + (f" ({one_line(reason)})" if reason else ""))
 
