@@ -188,10 +188,11 @@ def run(args) -> dict:
             pieces = [Piece(c["id"], i, log_mel_spectrogram(p, runtime.n_mels), len(p) / SAMPLE_RATE_HZ)
                       for c in clips for i, p in enumerate(cut(audio[c["id"]], window_s))]
             longest = max(p.log_mel.shape[1] for p in pieces)
-            # Each context times the longest windows it holds: the same batch for every context
-            # that holds all of them (the side-by-side rows), shorter ones for "auto" only.
+            # Timed batches: the longest windows, the same for every context that holds all of
+            # them (the side-by-side rows); a shorter context times the windows "auto" gives it.
             by_length = sorted(pieces, key=lambda p: -p.duration_s)
-            batches = {w: [p for p in by_length if p.log_mel.shape[1] <= w][:args.batch] for w in recognizer.context_frames}
+            batches = {w: [p for p in by_length if (w >= longest or recognizer.window_frames(p.log_mel.shape[1]) == w)][:args.batch]
+                       for w in recognizer.context_frames}
             times = timings_ms(runtime, recognizer, {w: b for w, b in batches.items() if b}, args.repeats)
             for width in sorted(recognizer.context_frames, reverse=True):  # 30 s first
                 pieces_in = [p for p in pieces if p.log_mel.shape[1] <= width]
