@@ -76,11 +76,15 @@ def spectral_change_db(xp, log_mel, band: tuple[int, int], lag_frames: int, rang
     level: a decaying note, a louder word) taken out; returns the mean absolute remainder,
     ``[..., n]`` float32."""
     first, stop = band
-    level = xp.float32(10.0) * log_mel[..., first:stop, :].astype(xp.float32)
-    level = xp.maximum(level, level.max(axis=-2, keepdims=True) - xp.float32(range_db))
+    # In log10 units (tenths of a dB) until the end; the band sums as einsum, which NumPy does
+    # several times faster than a sum over the middle axis (the CPU path runs this for every
+    # stream every 100 ms).
+    level = log_mel[..., first:stop, :].astype(xp.float32, copy=False)
+    level = xp.maximum(level, level.max(axis=-2, keepdims=True) - xp.float32(range_db / 10.0))
     diff = level[..., lag_frames:] - level[..., :level.shape[-1] - lag_frames]
-    diff = diff - diff.mean(axis=-2, keepdims=True)
-    return xp.abs(diff).mean(axis=-2).astype(xp.float32)
+    scale = xp.float32(1.0 / (stop - first))
+    diff -= (xp.einsum("...bn->...n", diff) * scale)[..., None, :]
+    return (xp.einsum("...bn->...n", xp.abs(diff)) * (scale * xp.float32(10.0))).astype(xp.float32)
 
 
 @dataclass(slots=True)
