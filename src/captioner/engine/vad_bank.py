@@ -10,7 +10,9 @@ Same decisions, bit for bit (the test holds it to ``VoiceActivity`` on random en
 smoothed level is the mean of the last ``smooth_frames`` energies summed oldest first, the
 floor the minimum of the last ``floor_window_frames`` smoothed levels (a window kept whole per
 row instead of a monotonic queue), the articulation count over the last ``articulation_frames``
-(a window of flags kept per row), then the same onset, hangover and voiced-frame counts.
+(a window of flags kept per row, counted for all frames of a push at once), the share of
+articulated loud frames (a short loop over the push's frames), then the same onset, hangover and
+voiced-frame counts.
 
 Called only by the engine's thread.
 """
@@ -39,8 +41,9 @@ class VadBank:
         self._recent = np.zeros((0, cfg.smooth_frames))
         self._levels = np.zeros((0, cfg.floor_window_frames))
         self._articulated = np.zeros((0, max(0, cfg.articulation_frames - 1)), bool)
-        self.articulated_share = np.zeros(0)
         """The articulation flags of each row's last ``articulation_frames - 1`` frames, oldest first."""
+        self.articulated_share = np.zeros(0)
+        """Each row's :attr:`VoiceActivity.articulated_share`."""
         self._free: list[int] = []
 
     # -- rows ------------------------------------------------------------------------------------
