@@ -237,7 +237,9 @@ class WhisperRuntime:
         else:
             self.decoder = ort_session.OrtModel(onnx_files.path("decoder"), choice, intra_threads)
             decoder_provider = self.decoder.provider
-        self._slots: dict[tuple[int, bool, int], list[_Slot]] = {}  # (batch, logits on a device array, n_ctx)
+        # (batch, logits on a device array), and the audio context's positions after them for a
+        # short context (the 30 s context's keys are as they were before short contexts existed).
+        self._slots: dict[tuple, list[_Slot]] = {}
         self._encoder_buffers: dict[tuple[int, int], _EncoderBuffer] = {}  # (rows, n_ctx)
         self._gather_rows: dict[int, ort_session.OrtModel] = {}  # row-compaction graphs by n_ctx, opened at first use
         self.compactions = 0  # how many times finished rows were dropped (compact), for tests and benchmarks
@@ -537,7 +539,8 @@ class WhisperRuntime:
         this batch size (logits destination and audio context) is small, else the least
         recently started one."""
         n_ctx = self.dims.n_audio_ctx if n_ctx is None else n_ctx
-        pool = self._slots.setdefault((batch, xp is not None, n_ctx), [])
+        key = (batch, xp is not None) if n_ctx == self.dims.n_audio_ctx else (batch, xp is not None, n_ctx)
+        pool = self._slots.setdefault(key, [])
         for slot in pool:
             if slot.owner is None or slot.owner() is None:
                 return slot
