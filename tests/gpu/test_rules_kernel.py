@@ -150,6 +150,45 @@ def test_kernel_equals_the_array_code_on_random_logits(backend, tok, variant):
         assert forced > 0
 
 
+@pytest.mark.parametrize("batch", [1, 7, 257])
+def test_kernel_at_odd_batch_sizes(backend, tok, batch):
+    """One block per row and the state kernel's blocks of 128 rows: one row, a few, and 257
+    (three state blocks, the last with one row), first steps and later ones, some rows ending."""
+    xp = backend.xp
+    rng = np.random.default_rng(batch)
+    array = DeviceRules(xp, tok, GREEDY, tok.n_vocab, kernel=False)
+    kernel = DeviceRules(xp, tok, GREEDY, tok.n_vocab, kernel=True)
+    a_state, k_state = array.new_state(batch), kernel.new_state(batch)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for _ in range(6):
+            raw = hard_logits(tok, rng, batch)
+            last_step = rng.random(batch) < 0.1
+            want = array.choose_and_advance(xp.asarray(raw), a_state, last_step)
+            tokens, logprobs = kernel.choose(xp.asarray(raw), k_state)
+            kernel.advance(k_state, tokens, xp.asarray(last_step))  # the state kernel alone, a device mask
+            np.testing.assert_array_equal(tokens.get(), want[0].astype(np.int64))
+            np.testing.assert_allclose(logprobs.get(), want[1], rtol=0, atol=LOGPROB_ATOL, equal_nan=True)
+            for name in ("n", "last", "before_last", "last_timestamp", "active"):
+                np.testing.assert_array_equal(getattr(k_state, name).get(), getattr(a_state, name).get(), err_msg=name)
+
+
+def test_rows_at_the_initial_timestamp_limit(backend, tok):
+    """First tokens: the latest allowed first timestamp is the best one left, a better one just
+    after it is masked; the kernel picks the limit."""
+    xp = backend.xp
+    options = DecodingOptions(max_initial_timestamp_s=0.4)
+    kernel = DeviceRules(xp, tok, options, tok.n_vocab, kernel=True)
+    array = DeviceRules(xp, tok, options, tok.n_vocab, kernel=False)
+    logits = np.random.default_rng(3).normal(0, 1, (6, tok.n_vocab)).astype(np.float32)
+    logits[:, kernel.max_initial] += 20.0
+    logits[:, kernel.max_initial + 1] += 30.0
+    tokens_k, logprobs_k = kernel.choose(xp.asarray(logits), kernel.new_state(6))
+    tokens_a, logprobs_a = array.choose(xp.asarray(logits), array.new_state(6))
+    assert (tokens_k.get() == kernel.max_initial).all()
+    np.testing.assert_array_equal(tokens_k.get(), tokens_a.get())
+    np.testing.assert_allclose(logprobs_k.get(), logprobs_a.get(), rtol=0, atol=LOGPROB_ATOL)
+
+
 def test_the_kernel_is_compiled_once_per_device(backend, tok):
     xp = backend.xp
     first, why = rules_kernel.compiled(xp)

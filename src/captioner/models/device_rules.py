@@ -122,6 +122,7 @@ class DeviceRules:
         self.columns = xp.arange(n_vocab, dtype=xp.int64)[None, :]
 
     def _pick_kernels(self, kernel):
+        """The kernels to launch, or ``None`` for the array code (see ``__init__``)."""
         if kernel is False:
             return None
         if kernel is not None and kernel is not True:

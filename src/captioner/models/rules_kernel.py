@@ -25,7 +25,7 @@ Thread 0 then writes the token (int64), the log-probability (float32), both as f
 Nothing here imports CuPy: :func:`compiled` takes the array module it is handed (``xp``, CuPy on
 CUDA) and compiles with its ``RawModule`` once per device and process. tests/gpu/test_rules_kernel.py
 checks the kernel against the array code on CUDA; tests/models/test_rules_kernel_cpu.py compiles
-this very source with a host C++ compiler (threads for CUDA threads) and checks it on the CPU.
+this very source with a host C++ compiler (a fiber per CUDA thread) and checks it on the CPU.
 """
 
 from __future__ import annotations
