@@ -9,7 +9,9 @@ progress, the first window captions within seconds.
 
 Runs on the main thread of its own process. Builds what the app will load: ``tiny.en`` on the
 device the app picks by default (``--device`` / ``CAPTIONER_DEVICE``, else the GPU when usable),
-and the language check's ``base`` on the CPU. Nothing is transcribed.
+and the language check's ``base`` on the CPU. Nothing is transcribed. With shorter encoder
+windows turned on (``CAPTIONER_ENCODER_WINDOWS_S``, docs/encoder-windows.md) their graphs are
+built here too, as every ``load_runtime`` builds what it will use.
 """
 
 from __future__ import annotations
