@@ -32,9 +32,8 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from captioner.errors import one_line
 from captioner.serve import channel, protocol
-from captioner.serve.protocol import ProtocolError
+from captioner.serve.protocol import ProtocolError, close_reason, peer, send_outbox
 
 _INT16_SCALE = np.float32(1.0 / 32768.0)
 MAX_OUTBOX = 10_000
@@ -43,12 +42,6 @@ SHUTDOWN_S = 20.0
 """How long the connections left at ``exit`` may take to send what they hold and close."""
 HUB_GONE = (protocol.CLOSE_INTERNAL, "the server's engine process ended")
 STOPPING = (protocol.CLOSE_GOING_AWAY, "the server is shutting down")
-
-
-def close_reason(text: str) -> str:
-    """A close reason fits 123 bytes of UTF-8 (RFC 6455): cut at a character boundary."""
-    raw = one_line(text).encode("utf-8")[:123]
-    return raw.decode("utf-8", errors="ignore")
 
 
 class _Conn:
@@ -192,7 +185,7 @@ class FrontEnd:
             return connection.respond(HTTPStatus.NOT_FOUND, f"captioner: connect to {protocol.PATH}\n")
         if self.token is not None and not protocol.token_matches(request.headers.get("Authorization"), self.token):
             self._event(("refused",))
-            self.log(f"refused {_peer(connection)}: missing or wrong token")
+            self.log(f"refused {peer(connection)}: missing or wrong token")
             response = connection.respond(HTTPStatus.UNAUTHORIZED, "captioner: missing or wrong bearer token\n")
             response.headers["WWW-Authenticate"] = 'Bearer realm="captioner"'
             return response
@@ -210,7 +203,7 @@ class FrontEnd:
         if self.stopping:
             await ws.close(*STOPPING)
             return
-        conn = _Conn(next(self._sids), ws, params, self.max_ahead_s, _peer(ws))
+        conn = _Conn(next(self._sids), ws, params, self.max_ahead_s, peer(ws))
         self.conns[conn.sid] = conn
         self._event(("open", conn.sid, params.label, params.language, params.sample_rate_hz, conn.peer))
         try:
@@ -283,16 +276,7 @@ class FrontEnd:
 
     @staticmethod
     async def _sender(conn: _Conn) -> None:
-        from websockets.exceptions import ConnectionClosed
-
-        try:
-            while True:
-                message = await conn.outbox.get()
-                if message is None:
-                    return
-                await conn.ws.send(message)
-        except ConnectionClosed:
-            return
+        await send_outbox(conn.ws, conn.outbox)
 
     # -- running -------------------------------------------------------------------------------------
     async def run(self) -> None:
@@ -330,11 +314,6 @@ class FrontEnd:
                 except (asyncio.TimeoutError, ConnectionError):
                     pass
                 self._writer.close()
-
-
-def _peer(connection) -> str:
-    address = getattr(connection, "remote_address", None)
-    return f"{address[0]}:{address[1]}" if address else "?"
 
 
 def _tls_context(files):

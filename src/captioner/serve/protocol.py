@@ -19,6 +19,8 @@ import math
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
 
+from captioner.errors import one_line
+
 PATH = "/v1/listen"
 """The one endpoint."""
 
@@ -225,3 +227,31 @@ def parse_server_message(text: str) -> dict:
     if not isinstance(value, dict) or value.get("type") not in ("ready", "caption", "status"):
         raise ValueError(f"not a server message: {text[:80]!r}")
     return value
+
+
+# -- helpers both servers use (the single-process one and each front-end) ----------------------------
+def close_reason(text: str) -> str:
+    """A close reason fits 123 bytes of UTF-8 (RFC 6455): cut at a character boundary."""
+    raw = one_line(text).encode("utf-8")[:123]
+    return raw.decode("utf-8", errors="ignore")
+
+
+def peer(connection) -> str:
+    """``host:port`` of a connection's far end, for the log (``?`` when unknown)."""
+    address = getattr(connection, "remote_address", None)
+    return f"{address[0]}:{address[1]}" if address else "?"
+
+
+async def send_outbox(ws, outbox) -> None:
+    """Send a connection's queued text messages in order until ``None`` is queued or the
+    connection closes (one task per connection, on the server's loop)."""
+    from websockets.exceptions import ConnectionClosed  # noqa: PLC0415 - only servers need websockets
+
+    try:
+        while True:
+            message = await outbox.get()
+            if message is None:
+                return
+            await ws.send(message)
+    except ConnectionClosed:
+        return

@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 from captioner.errors import StreamRefused, UserError, one_line
 from captioner.serve import protocol
 from captioner.serve.engine_link import EngineLink, Lease, status_fields
-from captioner.serve.protocol import ProtocolError
+from captioner.serve.protocol import ProtocolError, close_reason, peer, send_outbox
 
 POLL_PERIOD_S = 0.02
 """How often the pump drains the engine's captions: well under a caption's own latency."""
@@ -38,12 +38,6 @@ END_TIMEOUT_S = 300.0
 MAX_OUTBOX = 10_000
 """Messages waiting for a client that does not read: past this the connection is closed (1008)."""
 SHUTDOWN_S = 15.0
-
-
-def close_reason(text: str) -> str:
-    """A close reason fits 123 bytes of UTF-8 (RFC 6455): cut at a character boundary."""
-    raw = one_line(text).encode("utf-8")[:123]
-    return raw.decode("utf-8", errors="ignore")
 
 
 def is_loopback(host: str) -> bool:
@@ -157,7 +151,7 @@ class CaptionServer:
             return connection.respond(HTTPStatus.NOT_FOUND, f"captioner: connect to {protocol.PATH}\n")
         if self.token is not None and not protocol.token_matches(request.headers.get("Authorization"), self.token):
             self.counts["refused"] += 1
-            self.log(f"refused {self._peer(connection)}: missing or wrong token")
+            self.log(f"refused {peer(connection)}: missing or wrong token")
             response = connection.respond(HTTPStatus.UNAUTHORIZED, "captioner: missing or wrong bearer token\n")
             response.headers["WWW-Authenticate"] = 'Bearer realm="captioner"'
             return response
@@ -166,11 +160,6 @@ class CaptionServer:
     @property
     def scheme(self) -> str:
         return "wss" if self.ssl_context is not None else "ws"
-
-    @staticmethod
-    def _peer(connection) -> str:
-        address = getattr(connection, "remote_address", None)
-        return f"{address[0]}:{address[1]}" if address else "?"
 
     # -- one connection ------------------------------------------------------------------------------
     async def handle(self, ws) -> None:
@@ -188,7 +177,7 @@ class CaptionServer:
             await ws.close(protocol.CLOSE_GOING_AWAY, "the server is shutting down")
             return
         conn = _Conn(next(self._ids), ws, params, self.max_ahead_s)
-        conn.peer = self._peer(ws)
+        conn.peer = peer(ws)
         try:
             lease = await asyncio.to_thread(self.link.open, params.label, params.language, params.sample_rate_hz,
                                             conn.lease_changed)
@@ -319,16 +308,7 @@ class CaptionServer:
                 self._transcripts.items.put((conn.id, "", None))
 
     async def _sender(self, conn: _Conn) -> None:
-        from websockets.exceptions import ConnectionClosed
-
-        try:
-            while True:
-                message = await conn.outbox.get()
-                if message is None:
-                    return
-                await conn.ws.send(message)
-        except ConnectionClosed:
-            return
+        await send_outbox(conn.ws, conn.outbox)
 
     # -- engine side -------------------------------------------------------------------------------
     async def _pump(self) -> None:
