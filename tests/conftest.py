@@ -130,6 +130,26 @@ def offline_tiny_en():
     return transcribe
 
 
+@pytest.fixture(scope="session")
+def onnx_cache_dir(tmp_path_factory):
+    """A private ONNX model cache for the whole session (each model converted once a run): the
+    same folder as tests/models/graph_fixtures' fixture of that name."""
+    from onnx_cache import session_cache_dir
+
+    return session_cache_dir(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def tiny_en_cpu():
+    """``load_recognizer("tiny.en", "cpu")``, the (back-end, recognizer) pair a live captioner
+    runs on, loaded once a session: the engine tests that replay recordings through
+    ``LiveCaptioner(recognizer=..., backend=...)`` or a pipeline's ``recognizer_factory`` share
+    it (a recognizer keeps no stream's state: each captioner keeps its own)."""
+    from captioner.engine.live import load_recognizer
+
+    return load_recognizer("tiny.en", "cpu")
+
+
 def cuda_available() -> bool:
     from captioner.gpu import (
         backend,  # imported lazily: the back-end decides what "usable" means

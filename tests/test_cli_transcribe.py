@@ -20,14 +20,11 @@ from captioner.app.progress import TextProgress
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("captioner-cli-cache")
-
-
 @pytest.fixture()
-def cli(cache_dir, monkeypatch, capsys):
-    monkeypatch.setenv("CAPTIONER_CACHE_DIR", str(cache_dir))
+def cli(onnx_cache_dir, monkeypatch, capsys):
+    # The session's private model cache (conftest): tiny.en and base are converted once a run,
+    # not again for this module.
+    monkeypatch.setenv("CAPTIONER_CACHE_DIR", str(onnx_cache_dir))
     monkeypatch.setenv("CAPTIONER_DEVICE", "cpu")
 
     def run(*argv):

@@ -17,10 +17,8 @@ SR = 16_000
 
 
 @pytest.fixture(scope="module")
-def whisper():
-    from captioner.engine.live import load_recognizer
-
-    return load_recognizer("tiny.en", "cpu")
+def whisper(tiny_en_cpu):
+    return tiny_en_cpu  # conftest: loaded once a session
 
 
 def wer(reference: str, hypothesis: str) -> float:

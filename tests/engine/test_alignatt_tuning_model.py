@@ -10,7 +10,7 @@ import statistics
 import pytest
 
 from captioner.engine.core import EngineConfig
-from captioner.engine.live import LiveCaptioner, load_recognizer
+from captioner.engine.live import LiveCaptioner
 from captioner.engine.policies import preset
 from captioner.engine.policy import normalize_word
 from captioner.engine.scheduler import SchedulerConfig
@@ -23,8 +23,8 @@ STEP_S = 0.04
 
 
 @pytest.fixture(scope="module")
-def cpu_model():
-    return load_recognizer("tiny.en", "cpu")
+def cpu_model(tiny_en_cpu):
+    return tiny_en_cpu  # conftest: loaded once a session
 
 
 def _replay(cpu_model, wav, name: str):

@@ -348,18 +348,17 @@ def test_the_step_cost_fit_recovers_fixed_and_per_update_costs():
 
 # -- real models ----------------------------------------------------------------------------------
 @pytest.mark.slow
-def test_four_tiny_en_streams_on_the_cpu_all_produce_captions(speech_clips):
+def test_four_tiny_en_streams_on_the_cpu_all_produce_captions(speech_clips, tiny_en_cpu):
     """Four recordings as four concurrent streams of one tiny.en captioner on the CPU, replayed
     on a simulated clock that charges every model step its measured time: every stream commits
     most of its reference words, the steps were batched, and status carries admission's figures."""
-    from captioner.engine.live import load_recognizer
     from captioner.engine.simulate import replay
 
     clips = sorted((c for c in speech_clips.values() if c.language == "en" and c.duration_s <= 12),
                    key=lambda c: c.duration_s)[:4]
     if len(clips) < 4:
         pytest.skip("needs four English recordings of at most 12 s")
-    backend, recognizer = load_recognizer("tiny.en", "cpu")
+    backend, recognizer = tiny_en_cpu
     result = replay(lambda clock, timer: LiveCaptioner(recognizer=recognizer, backend=backend, clock_ns=clock,
                                                         timer_ns=timer),
                     {c.id: str(c.wav) for c in clips}, compute="measured")

@@ -18,7 +18,6 @@ import soundfile as sf
 
 from captioner.audio.file_source import FileSource, read_audio_16k
 from captioner.engine.core import EngineConfig
-from captioner.engine.live import load_recognizer
 from captioner.engine.offline import transcribe
 from captioner.engine.pipeline import Pipeline
 from captioner.engine.policy import PolicyConfig, normalize_word
@@ -35,8 +34,8 @@ def _words(text: str) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def cpu_model():
-    return load_recognizer("tiny.en", "cpu")
+def cpu_model(tiny_en_cpu):
+    return tiny_en_cpu  # conftest: loaded once a session
 
 
 @pytest.fixture(scope="module")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -11,6 +12,7 @@ import pytest
 from captioner.models import onnx_export, onnx_graphs, session
 from captioner.models.registry import resolve_model
 from captioner.models.runtime import WhisperRuntime
+from onnx_cache import session_cache_dir
 
 CPU = session.ProviderChoice(session.CPU, None, "cpu")
 
@@ -27,8 +29,9 @@ def base_files():
 
 @pytest.fixture(scope="session")
 def onnx_cache_dir(tmp_path_factory):
-    """One ONNX cache for the whole session, so each model is converted once per test run."""
-    return tmp_path_factory.mktemp("captioner-cache")
+    """One ONNX cache for the whole session, so each model is converted once per test run
+    (the same folder in every module that imports this fixture: :mod:`onnx_cache`)."""
+    return session_cache_dir(tmp_path_factory)
 
 
 @pytest.fixture()
@@ -78,37 +81,74 @@ class Runtimes:
 
 
 _REFERENCE_FOLDERS: dict[str, object] = {}
-"""A model's hash (its weights) -> its folder of concatenating fp32 graphs, built once a test session."""
+"""A model's hash (its weights) -> its folder of concatenating fp32 graphs, found once a test session."""
 
 
 def reference_graphs(files, tmp_path_factory):
     """The folder of ``files``' concatenating fp32 graphs (the CPU's, exact against
-    CTranslate2), built the first time a test session asks and shared after that: every
+    CTranslate2): the session's private cache (``onnx_cache_dir``), built there the first time
+    a test session asks for them (here or by any CPU model test) and shared after that: every
     fixed-cache variant and test module compares with the same graphs."""
     key = onnx_export.model_hash(files)
     folder = _REFERENCE_FOLDERS.get(key)
     if folder is None:
-        folder = tmp_path_factory.mktemp("reference")
-        onnx_export._build_into(files, "fp32", folder, lambda message, fraction: None)
+        with pytest.MonkeyPatch.context() as env:
+            env.setenv("CAPTIONER_CACHE_DIR", str(session_cache_dir(tmp_path_factory)))
+            folder = onnx_export.ensure_onnx(files, "fp32").folder
         _REFERENCE_FOLDERS[key] = folder
     return folder
 
 
+_REFERENCE_RUNTIMES: dict[str, WhisperRuntime] = {}
+"""A model's hash -> the concatenating runtime on its reference graphs, opened once a session."""
+
+
+def reference_runtime(files, tmp_path_factory) -> WhisperRuntime:
+    """The concatenating fp32 CPU runtime on :func:`reference_graphs`, opened once a test
+    session and shared by every module that compares with it (it keeps no decoding state
+    between calls: each ``start`` makes its own)."""
+    key = onnx_export.model_hash(files)
+    runtime = _REFERENCE_RUNTIMES.get(key)
+    if runtime is None:
+        folder = reference_graphs(files, tmp_path_factory)
+        runtime = _REFERENCE_RUNTIMES[key] = WhisperRuntime(files, CPU, onnx_export.OnnxFiles(folder, "fp32", built=True))
+    return runtime
+
+
+_FIXED_CACHE_FOLDERS: dict[tuple, tuple] = {}
+"""(model hash, variant, heads) -> the folders of its fixed-cache graphs, built once a test session."""
+
+
+def fixed_cache_folders(files, tmp_path_factory, variant: str, alignment_heads=()):
+    """The fixed-cache fp32 graphs of ``variant`` ("matmul" or "fused"), built the first time a
+    test session asks and shared after that (the fixed-cache, ragged-batch and alignment tests
+    open their own runtimes on them): (the folder without ``decoder_prefill.onnx``, where a
+    prompt is fed one captured step per token; the folder with it, the same files hard-linked)."""
+    key = (onnx_export.model_hash(files), variant, repr(alignment_heads))
+    folders = _FIXED_CACHE_FOLDERS.get(key)
+    if folders is None:
+        graphs = fixed_cache_graphs(files, variant == "fused", alignment_heads)
+        prefill = graphs.pop("decoder_prefill")
+        without_prefill = tmp_path_factory.mktemp(f"{variant}-no-prefill")
+        save_graphs(graphs, without_prefill)
+        with_prefill = tmp_path_factory.mktemp(variant)
+        for path in without_prefill.iterdir():
+            os.link(path, with_prefill / path.name)
+        save_graphs({"decoder_prefill": prefill}, with_prefill)
+        folders = _FIXED_CACHE_FOLDERS[key] = (without_prefill, with_prefill)
+    return folders
+
+
 def fixed_cache_runtimes(files, tmp_path_factory, variant: str, alignment_heads=()) -> Runtimes:
     """The three fp32 CPU runtimes the fixed-cache tests compare; ``variant`` is "matmul" or
-    "fused" (the attention of the fixed-cache graphs)."""
-    reference = reference_graphs(files, tmp_path_factory)
-    folder = tmp_path_factory.mktemp(variant)
-    graphs = fixed_cache_graphs(files, variant == "fused", alignment_heads)
-    prefill = graphs.pop("decoder_prefill")
-    save_graphs(graphs, folder)
-    # Without decoder_prefill.onnx a prompt is fed one captured step per token.
-    replay = WhisperRuntime(files, CPU, onnx_export.OnnxFiles(folder, "fp32", built=True), fixed_cache=True)
-    save_graphs({"decoder_prefill": prefill}, folder)
-    fixed = WhisperRuntime(files, CPU, onnx_export.OnnxFiles(folder, "fp32", built=True), fixed_cache=True)
+    "fused" (the attention of the fixed-cache graphs). The fixed-cache runtimes are the
+    caller's own (tests count their passes and buffers); the graphs and the concatenating
+    reference are shared within the session."""
+    without_prefill, with_prefill = fixed_cache_folders(files, tmp_path_factory, variant, alignment_heads)
+    replay = WhisperRuntime(files, CPU, onnx_export.OnnxFiles(without_prefill, "fp32", built=True), fixed_cache=True)
+    fixed = WhisperRuntime(files, CPU, onnx_export.OnnxFiles(with_prefill, "fp32", built=True), fixed_cache=True)
     assert replay.prefill_model is None and fixed.prefill_model is not None
-    concat = WhisperRuntime(files, CPU, onnx_export.OnnxFiles(reference, "fp32", built=True))
-    return Runtimes(fixed, replay, concat)
+    return Runtimes(fixed, replay, reference_runtime(files, tmp_path_factory))
 
 
 def greedy_continue(rt, logits, state, limit: int) -> list[int]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from graph_fixtures import fixed_cache_graphs, reference_graphs, save_graphs, tiny_files  # noqa: F401 - fixture
+from graph_fixtures import fixed_cache_folders, reference_runtime, tiny_files  # noqa: F401 - fixture
 from mel_helper import load_audio_16k, whisper_features
 
 from captioner.models import onnx_export, onnx_graphs, session
@@ -23,14 +23,13 @@ CPU = session.ProviderChoice(session.CPU, None, "cpu")
 
 @pytest.fixture(scope="module")
 def concat(tiny_files, tmp_path_factory):
-    folder = reference_graphs(tiny_files, tmp_path_factory)
-    return WhisperRuntime(tiny_files, CPU, onnx_export.OnnxFiles(folder, "fp32", built=True))
+    return reference_runtime(tiny_files, tmp_path_factory)
 
 
 @pytest.fixture(scope="module", params=["matmul", "fused"])
 def fixed(request, tiny_files, tmp_path_factory):
-    folder = tmp_path_factory.mktemp(request.param)
-    save_graphs(fixed_cache_graphs(tiny_files, request.param == "fused", tiny_files.alignment_heads), folder)
+    # The graphs test_ragged_batch decodes with (alignment heads, prefill), built once a session.
+    _, folder = fixed_cache_folders(tiny_files, tmp_path_factory, request.param, tiny_files.alignment_heads)
     return WhisperRuntime(tiny_files, CPU, onnx_export.OnnxFiles(folder, "fp32", built=True), fixed_cache=True)
 
 

@@ -16,19 +16,20 @@ from graph_fixtures import tiny_files  # noqa: F401 - fixture
 
 from captioner.errors import UserError
 from captioner.models import onnx_export
+from onnx_cache import session_cache_dir
 
-pytestmark = pytest.mark.slow  # converts tiny.en (fp32): once for the module, again where a case rebuilds
+pytestmark = pytest.mark.slow  # converts tiny.en (fp32): once a session, again where a case rebuilds
 
 
 @pytest.fixture(scope="module")
 def built_once(tmp_path_factory, tiny_files):  # noqa: F811
-    """One real conversion of tiny.en (fp32), made as any first use makes it; the cases below
-    each damage a copy of it."""
-    root = tmp_path_factory.mktemp("built-once")
+    """One real conversion of tiny.en (fp32), made as any first use makes it, in the session's
+    private cache (onnx_cache.session_cache_dir: converted there once a run, by whichever test
+    asks first); the cases below each damage a copy of it, never the folder itself."""
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("CAPTIONER_CACHE_DIR", str(root))
+        env.setenv("CAPTIONER_CACHE_DIR", str(session_cache_dir(tmp_path_factory)))
         built = onnx_export.ensure_onnx(tiny_files, "fp32")
-    assert built.built
+    assert onnx_export.cache_problem(built.folder, "fp32") is None
     return built.folder
 
 
