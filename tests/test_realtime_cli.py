@@ -27,15 +27,32 @@ pytestmark = pytest.mark.slow
 FIELDS = {"stream", "kind", "text", "start_s", "end_s", "emitted_audio_s", "emitted_wall_s"}
 
 
-def test_realtime_jsonl(speech_clips, tmp_path):
+@pytest.fixture
+def in_process(capsys):
+    """``in_process(*argv)``: ``captioner transcribe --realtime ARGV`` run by the CLI's ``main``
+    in this process (the replay and its output are the same as from a process of its own;
+    the tests about signals, terminals and pipes below start one), as (exit status, stdout,
+    stderr). The SIGTERM handler a replay installs for its process is put back afterwards."""
+    from captioner.app.cli import main
+
+    handler = signal.getsignal(signal.SIGTERM)
+
+    def run(*argv) -> tuple[int, str, str]:
+        try:
+            code = main(["transcribe", "--realtime", *map(str, argv)])
+        finally:
+            signal.signal(signal.SIGTERM, handler)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
+def test_realtime_jsonl(speech_clips, tmp_path, in_process):
     clip = speech_clips["en_ls_1089-134691-0001"]  # "for a full hour he had paced up and down ..."
     out = tmp_path / "live.jsonl"
-    done = subprocess.run(
-        [sys.executable, "-m", "captioner", "transcribe", str(clip.wav), "--realtime", "--format", "jsonl",
-         "-o", str(out), "--device", "cpu"],
-        capture_output=True, text=True, timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    code, _, err = in_process(clip.wav, "--format", "jsonl", "-o", out, "--device", "cpu")
+    assert code == 0, err
     records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert records and all(FIELDS <= set(r) for r in records)
     assert {r["stream"] for r in records} == {clip.wav.stem}
@@ -160,23 +177,22 @@ def test_subtitles_stream_cue_by_cue_to_a_file(tmp_path):
     assert cues and cues[0].index == 1 and all(c.content for c in cues)
 
 
-def test_webvtt_of_a_whole_replay_parses(speech_clips, tmp_path):
+def test_webvtt_of_a_whole_replay_parses(speech_clips, tmp_path, in_process, monkeypatch):
     # A whole replay's file, closed at its end: the 2 s clip parses as well as a long one would.
     out = tmp_path / "live.vtt"
-    done = realtime(str(speech_clips[SHORT].wav), "-o", str(out), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                    text=True)
-    _, err = done.communicate(timeout=180)
-    assert done.returncode == 0, err
+    monkeypatch.setenv("CAPTIONER_DEVICE", "cpu")
+    code, _, err = in_process(speech_clips[SHORT].wav, "-o", out)
+    assert code == 0, err
     cues = list(webvtt.from_buffer(io.StringIO(out.read_text(encoding="utf-8"))))
     words = {normalize_word(w) for c in cues for w in c.text.split()}
     assert {"cutter", "coast"} <= words
 
 
-def test_a_multilingual_model_says_once_which_language_it_detected(speech_clips):
+def test_a_multilingual_model_says_once_which_language_it_detected(speech_clips, in_process, monkeypatch):
     clip = speech_clips["zh_BAC009S0724W0121"]
-    done = realtime(str(clip.wav), "--model", "base", stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = done.communicate(timeout=300)
-    assert done.returncode == 0, err
+    monkeypatch.setenv("CAPTIONER_DEVICE", "cpu")
+    code, out, err = in_process(clip.wav, "--model", "base")
+    assert code == 0, err
     said = [line for line in err.splitlines() if "detected language" in line]
     assert said == ["captioner: detected language: Chinese (zh)"], err
     assert out.strip()

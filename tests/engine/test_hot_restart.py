@@ -115,7 +115,9 @@ def test_a_failed_step_restarts_the_worker_and_every_word_is_committed_once(tmp_
 
 
 def test_a_killed_worker_process_is_replaced_and_the_captions_go_on(tmp_path):
-    words, path = _talk(tmp_path, 24.0)
+    # Three sentences (ending at 4.1, 8.4 and 13.5 s), played at real pace: the kill follows
+    # the first committed words, and two sentences are still to come after it.
+    words, path = _talk(tmp_path, 16.0)
     killed = []
 
     def kill_after_first_final(pipeline, updates):
