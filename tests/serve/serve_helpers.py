@@ -96,3 +96,33 @@ def wer(references: list[str], hypotheses: list[str]) -> float:
 
     norm = EnglishTextNormalizer()
     return jiwer.wer([norm(r) for r in references], [norm(h) for h in hypotheses])
+
+
+def clients_at_once(url: str, clips, offline_text) -> dict[str, Session]:
+    """Each clip streamed by its own client at the same time; checks what every serving path
+    must give (pooled WER within 2 points of ``offline_text(clip)``'s, a 1000 close, the ready
+    message, captions labelled with the client's own stream) and returns the sessions by clip id."""
+    from captioner.serve import protocol
+
+    sessions: dict[str, Session] = {}
+
+    def run(clip):
+        sessions[clip.id] = stream_recording(url, clip.wav, label=clip.id[:20])
+
+    threads = [threading.Thread(target=run, args=(clip,)) for clip in clips]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(300)
+    offline = [offline_text(c) for c in clips]
+    live = [sessions[c.id].committed for c in clips]
+    live_wer, offline_wer = wer([c.reference for c in clips], live), wer([c.reference for c in clips], offline)
+    print(f"served WER {live_wer:.3f}, offline {offline_wer:.3f}: {live}")
+    assert live_wer <= offline_wer + 0.02, (live, offline)
+    for clip in clips:
+        session = sessions[clip.id]
+        assert session.close_code == protocol.CLOSE_NORMAL, (session.close_code, session.close_reason)
+        assert session.ready == {"type": "ready", "stream": clip.id[:20], "model": "tiny.en",
+                                 "sample_rate": session.ready["sample_rate"], "language": "auto"}
+        assert {c["stream"] for c in session.captions} == {clip.id[:20]}
+    return sessions

@@ -18,11 +18,10 @@ from serve_helpers import (
     MAX_STREAMS,
     TOKEN,
     Session,
+    clients_at_once,
     connect,
     pcm_of,
     receive_all,
-    stream_recording,
-    wer,
 )
 
 from captioner.serve import protocol
@@ -82,27 +81,9 @@ def test_three_clients_get_their_own_captions(hub_served, speech_clips, offline_
     its own recording's (pooled WER within 2 points of offline), a status every second, ``end``
     brings the last finals and 1000, and --transcripts (written by the hub) holds every final."""
     clips = [speech_clips[c] for c in CLIPS]
-    sessions: dict[str, Session] = {}
-
-    def run(clip):
-        sessions[clip.id] = stream_recording(hub_served.url, clip.wav, label=clip.id[:20])
-
-    threads = [threading.Thread(target=run, args=(clip,)) for clip in clips]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(300)
-    offline = [offline_tiny_en(c).text for c in clips]
-    live = [sessions[c.id].committed for c in clips]
-    live_wer, offline_wer = wer([c.reference for c in clips], live), wer([c.reference for c in clips], offline)
-    print(f"served WER {live_wer:.3f}, offline {offline_wer:.3f}: {live}")
-    assert live_wer <= offline_wer + 0.02, (live, offline)
+    sessions = clients_at_once(hub_served.url, clips, lambda clip: offline_tiny_en(clip).text)
     for clip in clips:
         session = sessions[clip.id]
-        assert session.close_code == protocol.CLOSE_NORMAL, (session.close_code, session.close_reason)
-        assert session.ready == {"type": "ready", "stream": clip.id[:20], "model": "tiny.en",
-                                 "sample_rate": session.ready["sample_rate"], "language": "auto"}
-        assert {c["stream"] for c in session.captions} == {clip.id[:20]}
         last_final = max(i for i, c in enumerate(session.captions) if c["kind"] == "final")
         assert all(not c["text"] for c in session.captions[last_final + 1:]), "the end commits everything shown"
         assert len(session.statuses) >= 3, "one status a second while the recording plays"
