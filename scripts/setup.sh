@@ -60,7 +60,7 @@ done
 apt_app=(libportaudio2 libsndfile1 libasound2-plugins libegl1 libgl1 libfontconfig1 libdbus-1-3
          libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0
          libxcb-xinerama0 libxcb-randr0 libxcb-render-util0 libxcb-image0)
-apt_test=(pulseaudio pulseaudio-utils xvfb xauth espeak-ng sox)
+apt_test=(pulseaudio pulseaudio-utils xvfb xauth espeak-ng sox g++)  # g++: the rules kernel's CUDA source run on the CPU (tests)
 wanted=("${apt_app[@]}")
 [ "$mode" = test ] && wanted+=("${apt_test[@]}")
 # Debian's python3 makes virtual environments only with python3-venv (it carries ensurepip).
