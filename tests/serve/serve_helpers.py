@@ -126,3 +126,29 @@ def clients_at_once(url: str, clips, offline_text) -> dict[str, Session]:
                                  "sample_rate": session.ready["sample_rate"], "language": "auto"}
         assert {c["stream"] for c in session.captions} == {clip.id[:20]}
     return sessions
+
+
+def check_capacity_refusal(url: str) -> None:
+    """MAX_STREAMS connections held, the next one closed with 1013 and the engine's one-line
+    memory reason (no ready message), then the held ones end normally."""
+    from captioner.serve import protocol
+
+    held = [connect(url, label=f"H{i}") for i in range(MAX_STREAMS)]
+    try:
+        for ws in held:
+            assert '"ready"' in ws.recv(timeout=30)
+        refused = Session()
+        receive_all(connect(url, label="Over"), refused)
+        assert refused.close_code == protocol.CLOSE_TRY_LATER, refused.close_reason
+        assert "refused" in refused.close_reason and "memory" in refused.close_reason
+        assert refused.ready is None
+    finally:
+        ended = []
+        for ws in held:
+            ws.send(np.zeros(1600, "<i2").tobytes())
+            ws.send(protocol.END_MESSAGE)
+        for ws in held:
+            session = Session()
+            receive_all(ws, session)
+            ended.append(session.close_code)
+    assert ended == [protocol.CLOSE_NORMAL] * MAX_STREAMS

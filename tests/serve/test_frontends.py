@@ -18,6 +18,7 @@ from serve_helpers import (
     MAX_STREAMS,
     TOKEN,
     Session,
+    check_capacity_refusal,
     clients_at_once,
     connect,
     pcm_of,
@@ -171,25 +172,7 @@ def test_capacity_refusal_reaches_the_client_as_1013(hub_served):
     deadline = time.monotonic() + 60
     while hub_served.link.streams() and time.monotonic() < deadline:
         time.sleep(0.2)
-    held = [connect(hub_served.url, label=f"H{i}") for i in range(MAX_STREAMS)]
-    try:
-        for ws in held:
-            assert '"ready"' in ws.recv(timeout=30)
-        refused = Session()
-        receive_all(connect(hub_served.url, label="Over"), refused)
-        assert refused.close_code == protocol.CLOSE_TRY_LATER, refused.close_reason
-        assert "refused" in refused.close_reason and "memory" in refused.close_reason
-        assert refused.ready is None
-    finally:
-        ended = []
-        for ws in held:
-            ws.send(np.zeros(1600, "<i2").tobytes())
-            ws.send(protocol.END_MESSAGE)
-        for ws in held:
-            session = Session()
-            receive_all(ws, session)
-            ended.append(session.close_code)
-    assert ended == [protocol.CLOSE_NORMAL] * MAX_STREAMS
+    check_capacity_refusal(hub_served.url)
 
 
 def test_the_app_client_reconnects_when_its_frontend_dies(hub_served, speech_clips):

@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 from serve_helpers import (
-    MAX_STREAMS,
     Session,
+    check_capacity_refusal,
     clients_at_once,
     connect,
     receive_all,
@@ -109,25 +109,7 @@ def test_bad_inputs_are_closed_with_their_codes_while_another_stream_captions(se
 def test_capacity_refusal_is_1013(served):
     """The engine holds MAX_STREAMS streams: the next connection is closed with 1013 and a
     one-line reason, the streams held go on and end normally."""
-    held = [connect(served.url, label=f"H{i}") for i in range(MAX_STREAMS)]
-    try:
-        for ws in held:
-            assert '"ready"' in ws.recv(timeout=30)
-        refused = Session()
-        receive_all(connect(served.url, label="Over"), refused)
-        assert refused.close_code == protocol.CLOSE_TRY_LATER, refused.close_reason
-        assert "refused" in refused.close_reason and "memory" in refused.close_reason
-        assert refused.ready is None
-    finally:
-        ended = []
-        for ws in held:
-            ws.send(np.zeros(1600, "<i2").tobytes())
-            ws.send(protocol.END_MESSAGE)
-        for ws in held:
-            session = Session()
-            receive_all(ws, session)
-            ended.append(session.close_code)
-    assert ended == [protocol.CLOSE_NORMAL] * MAX_STREAMS
+    check_capacity_refusal(served.url)
     # The slots are free again once the engine has let the streams go.
     deadline = time.monotonic() + 60
     while served.link.streams() and time.monotonic() < deadline:
