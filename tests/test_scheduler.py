@@ -76,3 +76,16 @@ def test_an_unset_interval_goes_by_the_device_class_and_a_set_one_is_kept():
     assert for_device(SchedulerConfig(), on_gpu=False).base_interval_s == BASE_INTERVAL_BY_DEVICE_S["cpu"] == 1.0
     assert for_device(SchedulerConfig(base_interval_s=1.0), on_gpu=True).base_interval_s == 1.0
     assert Scheduler().interval_s == 1.0  # no device to go by: the CPU's
+
+
+def test_a_server_updates_every_second_on_any_device():
+    from captioner.serve.engine_link import SERVER_INTERVAL_S, server_engine_config
+
+    assert server_engine_config().scheduler.base_interval_s == SERVER_INTERVAL_S == 1.0
+    assert for_device_interval(server_engine_config(), on_gpu=True) == 1.0
+
+
+def for_device_interval(config, on_gpu: bool) -> float:
+    from captioner.engine.scheduler import for_device
+
+    return for_device(config.scheduler, on_gpu).base_interval_s

@@ -47,6 +47,20 @@ DROP_HOLDOFF_S = 10.0
 """...or for this long after a connection's audio was dropped at a full inbox."""
 
 
+SERVER_INTERVAL_S = 1.0
+"""A server's base update interval: it is sized for many streams, so updates come every 1 s (the
+capacity figures of docs/capacity.md), not the desktop's 0.5 s on a GPU, which would halve the
+streams one GPU holds."""
+
+
+def server_engine_config():
+    """The engine configuration every server pipeline runs with (``captioner serve``, the Ray replica)."""
+    from captioner.engine.core import EngineConfig  # noqa: PLC0415 - the engine loads with the pipeline
+    from captioner.engine.scheduler import SchedulerConfig  # noqa: PLC0415
+
+    return EngineConfig(scheduler=SchedulerConfig(base_interval_s=SERVER_INTERVAL_S))
+
+
 def batch_s_for(queue_depth: int) -> float:
     for limit, batch_s in BATCH_BY_QUEUE_DEPTH:
         if limit is None or queue_depth < limit:

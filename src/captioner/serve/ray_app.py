@@ -111,17 +111,14 @@ def build_app(model: str = "tiny.en", language: str | None = None, token: str | 
         """One replica: an engine on its device and the server's connection logic."""
 
         def __init__(self) -> None:
-            from captioner.engine.core import EngineConfig
             from captioner.engine.pipeline import Pipeline, telemetry_gpu_index
-            from captioner.engine.scheduler import SchedulerConfig
             from captioner.gpu.telemetry import TelemetrySampler
-            from captioner.serve.engine_link import EngineLink
+            from captioner.serve.engine_link import EngineLink, server_engine_config
             from captioner.serve.server import CaptionServer
 
             device = "cuda:0" if use_gpu else "cpu"  # Ray hides the other GPUs from this process
             # Inline, as `captioner serve` (SERVE_ISOLATION there says why).
-            # Updates every 1 s, as `captioner serve` (sized for many streams).
-            config = EngineConfig(scheduler=SchedulerConfig(base_interval_s=1.0))
+            config = server_engine_config()
             self.link = EngineLink([device], lambda d: Pipeline([], model=model, language=language, device=d,
                                                                 config=config, isolation="inline"),
                                    lambda d: TelemetrySampler(gpu_index=telemetry_gpu_index(d)),

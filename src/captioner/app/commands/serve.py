@@ -160,19 +160,14 @@ def run(args) -> int:
         # Only once the device is known to exist: a refused device leaves nothing behind.
         Path(args.transcripts).mkdir(parents=True, exist_ok=True)
 
-    from captioner.engine.core import EngineConfig
     from captioner.engine.pipeline import Pipeline, telemetry_gpu_index
-    from captioner.engine.scheduler import SchedulerConfig
     from captioner.gpu.telemetry import TelemetrySampler
-    from captioner.serve.engine_link import EngineLink
+    from captioner.serve.engine_link import EngineLink, server_engine_config
     from captioner.serve.hub import FrontendHub
     from captioner.serve.server import CaptionServer, ServerThread
 
     def make_pipeline(device):
-        # A server is sized for many streams: updates every 1 s (the capacity figures of
-        # docs/capacity.md), not the desktop's 0.5 s on a GPU, which would halve the streams held.
-        config = EngineConfig(scheduler=SchedulerConfig(base_interval_s=1.0))
-        return Pipeline([], model=args.model, language=args.language, device=device, config=config,
+        return Pipeline([], model=args.model, language=args.language, device=device, config=server_engine_config(),
                         isolation=args.isolation)
 
     link = EngineLink(devices, make_pipeline, lambda device: TelemetrySampler(gpu_index=telemetry_gpu_index(device)),
