@@ -463,9 +463,15 @@ def main() -> int:
     parser.add_argument("--profile", default=None, metavar="PREFIX",
                         help="profile each N with cProfile: PREFIX-nN.prof, and its top costs on stderr "
                              "(profiling slows the run: read its shares, not its times)")
+    parser.add_argument("--warm-up", default="on",
+                        help="on, off, or off,on (side by side, each on its own freshly loaded model): "
+                             "meet every batch shape before the sweep (WhisperRecognizer.warm_up), as a server does")
     parser.add_argument("--out", default=None, help="JSON results here")
     args = parser.parse_args()
     try:
+        warms = [w.strip() for w in args.warm_up.split(",") if w.strip()]
+        if not warms or any(w not in ("on", "off") for w in warms):
+            raise ValueError(f"--warm-up takes on and/or off, got {args.warm_up!r}")
         modes = [m.strip() for m in args.decode_on.split(",") if m.strip()]
         if not modes or any(m not in ("host", "device") for m in modes):
             raise ValueError(f"--decode-on takes host and/or device, got {args.decode_on!r}")
@@ -497,7 +503,7 @@ def main() -> int:
         models, modes = ["tiny.en"], ["none"]
     for model in models:
         clips = load_clips(model, args.device, args.max_clips, offline=not args.engine_only)
-        for mode in modes:
+        for mode, warm in [(m, w) for m in modes for w in warms]:
             if args.engine_only:
                 from captioner.gpu.backend import get_backend
 
@@ -509,6 +515,14 @@ def main() -> int:
             if args.light_model and not args.engine_only:
                 light = load_recognizer(args.light_model, args.device, mode)[1]
             report.update(provider=recognizer.provider, device_name=recognizer.device_name)
+            warm_up_s = None
+            if warm == "on" and not args.engine_only:
+                t0 = time.perf_counter()
+                for each in (recognizer, light):
+                    if each is not None and hasattr(each, "warm_up"):
+                        each.warm_up(args.max_batch)
+                warm_up_s = round(time.perf_counter() - t0, 2)
+                print(f"  warmed up to {args.max_batch} rows in {warm_up_s} s", file=sys.stderr)
             what = "engine only" if args.engine_only else \
                 f"{model}, decoding on the {mode}: {recognizer.provider} ({recognizer.device_name})"
             print(f"{what}, {len(clips)} recordings" + (f", light model {light.name}" if light else ""), file=sys.stderr)
@@ -523,7 +537,7 @@ def main() -> int:
                     break
                 result = profiled(f"{args.profile}-n{n}.prof" if args.profile else None,
                                   run_once, backend, recognizer, clips, n, args, light)
-                result.update(model=recognizer.name, decode_on=mode)
+                result.update(model=recognizer.name, decode_on=mode, warm_up=warm, warm_up_s=warm_up_s)
                 if args.engine_only:  # nothing was heard: accuracy and caption latency do not apply
                     for key in ("partial_p50_s", "partial_p99_s", "commit_p50_s", "commit_p99_s",
                                 "wer_committed_pct", "wer_offline_pct", "words_committed"):
@@ -550,7 +564,7 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in report["runs"]:
         mib = lambda b: "–" if b is None else f"{b / 2**20:.1f} MiB"  # noqa: E731
-        print(f"| {r['model']} | {r['decode_on']} | {r['streams']}{'' if r['finished'] else ' (cut)'} | "
+        print(f"| {r['model']} | {r['decode_on']}{' (cold)' if r.get('warm_up') == 'off' else ''} | {r['streams']}{'' if r['finished'] else ' (cut)'} | "
               f"{r['step_ms_p50']} / {r['step_ms_p99']} | {r['wall_ms_per_update']} / {r['host_cpu_ms_per_update']} / "
               f"{r['gpu_ms_per_update'] if r['gpu_ms_per_update'] is not None else '–'} | {r['engine_host_ms_per_stream_s']} | "
               f"{r['update_interval_p50_s']} / {r['update_interval_p99_s']} | {r['partial_p50_s']} / {r['partial_p99_s']} | "

@@ -48,3 +48,23 @@ def test_features_on_the_device_need_no_host_copy(decoders, speech_clips):
     host = gpu.decode(mel, GREEDY)
     device = gpu.decode(cupy.asarray(mel), GREEDY)
     assert [w.tokens for w in device] == [w.tokens for w in host]
+
+
+def test_warm_up_captures_every_bucket_and_changes_no_caption(decoders, speech_clips):
+    import cupy
+
+    from captioner.engine.recognizer import WindowRequest
+    from captioner.engine.whisper import WhisperRecognizer
+    from captioner.gpu.features_ref import log_mel_spectrogram
+    from captioner.models.runtime import bucket_size
+
+    _, gpu = decoders
+    recognizer = WhisperRecognizer(gpu.runtime, gpu.tokenizer, xp=cupy, decode_on="device",
+                                   synchronize=cupy.cuda.runtime.deviceSynchronize)
+    requests = [WindowRequest(f"s{i}", log_mel_spectrogram(load_audio_16k(speech_clips[c].wav))[:, :3000].astype(np.float32),
+                              0.0, "", None) for i, c in enumerate(CLIPS)]
+    cold = [h.text for h in recognizer.decode(requests)]
+    assert recognizer.warm_up(64) == 3 * len({bucket_size(n) for n in range(1, 65)})
+    graphs = gpu.runtime._n_graphs
+    assert [h.text for h in recognizer.decode(requests)] == cold
+    assert gpu.runtime._n_graphs == graphs

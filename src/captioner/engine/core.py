@@ -85,6 +85,11 @@ class EngineConfig:
     vad: VadConfig = field(default_factory=VadConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    warm_up: bool = False
+    """Meet every batch shape the scheduler can make when the engine starts (on CUDA, seconds for
+    256 rows) instead of during the first minutes of service, where each first run of a shape
+    stalls a whole batch of streams (:meth:`Engine.warm_up`). A server's engines set it; the
+    desktop, with a stream or two, starts captioning at once."""
     policy_factory: Callable[[str, PolicyConfig], LocalAgreementPolicy] | None = None
     """Makes a stream's streaming policy from its name and :attr:`policy` (``None``: the one
     ``policy.kind`` names, LocalAgreement-2 or AlignAtt); the one place to swap the commit
@@ -211,6 +216,19 @@ class Engine:
         capacity measurements: at thousands of streams this work bounds an engine too)."""
         self.step_s_total = 0.0
         self.last_batch_size = 0
+        if self.config.warm_up:
+            self.warm_up()
+
+    def warm_up(self) -> int:
+        """Run each recognizer (and the light one) once at every batch shape up to the
+        scheduler's ``max_batch`` (a recognizer without ``warm_up`` needs none). Returns the
+        model calls made."""
+        calls = 0
+        for recognizer in (self.recognizer, self.light_recognizer):
+            warm = getattr(recognizer, "warm_up", None) if recognizer is not None else None
+            if warm is not None:
+                calls += int(warm(self.config.scheduler.max_batch))
+        return calls
 
     def _build_features(self, n_mels: int) -> None:
         """A fresh, empty pool of feature rings and the VAD's speech band, for a model with

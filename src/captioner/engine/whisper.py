@@ -24,11 +24,13 @@ from dataclasses import replace
 import numpy as np
 
 from captioner.engine.policy import Hypothesis, words_from_segments
+from captioner.engine.recognizer import WindowRequest
 from captioner.engine.wordtiming import words_with_times
 from captioner.languages import language_code
 from captioner.models.alignment import AttentionRecorder
 from captioner.models.decoding import DecodingOptions, TimedSegment, decode
 from captioner.models.registry import N_AUDIO_FRAMES
+from captioner.models.runtime import bucket_size
 
 WINDOW_FRAMES = N_AUDIO_FRAMES  # what WhisperRuntime.encode requires
 LOG_FLOOR = -10.0  # log10(1e-10): what Whisper's zero padding turns into
@@ -141,6 +143,34 @@ class WhisperRecognizer:
             for b, hypothesis in zip(rows, self._decode_group([requests[b] for b in rows], width)):
                 out[b] = hypothesis
         return out
+
+    def warm_up(self, max_rows: int) -> int:
+        """Meet once, now, every shape that batches of up to ``max_rows`` windows will meet, so
+        that no stream waits for a first run later: on CUDA each batch bucket's decoder buffers
+        and captured step graph, and its prompt prefill at each padded width, cost 0.1-1 s the
+        first time (H200, tiny.en: a first step 0.2-1.0 s against 0.5-3.3 ms warm; a first start
+        0.2-0.7 s against 3-16 ms), which a server with hundreds of streams otherwise pays
+        in the middle of its first minutes, every stream of the batch waiting.
+
+        Largest buckets first (ONNX Runtime's memory arena then grows once). Per bucket, three
+        decodes of silent windows: no prompt (steps only), short prompts and full-length ones
+        (the two prefill widths), rows alternating so that some finish before others (the
+        compaction into smaller buckets). Returns the decodes made; 0 where nothing is captured
+        or cached per shape (the CPU decoder)."""
+        if not getattr(self.runtime, "ragged_prompts", False):
+            return 0
+        sizes = sorted({bucket_size(n) for n in range(1, max(1, int(max_rows)) + 1)}, reverse=True)
+        xp = self.xp
+        silence = xp.full((self.n_mels, WINDOW_FRAMES), LOG_FLOOR, dtype=xp.float32)
+        full = " ".join(["and"] * self.prompt_tokens)  # one token each: the longest prompt
+        prompt_sets = (("",), ("Thank you.", ""), (full, "Thank you."))
+        calls = 0
+        for rows in sizes:
+            for prompts in prompt_sets:
+                self.decode([WindowRequest(f"warm-up {b}", silence, 0.0, prompts[b % len(prompts)], None)
+                             for b in range(rows)])
+                calls += 1
+        return calls
 
     def _decode_group(self, requests, width: int) -> list[Hypothesis]:
         """Requests padded to ``width`` mel frames, decoded in one batch."""

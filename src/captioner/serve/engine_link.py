@@ -54,11 +54,13 @@ streams one GPU holds."""
 
 
 def server_engine_config():
-    """The engine configuration every server pipeline runs with (``captioner serve``, the Ray replica)."""
+    """The engine configuration every server pipeline runs with (``captioner serve``, the Ray
+    replica): updates every :data:`SERVER_INTERVAL_S`, and warmed up at start."""
     from captioner.engine.core import EngineConfig  # noqa: PLC0415 - the engine loads with the pipeline
     from captioner.engine.scheduler import SchedulerConfig  # noqa: PLC0415
 
-    return EngineConfig(scheduler=SchedulerConfig(base_interval_s=SERVER_INTERVAL_S))
+    # Warm: a server meets every batch shape before its first client, not under load.
+    return EngineConfig(scheduler=SchedulerConfig(base_interval_s=SERVER_INTERVAL_S), warm_up=True)
 
 
 def batch_s_for(queue_depth: int) -> float:
