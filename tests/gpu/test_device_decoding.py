@@ -97,10 +97,12 @@ def test_ragged_prompts_decode_in_one_pass_on_cuda(cuda, windows):
     ids, mel = windows
     words = tokenizer.encode(" Earlier that day, the committee had met in the old hall to discuss the budget for next year.")
     prompts = [words[:n] for n in (0, 3, 7, 12, 20, 0)]
+    # Compaction is device decoding's: asked for by name ("auto" decodes under 16 rows on the host).
+    options = replace(GREEDY, decode_on="device")
     starts, compactions = runtime._starts, runtime.compactions
-    together = decode(runtime, tokenizer, xp.asarray(mel[:6]), GREEDY, xp=xp, previous_tokens=prompts)
+    together = decode(runtime, tokenizer, xp.asarray(mel[:6]), options, xp=xp, previous_tokens=prompts)
     assert runtime._starts == starts + 1, "rows of different prompt lengths should share one pass"
     assert runtime.compactions > compactions, "finished rows should leave the batch (8 -> 4 -> ...)"
     for b, (clip, got) in enumerate(zip(ids, together)):
-        alone = decode(runtime, tokenizer, xp.asarray(mel[b:b + 1]), GREEDY, xp=xp, previous_tokens=[prompts[b]])[0]
+        alone = decode(runtime, tokenizer, xp.asarray(mel[b:b + 1]), options, xp=xp, previous_tokens=[prompts[b]])[0]
         assert got.tokens == alone.tokens, f"{clip}: {got.text!r} != {alone.text!r}"

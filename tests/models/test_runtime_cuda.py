@@ -61,8 +61,9 @@ def test_warm_up_captures_every_bucket_and_changes_no_caption(decoders, speech_c
     _, gpu = decoders
     recognizer = WhisperRecognizer(gpu.runtime, gpu.tokenizer, xp=cupy, decode_on="device",
                                    synchronize=cupy.cuda.runtime.deviceSynchronize)
-    requests = [WindowRequest(f"s{i}", log_mel_spectrogram(load_audio_16k(speech_clips[c].wav))[:, :3000].astype(np.float32),
-                              0.0, "", None) for i, c in enumerate(CLIPS)]
+    # On the device, as the engine's feature pool hands windows over.
+    requests = [WindowRequest(f"s{i}", cupy.asarray(log_mel_spectrogram(load_audio_16k(speech_clips[c].wav))[:, :3000],
+                                                    dtype=cupy.float32), 0.0, "", None) for i, c in enumerate(CLIPS)]
     cold = [h.text for h in recognizer.decode(requests)]
     assert recognizer.warm_up(64) == 3 * len({bucket_size(n) for n in range(1, 65)})
     graphs = gpu.runtime._n_graphs
