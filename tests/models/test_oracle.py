@@ -72,7 +72,9 @@ def _inputs(speech_clips, tmp_path, multilingual: bool):
 @pytest.mark.parametrize("model_name", ["tiny.en", "base"])
 def test_greedy_tokens_equal_ctranslate2(model_name, private_cache, speech_clips, tmp_path):
     rt = load_runtime(model_name, device="cpu")
-    reference = load_ct2_whisper(rt.files, compute_type="float32")
+    # One thread: CTranslate2's OpenMP threads spin at every barrier, and on two shared cores a
+    # second one made each decode several times slower (see test_transcribe.CT2_THREADS).
+    reference = load_ct2_whisper(rt.files, compute_type="float32", intra_threads=1)
     compared, total_tokens, mismatches = 0, 0, []
     for label, language, audio in _inputs(speech_clips, tmp_path, rt.is_multilingual):
         mel = whisper_features(audio, rt.n_mels)

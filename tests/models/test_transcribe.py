@@ -22,6 +22,11 @@ pytestmark = pytest.mark.slow
 
 GREEDY = DecodingOptions(temperatures=(0.0,))
 
+# CTranslate2's reference runs on one thread: its OpenMP threads spin at every barrier, and on
+# two cores shared with ONNX Runtime's pool (and other processes) a second thread made one
+# window's decode 6-10x slower (1.2 s alone, 7-14 s with two), not faster.
+CT2_THREADS = 1
+
 # Pooled normalised WER of tiny.en over the 15 English recordings, measured with
 # benchmarks/wer.py (ours and CTranslate2 alike, see docs/accuracy.md), plus a margin.
 TINY_EN_WER_BOUND = 0.09
@@ -41,14 +46,14 @@ def base(onnx_cache_dir):  # noqa: F811
 def tiny_ref(tiny):
     from captioner.models.registry import resolve_model
 
-    return Ct2Decoder(resolve_model("tiny.en"), tiny.tokenizer)
+    return Ct2Decoder(resolve_model("tiny.en"), tiny.tokenizer, intra_threads=CT2_THREADS)
 
 
 @pytest.fixture(scope="module")
 def base_ref(base):
     from captioner.models.registry import resolve_model
 
-    return Ct2Decoder(resolve_model("base"), base.tokenizer)
+    return Ct2Decoder(resolve_model("base"), base.tokenizer, intra_threads=CT2_THREADS)
 
 
 def _window(clip, n_mels=80, offset_s=0.0):
