@@ -67,3 +67,12 @@ def test_nothing_to_warm_on_the_concatenating_decoder(tiny_files, tmp_path_facto
     # The CPU decoder grows its cache by concatenation: no buffers or graphs per batch size.
     concat = fixed_cache_runtimes(tiny_files, tmp_path_factory, "matmul").concat
     assert WhisperRecognizer(concat, tok, xp=np).warm_up(64) == 0
+
+
+def test_encoder_rows_are_few_shapes_that_fit_the_bucket():
+    from captioner.models.runtime import encoder_rows
+
+    rows = [encoder_rows(n) for n in range(1, 257)]
+    assert all(n <= r <= bucket_size(n) for n, r in zip(range(1, 257), rows))
+    assert all(r - n < 8 for n, r in zip(range(1, 257), rows))  # at most 7 spare rows
+    assert len(set(rows)) == 35  # 1, 2, 4, then every multiple of 8 up to 256

@@ -30,7 +30,7 @@ from captioner.languages import language_code
 from captioner.models.alignment import AttentionRecorder
 from captioner.models.decoding import DecodingOptions, TimedSegment, decode
 from captioner.models.registry import N_AUDIO_FRAMES
-from captioner.models.runtime import bucket_size
+from captioner.models.runtime import bucket_size, encoder_rows
 
 WINDOW_FRAMES = N_AUDIO_FRAMES  # what WhisperRuntime.encode requires
 LOG_FLOOR = -10.0  # log10(1e-10): what Whisper's zero padding turns into
@@ -155,7 +155,8 @@ class WhisperRecognizer:
         Largest buckets first (ONNX Runtime's memory arena then grows once). Per bucket, three
         decodes of silent windows: no prompt (steps only), short prompts and full-length ones
         (the two prefill widths), rows alternating so that some finish before others (the
-        compaction into smaller buckets). Returns the decodes made; 0 where nothing is captured
+        compaction into smaller buckets); then the encoder alone at each of its other row counts
+        (``runtime.encoder_rows``). Returns the model calls made; 0 where nothing is captured
         or cached per shape (the CPU decoder)."""
         if not getattr(self.runtime, "ragged_prompts", False):
             return 0
@@ -169,6 +170,12 @@ class WhisperRecognizer:
             for prompts in prompt_sets:
                 self.decode([WindowRequest(f"warm-up {b}", silence, 0.0, prompts[b % len(prompts)], None)
                              for b in range(rows)])
+                calls += 1
+        others = sorted({encoder_rows(n) for n in range(1, max(1, int(max_rows)) + 1)} - set(sizes), reverse=True)
+        if others:
+            mel = xp.zeros((others[0], self.n_mels, WINDOW_FRAMES), dtype=xp.float32)  # silence, normalised
+            for rows in others:
+                self.runtime.encode(mel[:rows])
                 calls += 1
         return calls
 

@@ -482,19 +482,25 @@ def _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, lim
 def _record(chosen, chosen_logprobs, eot, last_step, sampled, sums, done, hit_limit, current=None) -> None:
     """Add one step's choices to the windows still decoding (in place); a window ends on
     ``<|endoftext|>`` or when it reaches its length limit (``last_step[j]``: this is its last).
-    Row j of the step is window ``current[j]`` (default: window j)."""
-    windows = np.arange(len(chosen)) if current is None else current
-    for j in np.flatnonzero(~done[windows]):
-        b = windows[j]
-        token = int(chosen[j])
-        sums[b] += float(chosen_logprobs[j])
-        if token == eot:
-            done[b] = True
-        else:
-            sampled[b].append(token)
-            if last_step[j]:
-                hit_limit[b] = True
-                done[b] = True
+    Row j of the step is window ``current[j]`` (default: window j).
+
+    Array operations across the rows, and plain ints for the appends: it runs once per decoder
+    step for every row (256 rows, ~40 steps per batch on a server), where a loop of NumPy
+    scalars cost about 1 µs a row."""
+    windows = np.arange(len(chosen)) if current is None else np.asarray(current)
+    live = np.flatnonzero(~done[windows])
+    if not live.size:
+        return
+    rows = windows[live]  # distinct windows
+    tokens = np.asarray(chosen)[live]
+    sums[rows] += np.asarray(chosen_logprobs, dtype=np.float64).reshape(-1)[live]
+    ended = tokens == eot
+    kept = ~ended
+    for b, token in zip(rows[kept].tolist(), tokens[kept].tolist()):
+        sampled[b].append(token)
+    at_limit = kept & np.broadcast_to(np.asarray(last_step, dtype=bool), (len(chosen),))[live]
+    hit_limit[rows[at_limit]] = True
+    done[rows[ended | at_limit]] = True
 
 
 def _finish(raw: RawDecode, tokenizer: WhisperTokenizer, options: DecodingOptions, window_s: float, temperature: float) -> DecodedWindow:

@@ -77,6 +77,23 @@ def _pad_columns(tokens: np.ndarray, limit: int) -> np.ndarray:
     return np.concatenate([tokens, np.repeat(tokens[:, -1:], width - tokens.shape[1], axis=1)], axis=1)
 
 
+ENCODER_ROW_STEP = 8
+"""Above 8 windows the encoder runs on a multiple of this many rows (the last window repeated):
+every new batch size was a new input shape, whose first run cost ONNX Runtime 90-240 ms against
+10-60 ms warm on the H200 (benchmarks/bench_first_runs.py), and a server meets nearly every size
+from 1 to 256. 35 shapes up to 256 rows can all be met at start (``WhisperRecognizer.warm_up``),
+for at most 7 spare rows a batch. Every bucket from 8 up is a multiple of 8, so the rows fit the
+bucket's encoder buffer."""
+
+
+def encoder_rows(batch: int) -> int:
+    """The rows the encoder runs on for ``batch`` windows (fixed-cache decoder): the bucket up to
+    8, then the next multiple of :data:`ENCODER_ROW_STEP`."""
+    if batch <= ENCODER_ROW_STEP:
+        return bucket_size(batch)
+    return -(-batch // ENCODER_ROW_STEP) * ENCODER_ROW_STEP
+
+
 def bucket_size(batch: int) -> int:
     """The batch size ``batch`` rows are decoded at by the fixed-cache decoder."""
     for size in BATCH_BUCKETS:
@@ -341,14 +358,19 @@ class WhisperRuntime:
             out = context.encoder.run({"mel": mel})
             return EncoderOutput(out["encoder_out"], shape[0], rows=shape[0], n_ctx=n_ctx)
         # Fixed cache: the states go into the first rows of a buffer of the batch's bucket size,
-        # which the cross K/V graph then reads whole; the encoder itself runs on real rows only.
+        # which the cross K/V graph then reads whole; the encoder itself runs on the real rows
+        # rounded up to a multiple of 8 (encoder_rows), so that it meets few shapes.
         rows = bucket_size(shape[0])
         buffer = self._encoder_buffers.get((rows, n_ctx))
         if buffer is None:
             d = self.dims
             buffer = self._encoder_buffers[(rows, n_ctx)] = _EncoderBuffer(context.encoder.zeros((rows, n_ctx, d.n_audio_state), self._float))
         buffer.generation += 1
-        context.encoder.run_into({"mel": mel}, "encoder_out", buffer.value, (shape[0], n_ctx, self.dims.n_audio_state))
+        run_rows = encoder_rows(shape[0])
+        if run_rows > shape[0]:
+            # Spare rows repeat the last window: an indexed copy, the same on NumPy and device arrays.
+            mel = mel[np.minimum(np.arange(run_rows), shape[0] - 1)]
+        context.encoder.run_into({"mel": mel}, "encoder_out", buffer.value, (run_rows, n_ctx, self.dims.n_audio_state))
         return EncoderOutput(buffer.value, shape[0], rows=rows, buffer=buffer, generation=buffer.generation, n_ctx=n_ctx)
 
     # --- decoder -----------------------------------------------------------------------------
