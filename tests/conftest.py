@@ -150,6 +150,36 @@ def tiny_en_cpu():
     return load_recognizer("tiny.en", "cpu")
 
 
+@pytest.fixture(scope="session")
+def alignatt_replay(speech_clips):
+    """``alignatt_replay(model, clip_id, run=0)``: the updates of recording ``clip_id`` replayed
+    through AlignAtt (``PolicyConfig(kind="alignatt")``, the default scheduler) with ``model``
+    (a (back-end, recognizer) pair such as ``tiny_en_cpu``) on a simulated clock charged 0.3 s a
+    model step. Made once a session per (model, clip, run): the AlignAtt and word-time tests read
+    the same replays instead of making their own, and ``run=1`` is a second replay made apart
+    from the first, for the checks that two replays of the same audio give the same lines."""
+    from captioner.audio.file_source import read_audio_16k
+    from captioner.engine.core import EngineConfig
+    from captioner.engine.live import LiveCaptioner
+    from captioner.engine.policy import PolicyConfig
+    from captioner.engine.simulate import replay
+
+    done = {}
+
+    def updates(model, clip_id: str, run: int = 0):
+        key = (id(model[1]), clip_id, run)
+        if key not in done:
+            backend, recognizer = model
+            config = EngineConfig(policy=PolicyConfig(kind="alignatt"))
+            result = replay(lambda clock, timer: LiveCaptioner(recognizer=recognizer, backend=backend, config=config,
+                                                               clock_ns=clock, timer_ns=timer),
+                            {"s": read_audio_16k(speech_clips[clip_id].wav)}, compute=0.3)
+            done[key] = (model, result.updates)  # the model kept too: its id is never reused meanwhile
+        return done[key][1]
+
+    return updates
+
+
 def cuda_available() -> bool:
     from captioner.gpu import (
         backend,  # imported lazily: the back-end decides what "usable" means

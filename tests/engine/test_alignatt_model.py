@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from captioner.engine.core import EngineConfig
-from captioner.engine.live import LiveCaptioner, load_recognizer
+from captioner.engine.live import LiveCaptioner
 from captioner.engine.policies import preset
 from captioner.engine.policy import PolicyConfig, normalize_word
 from captioner.engine.recognizer import WindowRequest
@@ -23,8 +23,8 @@ JFK = "en_jfk_inaugural_excerpt"
 
 
 @pytest.fixture(scope="module")
-def cpu_model():
-    return load_recognizer("tiny.en", "cpu")
+def cpu_model(tiny_en_cpu):
+    return tiny_en_cpu  # conftest: loaded once a session
 
 
 def _words(text: str) -> list[str]:
@@ -56,11 +56,11 @@ def _replay(cpu_model, audio, kind="alignatt"):
                   {"s": audio}, compute=0.3)
 
 
-def test_jfk_first_words_are_committed_right_and_the_lines_are_the_same_twice(cpu_model, speech_clips):
-    runs = []
-    for _ in range(2):
-        result = _replay(cpu_model, speech_clips[JFK].wav)
-        runs.append([(u.segment, u.text) for u in result.updates if u.kind == "final"])
+def test_jfk_first_words_are_committed_right_and_the_lines_are_the_same_twice(cpu_model, alignatt_replay):
+    # conftest's two replays of JFK (this module's _replay, made once a session: the word-time
+    # tests read the same ones)
+    runs = [[(u.segment, u.text) for u in alignatt_replay(cpu_model, JFK, run) if u.kind == "final"]
+            for run in (0, 1)]
     committed = _words(" ".join(text for _, text in runs[0]))
     assert committed[:4] == ["and", "so", "my", "fellow"], committed
     assert runs[0] == runs[1]  # a simulated clock with a fixed step cost: same commits, same lines

@@ -43,16 +43,14 @@ def _finals(cpu_model, audio, kind="alignatt"):
 
 
 @pytest.fixture(scope="module")
-def replayed(cpu_model, speech_clips):
-    """``replayed(clip)``: the AlignAtt finals of one replay of ``clip``, made once for the
-    module (per device): the word-time checks and the determinism check read the same replay,
-    which the latter compares with a replay of its own."""
-    made = {}
+def replayed(cpu_model, alignatt_replay):
+    """``replayed(clip, run=0)``: the AlignAtt finals of a replay of ``clip`` (``_finals``'s
+    replay), made once a session per device (conftest's ``alignatt_replay``, which the AlignAtt
+    tests read too): the word-time checks and the determinism check read the same replay, which
+    the latter compares with a second one (``run=1``)."""
 
-    def finals(clip: str):
-        if clip not in made:
-            made[clip] = _finals(cpu_model, read_audio_16k(speech_clips[clip].wav))
-        return made[clip]
+    def finals(clip: str, run: int = 0):
+        return [u for u in alignatt_replay(cpu_model, clip, run) if u.kind == "final"]
 
     return finals
 
@@ -83,10 +81,9 @@ def test_alignatt_word_times_are_inside_the_caption_and_rising(replayed, speech_
     assert " ".join(s.content for s in subs).split() == " ".join(u.text for u in finals).split()
 
 
-def test_two_simulated_replays_give_the_same_lines(cpu_model, replayed, speech_clips):
-    audio = read_audio_16k(speech_clips[CLIPS[0]].wav)
+def test_two_simulated_replays_give_the_same_lines(replayed):
     runs = []
-    for finals in (replayed(CLIPS[0]), _finals(cpu_model, audio)):  # the shared replay, and a new one
+    for finals in (replayed(CLIPS[0]), replayed(CLIPS[0], run=1)):  # the shared replay, and a second one
         lines = file_lines(captions_from_updates(finals), "srt")
         runs.append(render(lines, "srt"))
     assert runs[0] == runs[1]
