@@ -85,10 +85,12 @@ def _wer(references: list[str], hypotheses: list[str]) -> float:
 
 @pytest.mark.slow
 def test_live_streams_match_offline_accuracy(speech_clips, offline_tiny_en):
-    """Every English recording up to 35 s, four at a time as streams of one captioner: the
-    committed text's pooled WER is within 2 points of the offline transcription by the same
-    model."""
-    clips = sorted((c for c in speech_clips.values() if c.language == "en" and c.duration_s <= 35),
+    """Every English recording up to 9 s (11 of the full set, 55 s and 155 words), four at a
+    time as streams of one captioner: the committed text's pooled WER is within 2 points of the
+    offline transcription by the same model. (Up to 35 s took twice as long for the same check:
+    the live replay costs as much as the audio is long; the offline transcriptions are made once
+    a session for the golden transcripts anyway.)"""
+    clips = sorted((c for c in speech_clips.values() if c.language == "en" and c.duration_s <= 9),
                    key=lambda c: c.id)
     if len(clips) < 3:
         pytest.skip("needs at least three English recordings")
