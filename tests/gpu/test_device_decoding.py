@@ -83,7 +83,10 @@ def test_device_decoding_gives_the_host_tokens_on_real_speech(cuda, windows, bat
             # same tokens. The two paths round the fp16 graph's logits differently (a half-precision
             # step is 2^-6 at |logit| 16..32), so each token's log-probability may differ by ~1e-3.
             assert d.sum_logprob == pytest.approx(h.sum_logprob, abs=1e-3 * max(1, len(h.tokens))), clip
-            assert d.no_speech_prob == pytest.approx(h.no_speech_prob, abs=1e-5), clip
+            # The same for <|nospeech|>: seen on the H200 (2026-12-01, all 16 windows in one batch,
+            # the encoder on 16 rows): 0.022100 against 0.022233, a log-probability 0.006 apart,
+            # same tokens. It only meets the 0.6 silence threshold, so 1 % of it is far inside.
+            assert d.no_speech_prob == pytest.approx(h.no_speech_prob, rel=1e-2, abs=1e-5), clip
             compared += len(h.tokens)
     assert compared > 200
 
