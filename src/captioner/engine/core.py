@@ -49,6 +49,7 @@ from captioner.engine.scheduler import (
     for_device,
 )
 from captioner.engine.vad import (
+    FULL_SCALE_SINE_DB,
     VadConfig,
     band_energy_db,
     spectral_change_db,
@@ -228,7 +229,25 @@ class Engine:
             warm = getattr(recognizer, "warm_up", None) if recognizer is not None else None
             if warm is not None:
                 calls += int(warm(self.config.scheduler.max_batch))
+        self._warm_features()
         return calls
+
+    def _warm_features(self) -> None:
+        """Push a second of quiet noise through the feature rings and the VAD of a slot no stream
+        owns, so that what a first push compiles or captures happens now: on a fresh GPU machine
+        the log-mel kernel's first bank (NVRTC, 2.4 s on the H200) and the array code around
+        the VAD were 8 % of the engine thread's first minute at 1,536 streams (py-spy,
+        2026-12-01), each stalling every stream. Admission, status and the streams never see it."""
+        slot, row = self.features.acquire(), self.vad.acquire()
+        s = _Stream("warm-up", slot, row, self._make_policy("warm-up"))
+        noise = (1e-3 * np.random.default_rng(0).standard_normal(FRAMES_PER_S * FRAME_SAMPLES)).astype(np.float32)
+        try:
+            for start, n in ((0, 10), (10, 20), (30, 70)):  # 100, 200 and 700 ms pushes
+                self.features.push_batch([slot], noise[None, start * FRAME_SAMPLES:(start + n) * FRAME_SAMPLES])
+                self._run_vad([s])
+        finally:
+            self.features.release(slot)
+            self.vad.release(row)
 
     def _build_features(self, n_mels: int) -> None:
         """A fresh, empty pool of feature rings and the VAD's speech band, for a model with
@@ -415,11 +434,13 @@ class Engine:
         return samples
 
     def _run_vad(self, streams: list[_Stream]) -> None:
-        """The VAD over the new feature frames of ``streams``: streams with as many new frames
-        go together (one read of the rings, one copy of energies to the host, one step of the
-        VAD bank), which is what keeps thousands of streams affordable. The bookkeeping around
-        it is in arrays across the streams too; Python touches a stream only to store its
-        results."""
+        """The VAD over the new feature frames of ``streams``. On CUDA one kernel launch reads
+        every stream's new frames from the rings and returns their band energy and spectral
+        change (:meth:`~captioner.gpu.features.FeaturePool.speech_measures`); elsewhere streams
+        with as many new frames go together (one read of the rings, the NumPy measures, one copy
+        to the host). Streams with as many new frames then step the VAD bank together. That is
+        what keeps thousands of streams affordable; the bookkeeping around it is in arrays across
+        the streams too, and Python touches a stream only to store its results."""
         if not streams:
             return
         ready = self.features.frames_ready_many([s.slot for s in streams])
@@ -431,40 +452,66 @@ class Engine:
             lost = int(first[k] - seen[k])
             self.vad.push([s.vad_row], np.full((1, lost), -120.0), np.zeros((1, lost)))
         counts = ready - first
-        xp = self.backend.xp
-        lead_in_s = self.config.lead_in_s
         # The spectral change of a frame compares it with the frame `lag` before: those frames
         # are read again (all of them but at a stream's start, where the first frame stands in).
+        lag = self.config.vad.change_lag_frames
+        back = np.minimum(lag, first - np.maximum(ready - self.features.ring_frames, 0))
+        judged = np.nonzero(counts > 0)[0]
+        if not judged.size:
+            return
+        for members, energy, change in self._speech_measures(streams, judged, first, counts, back):
+            self._store_vad(streams, members, energy, change, ready)
+
+    def _speech_measures(self, streams: list[_Stream], judged: np.ndarray, first: np.ndarray,
+                         counts: np.ndarray, back: np.ndarray):
+        """``(members, energy [M, n], change [M, n])`` for groups of the ``judged`` streams with
+        as many new frames ``n`` (indices into ``streams``), as host float arrays."""
         vad = self.config.vad
         lag = vad.change_lag_frames
-        back = np.minimum(lag, first - np.maximum(ready - self.features.ring_frames, 0))
-        for count, have in sorted({(int(c), int(b)) for c, b in zip(counts.tolist(), back.tolist()) if c > 0}):
-            members = np.nonzero((counts == count) & (back == have))[0]
-            group = [streams[k] for k in members.tolist()]
-            log_mel = self.features.log_mel_frames([s.slot for s in group], first[members] - have, count + have)
+        if self.features.measures_on_device:
+            energy, change = self.features.speech_measures(
+                [streams[k].slot for k in judged.tolist()], first[judged], counts[judged], back[judged],
+                self._band, lag, vad.change_range_db, FULL_SCALE_SINE_DB)
+            starts = np.cumsum(counts[judged]) - counts[judged]
+            for count in np.unique(counts[judged]).tolist():
+                picked = np.nonzero(counts[judged] == count)[0]
+                index = starts[picked][:, None] + np.arange(count)  # [M, n] into the flat outputs
+                yield judged[picked], energy[index], change[index]
+            return
+        xp = self.backend.xp
+        for count, have in sorted({(int(c), int(b)) for c, b in zip(counts[judged].tolist(), back[judged].tolist())}):
+            members = judged[(counts[judged] == count) & (back[judged] == have)]
+            log_mel = self.features.log_mel_frames([streams[k].slot for k in members.tolist()],
+                                                   first[members] - have, count + have)
             if have < lag:
                 log_mel = xp.concatenate([xp.repeat(log_mel[..., :1], lag - have, axis=-1), log_mel], axis=-1)
-            judged = xp.stack([band_energy_db(xp, log_mel[..., lag:], self._band),
-                               spectral_change_db(xp, log_mel, self._band, lag, vad.change_range_db)])
-            energy, change = self.backend.asnumpy(judged)  # one copy to the host
-            rows = np.fromiter((s.vad_row for s in group), dtype=np.int64, count=len(group))
-            voiced_before = self.vad.voiced_frames[rows]
-            any_speech = self.vad.push(rows, energy, change).any(axis=1).tolist()
-            voiced_new = (self.vad.voiced_frames[rows] - voiced_before).tolist()
-            ready_group = ready[members].tolist()
-            for s, speech, voiced, end in zip(group, any_speech, voiced_new, ready_group):
-                s.vad_frames = end
-                if speech:
-                    s.speech_since_update = True
-                    # Only frames that sounded like speech: the hangover would make every click 0.3 s long.
-                    s.segment_speech_frames += voiced
-                elif not s.speech_since_update and not s.policy.has_pending_text:
-                    # Nothing open: let the window start follow the silence, keeping a short lead-in;
-                    # the first update of the next segment comes an interval after its onset.
-                    end_s = (end + s.frame_offset) / FRAMES_PER_S
-                    s.policy.advance_idle(max(0.0, end_s - lead_in_s))
-                    s.segment_speech_frames = 0
-                    s.last_update_s = end_s
+            measured = xp.stack([band_energy_db(xp, log_mel[..., lag:], self._band),
+                                 spectral_change_db(xp, log_mel, self._band, lag, vad.change_range_db)])
+            energy, change = self.backend.asnumpy(measured)  # one copy to the host
+            yield members, energy, change
+
+    def _store_vad(self, streams: list[_Stream], members: np.ndarray, energy: np.ndarray, change: np.ndarray,
+                   ready: np.ndarray) -> None:
+        """Step the VAD bank over one group's measures and keep each stream's results."""
+        lead_in_s = self.config.lead_in_s
+        group = [streams[k] for k in members.tolist()]
+        rows = np.fromiter((s.vad_row for s in group), dtype=np.int64, count=len(group))
+        voiced_before = self.vad.voiced_frames[rows]
+        any_speech = self.vad.push(rows, energy, change).any(axis=1).tolist()
+        voiced_new = (self.vad.voiced_frames[rows] - voiced_before).tolist()
+        for s, speech, voiced, end in zip(group, any_speech, voiced_new, ready[members].tolist()):
+            s.vad_frames = end
+            if speech:
+                s.speech_since_update = True
+                # Only frames that sounded like speech: the hangover would make every click 0.3 s long.
+                s.segment_speech_frames += voiced
+            elif not s.speech_since_update and not s.policy.has_pending_text:
+                # Nothing open: let the window start follow the silence, keeping a short lead-in;
+                # the first update of the next segment comes an interval after its onset.
+                end_s = (end + s.frame_offset) / FRAMES_PER_S
+                s.policy.advance_idle(max(0.0, end_s - lead_in_s))
+                s.segment_speech_frames = 0
+                s.last_update_s = end_s
 
     # -- model steps -----------------------------------------------------------------------------
     def _audio_end_s(self, s: _Stream) -> float:

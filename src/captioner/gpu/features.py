@@ -38,7 +38,7 @@ from __future__ import annotations
 import numpy as np
 
 from captioner.gpu import features_ref as ref
-from captioner.gpu import logmel_kernel, logmel_launch
+from captioner.gpu import logmel_kernel, logmel_launch, speech_kernel
 from captioner.gpu.backend import Backend
 
 HOP = ref.HOP
@@ -656,6 +656,51 @@ class FeaturePool:
             for row, window in zip(rows.tolist(), windows):
                 out[row] = window
         return out
+
+    @property
+    def measures_on_device(self) -> bool:
+        """Whether :meth:`speech_measures` can run (every bank on the CUDA kernels' path)."""
+        return bool(self.banks) and all(bank._cuda is not None for bank in self.banks)
+
+    def speech_measures(self, slots, first_frames, counts, backs, band: tuple[int, int], lag: int,
+                        range_db: float, full_scale_db: float) -> tuple[np.ndarray, np.ndarray]:
+        """The VAD's band energy and spectral change of ``counts[i]`` frames of slot ``slots[i]``
+        from frame ``first_frames[i]`` on, each compared with the frame ``lag`` earlier (of which
+        ``backs[i]`` <= ``lag`` may be read; earlier ones stand in as the first readable),
+        computed from the rings by one kernel launch (:mod:`captioner.gpu.speech_kernel`) for
+        all rows of all banks. Returns two float32 host arrays of ``sum(counts)`` values, row
+        ``i``'s frames at ``[sum(counts[:i]), sum(counts[:i + 1]))``. CUDA only
+        (:attr:`measures_on_device`); the NumPy path gathers with :meth:`log_mel_frames`."""
+        if not self.measures_on_device:
+            raise RuntimeError("speech_measures needs every bank on the CUDA kernels' path")
+        slots = np.asarray(slots, dtype=np.int64).reshape(-1)
+        firsts = np.asarray(first_frames, dtype=np.int64).reshape(-1)
+        counts = np.asarray(counts, dtype=np.int64).reshape(-1)
+        backs = np.asarray(backs, dtype=np.int64).reshape(-1)
+        if not slots.shape == firsts.shape == counts.shape == backs.shape:
+            raise ValueError("slots, first_frames, counts and backs must match")
+        if slots.size and (slots.min() < 0 or slots.max() >= self.capacity):
+            raise ValueError(f"stream slots must be in 0..{self.capacity - 1}")
+        if counts.size and (counts.min() < 1 or backs.min() < 0 or backs.max() > lag):
+            raise ValueError("every row needs at least one frame, and 0..lag frames back")
+        banks = slots // self.block_streams
+        local = slots % self.block_streams
+        for b in np.unique(banks).tolist():
+            rows = banks == b
+            self.banks[b]._check_reads(local[rows], firsts[rows] - backs[rows], counts[rows] + backs[rows])
+        cp = self.backend.xp
+        slot_bytes = self.ring_frames * self.n_mels * 4
+        bases = np.array([bank._mel_ring.data.ptr for bank in self.banks], dtype=np.int64)
+        table, total = speech_kernel.row_table(bases[banks] + local * slot_bytes, firsts % self.ring_frames, counts, backs)
+        with self.backend.activate():
+            for b in np.unique(banks).tolist():
+                self.banks[b]._cuda.order_after_pushes()  # each bank pushes on a stream of its own
+            table_dev = cp.asarray(table)
+            out = cp.empty(2 * max(total, 1), dtype=cp.float32)
+            speech_kernel.launch(speech_kernel.compiled(cp), table_dev, slots.size, total, self.ring_frames, self.n_mels,
+                                 band, lag, range_db, full_scale_db, out[:total], out[total:2 * total])
+            host = out[:2 * total].get()  # one copy back
+        return host[:total], host[total:]
 
     def push_batch(self, slots, samples) -> None:
         """``samples[i]`` to slot ``slots[i]`` (as :meth:`StreamingFeatures.push_batch`): one
