@@ -234,10 +234,10 @@ class Engine:
 
     def _warm_features(self) -> None:
         """Push a second of quiet noise through the feature rings and the VAD of a slot no stream
-        owns, so that what a first push compiles or captures happens now: on a fresh GPU machine
-        the log-mel kernel's first bank (NVRTC, 2.4 s on the H200) and the array code around
-        the VAD were 8 % of the engine thread's first minute at 1,536 streams (py-spy,
-        2026-12-01), each stalling every stream. Admission, status and the streams never see it."""
+        owns, so that what a first push compiles or captures happens now, not while streams
+        wait: on a fresh GPU machine the log-mel kernel's first bank took 2.4 s of NVRTC on the
+        H200 (py-spy, 2026-12-01), and the VAD's kernels compile at their first launch too.
+        Admission, status and the streams never see it."""
         slot, row = self.features.acquire(), self.vad.acquire()
         s = _Stream("warm-up", slot, row, self._make_policy("warm-up"))
         noise = (1e-3 * np.random.default_rng(0).standard_normal(FRAMES_PER_S * FRAME_SAMPLES)).astype(np.float32)
