@@ -268,6 +268,7 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
     from captioner.engine.admission import AdmissionConfig
     from captioner.engine.core import EngineConfig
     from captioner.engine.live import LiveCaptioner
+    from captioner.engine.policy import PolicyConfig
     from captioner.engine.scheduler import SchedulerConfig
     from captioner.engine.simulate import ChargedRecognizer, SimClock
     from captioner.errors import StreamRefused
@@ -276,6 +277,7 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
     config = EngineConfig(
         scheduler=SchedulerConfig(base_interval_s=args.interval_s, max_batch=args.max_batch),
         admission=AdmissionConfig(time_budget="on" if args.admission else "off"),
+        policy=PolicyConfig(forced_prefix=getattr(args, "forced_prefix_on", True)),
     )
     gc.collect()
     if backend.is_cuda:
@@ -466,12 +468,18 @@ def main() -> int:
     parser.add_argument("--warm-up", default="on",
                         help="on, off, or off,on (side by side, each on its own freshly loaded model): "
                              "meet every batch shape before the sweep (WhisperRecognizer.warm_up), as a server does")
+    parser.add_argument("--forced-prefix", default="on",
+                        help="on, off, or off,on (side by side on the same model): LocalAgreement feeds the "
+                             "committed words of a stream's buffer to the decoder as a forced prefix (PolicyConfig)")
     parser.add_argument("--out", default=None, help="JSON results here")
     args = parser.parse_args()
     try:
         warms = [w.strip() for w in args.warm_up.split(",") if w.strip()]
         if not warms or any(w not in ("on", "off") for w in warms):
             raise ValueError(f"--warm-up takes on and/or off, got {args.warm_up!r}")
+        prefixes = [w.strip() for w in args.forced_prefix.split(",") if w.strip()]
+        if not prefixes or any(w not in ("on", "off") for w in prefixes):
+            raise ValueError(f"--forced-prefix takes on and/or off, got {args.forced_prefix!r}")
         modes = [m.strip() for m in args.decode_on.split(",") if m.strip()]
         if not modes or any(m not in ("host", "device") for m in modes):
             raise ValueError(f"--decode-on takes host and/or device, got {args.decode_on!r}")
@@ -527,44 +535,48 @@ def main() -> int:
                 f"{model}, decoding on the {mode}: {recognizer.provider} ({recognizer.device_name})"
             print(f"{what}, {len(clips)} recordings" + (f", light model {light.name}" if light else ""), file=sys.stderr)
             run_once(backend, recognizer, clips, 1, argparse.Namespace(**{**vars(args), "audio_s": 5.0}), light)  # warm-up
-            todo = list(ns) if ns else []
-            n = todo.pop(0) if ns else args.min_n
-            last_wall_s = 0.0
-            while n is not None and n <= (ns[-1] if ns else args.max_n):
-                left_s = args.time_limit_s - (time.perf_counter() - sweep0)
-                if left_s < 2.2 * last_wall_s:
-                    print(f"  stop before N={n}: {left_s:.0f} s of the time limit left", file=sys.stderr)
-                    break
-                result = profiled(f"{args.profile}-n{n}.prof" if args.profile else None,
-                                  run_once, backend, recognizer, clips, n, args, light)
-                result.update(model=recognizer.name, decode_on=mode, warm_up=warm, warm_up_s=warm_up_s)
-                if args.engine_only:  # nothing was heard: accuracy and caption latency do not apply
-                    for key in ("partial_p50_s", "partial_p99_s", "commit_p50_s", "commit_p99_s",
-                                "wer_committed_pct", "wer_offline_pct", "words_committed"):
-                        result[key] = None
-                report["runs"].append(result)
-                last_wall_s = result["run_wall_s"]
-                print(f"  N={n}: " + json.dumps({k: v for k, v in result.items() if k not in ("refusal",)}),
-                      file=sys.stderr)
-                if args.out:  # keep what was measured if a later N runs out of time or memory
-                    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-                    Path(args.out).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
-                if not result["finished"] or result["refused"]:
-                    print(f"  stop after N={n}: " + ("streams refused" if result["refused"] else "the run was cut"),
+            for prefix in prefixes:  # the same loaded (and warmed) model for each
+                args.forced_prefix_on = prefix == "on"
+                todo = list(ns) if ns else []
+                n = todo.pop(0) if ns else args.min_n
+                last_wall_s = 0.0
+                while n is not None and n <= (ns[-1] if ns else args.max_n):
+                    left_s = args.time_limit_s - (time.perf_counter() - sweep0)
+                    if left_s < 2.2 * last_wall_s:
+                        print(f"  stop before N={n}: {left_s:.0f} s of the time limit left", file=sys.stderr)
+                        break
+                    result = profiled(f"{args.profile}-n{n}.prof" if args.profile else None,
+                                      run_once, backend, recognizer, clips, n, args, light)
+                    result.update(model=recognizer.name, decode_on=mode, warm_up=warm, warm_up_s=warm_up_s,
+                                  forced_prefix=prefix)
+                    if args.engine_only:  # nothing was heard: accuracy and caption latency do not apply
+                        for key in ("partial_p50_s", "partial_p99_s", "commit_p50_s", "commit_p99_s",
+                                    "wer_committed_pct", "wer_offline_pct", "words_committed"):
+                            result[key] = None
+                    report["runs"].append(result)
+                    last_wall_s = result["run_wall_s"]
+                    print(f"  N={n}: " + json.dumps({k: v for k, v in result.items() if k not in ("refusal",)}),
                           file=sys.stderr)
-                    break
-                p99 = result["update_interval_p99_s"]
-                if p99 is not None and p99 > 4 * args.interval_s and not args.keep_going:
-                    print(f"  stop after N={n}: update interval p99 {p99} s, the engine is saturated", file=sys.stderr)
-                    break
-                n = (todo.pop(0) if todo else None) if ns else n * 2
+                    if args.out:  # keep what was measured if a later N runs out of time or memory
+                        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+                        Path(args.out).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
+                    if not result["finished"] or result["refused"]:
+                        print(f"  stop after N={n}: " + ("streams refused" if result["refused"] else "the run was cut"),
+                              file=sys.stderr)
+                        break
+                    p99 = result["update_interval_p99_s"]
+                    if p99 is not None and p99 > 4 * args.interval_s and not args.keep_going:
+                        print(f"  stop after N={n}: update interval p99 {p99} s, the engine is saturated", file=sys.stderr)
+                        break
+                    n = (todo.pop(0) if todo else None) if ns else n * 2
     print("\n| model | decoding | N | step p50 / p99 ms | wall / host / GPU ms per update | engine host ms per stream-s "
           "| interval p50 / p99 s | partial p50 / p99 s | committed p50 / p99 s | WER committed / offline | "
           "VRAM per stream (pool / device) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in report["runs"]:
         mib = lambda b: "–" if b is None else f"{b / 2**20:.1f} MiB"  # noqa: E731
-        print(f"| {r['model']} | {r['decode_on']}{' (cold)' if r.get('warm_up') == 'off' else ''} | {r['streams']}{'' if r['finished'] else ' (cut)'} | "
+        print(f"| {r['model']} | {r['decode_on']}{' (cold)' if r.get('warm_up') == 'off' else ''}"
+              f"{' (no prefix)' if r.get('forced_prefix') == 'off' else ''} | {r['streams']}{'' if r['finished'] else ' (cut)'} | "
               f"{r['step_ms_p50']} / {r['step_ms_p99']} | {r['wall_ms_per_update']} / {r['host_cpu_ms_per_update']} / "
               f"{r['gpu_ms_per_update'] if r['gpu_ms_per_update'] is not None else '–'} | {r['engine_host_ms_per_stream_s']} | "
               f"{r['update_interval_p50_s']} / {r['update_interval_p99_s']} | {r['partial_p50_s']} / {r['partial_p99_s']} | "

@@ -180,8 +180,9 @@ class _ScriptedPasses:
     def __init__(self, tok, script):
         self.tok, self.script, self.calls = tok, script, []
 
-    def __call__(self, rows, heads, langs, temperature, rng):
+    def __call__(self, rows, heads, langs, temperature, rng, prefixes):
         self.calls.append((list(rows), temperature, [list(h) for h in heads]))
+        self.prefixes = [list(p) for p in prefixes]
         return [self.script(row, temperature, k) for k, row in enumerate(rows)]
 
 

@@ -53,7 +53,9 @@ def test_every_bucket_is_met_once_and_captions_do_not_change(tiny_files, tmp_pat
     calls = warm.warm_up(6)
     buckets = {bucket_size(n) for n in range(1, 7)}
     assert buckets == {1, 2, 4, 8}
-    assert calls == 3 * len(buckets)  # no prompt, short prompts, full-length prompts
+    # No prompt, short prompts, full-length prompts, and full-length ones with forced prefixes
+    # of half and all of the longest one.
+    assert calls == 5 * len(buckets)
     assert {key[0] for key in runtime._slots} == buckets
     graphs = runtime._n_graphs
 

@@ -70,6 +70,11 @@ class AlignAttPolicy(LocalAgreementPolicy):
     wants_alignment = True
     """Tells the engine to ask the recognizer for attention with this stream's windows."""
 
+    def forced_prefix(self, window_start_s: float) -> tuple[int, ...]:
+        """None: the rule reads the cross-attention of every word's tokens, and a prefix's tokens
+        are prefilled, not stepped (no attention is recorded for them)."""
+        return ()
+
     def __init__(self, stream: str, config: PolicyConfig | None = None, start_s: float = 0.0) -> None:
         super().__init__(stream, config, start_s)
         self._line_words = 0  # words committed since the segment or sentence began

@@ -143,6 +143,9 @@ class _Stream:
     update and kept until it closes, so one sentence is never heard by two models."""
     last_update_ns: int | None = None
     """Clock time of the stream's last update within the open segment (update intervals)."""
+    decoded_by: str | None = None
+    """The recognizer (name) of the stream's last hypothesis: a forced prefix is its tokens, so
+    it goes only to that recognizer (tiny.en and base number their tokens differently)."""
 
     @property
     def level_dbfs(self) -> float:
@@ -604,11 +607,15 @@ class Engine:
         groups: dict[str, list[int]] = {}
         requests = []
         for i, (s, (first, _), log_mel) in enumerate(zip(streams, spans, log_mels)):
-            groups.setdefault(self._choose_model(s), []).append(i)
+            model = self._choose_model(s)
+            groups.setdefault(model, []).append(i)
+            start_s = (first + s.frame_offset) / FRAMES_PER_S
+            name = (self.light_recognizer if model == "light" else self.recognizer).name
             requests.append(WindowRequest(
-                s.name, log_mel, (first + s.frame_offset) / FRAMES_PER_S, s.policy.prompt_text(),
+                s.name, log_mel, start_s, s.policy.prompt_text(),
                 s.language or self.language or s.segment_language,
                 alignment=getattr(s.policy, "wants_alignment", False),
+                prefix=s.policy.forced_prefix(start_s) if s.decoded_by == name else (),
             ))
         hypotheses: list = [None] * len(streams)
         for model, rows in groups.items():
@@ -616,6 +623,7 @@ class Engine:
             m0 = self.timer_ns()
             for i, hyp in zip(rows, recognizer.decode([requests[i] for i in rows])):
                 hypotheses[i] = hyp
+                streams[i].decoded_by = recognizer.name
             self._costs[model].record(len(rows), (self.timer_ns() - m0) / 1e9)
             if model == "light":
                 self.light_steps += 1

@@ -65,6 +65,12 @@ class Hypothesis:
     rejected: bool = False
     reason: str = ""
     language: str = ""
+    tokens: tuple[int, ...] = ()
+    """The window's decoded tokens (timestamps relative to ``start_s``), where the recognizer has
+    them: what a forced prefix is cut from (:meth:`LocalAgreementPolicy.forced_prefix`)."""
+    token_ends: tuple[int, ...] = ()
+    """Per word of ``words`` (where ``tokens`` are given): how many of ``tokens`` run up to the
+    end of that word, or -1 where the word ends inside a token."""
 
     @property
     def text(self) -> str:
@@ -88,6 +94,10 @@ def join_words(words) -> str:
     return "".join(w.text for w in words).strip()
 
 
+WORD_PIECES = re.compile(r"\s*[^\s-]+-*|\s*-+")
+"""How a segment's text splits into words (hyphenated compounds into their parts)."""
+
+
 def words_from_segments(segments, window_start_s: float = 0.0) -> tuple[list[Word], list[float]]:
     """Split decoder segments ``(start_s, end_s, text)`` (times relative to the window) into
     words with times on the stream's clock.
@@ -104,7 +114,7 @@ def words_from_segments(segments, window_start_s: float = 0.0) -> tuple[list[Wor
         end_s = max(start_s, window_start_s + float(end_s))
         # Hyphenated compounds count as several words: Whisper writes "fat-mutton" one time
         # and "fat mutton" the next.
-        pieces = re.findall(r"\s*[^\s-]+-*|\s*-+", text)
+        pieces = WORD_PIECES.findall(text)
         if not pieces:
             ends.append(end_s)
             continue
@@ -174,6 +184,15 @@ class PolicyConfig:
     hold_s: float = 1.5
     """AlignAtt: a pause shorter than this after the last word does not close a segment whose
     first words still lack ``first_context_s`` (the next words give them context)."""
+    forced_prefix: bool = True
+    """LocalAgreement: the committed words still in the buffer are fed to the next window's
+    decoder as a forced prefix (their tokens, as decoded), so an update decodes only what follows
+    them instead of the whole buffer again (:meth:`LocalAgreementPolicy.forced_prefix`). AlignAtt
+    reads the attention of every token and decodes the whole buffer."""
+    prefix_tokens: int = 64
+    """The longest forced prefix: the committed words up to this many tokens (a buffer is
+    trimmed at 12 s, 30-45 tokens of speech; the bound keeps the decoder's prompt prefill within
+    the widths a server warms up, see ``WhisperRecognizer.warm_up``)."""
 
 
 @dataclass(slots=True)
@@ -185,6 +204,8 @@ class _State:
     segment: int = 0
     history: deque = field(default_factory=lambda: deque(maxlen=200))  # committed words before the buffer
     language: str = ""
+    prefix: tuple[int, ...] = ()  # tokens of committed words at the buffer's start (see forced_prefix)
+    prefix_start_s: float = float("nan")  # the window start those tokens' timestamps count from
 
 
 class LocalAgreementPolicy:
@@ -220,11 +241,40 @@ class LocalAgreementPolicy:
         words = list(self._s.history)[-self.config.prompt_words:]
         return join_words(words)
 
+    def forced_prefix(self, window_start_s: float) -> tuple[int, ...]:
+        """Tokens the next window's text is forced to begin with: those of the committed words at
+        the start of the buffer, as the last hypothesis decoded them (timestamps included), for a
+        window starting where that hypothesis' did (else none: its timestamps would be off).
+
+        The committed words are never shown again nor changed, so decoding them afresh at every
+        update was work for nothing: the buffer grows to 12 s and more, of which the words not yet
+        committed are the last second or two. Empty after anything that moves the buffer's start
+        (a trim, a close) or where the hypothesis and the committed words did not line up."""
+        s = self._s
+        if not self.config.forced_prefix or not s.prefix or abs(window_start_s - s.prefix_start_s) > 1e-6:
+            return ()
+        return s.prefix
+
+    def _keep_prefix(self, hypothesis: Hypothesis, n_committed: int) -> None:
+        """After an update whose first ``n_committed`` words are committed words of the buffer
+        (and nothing before them): their tokens become the next window's prefix, cut at the last
+        of them that ends on a token boundary."""
+        s = self._s
+        s.prefix = ()
+        if not self.config.forced_prefix or not hypothesis.tokens or len(hypothesis.token_ends) != len(hypothesis.words):
+            return
+        for end in reversed(hypothesis.token_ends[:n_committed]):
+            if 0 < end <= self.config.prefix_tokens:
+                s.prefix = tuple(hypothesis.tokens[:end])
+                s.prefix_start_s = hypothesis.start_s
+                return
+
     def advance_idle(self, to_s: float) -> None:
         """Move the buffer start over audio that holds no speech (nothing open), so a later
         window starts near the speech. Ignored while a segment is open."""
         if not self.has_pending_text and to_s > self._s.buffer_start_s:
             self._s.buffer_start_s = to_s
+            self._s.prefix = ()
 
     # -- updates ----------------------------------------------------------------------------------
     def update(
@@ -301,6 +351,10 @@ class LocalAgreementPolicy:
         self._commit(emit, new_commit)
         s.previous_tail = rest
         emit.partial(rest)
+        if offset == 0:  # the hypothesis begins with the committed words, and only they precede the new ones
+            self._keep_prefix(hypothesis, start_index + agreed)
+        else:
+            s.prefix = ()
 
         buffer_s = hypothesis.end_s - s.buffer_start_s
         if buffer_s >= self.config.max_buffer_s and not self._trim(words, start_index + agreed, offset, hypothesis):
@@ -340,6 +394,7 @@ class LocalAgreementPolicy:
         s.history.extend(out)
         s.buffer_start_s = max(s.buffer_start_s, out[-1].end_s)
         s.committed = s.committed[len(out):]
+        s.prefix = ()
 
     def flush(self, emitted_audio_s: float, emitted_wall_s: float) -> list[CaptionUpdate]:
         """Commit whatever partial text is left (the stream ended without a final update)."""
@@ -508,6 +563,7 @@ class LocalAgreementPolicy:
         s.history.extend(s.committed[:n_out])
         del s.committed[:n_out]
         s.buffer_start_s = cut_s
+        s.prefix = ()  # its timestamps counted from the old start
         return True
 
     def _close(self, at_s: float, keep_segment: bool = False) -> None:
@@ -517,6 +573,7 @@ class LocalAgreementPolicy:
         s.previous_tail = []
         s.partial_text = ""
         s.buffer_start_s = max(s.buffer_start_s, at_s)
+        s.prefix = ()
         if not keep_segment:
             s.segment += 1
 

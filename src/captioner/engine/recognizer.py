@@ -28,6 +28,10 @@ class WindowRequest:
     alignment: bool = False
     """The stream's policy reads attention (AlignAtt): give its words ``attend_s`` and times
     from the alignment heads when the model has them."""
+    prefix: tuple[int, ...] = ()
+    """Tokens the window's text is forced to begin with: the stream's committed words at the
+    buffer's start, from this recognizer's last hypothesis of the same window start
+    (``Hypothesis.tokens``); a recognizer without token access ignores them."""
 
 
 class Recognizer(Protocol):

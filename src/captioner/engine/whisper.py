@@ -23,7 +23,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from captioner.engine.policy import Hypothesis, words_from_segments
+from captioner.engine.policy import WORD_PIECES as _WORD_PIECES
+from captioner.engine.policy import Hypothesis, PolicyConfig, words_from_segments
 from captioner.engine.recognizer import WindowRequest
 from captioner.engine.wordtiming import words_with_times
 from captioner.languages import language_code
@@ -144,7 +145,7 @@ class WhisperRecognizer:
                 out[b] = hypothesis
         return out
 
-    def warm_up(self, max_rows: int) -> int:
+    def warm_up(self, max_rows: int, prefix_tokens: int | None = None) -> int:
         """Meet once, now, every shape that batches of up to ``max_rows`` windows will meet, so
         that no stream waits for a first run later: on CUDA each batch bucket's decoder buffers
         and captured step graph, and its prompt prefill at each padded width, cost 0.1-1 s the
@@ -152,9 +153,10 @@ class WhisperRecognizer:
         0.2-0.7 s against 3-16 ms), which a server with hundreds of streams otherwise pays
         in the middle of its first minutes, every stream of the batch waiting.
 
-        Largest buckets first (ONNX Runtime's memory arena then grows once). Per bucket, three
-        decodes of silent windows: no prompt (steps only), short prompts and full-length ones
-        (the two prefill widths), rows alternating so that some finish before others (the
+        Largest buckets first (ONNX Runtime's memory arena then grows once). Per bucket, five
+        decodes of silent windows: no prompt (steps only), short prompts, full-length ones, and
+        full-length ones with forced prefixes of half and all of ``prefix_tokens`` (the prefill
+        widths: 32, 64, 96, 128 columns), rows alternating so that some finish before others (the
         compaction into smaller buckets); then the encoder alone at each of its other row counts
         (``runtime.encoder_rows``). Returns the model calls made; 0 where nothing is captured
         or cached per shape (the CPU decoder)."""
@@ -164,12 +166,17 @@ class WhisperRecognizer:
         xp = self.xp
         silence = xp.full((self.n_mels, WINDOW_FRAMES), LOG_FLOOR, dtype=xp.float32)
         full = " ".join(["and"] * self.prompt_tokens)  # one token each: the longest prompt
-        prompt_sets = (("",), ("Thank you.", ""), (full, "Thank you."))
+        word = self.tokenizer.encode(" and")
+        ts = self.tokenizer.timestamp_begin
+        prefix_tokens = PolicyConfig().prefix_tokens if prefix_tokens is None else int(prefix_tokens)
+        half, whole = (tuple([ts] + word * (n - 1)) for n in (prefix_tokens // 2, prefix_tokens))
+        prompt_sets = ((("", ()),), (("Thank you.", ()), ("", ())), ((full, ()), ("Thank you.", ())),
+                       ((full, half), ("", ())), ((full, whole), ("Thank you.", half)))
         calls = 0
         for rows in sizes:
             for prompts in prompt_sets:
-                self.decode([WindowRequest(f"warm-up {b}", silence, 0.0, prompts[b % len(prompts)], None)
-                             for b in range(rows)])
+                self.decode([WindowRequest(f"warm-up {b}", silence, 0.0, prompts[b % len(prompts)][0], None,
+                                           prefix=prompts[b % len(prompts)][1]) for b in range(rows)])
                 calls += 1
         others = sorted({encoder_rows(n) for n in range(1, max(1, int(max_rows)) + 1)} - set(sizes), reverse=True)
         if others:
@@ -195,7 +202,7 @@ class WhisperRecognizer:
         windows = decode(
             recorder or self.runtime, self.tokenizer, mel, self.options, xp=self.xp,
             previous_tokens=self._prompts([r.prompt for r in requests]),
-            languages=languages, window_s=spans_s,
+            languages=languages, window_s=spans_s, prefixes=[r.prefix for r in requests],
         )
         hypotheses = []
         for b, (r, span_s, w) in enumerate(zip(requests, spans_s, windows)):
@@ -212,8 +219,46 @@ class WhisperRecognizer:
             # Only segments closed by a timestamp pair are safe places to cut the buffer.
             consumed = span_s if w.consumed_s is None else w.consumed_s
             safe_ends = tuple(e if e - r.start_s <= consumed + 1e-6 else float("inf") for e in ends)
-            hypotheses.append(Hypothesis(tuple(words), r.start_s, end_s, safe_ends, language=w.language))
+            # Where a later window may be forced to begin with these words (LocalAgreement).
+            token_ends = () if timed is not None else self._token_ends(w.tokens, pieces, words)
+            hypotheses.append(Hypothesis(tuple(words), r.start_s, end_s, safe_ends, language=w.language,
+                                         tokens=tuple(w.tokens) if token_ends else (), token_ends=token_ends))
         return hypotheses
+
+    def _token_ends(self, tokens, pieces: list[TimedSegment], words) -> tuple[int, ...]:
+        """Per word (of :func:`words_from_segments` over ``pieces``): how many of the window's
+        ``tokens`` run to the word's end, or -1 where it ends inside a token; ``()`` when the
+        segments' tokens cannot be found in order in ``tokens``. Byte offsets, as the tokenizer
+        decodes (byte-level BPE: a token is its bytes)."""
+        lengths = self.tokenizer.token_byte_lengths
+        tokens = [int(t) for t in tokens]
+        word_ends: list[list[int]] = []  # per segment, the window token count at each word end
+        at = 0
+        for piece in pieces:
+            ids = [int(t) for t in piece.tokens]
+            found = next((i for i in range(at, len(tokens) - len(ids) + 1) if tokens[i:i + len(ids)] == ids), None)
+            if found is None:
+                return ()
+            at = found + len(ids)
+            # Window token count after each of the segment's tokens, by the byte offset it ends at.
+            after = dict(zip(np.cumsum([lengths[t] for t in ids]).tolist(), range(found + 1, at + 1)))
+            if sum(lengths[t] for t in ids) != len(piece.text.encode("utf-8")):
+                word_ends.append([])  # bytes that do not decode as they are (a split character)
+                continue
+            text = piece.text
+            if text.isascii():  # a character is a byte
+                ends = [after.get(m.end(), -1) for m in _WORD_PIECES.finditer(text)]
+            else:
+                ends = [after.get(len(text[:m.end()].encode("utf-8")), -1) for m in _WORD_PIECES.finditer(text)]
+            word_ends.append(ends)
+        out: list[int] = []
+        seen: dict[int, int] = {}
+        for w in words:
+            k = seen.get(w.segment, 0)
+            seen[w.segment] = k + 1
+            ends = word_ends[w.segment] if w.segment < len(word_ends) else []
+            out.append(ends[k] if k < len(ends) else -1)
+        return tuple(out)
 
     def _segments(self, w, span_s: float) -> list[TimedSegment]:
         """The window's segments, with the text after its last complete timestamp pair.

@@ -103,13 +103,17 @@ class Ct2Decoder:
         previous_tokens: Sequence[Sequence[int]] | None = None,
         languages: Sequence[str | None] | None = None,
         window_s: Sequence[float] | float = WINDOW_S,
+        prefixes: Sequence[Sequence[int]] | None = None,
     ) -> list[DecodedWindow]:
+        """As :meth:`RuntimeDecoder.decode`; a forced prefix goes after the start tokens, where
+        CTranslate2 takes it as the start of the text (its tokens come back, and its timestamp
+        rules see them)."""
         tok = self.tokenizer
         mel = np.asarray(mel, dtype=np.float32)
         batch = int(mel.shape[0])
         detected: dict[int, dict[str, float]] = {}
 
-        def decode_pass(rows, heads, langs, temperature, rng):
+        def decode_pass(rows, heads, langs, temperature, rng, forced):
             # Samples of one window arrive as consecutive equal rows: generate each once.
             unique_rows = list(dict.fromkeys(rows))
             repeats = len(rows) // len(unique_rows)
@@ -126,7 +130,7 @@ class Ct2Decoder:
                 prompt = heads[i * repeats] + tok.sot_sequence(lang if self.is_multilingual else None, options.task)
                 if options.without_timestamps:
                     prompt.append(tok.special.no_timestamps)
-                prompts.append(prompt)
+                prompts.append(prompt + list(forced[i * repeats]))
             if temperature > 0:
                 _ctranslate2().set_random_seed(int(rng.integers(2**31)))
             results = self.generate(mel[unique_rows], prompts, options, temperature, repeats)
@@ -139,10 +143,11 @@ class Ct2Decoder:
                     total = float(score) * n if n else 0.0
                     limit = N_TEXT_CTX // 2 if options.sample_len is None else options.sample_len
                     probs = detected.get(b) if langs[i * repeats] is None and self.is_multilingual else None
-                    raws.append(RawDecode(list(seq), total, float(result.no_speech_prob), chosen[i], probs, n >= limit))
+                    raws.append(RawDecode(list(seq), total, float(result.no_speech_prob), chosen[i], probs, n >= limit,
+                                          forced=len(forced[i * repeats])))
             return raws
 
         return decode_with_fallback(
             decode_pass, tok, batch, options,
-            previous_tokens=previous_tokens, languages=languages, window_s=window_s,
+            previous_tokens=previous_tokens, languages=languages, window_s=window_s, prefixes=prefixes,
         )

@@ -346,7 +346,9 @@ def _choose(logits: np.ndarray, temperature: float, rng: np.random.Generator) ->
 
 @dataclass
 class RawDecode:
-    """What one decoding pass gives for one window, before it is read and judged."""
+    """What one decoding pass gives for one window, before it is read and judged. ``tokens``
+    begin with the row's forced prefix (``forced`` tokens), whose log-probabilities are not in
+    ``sum_logprob``."""
 
     tokens: list[int]
     sum_logprob: float
@@ -354,6 +356,7 @@ class RawDecode:
     language: str
     language_probs: dict[str, float] | None
     hit_length_limit: bool
+    forced: int = 0
 
 
 def _decode_once(
@@ -366,9 +369,19 @@ def _decode_once(
     temperature: float,
     rng: np.random.Generator,
     xp=None,
+    prefixes: Sequence[Sequence[int]] | None = None,
 ) -> list[RawDecode]:
     """One pass over a batch whose prompts have equal lengths (the caller groups them), or any
     lengths where the runtime takes ragged prompts (``runtime.ragged_prompts``).
+
+    ``prefixes[b]``: tokens that row b's text must begin with (timestamps included), decoded as if
+    the row had sampled them: the rules see them, their log-probabilities are not counted, and
+    the row's tokens come back beginning with them. A stream's committed words are fed this way
+    so that an update decodes only what follows them. Where the runtime takes ragged prompts
+    they go into the prompt's one prefill (the no-speech probability is read at the row's
+    ``<|startoftranscript|>``, ``probe``), unless a row's language is still to be detected: then
+    none are used (the language token comes before them). Elsewhere every row's prefix is cut to
+    the shortest one and fed as one run after the forced tokens.
 
     Greedy passes with ``options.decode_on == "device"`` rule and choose on ``xp`` (the array
     module the runtime's logits are asked to stay on; NumPy when ``None``); the rest on the host."""
@@ -377,49 +390,80 @@ def _decode_once(
     ragged = bool(getattr(runtime, "ragged_prompts", False))
     assert ragged or len({len(p) for p in previous}) == 1, "rows of one pass need prompts of one length"
     head = [list(p) + [special.sot] for p in previous]  # up to <|startoftranscript|>
+    known = not tokenizer.is_multilingual or all(lang is not None for lang in languages)
+    prefixes = _usable_prefixes(prefixes, batch, ragged, known)
     wants_device = options.decode_on == "device" or (options.decode_on == "auto" and batch >= DEVICE_DECODING_MIN_BATCH)
     on_device = wants_device and temperature <= 0
     xp = (xp if xp is not None else np) if on_device else None
+    extra = [special.no_timestamps] if options.without_timestamps else []
     enc = runtime.encode(mel)
-    logits, state = runtime.start(enc, head if ragged else np.array(head, dtype=np.int64), **_where(xp))
+    langs: list[str] = [lang or "en" for lang in languages]
+    forced = [tokenizer.sot_sequence(langs[b], options.task)[1:] + extra for b in range(batch)] if known else None
+    one_prefill = ragged and forced is not None and any(prefixes)
+    if one_prefill:
+        # Prompt, <|startoftranscript|>, the forced tokens and the prefix in one prefill.
+        full = [head[b] + forced[b] + list(prefixes[b]) for b in range(batch)]
+        logits, state = runtime.start(enc, full, probe=[len(h) - 1 for h in head], **_where(xp))
+        sot_logits = state.probe_logits
+    else:
+        logits, state = runtime.start(enc, head if ragged else np.array(head, dtype=np.int64), **_where(xp))
+        sot_logits = logits
     if on_device:
         # <|nospeech|> probability at <|startoftranscript|>, from the raw logits (as Whisper),
         # with the same float32 operations as softmax() below, on the logits' device.
-        no_speech = to_host(xp.exp(token_logprobs(xp, logits, xp.full((batch,), special.no_speech, dtype=xp.int64))))
+        no_speech = to_host(xp.exp(token_logprobs(xp, sot_logits, xp.full((batch,), special.no_speech, dtype=xp.int64))))
     else:
-        logits = np.array(logits, dtype=np.float32)
-        no_speech = softmax(logits)[:, special.no_speech]
+        sot_logits = np.array(sot_logits, dtype=np.float32)
+        no_speech = softmax(sot_logits)[:, special.no_speech]
+        logits = sot_logits if not one_prefill else np.array(logits, dtype=np.float32)
 
     language_probs: list[dict[str, float] | None] = [None] * batch
-    langs: list[str] = [lang or "en" for lang in languages]
-    if tokenizer.is_multilingual:
-        if any(lang is None for lang in languages):
-            codes, ids = _language_ids(tokenizer)
-            # Only the language tokens' logits ([B, ~100]) are needed on the host.
-            detected = _language_probs(to_host(logits[:, xp.asarray(ids)]) if on_device else logits[:, ids], codes)
-            for b, lang in enumerate(languages):
-                if lang is None:
-                    language_probs[b] = detected[b]
-                    langs[b] = next(iter(detected[b]))
-    forced = [tokenizer.sot_sequence(langs[b], options.task)[1:] for b in range(batch)]
-    if options.without_timestamps:
-        forced = [f + [special.no_timestamps] for f in forced]
+    if forced is None:
+        codes, ids = _language_ids(tokenizer)
+        # Only the language tokens' logits ([B, ~100]) are needed on the host.
+        detected = _language_probs(to_host(sot_logits[:, xp.asarray(ids)]) if on_device else sot_logits[:, ids], codes)
+        for b, lang in enumerate(languages):
+            if lang is None:
+                language_probs[b] = detected[b]
+                langs[b] = next(iter(detected[b]))
+        forced = [tokenizer.sot_sequence(langs[b], options.task)[1:] + extra for b in range(batch)]
+    if not one_prefill:
+        for column in range(len(forced[0])):
+            logits = runtime.step(state, np.array([f[column] for f in forced], dtype=np.int64), **_where(xp))
+            if not on_device:
+                logits = np.array(logits, dtype=np.float32)
+        if any(prefixes):  # one length here (see _usable_prefixes): one run
+            logits = runtime.extend(state, np.array(prefixes, dtype=np.int64), **_where(xp))
+            if not on_device:
+                logits = np.array(logits, dtype=np.float32)
     # Rows with longer prompts may reach the end of the text context sooner.
     n_text_ctx = getattr(runtime, "n_text_ctx", N_TEXT_CTX)
-    limits = np.array([_max_new_tokens(options, n_text_ctx, len(head[b]) + len(forced[b])) for b in range(batch)])
-    for column in range(len(forced[0])):
-        logits = runtime.step(state, np.array([f[column] for f in forced], dtype=np.int64), **_where(xp))
-        if not on_device:
-            logits = np.array(logits, dtype=np.float32)
+    limits = np.array([_max_new_tokens(options, n_text_ctx, len(head[b]) + len(forced[b]) + len(prefixes[b]))
+                       for b in range(batch)])
 
     if on_device:
-        sampled, sums, hit_limit = _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, limits)
+        sampled, sums, hit_limit = _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, limits, prefixes)
     else:
-        sampled, sums, hit_limit = _sample_on_host(runtime, tokenizer, options, state, logits, batch, limits, temperature, rng)
+        sampled, sums, hit_limit = _sample_on_host(runtime, tokenizer, options, state, logits, batch, limits, temperature,
+                                                   rng, prefixes)
     return [
-        RawDecode(sampled[b], float(sums[b]), float(no_speech[b]), langs[b], language_probs[b], bool(hit_limit[b]))
+        RawDecode(sampled[b], float(sums[b]), float(no_speech[b]), langs[b], language_probs[b], bool(hit_limit[b]),
+                  forced=len(prefixes[b]))
         for b in range(batch)
     ]
+
+
+def _usable_prefixes(prefixes, batch: int, ragged: bool, known: bool) -> list[list[int]]:
+    """The prefixes one pass can force (see :func:`_decode_once`): every row's own in one
+    prefill (ragged prompts, languages known), none while a language is detected in a ragged
+    pass, else all cut to the shortest."""
+    rows = [list(p) for p in prefixes] if prefixes is not None else [[] for _ in range(batch)]
+    if len(rows) != batch:
+        raise ValueError("prefixes needs one entry per window")
+    if ragged:
+        return rows if known else [[] for _ in range(batch)]
+    common = min(len(r) for r in rows) if rows else 0
+    return [r[:common] for r in rows]
 
 
 def _where(xp) -> dict:
@@ -427,12 +471,12 @@ def _where(xp) -> dict:
     return {} if xp is None else {"xp": xp}
 
 
-def _sample_on_host(runtime, tokenizer, options, state, logits, batch, limits, temperature, rng):
+def _sample_on_host(runtime, tokenizer, options, state, logits, batch, limits, temperature, rng, prefixes):
     """The specification: ``LogitRules`` row by row on host logits, then argmax or sampling.
-    ``limits[b]``: most tokens row b may sample."""
+    ``limits[b]``: most tokens row b may sample after its prefix ``prefixes[b]``."""
     eot = tokenizer.special.eot
     rules = LogitRules(tokenizer, options, logits.shape[1])
-    sampled: list[list[int]] = [[] for _ in range(batch)]
+    sampled: list[list[int]] = [list(p) for p in prefixes]
     sums = np.zeros(batch, dtype=np.float64)
     done = np.zeros(batch, dtype=bool)
     hit_limit = np.zeros(batch, dtype=bool)
@@ -448,13 +492,14 @@ def _sample_on_host(runtime, tokenizer, options, state, logits, batch, limits, t
     return sampled, sums, hit_limit
 
 
-def _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, limits):
+def _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, limits, prefixes):
     """Greedy search with the rules applied where the logits lie: per step only the chosen
-    tokens and their log-probabilities ([B] each, in one copy) come to the host."""
+    tokens and their log-probabilities ([B] each, in one copy) come to the host. Each row's
+    rules start from its prefix."""
     eot = tokenizer.special.eot
     rules = DeviceRules(xp, tokenizer, options, int(logits.shape[1]))
-    rows = rules.new_state(batch)
-    sampled: list[list[int]] = [[] for _ in range(batch)]
+    rows = rules.new_state(batch, prefixes)
+    sampled: list[list[int]] = [list(p) for p in prefixes]
     sums = np.zeros(batch, dtype=np.float64)
     done = np.zeros(batch, dtype=bool)
     hit_limit = np.zeros(batch, dtype=bool)
@@ -513,7 +558,7 @@ def _finish(raw: RawDecode, tokenizer: WhisperTokenizer, options: DecodingOption
         text=text,
         segments=tuple(segments),
         consumed_s=consumed_s,
-        avg_logprob=raw.sum_logprob / (len(raw.tokens) + 1),
+        avg_logprob=raw.sum_logprob / (len(raw.tokens) - raw.forced + 1),  # the sampled ones and the end
         sum_logprob=raw.sum_logprob,
         no_speech_prob=raw.no_speech_prob,
         compression_ratio=compression_ratio(text),
@@ -565,8 +610,10 @@ def _previous_head(tokenizer: WhisperTokenizer, previous: Sequence[int], limit: 
     return [tokenizer.special.sot_prev, *text[-limit:]]
 
 
-PassFn = Callable[[list[int], list[list[int]], list["str | None"], float, np.random.Generator], list[RawDecode]]
-"""One decoding pass: (window indices, prompt heads, languages, temperature, rng) -> results."""
+PassFn = Callable[[list[int], list[list[int]], list["str | None"], float, np.random.Generator, list[list[int]]],
+                  list[RawDecode]]
+"""One decoding pass: (window indices, prompt heads, languages, temperature, rng, forced prefixes)
+-> results."""
 
 
 def decode_with_fallback(
@@ -579,13 +626,21 @@ def decode_with_fallback(
     languages: Sequence[str | None] | None = None,
     window_s: Sequence[float] | float = WINDOW_S,
     ragged: bool = False,
+    prefixes: Sequence[Sequence[int]] | None = None,
 ) -> list[DecodedWindow]:
     """The temperature-fallback loop and guards around any decoding pass (ours, or the
     CTranslate2 oracle's), so both are judged by the same rules. ``ragged``: the pass takes rows
-    with prompts of different lengths (one pass, one encoder run, for all of them)."""
+    with prompts of different lengths (one pass, one encoder run, for all of them).
+    ``prefixes[b]``: the tokens window b's text is forced to begin with (see
+    :func:`_decode_once`), at every temperature."""
     previous = [list(p) for p in (previous_tokens if previous_tokens is not None else [[]] * batch)]
     if len(previous) != batch:
         raise ValueError("previous_tokens needs one entry per window")
+    forced = [[int(t) for t in p] for p in (prefixes if prefixes is not None else [[]] * batch)]
+    if len(forced) != batch:
+        raise ValueError("prefixes needs one entry per window")
+    if any(t >= tokenizer.eot and not tokenizer.is_timestamp(t) for p in forced for t in p):
+        raise ValueError("a forced prefix holds text and timestamp tokens only")
     langs = list(languages) if languages is not None else [options.language] * batch
     langs = [None if lang in (None, "", "auto") else lang for lang in langs]
     if not tokenizer.is_multilingual:
@@ -615,7 +670,8 @@ def decode_with_fallback(
         attempt_results: dict[int, DecodedWindow] = {}
         for rows in groups.values():
             expanded = [b for b in rows for _ in range(repeats)]
-            raws = decode_pass(expanded, [heads[b] for b in expanded], [langs[b] for b in expanded], temperature, rng)
+            raws = decode_pass(expanded, [heads[b] for b in expanded], [langs[b] for b in expanded], temperature, rng,
+                               [forced[b] for b in expanded])
             for i, b in enumerate(rows):
                 candidates = raws[i * repeats:(i + 1) * repeats]
                 # Whisper ranks samples by mean log probability (no length penalty).
@@ -663,25 +719,29 @@ class RuntimeDecoder:
         previous_tokens: Sequence[Sequence[int]] | None = None,
         languages: Sequence[str | None] | None = None,
         window_s: Sequence[float] | float = WINDOW_S,
+        prefixes: Sequence[Sequence[int]] | None = None,
     ) -> list[DecodedWindow]:
         """Decode a batch of windows ``mel`` ``[B, n_mels, 3000]`` (NumPy or CuPy).
 
         ``previous_tokens[b]`` is row b's prompt text (last committed tokens, fed after
         ``<|startofprev|>``); ``languages[b]`` overrides ``options.language`` per row;
-        ``window_s[b]`` is how much of the 30 s holds audio (for the end of an open segment).
+        ``window_s[b]`` is how much of the 30 s holds audio (for the end of an open segment);
+        ``prefixes[b]``, tokens row b's text is forced to begin with (a stream's committed words:
+        see :func:`_decode_once`).
         Windows that fail the checks are decoded again at the next temperature; windows that
         still fail, or hold no speech, come back with empty ``text`` and ``dropped`` set.
         """
         batch = int(mel.shape[0])
 
-        def decode_pass(rows, heads, langs, temperature, rng):
+        def decode_pass(rows, heads, langs, temperature, rng, prefixes):
             sub_mel = mel if rows == list(range(batch)) else mel[rows]
-            return _decode_once(self.runtime, self.tokenizer, sub_mel, options, heads, langs, temperature, rng, self.xp)
+            return _decode_once(self.runtime, self.tokenizer, sub_mel, options, heads, langs, temperature, rng, self.xp,
+                                prefixes)
 
         return decode_with_fallback(
             decode_pass, self.tokenizer, batch, options,
             previous_tokens=previous_tokens, languages=languages, window_s=window_s,
-            ragged=bool(getattr(self.runtime, "ragged_prompts", False)),
+            ragged=bool(getattr(self.runtime, "ragged_prompts", False)), prefixes=prefixes,
         )
 
     def detect_language(self, mel) -> list[dict[str, float]]:

@@ -144,13 +144,32 @@ class DeviceRules:
         """Whether the rules run as the kernel (else as array code)."""
         return self.kernels is not None
 
-    def new_state(self, batch: int) -> RowState:
+    def new_state(self, batch: int, prefixes=None) -> RowState:
+        """Every row still decoding, having sampled nothing, or (``prefixes``: one token list per
+        row) its prefix: the rules then go on as after those tokens."""
         xp = self.xp
-        none = xp.full((batch,), -1, dtype=xp.int64)
-        return RowState(
-            n=xp.zeros((batch,), dtype=xp.int64), last=none, before_last=none.copy(),
-            last_timestamp=none.copy(), active=xp.ones((batch,), dtype=bool),
-        )
+        if prefixes is None or not any(len(p) for p in prefixes):
+            none = xp.full((batch,), -1, dtype=xp.int64)
+            return RowState(
+                n=xp.zeros((batch,), dtype=xp.int64), last=none, before_last=none.copy(),
+                last_timestamp=none.copy(), active=xp.ones((batch,), dtype=bool),
+            )
+        if len(prefixes) != batch:
+            raise ValueError("new_state needs one prefix per row")
+        rows = np.full((4, batch), -1, dtype=np.int64)
+        for b, prefix in enumerate(prefixes):
+            prefix = [int(t) for t in prefix]
+            rows[0, b] = len(prefix)
+            if prefix:
+                rows[1, b] = prefix[-1]
+            if len(prefix) > 1:
+                rows[2, b] = prefix[-2]
+            stamps = [t for t in prefix if t >= self.ts_begin]
+            if stamps:
+                rows[3, b] = stamps[-1]
+        n, last, before_last, last_timestamp = (xp.asarray(np.ascontiguousarray(r)) for r in rows)
+        return RowState(n=n, last=last, before_last=before_last, last_timestamp=last_timestamp,
+                        active=xp.ones((batch,), dtype=bool))
 
     def apply(self, logits, state: RowState) -> None:
         """Mask ``logits`` [B, V] (float32, on ``xp``'s device) in place, as

@@ -395,7 +395,10 @@ def build_decoder_prefill(weights: Ct2Model, dims: WhisperDims, float_dtype, fus
     key/value in its column, exactly: one product by 1 plus zeros), causal mask, and the logits of
     each row's position ``last[b]`` ([B] int64): prompts of different lengths are right-padded to
     T, the padding's keys and values land in columns the row's next steps mask out and then
-    overwrite. Its shapes depend on T, so it is run normally, not captured."""
+    overwrite. ``probe`` ([B] int64) names a second position per row whose logits come out too
+    (``probe_logits``): the ``<|startoftranscript|>`` of a row whose prompt goes on with forced
+    tokens (its no-speech probability and language are read there). Its shapes depend on T, so it
+    is run normally, not captured."""
     return _fixed_cache_decoder(weights, dims, float_dtype, fused_attention, prefill=True, alignment_heads=alignment_heads,
                                 audio_frames=audio_frames)
 
@@ -411,7 +414,8 @@ def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fuse
     inputs = [helper.make_tensor_value_info("tokens", TensorProto.INT64, ["batch", "new" if prefill else 1])]
     if prefill:  # every row from `offset`; row b's prompt ends at column last[b] (shorter ones padded)
         inputs += [helper.make_tensor_value_info("offset", TensorProto.INT64, [1]),
-                   helper.make_tensor_value_info("last", TensorProto.INT64, ["batch"])]
+                   helper.make_tensor_value_info("last", TensorProto.INT64, ["batch"]),
+                   helper.make_tensor_value_info("probe", TensorProto.INT64, ["batch"])]
     else:  # each row at its own position
         inputs.append(helper.make_tensor_value_info("offset", TensorProto.INT64, ["batch"]))
     k_cache_dims = ["batch", h, cap, dh] if fused else ["batch", h, dh, cap]
@@ -540,13 +544,25 @@ def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fuse
         outputs.append(g.alignment_output(align_attn, sum(map(len, align.values())), s, last_only=prefill,
                                           last_index="last" if prefill else None))
     x = g.layer_norm(x, "decoder/layer_norm")
-    if prefill:  # logits of each row's last prompt position only
-        index = g.op("Expand", [g.op("Reshape", ["last", g.ints([-1, 1, 1], "b11")]), g.ints([1, 1, dt], "11d")])  # [B, 1, d]
-        x = g.op("Reshape", [g.op("GatherElements", [g.op("Reshape", [x, shape_btd]), index], axis=1), shape_n_d])
-    logits = g.op("Gemm", [x, g.weight("decoder/projection/weight")], transB=1, hint="logits")
-    if g.dtype != np.float32:
-        logits = g.op("Cast", [logits], to=TensorProto.FLOAT)
-    g.nodes.append(helper.make_node("Identity", [logits], ["logits"]))
+
+    def project(hidden: str, out: str) -> None:
+        logits = g.op("Gemm", [hidden, g.weight("decoder/projection/weight")], transB=1, hint="logits")
+        if g.dtype != np.float32:
+            logits = g.op("Cast", [logits], to=TensorProto.FLOAT)
+        g.nodes.append(helper.make_node("Identity", [logits], [out]))
+
+    if prefill:  # logits of each row's last prompt position, and of its `probe` position
+        rows_btd = g.op("Reshape", [x, shape_btd])
+
+        def at(index_name: str) -> str:
+            index = g.op("Expand", [g.op("Reshape", [index_name, g.ints([-1, 1, 1], "b11")]), g.ints([1, 1, dt], "11d")])  # [B, 1, d]
+            return g.op("Reshape", [g.op("GatherElements", [rows_btd, index], axis=1), shape_n_d])
+
+        project(at("last"), "logits")
+        project(at("probe"), "probe_logits")
+        outputs.insert(1, helper.make_tensor_value_info("probe_logits", TensorProto.FLOAT, ["batch", dims.n_vocab]))
+    else:
+        project(x, "logits")
     outputs.insert(0, helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", dims.n_vocab]))
     name, what = ("whisper_decoder_prefill", "prompt prefill") if prefill else ("whisper_decoder_step", "step")
     return g.model(name, inputs, outputs, f"Whisper decoder {what} over a fixed-capacity, in-place cache")

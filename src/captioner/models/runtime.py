@@ -157,6 +157,9 @@ class DecoderState:
     generation: int = 0
     positions: np.ndarray | None = field(default=None, repr=False)
     """Fixed cache: each slot row's next position (rows of different prompt lengths differ)."""
+    probe_logits: Any = field(default=None, repr=False)
+    """After a ``start(..., probe=...)``: the logits [B, n_vocab] float32 at each row's probe
+    position (on ``xp``'s device, valid until the next start of as many rows)."""
 
 
 class _Slot:
@@ -275,6 +278,7 @@ class WhisperRuntime:
         # (batch, logits on a device array), and the audio context's positions after them for a
         # short context (the 30 s context's keys are as they were before short contexts existed).
         self._slots: dict[tuple, list[_Slot]] = {}
+        self._probe_outputs: dict[tuple[int, bool], Any] = {}
         self._encoder_buffers: dict[tuple[int, int], _EncoderBuffer] = {}  # (rows, n_ctx)
         self._gather_rows: dict[int, ort_session.OrtModel] = {}  # row-compaction graphs by n_ctx, opened at first use
         self.compactions = 0  # how many times finished rows were dropped (compact), for tests and benchmarks
@@ -375,7 +379,7 @@ class WhisperRuntime:
 
     # --- decoder -----------------------------------------------------------------------------
 
-    def start(self, enc: EncoderOutput, prompt_tokens, attention: bool = False, xp=None):
+    def start(self, enc: EncoderOutput, prompt_tokens, attention: bool = False, xp=None, probe=None):
         """Compute cross K/V once and prefill the cache with ``prompt_tokens`` [B, T] (same T for
         all items), or, where ``ragged_prompts`` (the fixed-cache decoder), B token lists of any
         lengths, each row then at its own position. Returns the logits [B, n_vocab] float32 after the last prompt token and the
@@ -385,13 +389,25 @@ class WhisperRuntime:
         ``xp`` (NumPy, CuPy; ``None``: NumPy) is the array module this state's logits are wanted
         on, here and at every :meth:`step`. With CuPy on CUDA the step graph writes them into a
         device array that the next step overwrites (read them before stepping again), so they
-        never cross to the host; otherwise they come to the host as before."""
+        never cross to the host; otherwise they come to the host as before.
+
+        ``probe`` (where ``ragged_prompts``): [B] positions in each row's prompt whose logits are
+        wanted too, in ``state.probe_logits``: the ``<|startoftranscript|>`` of a row whose prompt
+        goes on with forced tokens (the decoding reads the no-speech probability there)."""
         self._check_attention(attention)
         if self.step_model is not None:
             tokens, lengths = self._ragged(enc.batch, prompt_tokens)
-            logits, state = self._start_fixed(enc, tokens, lengths, self._device_xp(xp))
+            if probe is not None:
+                probe = np.asarray(probe, dtype=np.int64).reshape(-1)
+                if probe.shape != lengths.shape or (probe < 0).any() or (probe >= lengths).any():
+                    raise ValueError("probe must hold one position inside each row's prompt")
+            logits, state = self._start_fixed(enc, tokens, lengths, self._device_xp(xp), probe)
             logits = _on(xp, logits)
+            if probe is not None:
+                state.probe_logits = _on(xp, state.probe_logits)
             return (logits, state, self._slot_attention(state)) if attention else (logits, state)
+        if probe is not None:
+            raise ValueError("probe needs the fixed-cache decoder (ragged_prompts)")
         tokens = np.ascontiguousarray(np.asarray(prompt_tokens, dtype=np.int64))
         if tokens.ndim == 1:
             tokens = tokens[None]
@@ -473,6 +489,19 @@ class WhisperRuntime:
         out = self._run_decoder(state, np.ascontiguousarray(t[:, None]), attention=attention)
         return (_on(xp, out[0]), out[1]) if attention else _on(xp, out)
 
+    def extend(self, state: DecoderState, tokens: np.ndarray, xp=None):
+        """Append ``tokens`` [B, T] (the same T for every row) in one run of the concatenating
+        decoder and return the logits after the last one, as :meth:`step` does for one token.
+        The fixed-cache decoder takes such tokens in its prefill instead (``start``)."""
+        t = np.ascontiguousarray(np.asarray(tokens, dtype=np.int64))
+        if t.ndim != 2 or t.shape[0] != state.batch or t.shape[1] < 1:
+            raise ValueError(f"extend needs [{state.batch}, T>=1] tokens, got {t.shape}")
+        if state.slot is not None:
+            raise ValueError("the fixed-cache decoder takes forced tokens in start()'s prefill")
+        if state.length + t.shape[1] > self.n_text_ctx:
+            raise ValueError(f"decoder context of {self.n_text_ctx} tokens would overflow")
+        return _on(xp, self._run_decoder(state, t))
+
     def _check_attention(self, attention: bool) -> None:
         if attention and not self.has_alignment:
             raise ValueError(f"{self.name}: its decoder graph has no alignment-head output "
@@ -483,15 +512,30 @@ class WhisperRuntime:
         # A copy: on the CPU the OrtValue's memory is the buffer the next step writes into.
         return np.array(ort_session.to_numpy(state.slot.attention)[:state.batch, :, 0])
 
-    def _start_fixed(self, enc: EncoderOutput, tokens: np.ndarray, lengths: np.ndarray, xp=None) -> tuple[Any, DecoderState]:
+    def _probe_output(self, rows: int, xp):
+        """Where the prefill writes ``probe_logits`` for ``rows`` rows: a device array (with
+        ``xp``) or an OrtValue, one per row count, read before the next start of as many rows."""
+        key = (rows, xp is not None)
+        out = self._probe_outputs.get(key)
+        if out is None:
+            shape = (rows, self.dims.n_vocab)
+            out = xp.zeros(shape, dtype=xp.float32) if xp is not None else self.step_model.zeros(shape, np.float32)
+            self._probe_outputs[key] = out
+        return out
+
+    def _start_fixed(self, enc: EncoderOutput, tokens: np.ndarray, lengths: np.ndarray, xp=None,
+                     probe: np.ndarray | None = None) -> tuple[Any, DecoderState]:
         batch = tokens.shape[0]
         if enc.buffer is not None and enc.generation != enc.buffer.generation:
             raise ValueError("these encoder states were overwritten by a later encode() of as many windows; "
                              "start() each encoding before the next encode()")
         rows = max(enc.rows, batch)
+        probes = lengths - 1 if probe is None else probe
         if rows > batch:  # padding rows of the bucket: row 0's prompt again (their output is dropped)
             tokens = np.concatenate([tokens, np.repeat(tokens[:1], rows - batch, axis=0)])
             lengths = np.concatenate([lengths, np.repeat(lengths[:1], rows - batch)])
+            probes = np.concatenate([probes, np.repeat(probes[:1], rows - batch)])
+        probe_logits = None
         slot = self._free_slot(rows, xp, enc.n_ctx)
         slot.generation += 1
         self._starts += 1
@@ -506,8 +550,16 @@ class WhisperRuntime:
                 slot.prefill.bind("tokens", _pad_columns(tokens, self.n_text_ctx))
                 slot.prefill.bind("offset", np.zeros(1, np.int64))
                 slot.prefill.bind("last", lengths - 1)  # each row's logits after its own last token
+                slot.prefill.bind("probe", probes)
+                out = self._probe_output(rows, xp)
+                if xp is not None:
+                    slot.prefill.bind_output_array("probe_logits", out)
+                else:
+                    slot.prefill.bind_output_value("probe_logits", out)
                 slot.prefill.run_bound()
                 logits = slot.fetch_logits()
+                if probe is not None:
+                    probe_logits = out if xp is not None else ort_session.to_numpy(out)
             except Exception as e:  # an ORT build whose fused attention rejects this shape, say
                 warnings.warn(f"prompt prefill failed ({str(e).splitlines()[0]}); feeding prompts token by token", RuntimeWarning, stacklevel=2)
                 for other in self._slots.values():
@@ -521,7 +573,15 @@ class WhisperRuntime:
                 # A row whose prompt has ended feeds its last token at its last position again
                 # (the same key and value rewritten), so every row ends on its own last token.
                 position = np.minimum(t, lengths - 1)
-                logits = self._step_fixed(slot, tokens[np.arange(rows), position][:, None], position, fetch=t == n - 1)
+                probed = probe is not None and bool((probes == t).any())
+                logits = self._step_fixed(slot, tokens[np.arange(rows), position][:, None], position,
+                                          fetch=t == n - 1 or probed)
+                if probed:
+                    at = np.flatnonzero(probes == t)
+                    if probe_logits is None:
+                        probe_logits = xp.empty_like(logits) if xp is not None else np.empty_like(logits)
+                    probe_logits[at] = logits[at]
+        state.probe_logits = None if probe_logits is None else probe_logits[:batch]
         state.positions = lengths.copy()
         state.length = int(lengths[:batch].max())
         slot.owner = weakref.ref(state)

@@ -250,6 +250,14 @@ class WhisperTokenizer:
             parts.append(self._tok.decode(text_run, skip_special_tokens=False))
         return "".join(parts)
 
+    @cached_property
+    def token_byte_lengths(self) -> list[int]:
+        """Bytes of text each token id decodes to (0 for special tokens): the vocabulary is
+        byte-level BPE, one character of a token's entry per byte, and decoding joins the bytes."""
+        eot = self.special.eot
+        lengths = [len(self._tok.id_to_token(i) or "") for i in range(eot)]
+        return lengths + [0] * (self.n_vocab - eot)
+
     def token_text(self, token_id: int) -> str:
         """The vocabulary entry of one id (for debugging and tests)."""
         if token_id >= self.special.timestamp_begin:
