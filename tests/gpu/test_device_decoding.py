@@ -109,3 +109,25 @@ def test_ragged_prompts_decode_in_one_pass_on_cuda(cuda, windows):
     for b, (clip, got) in enumerate(zip(ids, together)):
         alone = decode(runtime, tokenizer, xp.asarray(mel[b:b + 1]), options, xp=xp, previous_tokens=[prompts[b]])[0]
         assert got.tokens == alone.tokens, f"{clip}: {got.text!r} != {alone.text!r}"
+
+
+def test_forced_prefixes_on_cuda(cuda, windows):
+    """Every English recording in one ragged batch, each forced to begin with its own first
+    tokens (0 to 12 of them, the prompt prefill then ends at the prefix): the same tokens as
+    decoded freely (a prefix the model would choose changes nothing), on the device and on the
+    host, and the no-speech probability read at <|startoftranscript|> as before."""
+    backend, runtime, tokenizer = cuda
+    xp = backend.xp
+    ids, mel = windows
+    chunk = xp.asarray(mel)
+    options = replace(GREEDY, sample_len=128)
+    free = decode(runtime, tokenizer, chunk, replace(options, decode_on="device"), xp=xp)
+    prefixes = [list(w.tokens[:(0, 3, 7, 12)[b % 4]]) for b, w in enumerate(free)]
+    assert sum(map(len, prefixes)) > 50
+    for decode_on in ("device", "host"):
+        forced = decode(runtime, tokenizer, chunk, replace(options, decode_on=decode_on), xp=xp, prefixes=prefixes)
+        for clip, f, w, prefix in zip(ids, forced, free, prefixes):
+            assert list(f.tokens[:len(prefix)]) == prefix
+            assert f.tokens == w.tokens, (decode_on, clip, tokenizer.decode_with_timestamps(f.tokens),
+                                          tokenizer.decode_with_timestamps(w.tokens))
+            assert f.no_speech_prob == pytest.approx(w.no_speech_prob, rel=1e-2, abs=1e-5), clip

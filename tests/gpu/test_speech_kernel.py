@@ -1,7 +1,7 @@
 """The VAD measures kernel on CUDA (gpu/speech_kernel.py through FeaturePool.speech_measures): the
 same band energy and spectral change as the NumPy path over frames gathered from the rings, on
-real speech in several banks, and the same VAD decisions for a whole engine either way.
-tests/engine/test_speech_kernel_cpu.py checks the kernel's source on the CPU."""
+real speech in several banks. tests/engine/test_speech_kernel_cpu.py checks the kernel's source
+on the CPU, tests/engine/test_speech_kernel_cuda.py an engine's decisions with and without it."""
 
 from __future__ import annotations
 
@@ -73,36 +73,3 @@ def test_measures_from_the_rings_equal_the_numpy_path(cuda, speech_audio, n_mels
     assert checked > 500
     with pytest.raises(ValueError, match="not in the ring"):
         pool.speech_measures([slots[0]], [int(pool.frames_ready(slots[0])) - 300], [5], [4], band, lag, 40.0, 0.0)
-
-
-def test_an_engine_decides_the_same_with_and_without_the_kernel(cuda, speech_audio, monkeypatch):
-    """Twelve real recordings through two engines on CUDA, one reading the measures with the
-    kernel, one through the NumPy path (gathered frames): the same speech frames, the same
-    segments and the same number of updates."""
-    from scripted import ScriptedRecognizer
-
-    from captioner.engine.live import LiveCaptioner
-    from captioner.gpu.features import FeaturePool
-
-    audio = _speech(speech_audio, 12)
-
-    def run(kernel: bool):
-        if not kernel:
-            monkeypatch.setattr(FeaturePool, "measures_on_device", property(lambda self: False))
-        live = LiveCaptioner(recognizer=ScriptedRecognizer({}, check_audio=False), backend=cuda, language="en")
-        streams = [live.open_stream(f"s{i}") for i in range(len(audio))]
-        for start in range(0, 16000 * 12, 1600):
-            for stream, a in zip(streams, audio):
-                if start < a.size:
-                    stream.accept_waveform(16000, a[start:start + 1600])
-            live.step()
-        engine = live.engine
-        rows = [engine._streams[s.label].vad_row for s in streams]
-        out = (engine.vad.voiced_frames[rows].tolist(), engine.vad.speaking[rows].tolist(), engine.steps)
-        live.close()
-        monkeypatch.undo()
-        return out
-
-    with_kernel, without = run(True), run(False)
-    assert with_kernel == without
-    assert sum(with_kernel[0]) > 1000

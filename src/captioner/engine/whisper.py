@@ -36,6 +36,8 @@ from captioner.models.runtime import bucket_size, encoder_rows
 WINDOW_FRAMES = N_AUDIO_FRAMES  # what WhisperRuntime.encode requires
 LOG_FLOOR = -10.0  # log10(1e-10): what Whisper's zero padding turns into
 REJECT = ("no_speech", "repetition", "compression")
+PROMPT_CACHE_SIZE = 16384
+"""Prompt texts whose tokens are kept (a few per stream are live at a time)."""
 CONTEXT_MARGIN_S = 1.0
 """Silence after a window's audio that a shorter encoder context must still hold."""
 
@@ -66,6 +68,7 @@ class WhisperRecognizer:
         if decode_on is not None:
             self.options = replace(self.options, decode_on=decode_on)  # ValueError when unknown
         self.prompt_tokens = prompt_tokens
+        self._prompt_cache: dict[str, tuple[int, ...]] = {}
         # ONNX Runtime reads the input on its own CUDA stream: the array work that built it
         # must be finished first.
         self._synchronize = synchronize
@@ -92,8 +95,21 @@ class WhisperRecognizer:
         self.tokenizer.sot_sequence(language, self.options.task)  # raises UserError when unsupported
         return language
 
+    def _prompt_tokens(self, text: str) -> tuple[int, ...]:
+        """The last ``prompt_tokens`` tokens of a prompt text. Cached: a stream's prompt changes
+        only when its buffer is trimmed or a segment closes, and encoding it at every update was
+        2 % of the engine thread at 1,536 streams on the H200."""
+        tokens = self._prompt_cache.get(text)
+        if tokens is None:
+            if len(self._prompt_cache) >= PROMPT_CACHE_SIZE:
+                self._prompt_cache.clear()
+            stripped = text.strip()
+            tokens = tuple(self.tokenizer.encode(" " + stripped)[-self.prompt_tokens:]) if stripped else ()
+            self._prompt_cache[text] = tokens
+        return tokens
+
     def _prompts(self, texts: list[str]) -> list[list[int]]:
-        tokens = [self.tokenizer.encode(" " + t.strip())[-self.prompt_tokens:] if t.strip() else [] for t in texts]
+        tokens = [list(self._prompt_tokens(t)) for t in texts]
         if getattr(self.runtime, "ragged_prompts", False):
             return tokens  # the fixed-cache decoder (CUDA) takes every row's own prompt in one pass
         # Elsewhere rows with prompts of different lengths would need separate passes (and

@@ -39,6 +39,9 @@ _SOURCE = r"""
 // output offset. The ring of a stream is [ring_frames, n_mels] float32, raw log10 mel.
 #define WARPS {warps}
 
+// NVRTC has no <cmath>: INFINITY spelt out.
+__device__ __forceinline__ float minus_infinity() { return __int_as_float(0xff800000); }
+
 __device__ __forceinline__ float warp_sum(float v) {
     for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_down_sync(0xffffffffu, v, offset);
     return __shfl_sync(0xffffffffu, v, 0);
@@ -75,11 +78,11 @@ captioner_speech_measures(const long long* rows, int n_rows, int total, int ring
     const int width = band_stop - band_first;
 
     float x[4], y[4];
-    float power = 0.0f, top_now = -INFINITY, top_old = -INFINITY;
+    float power = 0.0f, top_now = minus_infinity(), top_old = minus_infinity();
     for (int k = 0; k < 4; ++k) {
         const int band = lane + 32 * k;
-        x[k] = band < width ? now[band] : -INFINITY;
-        y[k] = band < width ? old[band] : -INFINITY;
+        x[k] = band < width ? now[band] : minus_infinity();
+        y[k] = band < width ? old[band] : minus_infinity();
         if (band < width) power += exp10f(x[k]);
         top_now = fmaxf(top_now, x[k]);
         top_old = fmaxf(top_old, y[k]);
