@@ -242,7 +242,7 @@ def _config(interval_s: float, target_busy: float, pause_s: float | None, policy
 
 class MemoRecognizer:
     """The recognizer, with each batch's hypotheses kept under a hash of exactly what it decodes
-    (log-mel bytes and shape, start, prompt, language, attention asked), in memory and, given a
+    (log-mel bytes and shape, start, prompt, language, attention asked, forced prefix), in memory and, given a
     directory, on disk. Only for replays whose clock does not read the step's duration
     (``--step-cost-ms``). Called by the engine's thread."""
 
@@ -263,7 +263,8 @@ class MemoRecognizer:
         h = hashlib.sha256(f"{self._inner.name}|{self._inner.provider}".encode())
         for r in requests:
             mel = np.ascontiguousarray(np.asarray(r.log_mel, dtype=np.float32))
-            h.update(repr((mel.shape, round(float(r.start_s), 6), r.prompt, r.language, bool(r.alignment))).encode())
+            h.update(repr((mel.shape, round(float(r.start_s), 6), r.prompt, r.language, bool(r.alignment),
+                           tuple(getattr(r, "prefix", ())))).encode())
             h.update(mel.tobytes())
         return h.hexdigest()
 
