@@ -244,36 +244,47 @@ class WhisperRecognizer:
     def _token_ends(self, tokens, pieces: list[TimedSegment], words) -> tuple[int, ...]:
         """Per word (of :func:`words_from_segments` over ``pieces``): how many of the window's
         ``tokens`` run to the word's end, or -1 where it ends inside a token; ``()`` when the
-        segments' tokens cannot be found in order in ``tokens``. Byte offsets, as the tokenizer
-        decodes (byte-level BPE: a token is its bytes)."""
+        segments' tokens do not follow each other in ``tokens`` (between timestamps). Byte
+        offsets, as the tokenizer decodes (byte-level BPE: a token is its bytes). Once per
+        hypothesis on the engine thread: plain loops, no array calls (tens of tokens)."""
         lengths = self.tokenizer.token_byte_lengths
+        ts = self.tokenizer.timestamp_begin
         tokens = [int(t) for t in tokens]
+        n = len(tokens)
         word_ends: list[list[int]] = []  # per segment, the window token count at each word end
         at = 0
         for piece in pieces:
-            ids = [int(t) for t in piece.tokens]
-            found = next((i for i in range(at, len(tokens) - len(ids) + 1) if tokens[i:i + len(ids)] == ids), None)
-            if found is None:
+            ids = piece.tokens
+            while at < n and tokens[at] >= ts:
+                at += 1
+            if tuple(tokens[at:at + len(ids)]) != tuple(ids):
                 return ()
-            at = found + len(ids)
-            # Window token count after each of the segment's tokens, by the byte offset it ends at.
-            after = dict(zip(np.cumsum([lengths[t] for t in ids]).tolist(), range(found + 1, at + 1)))
-            if sum(lengths[t] for t in ids) != len(piece.text.encode("utf-8")):
-                word_ends.append([])  # bytes that do not decode as they are (a split character)
-                continue
+            after: dict[int, int] = {}  # byte offset a token ends at -> window tokens up to it
+            offset = 0
+            for t in ids:
+                offset += lengths[t]
+                at += 1
+                after[offset] = at
             text = piece.text
             if text.isascii():  # a character is a byte
-                ends = [after.get(m.end(), -1) for m in _WORD_PIECES.finditer(text)]
+                if offset != len(text):
+                    word_ends.append([])
+                    continue
+                word_ends.append([after.get(m.end(), -1) for m in _WORD_PIECES.finditer(text)])
             else:
-                ends = [after.get(len(text[:m.end()].encode("utf-8")), -1) for m in _WORD_PIECES.finditer(text)]
-            word_ends.append(ends)
+                encoded = text.encode("utf-8")
+                if offset != len(encoded):  # bytes that do not decode as they are (a split character)
+                    word_ends.append([])
+                    continue
+                word_ends.append([after.get(len(text[:m.end()].encode("utf-8")), -1) for m in _WORD_PIECES.finditer(text)])
         out: list[int] = []
-        seen: dict[int, int] = {}
-        for w in words:
-            k = seen.get(w.segment, 0)
-            seen[w.segment] = k + 1
-            ends = word_ends[w.segment] if w.segment < len(word_ends) else []
+        segment, k = -1, 0
+        for w in words:  # a segment's words come in order, its k-th word is its k-th piece
+            if w.segment != segment:
+                segment, k = w.segment, 0
+            ends = word_ends[segment] if segment < len(word_ends) else ()
             out.append(ends[k] if k < len(ends) else -1)
+            k += 1
         return tuple(out)
 
     def _segments(self, w, span_s: float) -> list[TimedSegment]:
