@@ -263,6 +263,17 @@ class GpuSampler:
         return max(values) if values else None
 
 
+def parse_cut(text: str) -> dict[str, str]:
+    """One ``--cuts`` setting, e.g. ``prefix=off,vad=on`` (unnamed ones on)."""
+    cut = {"prefix": "on", "vad": "on"}
+    for part in (p.strip() for p in text.split(",") if p.strip()):
+        key, _, value = part.partition("=")
+        if key not in cut or value not in ("on", "off"):
+            raise ValueError(f"--cuts: {part!r} is not prefix=on|off or vad=on|off")
+        cut[key] = value
+    return cut
+
+
 # -- one run --------------------------------------------------------------------------------------
 def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -> dict:
     from captioner.engine.admission import AdmissionConfig
@@ -278,6 +289,7 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
         scheduler=SchedulerConfig(base_interval_s=args.interval_s, max_batch=args.max_batch),
         admission=AdmissionConfig(time_budget="on" if args.admission else "off"),
         policy=PolicyConfig(forced_prefix=getattr(args, "forced_prefix_on", True)),
+        vad_kernel=getattr(args, "vad_kernel_on", True),
     )
     gc.collect()
     if backend.is_cuda:
@@ -468,18 +480,20 @@ def main() -> int:
     parser.add_argument("--warm-up", default="on",
                         help="on, off, or off,on (side by side, each on its own freshly loaded model): "
                              "meet every batch shape before the sweep (WhisperRecognizer.warm_up), as a server does")
-    parser.add_argument("--forced-prefix", default="on",
-                        help="on, off, or off,on (side by side on the same model): LocalAgreement feeds the "
-                             "committed words of a stream's buffer to the decoder as a forced prefix (PolicyConfig)")
+    parser.add_argument("--cuts", default="prefix=on,vad=on",
+                        help="engine settings to run side by side on the same model, ';' between settings: "
+                             "prefix=on|off (LocalAgreement feeds the committed words of a buffer to the decoder "
+                             "as a forced prefix, PolicyConfig.forced_prefix) and vad=on|off (the VAD's measures "
+                             "in one CUDA kernel, EngineConfig.vad_kernel); e.g. 'prefix=off,vad=off;prefix=on,vad=on'")
     parser.add_argument("--out", default=None, help="JSON results here")
     args = parser.parse_args()
     try:
         warms = [w.strip() for w in args.warm_up.split(",") if w.strip()]
         if not warms or any(w not in ("on", "off") for w in warms):
             raise ValueError(f"--warm-up takes on and/or off, got {args.warm_up!r}")
-        prefixes = [w.strip() for w in args.forced_prefix.split(",") if w.strip()]
-        if not prefixes or any(w not in ("on", "off") for w in prefixes):
-            raise ValueError(f"--forced-prefix takes on and/or off, got {args.forced_prefix!r}")
+        cuts = [parse_cut(item) for item in args.cuts.split(";") if item.strip()]
+        if not cuts:
+            raise ValueError("--cuts needs at least one setting")
         modes = [m.strip() for m in args.decode_on.split(",") if m.strip()]
         if not modes or any(m not in ("host", "device") for m in modes):
             raise ValueError(f"--decode-on takes host and/or device, got {args.decode_on!r}")
@@ -534,9 +548,12 @@ def main() -> int:
             what = "engine only" if args.engine_only else \
                 f"{model}, decoding on the {mode}: {recognizer.provider} ({recognizer.device_name})"
             print(f"{what}, {len(clips)} recordings" + (f", light model {light.name}" if light else ""), file=sys.stderr)
-            run_once(backend, recognizer, clips, 1, argparse.Namespace(**{**vars(args), "audio_s": 5.0}), light)  # warm-up
-            for prefix in prefixes:  # the same loaded (and warmed) model for each
-                args.forced_prefix_on = prefix == "on"
+            for cut in cuts:  # warm-up: what each setting compiles or captures at its first use
+                run_once(backend, recognizer, clips, 1, argparse.Namespace(
+                    **{**vars(args), "audio_s": 5.0, "forced_prefix_on": cut["prefix"] == "on",
+                       "vad_kernel_on": cut["vad"] == "on"}), light)
+            for cut in cuts:  # the same loaded (and warmed) model for each
+                args.forced_prefix_on, args.vad_kernel_on = cut["prefix"] == "on", cut["vad"] == "on"
                 todo = list(ns) if ns else []
                 n = todo.pop(0) if ns else args.min_n
                 last_wall_s = 0.0
@@ -548,7 +565,7 @@ def main() -> int:
                     result = profiled(f"{args.profile}-n{n}.prof" if args.profile else None,
                                       run_once, backend, recognizer, clips, n, args, light)
                     result.update(model=recognizer.name, decode_on=mode, warm_up=warm, warm_up_s=warm_up_s,
-                                  forced_prefix=prefix)
+                                  forced_prefix=cut["prefix"], vad_kernel=cut["vad"])
                     if args.engine_only:  # nothing was heard: accuracy and caption latency do not apply
                         for key in ("partial_p50_s", "partial_p99_s", "commit_p50_s", "commit_p99_s",
                                     "wer_committed_pct", "wer_offline_pct", "words_committed"):
@@ -576,7 +593,8 @@ def main() -> int:
     for r in report["runs"]:
         mib = lambda b: "–" if b is None else f"{b / 2**20:.1f} MiB"  # noqa: E731
         print(f"| {r['model']} | {r['decode_on']}{' (cold)' if r.get('warm_up') == 'off' else ''}"
-              f"{' (no prefix)' if r.get('forced_prefix') == 'off' else ''} | {r['streams']}{'' if r['finished'] else ' (cut)'} | "
+              f"{' (no prefix)' if r.get('forced_prefix') == 'off' else ''}"
+              f"{' (VAD array code)' if r.get('vad_kernel') == 'off' else ''} | {r['streams']}{'' if r['finished'] else ' (cut)'} | "
               f"{r['step_ms_p50']} / {r['step_ms_p99']} | {r['wall_ms_per_update']} / {r['host_cpu_ms_per_update']} / "
               f"{r['gpu_ms_per_update'] if r['gpu_ms_per_update'] is not None else '–'} | {r['engine_host_ms_per_stream_s']} | "
               f"{r['update_interval_p50_s']} / {r['update_interval_p99_s']} | {r['partial_p50_s']} / {r['partial_p99_s']} | "

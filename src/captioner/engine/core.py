@@ -86,6 +86,10 @@ class EngineConfig:
     vad: VadConfig = field(default_factory=VadConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
+    vad_kernel: bool = True
+    """On CUDA, read the VAD's measures of every stream's new frames from the rings in one kernel
+    launch (:meth:`~captioner.gpu.features.FeaturePool.speech_measures`); off: the NumPy path's
+    gathers and array code, run by CuPy (the specification; benchmarks compare the two)."""
     warm_up: bool = False
     """Meet every batch shape the scheduler can make when the engine starts (on CUDA, seconds for
     256 rows) instead of during the first minutes of service, where each first run of a shape
@@ -471,7 +475,7 @@ class Engine:
         as many new frames ``n`` (indices into ``streams``), as host float arrays."""
         vad = self.config.vad
         lag = vad.change_lag_frames
-        if self.features.measures_on_device:
+        if self.config.vad_kernel and self.features.measures_on_device:
             energy, change = self.features.speech_measures(
                 [streams[k].slot for k in judged.tolist()], first[judged], counts[judged], back[judged],
                 self._band, lag, vad.change_range_db, FULL_SCALE_SINE_DB)
