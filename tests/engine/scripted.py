@@ -136,7 +136,7 @@ class ScriptedRecognizer:
         seen = []
         hypotheses = []
         for r in requests:
-            log_mel = np.asarray(r.log_mel)
+            log_mel = r.log_mel.get() if hasattr(r.log_mel, "get") else np.asarray(r.log_mel)  # CuPy: a copy
             if log_mel.ndim != 2 or log_mel.shape[0] != self.n_mels:
                 raise AssertionError(f"{self.name}: stream {r.stream!r} sent log-mel of shape {log_mel.shape}, "
                                      f"this model takes {self.n_mels} mel bands")

@@ -233,8 +233,8 @@ class Twin:
         self.kernel = DeviceRules(xp, tokenizer, options, n_vocab, kernel=True)
         self.array = DeviceRules(xp, tokenizer, options, n_vocab, kernel=False)
 
-    def new_state(self, batch):
-        return self.kernel.new_state(batch), self.array.new_state(batch)
+    def new_state(self, batch, prefixes=None):
+        return self.kernel.new_state(batch, prefixes), self.array.new_state(batch, prefixes)
 
     def take(self, state, rows):
         return self.kernel.take(state[0], rows), self.array.take(state[1], rows)

@@ -67,7 +67,8 @@ def test_warm_up_captures_every_bucket_and_changes_no_caption(decoders, speech_c
     cold = [h.text for h in recognizer.decode(requests)]
     buckets = {bucket_size(n) for n in range(1, 65)}
     encoder_only = {encoder_rows(n) for n in range(1, 65)} - buckets  # 40 and 56 rows
-    assert recognizer.warm_up(64) == 3 * len(buckets) + len(encoder_only)
+    # Per bucket: no prompt, short and full prompts, full prompts with half and all of a prefix.
+    assert recognizer.warm_up(64) == 5 * len(buckets) + len(encoder_only)
     graphs = gpu.runtime._n_graphs
     assert [h.text for h in recognizer.decode(requests)] == cold
     assert gpu.runtime._n_graphs == graphs

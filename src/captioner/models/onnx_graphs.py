@@ -59,10 +59,13 @@ IR_VERSION = 8  # what ONNX Runtime >= 1.14 reads; opset 17 needs IR >= 8
 class _Graph:
     """Collects nodes and initializers; names every intermediate value uniquely."""
 
-    def __init__(self, weights: Ct2Model, float_dtype: np.dtype):
+    def __init__(self, weights: Ct2Model, float_dtype: np.dtype, fused_ops: bool | None = None):
+        """``fused_ops`` (default: for fp16, the CUDA graphs): GELU as ONNX Runtime's one Gelu
+        kernel, and the encoder's convolutions as one matrix product each (see :meth:`conv3`)."""
         self.weights = weights
         self.dtype = np.dtype(float_dtype)
         self.onnx_float = helper.np_dtype_to_tensor_dtype(self.dtype)
+        self.fused_ops = self.dtype == np.float16 if fused_ops is None else bool(fused_ops)
         self.nodes: list[onnx.NodeProto] = []
         self.inits: dict[str, onnx.TensorProto] = {}
         self._n = 0
@@ -120,12 +123,37 @@ class _Graph:
         return key
 
     def gelu(self, x: str) -> str:
-        # 0.5 x (1 + erf(x / sqrt 2)); ORT's GeluFusion turns this into a single Gelu kernel.
+        if self.fused_ops:
+            # ONNX Runtime's GeluFusion did not take the fp16 form below (its 1/sqrt 2 rounds in
+            # fp16): on the H200 the encoder's Erf and Mul nodes were 16 of its 60 ms at 256 rows.
+            return self.op("Gelu", [x], domain="com.microsoft", hint="gelu")
+        # 0.5 x (1 + erf(x / sqrt 2)).
         half = self.const(np.asarray(0.5, self.dtype), "half")
         one = self.const(np.asarray(1.0, self.dtype), "one")
         inv_sqrt2 = self.const(np.asarray(1 / math.sqrt(2), self.dtype), "isq2")
         e = self.op("Erf", [self.op("Mul", [x, inv_sqrt2])])
         return self.op("Mul", [self.op("Mul", [x, half]), self.op("Add", [e, one])], hint="gelu")
+
+    def conv3(self, x_btc: str, prefix: str, stride: int, t_out: int) -> str:
+        """A kernel-3, padding-1 convolution over time on time-major ``x_btc`` [B, T, C_in] as one
+        matrix product: the three taps of every output frame side by side, [B * T_out, 3 C_in],
+        times the weights [C_out, 3 C_in] (tap-major), plus the bias; [B, T_out, C_out] out, time
+        major, as the encoder goes on. cuDNN's 1-D convolution ran at 28 TFLOP/s on the H200
+        (17 of the encoder's 60 ms at 256 rows); a GEMM of this size runs many times faster."""
+        w = self.weights.array(f"{prefix}/weight", np.float32)  # [C_out, C_in, 3]
+        c_out, c_in, k = w.shape
+        assert k == 3, f"{prefix}: a kernel of {k}, not 3"
+        key = f"{prefix}/weight[taps]"
+        if key not in self.inits:
+            taps = np.ascontiguousarray(w.transpose(0, 2, 1).reshape(c_out, 3 * c_in).astype(self.dtype))
+            self.inits[key] = numpy_helper.from_array(taps, key)
+        padded = self.op("Pad", [x_btc, self.ints([0, 1, 0, 0, 1, 0], "pads")], hint="pad")  # [B, T + 2, C_in]
+        span = stride * (t_out - 1) + 1
+        taps = [self.op("Slice", [padded, self.ints([j], "s0"), self.ints([j + span], "s1"), self.ints([1], "ax"),
+                                  self.ints([stride], "st")], hint="tap") for j in range(3)]
+        stacked = self.op("Reshape", [self.op("Concat", taps, axis=2), self.ints([-1, 3 * c_in], "n3c")])
+        y = self.op("Gemm", [stacked, key, self.weight(f"{prefix}/bias")], transB=1, hint="conv")
+        return self.op("Reshape", [y, self.ints([-1, t_out, c_out], "btc")])
 
     def ffn(self, x2d: str, prefix: str) -> str:
         h = self.layer_norm(x2d, f"{prefix}/ffn/layer_norm")
@@ -197,21 +225,27 @@ def _heads_by_layer(alignment_heads, n_layers: int, n_heads: int) -> dict[int, l
 
 def build_encoder(
     weights: Ct2Model, dims: WhisperDims, float_dtype, progress: Callable[[float], None] = lambda f: None,
-    n_layers: int | None = None, fused_attention: bool = False,
+    n_layers: int | None = None, fused_attention: bool = False, fused_ops: bool | None = None,
 ) -> onnx.ModelProto:
     """``n_layers`` < all builds a truncated encoder with no final LayerNorm (tests compare it
     with a float64 NumPy forward). ``fused_attention`` uses ONNX Runtime's MultiHeadAttention
     contrib op (flash / memory-efficient attention on CUDA: the [B, H, 1500, 1500] scores are
-    never written to memory) instead of MatMul-Softmax-MatMul."""
-    g = _Graph(weights, float_dtype)
+    never written to memory) instead of MatMul-Softmax-MatMul. ``fused_ops``: see ``_Graph``."""
+    g = _Graph(weights, float_dtype, fused_ops)
     layers = dims.n_audio_layer if n_layers is None else n_layers
     d, h = dims.n_audio_state, dims.n_audio_head
     dh = d // h
     mel = helper.make_tensor_value_info("mel", TensorProto.FLOAT, ["batch", dims.n_mels, 2 * dims.n_audio_ctx])
     x = "mel" if g.dtype == np.float32 else g.op("Cast", ["mel"], to=g.onnx_float)
-    x = g.gelu(g.op("Conv", [x, g.weight("encoder/conv1/weight"), g.weight("encoder/conv1/bias")], pads=[1, 1], kernel_shape=[3]))
-    x = g.gelu(g.op("Conv", [x, g.weight("encoder/conv2/weight"), g.weight("encoder/conv2/bias")], pads=[1, 1], strides=[2], kernel_shape=[3]))
-    x = g.op("Add", [g.op("Transpose", [x], perm=[0, 2, 1]), _audio_positions(g, dims.n_audio_ctx)])
+    if g.fused_ops:
+        x = g.op("Transpose", [x], perm=[0, 2, 1])  # [B, frames, n_mels]: time major from here on
+        x = g.gelu(g.conv3(x, "encoder/conv1", 1, 2 * dims.n_audio_ctx))
+        x = g.gelu(g.conv3(x, "encoder/conv2", 2, dims.n_audio_ctx))
+    else:
+        x = g.gelu(g.op("Conv", [x, g.weight("encoder/conv1/weight"), g.weight("encoder/conv1/bias")], pads=[1, 1], kernel_shape=[3]))
+        x = g.gelu(g.op("Conv", [x, g.weight("encoder/conv2/weight"), g.weight("encoder/conv2/bias")], pads=[1, 1], strides=[2], kernel_shape=[3]))
+        x = g.op("Transpose", [x], perm=[0, 2, 1])
+    x = g.op("Add", [x, _audio_positions(g, dims.n_audio_ctx)])
     shape_bthd = None if fused_attention else g.ints([-1, dims.n_audio_ctx, h, dh])
     shape_n_d = g.ints([-1, d])
     x = g.op("Reshape", [x, shape_n_d])
@@ -363,7 +397,8 @@ def build_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, alignment_h
 
 
 def build_decoder_step(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_attention: bool = False,
-                       alignment_heads=(), audio_frames: int | str | None = None) -> onnx.ModelProto:
+                       alignment_heads=(), audio_frames: int | str | None = None,
+                       fused_ops: bool | None = None) -> onnx.ModelProto:
     """One decoder step over a fixed-capacity cache, for CUDA graph capture.
 
     Every shape is static for a given batch (no Shape/Range nodes, which ONNX Runtime would run on
@@ -382,17 +417,18 @@ def build_decoder_step(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_
     [B, H, positions, dh] keys and values (cache keys then share the values' layout, and cross keys
     come from ``build_cross_kv(fused_attention=True)``), a few kernels instead of about ten each.
     The alignment heads' weights are then computed beside the fused op, for those heads only.
-    ``audio_frames`` as for :func:`build_decoder`.
+    ``audio_frames`` as for :func:`build_decoder`; ``fused_ops``: see ``_Graph``.
     """
     return _fixed_cache_decoder(weights, dims, float_dtype, fused_attention, prefill=False, alignment_heads=alignment_heads,
-                                audio_frames=audio_frames)
+                                audio_frames=audio_frames, fused_ops=fused_ops)
 
 
 def build_decoder_prefill(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_attention: bool = False,
-                          alignment_heads=(), audio_frames: int | str | None = None) -> onnx.ModelProto:
+                          alignment_heads=(), audio_frames: int | str | None = None,
+                          fused_ops: bool | None = None) -> onnx.ModelProto:
     """The step graph's twin for a whole prompt: tokens [B, T] at positions offset .. offset+T-1,
-    written into the same fixed cache in place (a one-hot [T, n_text_ctx] matrix places each new
-    key/value in its column, exactly: one product by 1 plus zeros), causal mask, and the logits of
+    written into the same fixed cache in place (a ScatterElements of the T new columns, as the
+    step writes its one), causal mask, and the logits of
     each row's position ``last[b]`` ([B] int64): prompts of different lengths are right-padded to
     T, the padding's keys and values land in columns the row's next steps mask out and then
     overwrite. ``probe`` ([B] int64) names a second position per row whose logits come out too
@@ -400,12 +436,13 @@ def build_decoder_prefill(weights: Ct2Model, dims: WhisperDims, float_dtype, fus
     tokens (its no-speech probability and language are read there). Its shapes depend on T, so it
     is run normally, not captured."""
     return _fixed_cache_decoder(weights, dims, float_dtype, fused_attention, prefill=True, alignment_heads=alignment_heads,
-                                audio_frames=audio_frames)
+                                audio_frames=audio_frames, fused_ops=fused_ops)
 
 
 def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fused: bool, prefill: bool,
-                         alignment_heads=(), audio_frames: int | str | None = None) -> onnx.ModelProto:
-    g = _Graph(weights, float_dtype)
+                         alignment_heads=(), audio_frames: int | str | None = None,
+                         fused_ops: bool | None = None) -> onnx.ModelProto:
+    g = _Graph(weights, float_dtype, fused_ops)
     align = _heads_by_layer(alignment_heads, dims.n_text_layer, dims.n_text_head)
     align_attn: list[str] = []
     dt, h = dims.n_text_state, dims.n_text_head
@@ -433,24 +470,14 @@ def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fuse
     neg = g.const(np.asarray(np.finfo(g.dtype).min, g.dtype), "neg")
     zero_f = g.const(np.asarray(0, g.dtype), "zero_f")
     shape_n_d = g.ints([-1, dt])
-    cols_k = cols.reshape(1, 1, cap, 1) if fused else cols.reshape(1, 1, 1, cap)  # where a key column lies
-    cols_v = cols.reshape(1, 1, cap, 1)
     if prefill:
         bt = g.op("Shape", ["tokens"], hint="bt")
         t_scalar = g.op("Squeeze", [g.op("Gather", [bt, g.ints([1], "i1")], axis=0), g.ints([0], "i0")])
         positions = g.op("Add", [g.op("Range", [g.const(np.asarray(0, np.int64), "z"), t_scalar, g.const(np.asarray(1, np.int64), "o")]), "offset"])  # [T]
-        end = g.op("Add", ["offset", g.op("Unsqueeze", [t_scalar, g.ints([0], "i0b")])])  # [1]
         token_pos = positions
         shape_bthd = g.op("Concat", [bt, g.ints([h, dh])], axis=0)
         shape_btd = g.op("Concat", [bt, g.ints([dt])], axis=0)
-
-        def written(c: np.ndarray) -> str:  # offset <= column < offset + T
-            cc = g.const(c, "cols")
-            return g.op("And", [g.op("Not", [g.op("Less", [cc, "offset"])]), g.op("Less", [cc, end])])
-
         rows = g.op("Unsqueeze", [positions, g.ints([1], "i1b")])  # [T, 1]
-        one_hot = g.op("Cast", [g.op("Equal", [rows, g.const(cols, "cols")])], to=g.onnx_float)  # [T, C]
-        one_hot_t = g.op("Transpose", [one_hot], perm=[1, 0])  # [C, T]
         bias = g.op("Where", [g.op("Greater", [g.const(cols.reshape(1, cap), "cols_row"), rows]), neg, zero_f], hint="mask")  # [T, C]
         if fused:
             bias = g.op("Unsqueeze", [bias, g.ints([0, 1], "i01")])  # [1, 1, T, C]
@@ -459,33 +486,28 @@ def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fuse
         row_pos = g.op("Reshape", ["offset", g.ints([-1, 1, 1, 1], "b111")])  # [B, 1, 1, 1]
         shape_bthd = g.ints([-1, 1, h, dh])
         shape_btd = g.ints([-1, 1, dt])
-
-        def written(c: np.ndarray) -> str:  # column == the row's position: [B, 1, 1, C] or [B, 1, C, 1]
-            return g.op("Equal", [g.const(c, "cols"), row_pos])
-
         # [B, 1, 1, C]: each row sees its own columns up to its position.
         bias = g.op("Where", [g.op("Greater", [g.const(cols.reshape(1, 1, 1, cap), "cols"), row_pos]), neg, zero_f], hint="mask")
-    if prefill:
-        at_k, at_v = written(cols_k), written(cols_v)
     x = g.op("Add", [
         g.op("Gather", [g.weight("decoder/embeddings/weight"), "tokens"], axis=0),  # [B, T, d]
         g.op("Gather", [g.weight("decoder/position_encodings/encodings"), token_pos], axis=0),  # [T, d]
     ])
     x = g.op("Reshape", [x, shape_n_d])
 
-    def place(new: str, key_layout_t: bool) -> str:
-        """New keys/values for T positions -> full-capacity tensor with them in their columns."""
-        if not prefill:
-            return new  # broadcast by Where along the capacity axis
-        if key_layout_t:  # [B, H, dh, T] @ [T, C]
-            return g.op("MatMul", [new, one_hot])
-        return g.op("MatMul", [one_hot_t, new])  # [C, T] @ [B, H, T, dh]
-
     def write_at(new: str, cache: str, out: str, axis: int) -> None:
-        """The step's new key/value ([B, H, 1, dh], or [B, H, dh, 1] for keys along ``axis`` 3)
-        into column ``offset[b]`` of each row's cache."""
-        shape = [1, h, 1, dh] if axis == 2 else [1, h, dh, 1]  # broadcast with [B, 1, 1, 1]: no Shape node (CPU)
-        index = g.op("Expand", [row_pos, g.ints(shape, "col_shape")], hint="col")
+        """The new keys or values into their columns of each row's cache, along ``axis`` (2, or
+        3 for keys laid out [B, H, dh, C]), in place (see the step graph's docstring): the step's
+        one column per row at ``offset[b]`` ([B, H, 1, dh] or [B, H, dh, 1]), the prefill's T
+        columns ``offset .. offset + T - 1`` ([B, H, T, dh] or [B, H, dh, T])."""
+        if prefill:
+            # Every row's T columns: the positions broadcast to the new tensor's shape. (Version
+            # 8 multiplied by a one-hot [T, C] matrix and rewrote the whole cache with a Where:
+            # the prefill's largest cost at 256 rows on the H200, and doubled with forced prefixes.)
+            where = g.op("Reshape", [positions, g.ints([1, 1, -1, 1] if axis == 2 else [1, 1, 1, -1], f"pos_axis{axis}")])
+            index = g.op("Expand", [where, g.op("Shape", [new])], hint="cols")
+        else:
+            shape = [1, h, 1, dh] if axis == 2 else [1, h, dh, 1]  # broadcast with [B, 1, 1, 1]: no Shape node (CPU)
+            index = g.op("Expand", [row_pos, g.ints(shape, "col_shape")], hint="col")
         g.nodes.append(helper.make_node("ScatterElements", [cache, index, new], [out], axis=axis))
 
     def mha(q2d: str, k: str, v: str, attn_bias: str = "") -> str:
@@ -502,15 +524,11 @@ def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fuse
         q2d = g.linear(y, qkv, _scale(dh), slice(0, dt))
         k_new = g.heads(g.linear(y, qkv, 1.0, slice(dt, 2 * dt)), shape_bthd, [0, 2, 1, 3] if fused else [0, 2, 3, 1])
         v_new = g.heads(g.linear(y, qkv, 1.0, slice(2 * dt, 3 * dt)), shape_bthd, [0, 2, 1, 3])
-        if prefill:
-            g.nodes.append(helper.make_node("Where", [at_k, place(k_new, not fused), f"cache_k_{i}"], [f"new_cache_k_{i}"]))
-            g.nodes.append(helper.make_node("Where", [at_v, place(v_new, False), f"cache_v_{i}"], [f"new_cache_v_{i}"]))
-        else:
-            # One column per row written in place: the cache is bound as input and output, and
-            # ScatterElements then skips its copy, where Where read and rewrote the whole cache
-            # (on an H200 about a third of a step's memory traffic at 448 columns).
-            write_at(k_new, f"cache_k_{i}", f"new_cache_k_{i}", 2 if fused else 3)
-            write_at(v_new, f"cache_v_{i}", f"new_cache_v_{i}", 2)
+        # The new columns written in place: the cache is bound as input and output, and
+        # ScatterElements then skips its copy, where Where read and rewrote the whole cache
+        # (on an H200 about a third of a step's memory traffic at 448 columns).
+        write_at(k_new, f"cache_k_{i}", f"new_cache_k_{i}", 2 if fused else 3)
+        write_at(v_new, f"cache_v_{i}", f"new_cache_v_{i}", 2)
         outputs += [
             helper.make_tensor_value_info(f"new_cache_k_{i}", g.onnx_float, k_cache_dims),
             helper.make_tensor_value_info(f"new_cache_v_{i}", g.onnx_float, ["batch", h, cap, dh]),
