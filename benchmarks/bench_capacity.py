@@ -264,12 +264,12 @@ class GpuSampler:
 
 
 def parse_cut(text: str) -> dict[str, str]:
-    """One ``--cuts`` setting, e.g. ``prefix=off,vad=on`` (unnamed ones on)."""
-    cut = {"prefix": "on", "vad": "on"}
+    """One ``--cuts`` setting, e.g. ``prefix=off,rings=on`` (unnamed ones on)."""
+    cut = {"prefix": "on", "rings": "on"}
     for part in (p.strip() for p in text.split(",") if p.strip()):
         key, _, value = part.partition("=")
         if key not in cut or value not in ("on", "off"):
-            raise ValueError(f"--cuts: {part!r} is not prefix=on|off or vad=on|off")
+            raise ValueError(f"--cuts: {part!r} is not prefix=on|off or rings=on|off")
         cut[key] = value
     return cut
 
@@ -289,7 +289,7 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
         scheduler=SchedulerConfig(base_interval_s=args.interval_s, max_batch=args.max_batch),
         admission=AdmissionConfig(time_budget="on" if args.admission else "off"),
         policy=PolicyConfig(forced_prefix=getattr(args, "forced_prefix_on", True)),
-        vad_kernel=getattr(args, "vad_kernel_on", True),
+        ring_kernels=getattr(args, "ring_kernels_on", True),
     )
     gc.collect()
     if backend.is_cuda:
@@ -480,11 +480,12 @@ def main() -> int:
     parser.add_argument("--warm-up", default="on",
                         help="on, off, or off,on (side by side, each on its own freshly loaded model): "
                              "meet every batch shape before the sweep (WhisperRecognizer.warm_up), as a server does")
-    parser.add_argument("--cuts", default="prefix=on,vad=on",
+    parser.add_argument("--cuts", default="prefix=on,rings=on",
                         help="engine settings to run side by side on the same model, ';' between settings: "
                              "prefix=on|off (LocalAgreement feeds the committed words of a buffer to the decoder "
-                             "as a forced prefix, PolicyConfig.forced_prefix) and vad=on|off (the VAD's measures "
-                             "in one CUDA kernel, EngineConfig.vad_kernel); e.g. 'prefix=off,vad=off;prefix=on,vad=on'")
+                             "as a forced prefix, PolicyConfig.forced_prefix) and rings=on|off (kernels read the "
+                             "feature rings: the VAD's measures and the model's batch, EngineConfig.ring_kernels); "
+                             "e.g. 'prefix=off,rings=off;prefix=on,rings=on'")
     parser.add_argument("--out", default=None, help="JSON results here")
     args = parser.parse_args()
     try:
@@ -551,9 +552,9 @@ def main() -> int:
             for cut in cuts:  # warm-up: what each setting compiles or captures at its first use
                 run_once(backend, recognizer, clips, 1, argparse.Namespace(
                     **{**vars(args), "audio_s": 5.0, "forced_prefix_on": cut["prefix"] == "on",
-                       "vad_kernel_on": cut["vad"] == "on"}), light)
+                       "ring_kernels_on": cut["rings"] == "on"}), light)
             for cut in cuts:  # the same loaded (and warmed) model for each
-                args.forced_prefix_on, args.vad_kernel_on = cut["prefix"] == "on", cut["vad"] == "on"
+                args.forced_prefix_on, args.ring_kernels_on = cut["prefix"] == "on", cut["rings"] == "on"
                 todo = list(ns) if ns else []
                 n = todo.pop(0) if ns else args.min_n
                 last_wall_s = 0.0
@@ -565,7 +566,7 @@ def main() -> int:
                     result = profiled(f"{args.profile}-n{n}.prof" if args.profile else None,
                                       run_once, backend, recognizer, clips, n, args, light)
                     result.update(model=recognizer.name, decode_on=mode, warm_up=warm, warm_up_s=warm_up_s,
-                                  forced_prefix=cut["prefix"], vad_kernel=cut["vad"])
+                                  forced_prefix=cut["prefix"], ring_kernels=cut["rings"])
                     if args.engine_only:  # nothing was heard: accuracy and caption latency do not apply
                         for key in ("partial_p50_s", "partial_p99_s", "commit_p50_s", "commit_p99_s",
                                     "wer_committed_pct", "wer_offline_pct", "words_committed"):
@@ -594,7 +595,7 @@ def main() -> int:
         mib = lambda b: "–" if b is None else f"{b / 2**20:.1f} MiB"  # noqa: E731
         print(f"| {r['model']} | {r['decode_on']}{' (cold)' if r.get('warm_up') == 'off' else ''}"
               f"{' (no prefix)' if r.get('forced_prefix') == 'off' else ''}"
-              f"{' (VAD array code)' if r.get('vad_kernel') == 'off' else ''} | {r['streams']}{'' if r['finished'] else ' (cut)'} | "
+              f"{' (rings: array code)' if r.get('ring_kernels') == 'off' else ''} | {r['streams']}{'' if r['finished'] else ' (cut)'} | "
               f"{r['step_ms_p50']} / {r['step_ms_p99']} | {r['wall_ms_per_update']} / {r['host_cpu_ms_per_update']} / "
               f"{r['gpu_ms_per_update'] if r['gpu_ms_per_update'] is not None else '–'} | {r['engine_host_ms_per_stream_s']} | "
               f"{r['update_interval_p50_s']} / {r['update_interval_p99_s']} | {r['partial_p50_s']} / {r['partial_p99_s']} | "

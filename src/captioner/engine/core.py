@@ -65,6 +65,7 @@ from captioner.events import (
     CaptionUpdate,
     PipelineStatus,
 )
+from captioner.gpu.features import FeaturePool, RingWindow
 
 
 @dataclass(slots=True)
@@ -86,10 +87,12 @@ class EngineConfig:
     vad: VadConfig = field(default_factory=VadConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
     admission: AdmissionConfig = field(default_factory=AdmissionConfig)
-    vad_kernel: bool = True
-    """On CUDA, read the VAD's measures of every stream's new frames from the rings in one kernel
-    launch (:meth:`~captioner.gpu.features.FeaturePool.speech_measures`); off: the NumPy path's
-    gathers and array code, run by CuPy (the specification; benchmarks compare the two)."""
+    ring_kernels: bool = True
+    """On CUDA, kernels read the feature rings directly: the VAD's measures of every stream's new
+    frames in one launch (:meth:`~captioner.gpu.features.FeaturePool.speech_measures`), and a
+    model step's padded, normalised batch in two (``WhisperRecognizer`` with ring windows,
+    :meth:`~captioner.gpu.features.FeaturePool.model_input`). Off: the NumPy path's gathers and
+    array code, run by CuPy (the specification; benchmarks compare the two)."""
     warm_up: bool = False
     """Meet every batch shape the scheduler can make when the engine starts (on CUDA, seconds for
     256 rows) instead of during the first minutes of service, where each first run of a shape
@@ -252,6 +255,11 @@ class Engine:
             for start, n in ((0, 10), (10, 20), (30, 70)):  # 100, 200 and 700 ms pushes
                 self.features.push_batch([slot], noise[None, start * FRAME_SAMPLES:(start + n) * FRAME_SAMPLES])
                 self._run_vad([s])
+            if self.config.ring_kernels and self.features.measures_on_device:  # a batch read from the rings
+                xp = self.backend.xp
+                with self.backend.activate():
+                    self.features.model_input([slot], [0], [32], 64, -10.0, 8.0, 4.0, 0.25,
+                                              xp.empty((1, self.features.n_mels, 64), dtype=xp.float32))
         finally:
             self.features.release(slot)
             self.vad.release(row)
@@ -259,8 +267,6 @@ class Engine:
     def _build_features(self, n_mels: int) -> None:
         """A fresh, empty pool of feature rings and the VAD's speech band, for a model with
         ``n_mels`` mel bands."""
-        from captioner.gpu.features import FeaturePool
-
         self.features = FeaturePool(self.backend, n_mels=n_mels, ring_frames=self.config.ring_frames,
                                     block_streams=self.config.block_streams)
         self._band = speech_band(n_mels)
@@ -475,7 +481,7 @@ class Engine:
         as many new frames ``n`` (indices into ``streams``), as host float arrays."""
         vad = self.config.vad
         lag = vad.change_lag_frames
-        if self.config.vad_kernel and self.features.measures_on_device:
+        if self.config.ring_kernels and self.features.measures_on_device:
             energy, change = self.features.speech_measures(
                 [streams[k].slot for k in judged.tolist()], first[judged], counts[judged], back[judged],
                 self._band, lag, vad.change_range_db, FULL_SCALE_SINE_DB)
@@ -605,9 +611,14 @@ class Engine:
             if closing[s.name]:
                 s.policy.start_after_committed()  # a closing window holds only uncommitted audio
         spans = self._windows(streams)
-        # Every window of the step in one read of the rings (one gather per bank).
-        log_mels = self.features.log_mel_windows([s.slot for s in streams], [f for f, _ in spans],
-                                                 [r - f for f, r in spans])
+        if self.config.ring_kernels and self.features.measures_on_device and all(
+                getattr(r, "reads_rings", False) for r in (self.recognizer, self.light_recognizer) if r is not None):
+            # The recognizer reads the windows from the rings into its batch itself (one launch).
+            log_mels = [RingWindow(self.features, s.slot, f, r - f) for s, (f, r) in zip(streams, spans)]
+        else:
+            # Every window of the step in one read of the rings (one gather per bank).
+            log_mels = self.features.log_mel_windows([s.slot for s in streams], [f for f, _ in spans],
+                                                     [r - f for f, r in spans])
         groups: dict[str, list[int]] = {}
         requests = []
         for i, (s, (first, _), log_mel) in enumerate(zip(streams, spans, log_mels)):

@@ -27,6 +27,7 @@ from captioner.engine.policy import WORD_PIECES as _WORD_PIECES
 from captioner.engine.policy import Hypothesis, PolicyConfig, words_from_segments
 from captioner.engine.recognizer import WindowRequest
 from captioner.engine.wordtiming import words_with_times
+from captioner.gpu.features import RingWindow
 from captioner.languages import language_code
 from captioner.models.alignment import AttentionRecorder
 from captioner.models.decoding import DecodingOptions, TimedSegment, decode
@@ -50,6 +51,10 @@ def default_streaming_options(task: str = "transcribe") -> DecodingOptions:
 
 class WhisperRecognizer:
     """Adapts a ``WhisperRuntime`` + tokenizer to the engine's ``Recognizer`` protocol."""
+
+    reads_rings = True
+    """Windows may come as :class:`~captioner.gpu.features.RingWindow`: the batch is then read
+    from the feature rings in one launch instead of from arrays the engine gathered."""
 
     def __init__(self, runtime, tokenizer, xp=np, task: str = "transcribe",
                  options: DecodingOptions | None = None, prompt_tokens: int = 48, synchronize=None,
@@ -81,6 +86,7 @@ class WhisperRecognizer:
         # Mel frames -> the padded input of that width, reused while the batch size stays (one
         # buffer per width: batch sizes vary from tick to tick, keeping each would pile up memory).
         self._batches: dict[int, object] = {}
+        self._ring_batches: dict[int, object] = {}  # the same for batches read from the rings
         # Mel frames of each audio context the runtime encodes (3000 alone unless shorter ones are on).
         contexts = getattr(runtime, "audio_contexts", (WINDOW_FRAMES // 2,))
         self.context_frames = tuple(sorted(2 * int(n) for n in contexts))
@@ -129,13 +135,24 @@ class WhisperRecognizer:
     def _input(self, requests, width: int = WINDOW_FRAMES):
         xp = self.xp
         batch = len(requests)
+        windows = [r.log_mel for r in requests]
+        if all(isinstance(w, RingWindow) for w in windows) and len({id(w.pool) for w in windows}) == 1:
+            # Straight from the rings into the batch, padded and normalised (gpu/window_kernel.py),
+            # into a buffer kept per width: the encoder has read it before the next step writes.
+            pool = windows[0].pool
+            out = self._ring_batches.get(width)
+            if out is None or out.shape[0] != batch:
+                out = self._ring_batches[width] = xp.empty((batch, self.n_mels, width), dtype=xp.float32)
+            return pool.model_input([w.slot for w in windows], [w.first_frame for w in windows],
+                                    [w.n_frames for w in windows], width, LOG_FLOOR, 8.0, 4.0, 0.25, out)
+        windows = [w.read() if isinstance(w, RingWindow) else w for w in windows]
         padded = self._batches.get(width)
         if padded is None or padded.shape[0] != batch:
             padded = self._batches[width] = xp.empty((batch, self.n_mels, width), dtype=xp.float32)
         padded.fill(LOG_FLOOR)
-        for b, r in enumerate(requests):
-            n = min(int(r.log_mel.shape[1]), width)
-            padded[b, :, :n] = r.log_mel[:, -n:] if n else 0
+        for b, window in enumerate(windows):
+            n = min(int(window.shape[1]), width)
+            padded[b, :, :n] = window[:, -n:] if n else 0
         # Whisper's normalisation, per window: clamp to its max - 8, then (x + 4) / 4.
         peak = padded.max(axis=(1, 2), keepdims=True)
         return (xp.maximum(padded, peak - 8.0) + 4.0) / 4.0

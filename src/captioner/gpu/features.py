@@ -35,10 +35,12 @@ fall-back when the CUDA self-check fails (``path`` says which one runs, ``kernel
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 
 from captioner.gpu import features_ref as ref
-from captioner.gpu import logmel_kernel, logmel_launch, speech_kernel
+from captioner.gpu import logmel_kernel, logmel_launch, speech_kernel, window_kernel
 from captioner.gpu.backend import Backend
 
 HOP = ref.HOP
@@ -503,6 +505,25 @@ def bank_bytes(n_streams: int, n_mels: int, n_mfcc: int, ring_frames: int, max_p
     return 4 * n_streams * (per_stream + staging)
 
 
+class RingWindow(NamedTuple):
+    """A stream's window in a pool's rings, not yet read: ``n_frames`` log-mel frames of slot
+    ``slot`` from ``first_frame``. The engine hands these to a recognizer that builds its batch
+    from the rings itself (``reads_rings``, :meth:`FeaturePool.model_input`); :meth:`read`
+    gives the frames as an array ``[n_mels, n_frames]``."""
+
+    pool: FeaturePool
+    slot: int
+    first_frame: int
+    n_frames: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.pool.n_mels, self.n_frames)
+
+    def read(self):
+        return self.pool.log_mel_window(self.slot, self.first_frame, self.n_frames)
+
+
 class FeaturePool:
     """Feature rings for any number of streams, in banks of ``block_streams`` slots.
 
@@ -683,17 +704,11 @@ class FeaturePool:
             raise ValueError(f"stream slots must be in 0..{self.capacity - 1}")
         if counts.size and (counts.min() < 1 or backs.min() < 0 or backs.max() > lag):
             raise ValueError("every row needs at least one frame, and 0..lag frames back")
-        banks = slots // self.block_streams
-        local = slots % self.block_streams
-        for b in np.unique(banks).tolist():
-            rows = banks == b
-            self.banks[b]._check_reads(local[rows], firsts[rows] - backs[rows], counts[rows] + backs[rows])
+        addresses, touched = self._ring_reads(slots, firsts - backs, counts + backs)
         cp = self.backend.xp
-        slot_bytes = self.ring_frames * self.n_mels * 4
-        bases = np.array([bank._mel_ring.data.ptr for bank in self.banks], dtype=np.int64)
-        table, total = speech_kernel.row_table(bases[banks] + local * slot_bytes, firsts % self.ring_frames, counts, backs)
+        table, total = speech_kernel.row_table(addresses, firsts % self.ring_frames, counts, backs)
         with self.backend.activate():
-            for b in np.unique(banks).tolist():
+            for b in touched:
                 self.banks[b]._cuda.order_after_pushes()  # each bank pushes on a stream of its own
             table_dev = cp.asarray(table)
             out = cp.empty(2 * max(total, 1), dtype=cp.float32)
@@ -701,6 +716,52 @@ class FeaturePool:
                                  band, lag, range_db, full_scale_db, out[:total], out[total:2 * total])
             host = out[:2 * total].get()  # one copy back
         return host[:total], host[total:]
+
+    def _ring_reads(self, slots: np.ndarray, firsts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, list[int]]:
+        """Check reads of ``counts[i]`` frames from ``firsts[i]`` of each slot (every bank's
+        rings must hold them) and give each slot's ring address (its first ring frame, on the
+        device) and the banks read, for the kernels that read rings directly."""
+        banks = slots // self.block_streams
+        local = slots % self.block_streams
+        touched = np.unique(banks).tolist()
+        for b in touched:
+            rows = banks == b
+            self.banks[b]._check_reads(local[rows], firsts[rows], counts[rows])
+        bases = np.array([bank._mel_ring.data.ptr for bank in self.banks], dtype=np.int64)
+        return bases[banks] + local * (self.ring_frames * self.n_mels * 4), touched
+
+    def model_input(self, slots, first_frames, counts, width: int, floor_value: float, clamp: float, offset: float,
+                    scale: float, out):
+        """A model step's batch from the rings (:mod:`captioner.gpu.window_kernel`): row ``i`` of
+        ``out`` ([B, n_mels, width] float32 on the device, C order) becomes the last
+        ``min(counts[i], width)`` of the ``counts[i]`` frames of slot ``slots[i]`` from frame
+        ``first_frames[i]``, then ``floor_value`` up to ``width``, each value clamped to at most
+        ``clamp`` below the row's peak, plus ``offset``, times ``scale``: Whisper's padded,
+        normalised window. Two kernel launches for all rows of all banks. CUDA only
+        (:attr:`measures_on_device`); returns ``out``."""
+        if not self.measures_on_device:
+            raise RuntimeError("model_input needs every bank on the CUDA kernels' path")
+        slots = np.asarray(slots, dtype=np.int64).reshape(-1)
+        firsts = np.asarray(first_frames, dtype=np.int64).reshape(-1)
+        counts = np.asarray(counts, dtype=np.int64).reshape(-1)
+        if not slots.shape == firsts.shape == counts.shape or (counts.size and counts.min() < 0):
+            raise ValueError("slots, first_frames and counts must match, counts be >= 0")
+        if slots.size and (slots.min() < 0 or slots.max() >= self.capacity):
+            raise ValueError(f"stream slots must be in 0..{self.capacity - 1}")
+        if tuple(out.shape) != (slots.size, self.n_mels, width):
+            raise ValueError(f"out must be {(slots.size, self.n_mels, width)}, not {tuple(out.shape)}")
+        used = np.minimum(counts, width)
+        start = firsts + counts - used  # a window longer than the width: its last frames
+        addresses, touched = self._ring_reads(slots, start, used)
+        cp = self.backend.xp
+        table = window_kernel.row_table(addresses, start % self.ring_frames, used)
+        with self.backend.activate():
+            for b in touched:
+                self.banks[b]._cuda.order_after_pushes()
+            peaks = cp.empty(max(slots.size, 1), dtype=cp.float32)
+            window_kernel.launch(window_kernel.compiled(cp), cp.asarray(table), slots.size, self.ring_frames, self.n_mels,
+                                 width, floor_value, clamp, offset, scale, peaks, out)
+        return out
 
     def push_batch(self, slots, samples) -> None:
         """``samples[i]`` to slot ``slots[i]`` (as :meth:`StreamingFeatures.push_batch`): one
