@@ -84,9 +84,10 @@ def test_device_decoding_gives_the_host_tokens_on_real_speech(cuda, windows, bat
             # step is 2^-6 at |logit| 16..32), so each token's log-probability may differ by ~1e-3.
             assert d.sum_logprob == pytest.approx(h.sum_logprob, abs=1e-3 * max(1, len(h.tokens))), clip
             # The same for <|nospeech|>: seen on the H200 (2026-12-01, all 16 windows in one batch,
-            # the encoder on 16 rows): 0.022100 against 0.022233, a log-probability 0.006 apart,
-            # same tokens. It only meets the 0.6 silence threshold, so 1 % of it is far inside.
-            assert d.no_speech_prob == pytest.approx(h.no_speech_prob, rel=1e-2, abs=1e-5), clip
+            # the encoder on 16 rows): 0.022100 against 0.022233 with the graphs of converter
+            # version 8, 0.008828 against 0.008966 (1.5 %) with version 10's fused ops, same
+            # tokens. It only meets the 0.6 silence threshold, so 3 % of it is far inside.
+            assert d.no_speech_prob == pytest.approx(h.no_speech_prob, rel=3e-2, abs=1e-5), clip
             compared += len(h.tokens)
     assert compared > 200
 
@@ -137,5 +138,7 @@ def test_forced_prefixes_on_cuda(cuda, windows):
             for a, b in zip(f.tokens, w.tokens):
                 assert a == b or (tokenizer.is_timestamp(a) and tokenizer.is_timestamp(b) and abs(a - b) <= 10), shown
             differ += f.tokens != w.tokens
-            assert f.no_speech_prob == pytest.approx(w.no_speech_prob, rel=1e-2, abs=1e-5), clip
+            # Read at <|startoftranscript|> after a prefill of T columns here, a single step
+            # there: 0.013842 against 0.014056 (1.5 %) on the H200 (converter version 10).
+            assert f.no_speech_prob == pytest.approx(w.no_speech_prob, rel=3e-2, abs=1e-5), clip
         assert differ <= len(ids) // 4, decode_on

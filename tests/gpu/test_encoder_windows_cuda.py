@@ -79,7 +79,9 @@ def test_mixed_batch_is_its_context_groups(cuda, speech_audio, decode_on):
     """A batch of 3-11 s windows and a 40 s one, features on the GPU, attention asked for: the
     mixed call gives, row for row, what each context's group gives decoded on its own (the same
     encoder and decoder runs), and words close to each row decoded alone (fp16 rounding differs
-    between batch sizes). On the device path the 24-row batch compacts finished rows."""
+    between batch sizes). (Whether a group's rows end far enough apart to compact is up to the
+    words: with converter version 10's graphs none did on the H200, 2026-12-01; compaction on
+    CUDA is held by tests/gpu/test_device_decoding.py's ragged test.)"""
     backend, runtime, tokenizer = cuda
     xp = backend.xp
     recognizer = WhisperRecognizer(runtime, tokenizer, xp=xp, synchronize=backend.synchronize, decode_on=decode_on)
@@ -89,10 +91,7 @@ def test_mixed_batch_is_its_context_groups(cuda, speech_audio, decode_on):
     requests = [WindowRequest(f"s{i}", xp.asarray(m), 0.5 * i, "", None, alignment=True) for i, m in enumerate(windows)]
     widths = [recognizer.window_frames(r.log_mel.shape[1]) for r in requests]
     assert set(widths) == {1000, 2000, 3000}
-    compactions = runtime.compactions
     together = recognizer.decode(requests)
-    if decode_on == "device":
-        assert runtime.compactions > compactions
     for width in sorted(set(widths)):
         rows = [b for b, w in enumerate(widths) if w == width]
         group = recognizer.decode([requests[b] for b in rows], window_frames=width)
