@@ -58,7 +58,7 @@ def _foreign(tok, free_tokens) -> list[int]:
 
 def test_a_prefix_the_model_would_choose_changes_nothing(cpu, tok, windows, free):
     for b, window in enumerate(free):
-        for k in (1, 5, len(window.tokens) // 2, len(window.tokens)):
+        for k in (3, len(window.tokens) // 2, len(window.tokens)):
             got = cpu.decode(windows[b:b + 1], STREAMING, prefixes=[list(window.tokens[:k])])[0]
             assert got.tokens == window.tokens, (CLIPS[b], k)
             assert got.no_speech_prob == pytest.approx(window.no_speech_prob, abs=1e-6)
