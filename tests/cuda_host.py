@@ -83,8 +83,9 @@ inline float __int_as_float(int bits) {
 
 // Slots alternate between two sets: a lane writes set p of shuffle k+2 only after every lane has
 // passed the barrier of shuffle k+1, so after every read of shuffle k: one barrier per shuffle.
+// Every lane offers its value; it gets lane `from`'s (its own where `from` lies outside the warp).
 template <class T>
-T __shfl_down_sync(unsigned, T value, int offset) {
+T exchange(T value, int from) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int set = warp_parity[warp][lane];
     warp_parity[warp][lane] ^= 1;
@@ -93,23 +94,15 @@ T __shfl_down_sync(unsigned, T value, int offset) {
     warp_slots[set][warp][lane] = slot;
     warp_barriers[warp].arrive_and_wait();
     T out = value;
-    if (lane + offset < 32) std::memcpy(&out, &warp_slots[set][warp][lane + offset], sizeof(T));
+    if (0 <= from && from < 32) std::memcpy(&out, &warp_slots[set][warp][from], sizeof(T));
     return out;
 }
 
 template <class T>
-T __shfl_sync(unsigned, T value, int source_lane) {
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int set = warp_parity[warp][lane];
-    warp_parity[warp][lane] ^= 1;
-    unsigned long long slot = 0;
-    std::memcpy(&slot, &value, sizeof(T));
-    warp_slots[set][warp][lane] = slot;
-    warp_barriers[warp].arrive_and_wait();
-    T out = value;
-    std::memcpy(&out, &warp_slots[set][warp][source_lane & 31], sizeof(T));
-    return out;
-}
+T __shfl_down_sync(unsigned, T value, int offset) { return exchange(value, (threadIdx.x & 31) + offset); }
+
+template <class T>
+T __shfl_sync(unsigned, T value, int source_lane) { return exchange(value, source_lane & 31); }
 
 // exp10f, log10f, fmaxf, fabsf: glibc's (g++ defines _GNU_SOURCE).
 """

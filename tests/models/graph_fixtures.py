@@ -28,6 +28,13 @@ def base_files():
 
 
 @pytest.fixture(scope="session")
+def tiny_tok(tiny_files):
+    from captioner.models.tokenizer import WhisperTokenizer
+
+    return WhisperTokenizer(tiny_files.tokenizer_path, tiny_files.config_path, n_vocab=tiny_files.dims.n_vocab)
+
+
+@pytest.fixture(scope="session")
 def onnx_cache_dir(tmp_path_factory):
     """One ONNX cache for the whole session, so each model is converted once per test run
     (the same folder in every module that imports this fixture: :mod:`onnx_cache`)."""

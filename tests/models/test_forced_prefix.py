@@ -9,19 +9,18 @@ use: a prefix the model would have chosen anyway changes nothing."""
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from graph_fixtures import (  # noqa: F401 - fixtures
     fixed_cache_runtimes,
     load_cpu_decoder,
     onnx_cache_dir,
     tiny_files,
+    tiny_tok,
 )
-from mel_helper import load_audio_16k, whisper_features
+from mel_helper import clip_features
 
 from captioner.models.ct2_oracle import Ct2Decoder
 from captioner.models.decoding import DecodingOptions, _usable_prefixes, decode
-from captioner.models.tokenizer import WhisperTokenizer
 
 pytestmark = pytest.mark.slow
 
@@ -31,13 +30,13 @@ STREAMING = DecodingOptions(temperatures=(0.0,), sample_len=128)
 
 
 @pytest.fixture(scope="module")
-def tok(tiny_files) -> WhisperTokenizer:  # noqa: F811
-    return WhisperTokenizer(tiny_files.tokenizer_path, tiny_files.config_path, n_vocab=tiny_files.dims.n_vocab)
+def tok(tiny_tok):  # noqa: F811
+    return tiny_tok
 
 
 @pytest.fixture(scope="module")
 def windows(speech_clips):
-    return np.stack([whisper_features(load_audio_16k(speech_clips[c].wav)) for c in CLIPS])
+    return clip_features(speech_clips, CLIPS)
 
 
 @pytest.fixture(scope="module")

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from captioner.gpu import nvrtc
+
 ROW_FIELDS = 6
 """int64 parameters per row: ring address (the stream's first ring frame), ring column of the
 first frame to judge, frames to judge, frames readable before it (at most ``lag``), output
@@ -119,17 +121,10 @@ def kernel_source(warps: int = WARPS_PER_BLOCK) -> str:
 
 KERNEL_NAME = "captioner_speech_measures"
 
-_MODULES: dict = {}
-
 
 def compiled(cp):
-    """The kernel compiled once per process and device (NVRTC took a quarter of a second)."""
-    key = int(cp.cuda.Device().id)
-    kernel = _MODULES.get(key)
-    if kernel is None:
-        module = cp.RawModule(code=kernel_source(), options=("-std=c++17",))
-        kernel = _MODULES[key] = module.get_function(KERNEL_NAME)
-    return kernel
+    """The kernel, compiled once per process and device."""
+    return nvrtc.functions(cp, kernel_source(), (KERNEL_NAME,))[0]
 
 
 def row_table(ring_addresses: np.ndarray, first_cols: np.ndarray, counts: np.ndarray,

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from captioner.gpu import nvrtc
+
 ROW_FIELDS = 4
 """int64 parameters per window: ring address (the stream's first ring frame), ring column of the
 window's first frame used, frames used (at most the width), unused."""
@@ -92,17 +94,9 @@ def kernel_source() -> str:
     return _SOURCE
 
 
-_MODULES: dict = {}
-
-
 def compiled(cp):
-    """(peak, write) compiled once per process and device."""
-    key = int(cp.cuda.Device().id)
-    kernels = _MODULES.get(key)
-    if kernels is None:
-        module = cp.RawModule(code=kernel_source(), options=("-std=c++17",))
-        kernels = _MODULES[key] = (module.get_function(PEAK_KERNEL), module.get_function(WRITE_KERNEL))
-    return kernels
+    """(peak, write), compiled once per process and device."""
+    return nvrtc.functions(cp, kernel_source(), (PEAK_KERNEL, WRITE_KERNEL))
 
 
 def row_table(ring_addresses: np.ndarray, first_cols: np.ndarray, used: np.ndarray) -> np.ndarray:
