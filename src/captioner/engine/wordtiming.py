@@ -167,10 +167,9 @@ def _clip_pauses(words: list) -> list:
     included) and captions could not end at it. As Whisper's word timestamps do, a word longer
     than twice the median word duration (the median capped at 0.7 s) keeps its end and starts
     that long before it: the pause shows as a gap between the words."""
-    from dataclasses import replace
 
     durations = [w.end_s - w.start_s for w in words if w.end_s > w.start_s]
     if not durations:
         return words
     max_s = 2 * min(MEDIAN_WORD_CAP_S, float(np.median(durations)))
-    return [replace(w, start_s=w.end_s - max_s) if w.end_s - w.start_s > max_s else w for w in words]
+    return [w._replace(start_s=w.end_s - max_s) if w.end_s - w.start_s > max_s else w for w in words]

@@ -264,8 +264,8 @@ def split_segments(tokens: Sequence[int], tokenizer: WhisperTokenizer, window_s:
     Text after the last complete pair (the model ran out of window or length) is left for the
     next window, which starts at the last complete timestamp.
     """
-    ts = tokenizer.timestamp_begin
-    tokens = [int(t) for t in tokens if t != tokenizer.eot]
+    ts, eot = tokenizer.timestamp_begin, tokenizer.eot  # read once: this runs for every hypothesis
+    tokens = [t for t in map(int, tokens) if t != eot]
     if not tokens:
         return [], None
     is_ts = [t >= ts for t in tokens]
@@ -274,7 +274,7 @@ def split_segments(tokens: Sequence[int], tokenizer: WhisperTokenizer, window_s:
     segments: list[TimedSegment] = []
 
     def segment(piece: list[int], start_s: float, end_s: float) -> None:
-        text_ids = [t for t in piece if t < tokenizer.eot]
+        text_ids = [t for t in piece if t < eot]
         text = tokenizer.decode(text_ids)
         if text.strip():
             segments.append(TimedSegment(start_s, end_s, tuple(text_ids), text))
@@ -551,7 +551,8 @@ def _record(chosen, chosen_logprobs, eot, last_step, sampled, sums, done, hit_li
 def _finish(raw: RawDecode, tokenizer: WhisperTokenizer, options: DecodingOptions, window_s: float, temperature: float) -> DecodedWindow:
     text = tokenizer.decode(raw.tokens)
     segments, consumed_s = split_segments(raw.tokens, tokenizer, window_s)
-    text_tokens = [t for t in raw.tokens if t < tokenizer.eot]
+    eot = tokenizer.eot
+    text_tokens = [t for t in raw.tokens if t < eot]
     loop_at = find_repetition(text_tokens, options.repetition_max_ngram, options.repetition_min_tokens)
     return DecodedWindow(
         tokens=tuple(raw.tokens),

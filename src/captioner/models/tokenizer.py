@@ -220,7 +220,8 @@ class WhisperTokenizer:
 
     def decode(self, ids) -> str:
         """The text of ``ids``; timestamps and other special tokens are left out."""
-        return self._tok.decode([int(t) for t in ids if int(t) < self.special.eot], skip_special_tokens=False)
+        eot = self.special.eot  # once: a few windows' worth of tokens per update, on the engine thread
+        return self._tok.decode([t for t in map(int, ids) if t < eot], skip_special_tokens=False)
 
     def is_timestamp(self, token_id: int) -> bool:
         return self.special.timestamp_begin <= token_id <= self.special.timestamp_end
