@@ -717,6 +717,14 @@ class FeaturePool:
             host = out[:2 * total].get()  # one copy back
         return host[:total], host[total:]
 
+    def compile_ring_kernels(self) -> None:
+        """Compile the kernels that read the rings now (NVRTC, once per process and device) rather
+        than at their first launch; nothing on the NumPy path."""
+        if self.measures_on_device:
+            with self.backend.activate():
+                speech_kernel.compiled(self.backend.xp)
+                window_kernel.compiled(self.backend.xp)
+
     def _ring_reads(self, slots: np.ndarray, firsts: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, list[int]]:
         """Check reads of ``counts[i]`` frames from ``firsts[i]`` of each slot (every bank's
         rings must hold them) and give each slot's ring address (its first ring frame, on the
