@@ -11,6 +11,10 @@ Run (H200):
     PYTHONPATH=src:/tmp/site:/tmp/stage/ortsite:/tmp/stage python3 benchmarks/profile_graphs.py \\
         --device cuda:0 --batch 64 --out $OUT/profile-graphs-h200.json
 Run (here, the CPU provider): .venv/bin/python benchmarks/profile_graphs.py --device cpu --batch 2 --runs 2
+
+``--prefill-forms`` profiles only the prompt prefill, in the two forms of its alignment weights
+side by side (converter version 10: every prompt column weighed against the audio, the last one
+kept; 11: each row's last query alone), built from the model's weights into a temporary folder.
 """
 
 from __future__ import annotations
@@ -35,6 +39,28 @@ def graph_files(model: str, cuda: bool) -> dict[str, Path]:
 
     files = ensure_onnx(resolve_model(model), "fp16" if cuda else "fp32", None, fused_attention=cuda)
     return {name: files.path(name) for name in GRAPHS}
+
+
+def prefill_forms(model: str, cuda: bool, folder: Path) -> dict[str, Path]:
+    """The prefill graph in both forms of its alignment weights (see the module's docstring)."""
+    import onnx
+
+    from captioner.models import onnx_graphs
+    from captioner.models.registry import resolve_model
+
+    files = resolve_model(model)
+    weights = files.open_weights()
+    paths = {}
+    try:
+        for label, last in (("v10_all_columns", False), ("v11_last_query", True)):
+            graph = onnx_graphs.build_decoder_prefill(weights, files.dims, np.float16 if cuda else np.float32,
+                                                      fused_attention=True, alignment_heads=files.alignment_heads,
+                                                      align_last_query=last)
+            paths[label] = folder / f"decoder_prefill_{label}.onnx"
+            onnx.save_model(graph, str(paths[label]))
+    finally:
+        weights.close()
+    return paths
 
 
 def _dims(shape, sizes: dict[str, int]) -> list[int]:
@@ -98,6 +124,8 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--prompts", default="1,8,16,32,48", help="prompt lengths (tokens) for the prefill")
     parser.add_argument("--runs", type=int, default=20)
+    parser.add_argument("--prefill-forms", action="store_true",
+                        help="only the prefill, its two forms of the alignment weights side by side")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     cuda = args.device.startswith("cuda")
@@ -109,18 +137,18 @@ def main() -> int:
     except ValueError as error:
         print(f"profile_graphs: {error}", file=sys.stderr)
         return 2
-    files = graph_files(args.model, cuda)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
+        files = prefill_forms(args.model, cuda, Path(tmp)) if args.prefill_forms else graph_files(args.model, cuda)
         base = {"batch": args.batch, "frames": 3000, "new": 1, "past": 0}
-        for name in GRAPHS:
-            lengths = prompts if name == "decoder_prefill" else [1]
+        for name in files:
+            lengths = prompts if "prefill" in files[name].stem else [1]
             for new in lengths:
                 sizes = {**base, "new": new}
                 try:
                     result = profile(files[name], sizes, cuda, device_id, args.runs, Path(tmp))
                 except Exception as error:  # a graph with inputs this script does not know: say so, go on
-                    result = {"graph": name, "sizes": sizes, "error": f"{type(error).__name__}: {str(error).splitlines()[0]}"}
+                    result = {"graph": files[name].stem, "sizes": sizes, "error": f"{type(error).__name__}: {str(error).splitlines()[0]}"}
                 results.append(result)
                 if "error" in result:
                     print(f"{name:16s} T={new:3d}: {result['error']}", file=sys.stderr)

@@ -105,3 +105,62 @@ def test_graphs_without_heads_have_no_output(tiny_files, concat):
     assert "alignment_attn" not in [o.name for o in plain.graph.output]
     with pytest.raises(ValueError, match="outside"):
         onnx_graphs._heads_by_layer([(9, 0)], tiny_files.dims.n_text_layer, tiny_files.dims.n_text_head)
+
+
+def test_fused_prefill_weighs_each_rows_own_last_token(tiny_files, tmp_path_factory, speech_clips):
+    # The fused prefill weighs only each row's last query against the audio (converter version
+    # 11); the plain graph weighs every prompt column and keeps the last one. Ragged prompts, so
+    # that each row's last column is its own: the same weights, row by row.
+    runtimes = {}
+    for variant in ("matmul", "fused"):
+        _, folder = fixed_cache_folders(tiny_files, tmp_path_factory, variant, tiny_files.alignment_heads)
+        runtimes[variant] = WhisperRuntime(tiny_files, CPU, onnx_export.OnnxFiles(folder, "fp32", built=True),
+                                           fixed_cache=True)
+    tokenizer = WhisperTokenizer(tiny_files.tokenizer_path, tiny_files.config_path, n_vocab=tiny_files.dims.n_vocab)
+    s = tiny_files.special
+    clips = [CLIP, "en_ls_1089-134686-0000"]
+    mel = np.concatenate([whisper_features(load_audio_16k(speech_clips[c].wav))[None] for c in clips])
+    prompts = [[s.sot_prev, *tokenizer.encode(" The quick brown fox jumps over the lazy dog."), s.sot, s.no_timestamps],
+               [s.sot, s.no_timestamps]]
+    out = {}
+    for variant, rt in runtimes.items():
+        logits, _, attn = rt.start(rt.encode(mel), prompts, attention=True)
+        out[variant] = (np.asarray(logits), np.asarray(attn))
+    assert out["fused"][1].shape == (2, 8, 1500)
+    np.testing.assert_allclose(out["fused"][1], out["matmul"][1], atol=2e-4)
+    np.testing.assert_allclose(out["fused"][0], out["matmul"][0], atol=2e-3, rtol=1e-3)
+    # Each row's weights are its own: the two prompts' last tokens look at different audio.
+    assert np.abs(out["fused"][1][0] - out["fused"][1][1]).max() > 1e-2
+
+
+def test_prefill_forms_give_the_same_outputs(tiny_files):
+    # Converter version 10's fused prefill (every prompt column weighed, the last one kept) and
+    # version 11's (each row's last query alone), fed the same ragged batch: the same outputs.
+    import onnxruntime as ort
+
+    weights = tiny_files.open_weights()
+    try:
+        forms = {last: onnx_graphs.build_decoder_prefill(weights, tiny_files.dims, np.float32, fused_attention=True,
+                                                         alignment_heads=tiny_files.alignment_heads,
+                                                         align_last_query=last)
+                 for last in (False, True)}
+    finally:
+        weights.close()
+    sessions = {last: ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+                for last, m in forms.items()}
+    rng = np.random.default_rng(3)
+    batch, width = 3, 12
+    feeds = {"tokens": rng.integers(0, 50000, size=(batch, width)).astype(np.int64),
+             "offset": np.zeros(1, np.int64), "last": np.array([11, 4, 0], np.int64),
+             "probe": np.array([2, 1, 0], np.int64)}
+    for arg in sessions[True].get_inputs():
+        if arg.name not in feeds:
+            shape = [batch if not isinstance(d, int) else d for d in arg.shape]
+            feeds[arg.name] = (0.5 * rng.standard_normal(shape)).astype(np.float32)
+    names = [o.name for o in sessions[True].get_outputs()]
+    old, new = (dict(zip(names, sessions[last].run(names, feeds))) for last in (False, True))
+    assert new["alignment_attn"].shape == (batch, 8, 1, 1500)
+    for name in ("alignment_attn", "logits", "probe_logits"):
+        np.testing.assert_allclose(new[name], old[name], atol=1e-5, rtol=1e-5, err_msg=name)
+    # Each row's weights come from its own last column.
+    assert np.abs(new["alignment_attn"][0] - new["alignment_attn"][1]).max() > 1e-3

@@ -45,10 +45,11 @@ import numpy as np
 from captioner.errors import UserError
 from captioner.models.registry import ModelFiles
 
-CONVERTER_VERSION = 10  # 6: decoder graphs output the alignment heads' cross-attention; 7: per-row positions (ragged batches);
+CONVERTER_VERSION = 11  # 6: decoder graphs output the alignment heads' cross-attention; 7: per-row positions (ragged batches);
 # 8: the step graph writes its cache column in place (ScatterElements); 9: the prefill's logits at a
 # second position per row too (``probe``: <|startoftranscript|> before forced tokens); 10: the
-# prefill writes its columns in place (ScatterElements) instead of a one-hot product and a Where
+# prefill writes its columns in place (ScatterElements) instead of a one-hot product and a Where;
+# 11: the fused prefill weighs only each row's last query against the audio for the alignment heads
 PRECISIONS = {"fp32": np.float32, "fp16": np.float16}
 # fp32 runs on the CPU with the concatenating decoder; fp16 runs on CUDA with the fixed-cache
 # decoder step that is captured as a CUDA graph (see onnx_graphs).

@@ -425,7 +425,7 @@ def build_decoder_step(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_
 
 def build_decoder_prefill(weights: Ct2Model, dims: WhisperDims, float_dtype, fused_attention: bool = False,
                           alignment_heads=(), audio_frames: int | str | None = None,
-                          fused_ops: bool | None = None) -> onnx.ModelProto:
+                          fused_ops: bool | None = None, align_last_query: bool = True) -> onnx.ModelProto:
     """The step graph's twin for a whole prompt: tokens [B, T] at positions offset .. offset+T-1,
     written into the same fixed cache in place (a ScatterElements of the T new columns, as the
     step writes its one), causal mask, and the logits of
@@ -434,15 +434,18 @@ def build_decoder_prefill(weights: Ct2Model, dims: WhisperDims, float_dtype, fus
     overwrite. ``probe`` ([B] int64) names a second position per row whose logits come out too
     (``probe_logits``): the ``<|startoftranscript|>`` of a row whose prompt goes on with forced
     tokens (its no-speech probability and language are read there). Its shapes depend on T, so it
-    is run normally, not captured."""
+    is run normally, not captured. ``align_last_query=False`` builds converter version 10's form
+    of the fused graph's alignment weights (every prompt column weighed, the last one kept), for
+    benchmarks and tests that set the two side by side."""
     return _fixed_cache_decoder(weights, dims, float_dtype, fused_attention, prefill=True, alignment_heads=alignment_heads,
-                                audio_frames=audio_frames, fused_ops=fused_ops)
+                                audio_frames=audio_frames, fused_ops=fused_ops, align_last_query=align_last_query)
 
 
 def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fused: bool, prefill: bool,
                          alignment_heads=(), audio_frames: int | str | None = None,
-                         fused_ops: bool | None = None) -> onnx.ModelProto:
+                         fused_ops: bool | None = None, align_last_query: bool = True) -> onnx.ModelProto:
     g = _Graph(weights, float_dtype, fused_ops)
+    last_query = prefill and fused and align_last_query
     align = _heads_by_layer(alignment_heads, dims.n_text_layer, dims.n_text_head)
     align_attn: list[str] = []
     dt, h = dims.n_text_state, dims.n_text_head
@@ -547,6 +550,13 @@ def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fuse
             if i in align:  # the fused op keeps its weights to itself: the chosen heads again, plainly
                 heads = g.ints(align[i], "heads")
                 q = g.op("Gather", [g.heads(q2d, shape_bthd, [0, 2, 1, 3]), heads], axis=1)  # [B, a, T, dh]
+                if last_query:
+                    # Only each row's last position is output: its query alone, [B, a, 1, dh].
+                    # (Version 10 weighed every prompt column against every audio position and
+                    # then kept one: at 128 columns the prefill's largest cost on the H200.)
+                    at_last = g.op("Expand", [g.op("Reshape", ["last", g.ints([-1, 1, 1, 1], "b111_last")]),
+                                              g.ints([1, len(align[i]), 1, dh], f"a1dh_{i}")])
+                    q = g.op("GatherElements", [q, at_last], axis=2, hint="q_last")
                 k = g.op("Transpose", [g.op("Gather", [f"cross_k_{i}", heads], axis=1)], perm=[0, 1, 3, 2])  # [B, a, dh, S]
                 align_attn.append(g.op("Softmax", [g.op("MatMul", [q, k])], axis=-1, hint="probs"))
         else:
@@ -559,8 +569,9 @@ def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fuse
         x = g.ffn(x, p)
 
     if align_attn:
+        # With last_query the weights are at each row's last position already (T = 1).
         outputs.append(g.alignment_output(align_attn, sum(map(len, align.values())), s, last_only=prefill,
-                                          last_index="last" if prefill else None))
+                                          last_index="last" if prefill and not last_query else None))
     x = g.layer_norm(x, "decoder/layer_norm")
 
     def project(hidden: str, out: str) -> None:
