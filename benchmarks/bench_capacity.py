@@ -275,6 +275,20 @@ def parse_cut(text: str) -> dict[str, str]:
 
 
 # -- one run --------------------------------------------------------------------------------------
+def graph_run_stats(before: dict, after: dict, steps: int, updates: int) -> dict:
+    """Per graph, between two ``WhisperRuntime.graph_runs()`` readings: runs, runs per engine
+    step, wall ms per run and per stream-update."""
+    stats = {}
+    for name, (runs, seconds) in after.items():
+        runs -= before.get(name, (0, 0.0))[0]
+        seconds -= before.get(name, (0, 0.0))[1]
+        if runs:
+            stats[name] = {"runs": runs, "runs_per_step": round(runs / max(1, steps), 2),
+                           "ms_per_run": round(1e3 * seconds / runs, 3),
+                           "ms_per_update": round(1e3 * seconds / max(1, updates), 4)}
+    return stats
+
+
 def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -> dict:
     from captioner.engine.admission import AdmissionConfig
     from captioner.engine.core import EngineConfig
@@ -322,6 +336,8 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
     loop_cpu_s = 0.0
     ingest_s = 0.0
     statuses = []
+    graph_runs = getattr(getattr(recognizer, "runtime", None), "graph_runs", None)
+    runs_before = graph_runs() if graph_runs is not None else None
     wall0 = time.perf_counter()
     with GpuSampler(backend.device_index if backend.is_cuda else None) as gpu:
         while streams and any(not s.done for s in streams.values()):
@@ -354,6 +370,7 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
                 break
         statuses.append(live.status())
     run_wall_s = time.perf_counter() - wall0
+    runs_after = graph_runs() if graph_runs is not None else None
     host_totals = dict(live.engine.host_s)
     finished = all(s.done for s in streams.values())
     live.close()
@@ -422,6 +439,10 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
         "feature_bytes_per_slot": round(extra.get("feature_pool_bytes", 0) / max(1, extra.get("stream_slots", 1))),
         "vram_growth_bytes_per_stream": None if peak is None or used_before is None
         else round((peak - used_before) / max(1, len(streams))),
+        # How often each graph ran during the run and its wall time per run (the device's work
+        # included): a graph run more often than once a step, or slower than on its own
+        # (profile_graphs.py), shows here.
+        "graph_runs": None if runs_before is None else graph_run_stats(runs_before, runs_after, len(records), batches),
         "admission_estimate": {
             "streams_held": len(busiest.streams),
             "admitted_load": None if busiest.admitted_load is None else round(busiest.admitted_load, 3),

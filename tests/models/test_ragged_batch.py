@@ -92,10 +92,15 @@ def test_finished_rows_leave_the_batch(runtimes, tok, windows, alone):
     prompts = _prompts(tok, len(windows))
     want = alone(runtimes.concat, len(windows))
     for rt in (runtimes.fixed, runtimes.replay):
-        before = rt.compactions
+        before, runs = rt.compactions, rt.graph_runs()
         got = decode(rt, tok, windows, OPTIONS, previous_tokens=prompts)
         assert rt.compactions > before, "five rows of different lengths should shrink 8 -> 4 -> 2 -> 1"
         assert [g.tokens for g in got] == want
+        # Each compaction is one run of a row-gathering graph; one prefill per pass where there is one.
+        after = rt.graph_runs()
+        assert after["gather_rows"][0] - runs.get("gather_rows", (0, 0.0))[0] == rt.compactions - before
+        if rt.prefill_model is not None:
+            assert after["decoder_prefill"][0] - runs["decoder_prefill"][0] == after["encoder"][0] - runs["encoder"][0]
         kept = rt.compactions
         same = decode(rt, tok, windows, DecodingOptions(temperatures=(0.0,), sample_len=48, drop_finished=False, decode_on="device"),
                       previous_tokens=prompts)

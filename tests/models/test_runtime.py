@@ -85,6 +85,7 @@ def test_batch_rows_match_single_runs(private_cache, speech_clips):
     rt = load_runtime("tiny.en", device="cpu")
     mels = np.stack([_clip_features(speech_clips, "en_ls_1089-134686-0001"), _clip_features(speech_clips, "en_ljspeech_LJ001-0001")])
     prompt = np.array([[rt.special.sot, rt.special.no_timestamps]] * 2)
+    before = rt.graph_runs()
     logits_b, state_b = rt.start(rt.encode(mels), prompt)
     nxt = logits_b.argmax(-1)
     step_b = rt.step(state_b, nxt)
@@ -93,6 +94,11 @@ def test_batch_rows_match_single_runs(private_cache, speech_clips):
         logits_1, state_1 = rt.start(rt.encode(mels[row : row + 1]), prompt[row : row + 1])
         np.testing.assert_allclose(logits_1[0], logits_b[row], atol=2e-3)
         np.testing.assert_allclose(rt.step(state_1, nxt[row : row + 1])[0], step_b[row], atol=2e-3)
+    # Every graph run is counted and timed (benchmarks read how often each graph ran): three
+    # encodings and cross K/V, a prompt and a step for each of the three states.
+    runs = {name: (n - before[name][0], s - before[name][1]) for name, (n, s) in rt.graph_runs().items()}
+    assert {name: n for name, (n, _) in runs.items()} == {"encoder": 3, "cross_kv": 3, "decoder": 6, "gather_rows": 0}
+    assert all(s > 0 for n, s in runs.values() if n)
     with pytest.raises(ValueError):
         rt.encode(np.zeros((1, 80, 2999), np.float32))
     with pytest.raises(ValueError):

@@ -587,6 +587,20 @@ class WhisperRuntime:
         slot.owner = weakref.ref(state)
         return logits[:batch], state
 
+    def graph_runs(self) -> dict[str, tuple[int, float]]:
+        """Per graph (encoder, cross_kv, decoder, decoder_step, decoder_prefill, gather_rows;
+        every audio context's added up): how many times it ran and its wall time in seconds so
+        far, the device's work included. Benchmarks take differences of two readings."""
+        models: dict[str, set] = {}
+        for context in self._contexts.values():
+            for name in ("encoder", "cross_kv", "decoder", "step_model", "prefill_model"):
+                model = getattr(context, name)
+                if model is not None:
+                    models.setdefault(name, set()).add(model)
+        models["gather_rows"] = set(self._gather_rows.values())
+        names = {"step_model": "decoder_step", "prefill_model": "decoder_prefill"}
+        return {names.get(k, k): (sum(m.runs for m in v), sum(m.run_s for m in v)) for k, v in models.items()}
+
     def can_compact(self, state: DecoderState, n_rows: int) -> bool:
         """Whether :meth:`compact` to ``n_rows`` rows would move the state to a smaller bucket."""
         return state.slot is not None and 0 < n_rows and bucket_size(n_rows) < state.slot.batch
