@@ -553,7 +553,8 @@ def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fuse
                 if last_query:
                     # Only each row's last position is output: its query alone, [B, a, 1, dh].
                     # (Version 10 weighed every prompt column against every audio position and
-                    # then kept one: at 128 columns the prefill's largest cost on the H200.)
+                    # then kept one: the prefill took 1.1-1.5 times as long at 192 rows on the
+                    # H200, docs/capacity.md.)
                     at_last = g.op("Expand", [g.op("Reshape", ["last", g.ints([-1, 1, 1, 1], "b111_last")]),
                                               g.ints([1, len(align[i]), 1, dh], f"a1dh_{i}")])
                     q = g.op("GatherElements", [q, at_last], axis=2, hint="q_last")
