@@ -3,7 +3,8 @@
 Inside the engine on the H200 the prefill took 19 ms a run at 768 streams (docs/capacity.md,
 "graph runs"), against 4-7 ms when profile_graphs.py repeats one shape. The engine's prefills
 change bucket (rows) and width (columns) from step to step. This runs the model's own prefill
-graph, opened as the engine opens it (``captioner.models.session.OrtModel``), at a list of shapes:
+graph (built from the weights as the converter builds it, and opened as the engine opens it,
+``captioner.models.session.OrtModel``), at a list of shapes:
 first each shape repeated on its own, then all of them in rotation, side by side in one run, and
 reports the wall time per run of each shape both ways (the device's work included: a run returns
 when it is done).
@@ -26,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64}
+from profile_graphs import TYPES, graph_dims, input_array, prefill_forms
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:
@@ -43,36 +44,25 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
     return shapes
 
 
-def binding_for(model, rows: int, columns: int, n_ctx: int, rng):
+def binding_for(model, rows: int, columns: int, rng):
     """A binding of the prefill at ``rows`` x ``columns``: inputs and outputs on the session's
-    device, caches bound as input and output (in place, as the engine binds them)."""
+    device (profile_graphs' inputs), caches bound as input and output (in place, as the engine
+    binds them). The arrays come back beside it: they must live as long as it is run."""
     import onnxruntime as ort
 
-    device = model._device
+    sizes = {"batch": rows, "new": columns}
     binding = model.binding()
     values = {}
     for arg in model.session.get_inputs():
-        shape = [rows if d == "batch" else columns if d == "new" else n_ctx if d == "frames" else int(d)
-                 for d in arg.shape]
-        dtype = TYPES[arg.type]
-        if arg.name == "tokens":
-            host = rng.integers(0, 50000, size=shape).astype(np.int64)
-        elif arg.name in ("last", "probe"):
-            host = rng.integers(0, columns, size=shape).astype(np.int64)
-        elif dtype == np.int64:
-            host = np.zeros(shape, np.int64)
-        else:
-            host = (0.1 * rng.standard_normal(shape)).astype(dtype)
-        values[arg.name] = ort.OrtValue.ortvalue_from_numpy(host, *device)
+        values[arg.name] = ort.OrtValue.ortvalue_from_numpy(input_array(arg, sizes, rng), *model._device)
         binding.io.bind_ortvalue_input(arg.name, values[arg.name])
     for out in model.session.get_outputs():
         source = out.name.replace("new_", "", 1)
         if out.name.startswith("new_") and source in values:
             binding.io.bind_ortvalue_output(out.name, values[source])  # the cache, in place
         else:
-            shape = [rows if d == "batch" else 1 if d == "new" else n_ctx if d == "frames" else int(d)
-                     for d in out.shape]
-            values[out.name] = ort.OrtValue.ortvalue_from_shape_and_type(shape, TYPES[out.type], *device)
+            values[out.name] = ort.OrtValue.ortvalue_from_shape_and_type(graph_dims(out.shape, sizes), TYPES[out.type],
+                                                                         *model._device)
             binding.io.bind_ortvalue_output(out.name, values[out.name])
     return binding, values
 
@@ -100,29 +90,14 @@ def main() -> int:
         return 2
 
     from captioner.models import session
-    from captioner.models.onnx_export import ensure_onnx
-    from captioner.models.registry import resolve_model
 
     cuda = args.device.startswith("cuda")
-    files = resolve_model(args.model)
-    onnx_files = ensure_onnx(files, "fp16" if cuda else "fp32", None, fused_attention=cuda)
-    path = onnx_files.path("decoder_prefill")
-    if not path.is_file():  # the CPU's set has no prefill: build the fixed-cache one for this run
-        import onnx
-
-        from captioner.models import onnx_graphs
-
-        weights = files.open_weights()
-        try:
-            graph = onnx_graphs.build_decoder_prefill(weights, files.dims, np.float32, fused_attention=True,
-                                                      alignment_heads=files.alignment_heads)
-        finally:
-            weights.close()
-        path = Path(tempfile.mkdtemp()) / "decoder_prefill.onnx"
-        onnx.save_model(graph, str(path))
+    # The engine's prefill (converter version 11's form), built from the weights as the converter builds it.
+    path = prefill_forms(args.model, cuda, Path(tempfile.mkdtemp()))["v11_last_query"]
     model = session.OrtModel(path, session.choose_provider(args.device))
     rng = np.random.default_rng(0)
-    bindings = {shape: binding_for(model, *shape, files.dims.n_audio_ctx, rng)[0] for shape in shapes}
+    bound = {shape: binding_for(model, *shape, rng) for shape in shapes}
+    bindings = {shape: binding for shape, (binding, _) in bound.items()}
     for binding in bindings.values():  # first runs: allocations, kernel choices
         for _ in range(3):
             binding.run_bound()

@@ -63,8 +63,25 @@ def prefill_forms(model: str, cuda: bool, folder: Path) -> dict[str, Path]:
     return paths
 
 
-def _dims(shape, sizes: dict[str, int]) -> list[int]:
+TYPES = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64}
+
+
+def graph_dims(shape, sizes: dict[str, int]) -> list[int]:
     return [d if isinstance(d, int) and d > 0 else sizes[d] for d in shape]
+
+
+def input_array(arg, sizes: dict[str, int], rng) -> np.ndarray:
+    """A host array for graph input ``arg`` (an ONNX Runtime ``NodeArg``) at ``sizes``: random
+    tokens, each row's last prompt column at ``new - 1``, other integers zero, small floats."""
+    shape = graph_dims(arg.shape, sizes)
+    dtype = TYPES[arg.type]
+    if arg.name == "tokens":
+        return rng.integers(0, 50000, size=shape).astype(np.int64)
+    if arg.name == "last":
+        return np.full(shape, sizes["new"] - 1, np.int64)
+    if dtype == np.int64:
+        return np.zeros(shape, np.int64)
+    return (0.1 * rng.standard_normal(shape)).astype(dtype)
 
 
 def profile(path: Path, sizes: dict[str, int], cuda: bool, device_id: int, runs: int, folder: Path) -> dict:
@@ -79,24 +96,13 @@ def profile(path: Path, sizes: dict[str, int], cuda: bool, device_id: int, runs:
                  if cuda else []) + ["CPUExecutionProvider"]
     sess = ort.InferenceSession(str(path), so, providers=providers)
     place = ("cuda", device_id) if cuda else ("cpu", 0)
-    types = {"tensor(float)": np.float32, "tensor(float16)": np.float16, "tensor(int64)": np.int64}
     binding = sess.io_binding()
     rng = np.random.default_rng(0)
     for arg in sess.get_inputs():
-        shape = _dims(arg.shape, sizes)
-        dtype = types[arg.type]
-        if arg.name == "tokens":
-            host = rng.integers(0, 50000, size=shape).astype(np.int64)
-        elif arg.name == "last":
-            host = np.full(shape, sizes["new"] - 1, np.int64)
-        elif dtype == np.int64:
-            host = np.zeros(shape, np.int64)
-        else:
-            host = (0.1 * rng.standard_normal(shape)).astype(dtype)
-        binding.bind_ortvalue_input(arg.name, ort.OrtValue.ortvalue_from_numpy(host, *place))
+        binding.bind_ortvalue_input(arg.name, ort.OrtValue.ortvalue_from_numpy(input_array(arg, sizes, rng), *place))
     for out in sess.get_outputs():
-        shape = _dims(out.shape, sizes)
-        binding.bind_ortvalue_output(out.name, ort.OrtValue.ortvalue_from_shape_and_type(shape, types[out.type], *place))
+        shape = graph_dims(out.shape, sizes)
+        binding.bind_ortvalue_output(out.name, ort.OrtValue.ortvalue_from_shape_and_type(shape, TYPES[out.type], *place))
     for _ in range(3):  # warm-up: allocations, algorithm choices
         sess.run_with_iobinding(binding)
     walls_ms = []

@@ -78,8 +78,9 @@ def test_short_contexts_give_words_close_to_30s(cuda, speech_audio, speech_clips
 def test_mixed_batch_is_its_context_groups(cuda, speech_audio, decode_on):
     """A batch of 3-11 s windows and a 40 s one, features on the GPU, attention asked for: the
     mixed call gives, row for row, what each context's group gives decoded on its own (the same
-    encoder and decoder runs; bit for bit on the host path, the same words on the device path), and words close to each row decoded alone (fp16 rounding differs
-    between batch sizes). (Whether a group's rows end far enough apart to compact is up to the
+    encoder and decoder runs; bit for bit on the host path, the same words within one edit on the
+    device path), and words close to each row decoded alone (fp16 rounding differs between batch
+    sizes). (Whether a group's rows end far enough apart to compact is up to the
     words: with converter version 10's graphs none did on the H200, 2026-12-01; compaction on
     CUDA is held by tests/gpu/test_device_decoding.py's ragged test.)"""
     backend, runtime, tokenizer = cuda
@@ -102,10 +103,14 @@ def test_mixed_batch_is_its_context_groups(cuda, speech_audio, decode_on):
                 # On the H200 (2026-12-02) one row of twenty (five copies of the same window in
                 # one batch) came out of the two calls with different words: the device path is
                 # held to the words here, not to every bit.
-                got, want = [w.text for w in together[b].words], [w.text for w in hypothesis.words]
-                assert _edits(_words(" ".join(want)), _words(" ".join(got))) <= max(1, 0.05 * len(want)), \
-                    (requests[b].stream, width)
+                assert _close_words(together[b], hypothesis), (requests[b].stream, width)
     for b in range(len(MIXED) + 1):
         alone = recognizer.decode([requests[b]])[0]
-        got, want = [w.text for w in together[b].words], [w.text for w in alone.words]
-        assert got and _edits(_words(" ".join(want)), _words(" ".join(got))) <= max(1, 0.05 * len(want)), requests[b].stream
+        assert together[b].words and _close_words(together[b], alone), requests[b].stream
+
+
+def _close_words(got, want) -> bool:
+    """Whether hypothesis ``got`` has ``want``'s words within one edit or 5 % of them."""
+    expected = [w.text for w in want.words]
+    edits = _edits(_words(" ".join(expected)), _words(" ".join(w.text for w in got.words)))
+    return edits <= max(1, 0.05 * len(expected))

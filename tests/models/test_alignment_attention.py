@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from graph_fixtures import fixed_cache_folders, reference_runtime, tiny_files  # noqa: F401 - fixture
-from mel_helper import load_audio_16k, whisper_features
+from graph_fixtures import fixed_cache_folders, reference_runtime, tiny_files, tiny_tok  # noqa: F401 - fixture
+from mel_helper import clip_features, load_audio_16k, whisper_features
 
 from captioner.models import onnx_export, onnx_graphs, session
 from captioner.models.alignment import AttentionRecorder
@@ -107,7 +107,7 @@ def test_graphs_without_heads_have_no_output(tiny_files, concat):
         onnx_graphs._heads_by_layer([(9, 0)], tiny_files.dims.n_text_layer, tiny_files.dims.n_text_head)
 
 
-def test_fused_prefill_weighs_each_rows_own_last_token(tiny_files, tmp_path_factory, speech_clips):
+def test_fused_prefill_weighs_each_rows_own_last_token(tiny_files, tiny_tok, tmp_path_factory, speech_clips):
     # The fused prefill weighs only each row's last query against the audio (converter version
     # 11); the plain graph weighs every prompt column and keeps the last one. Ragged prompts, so
     # that each row's last column is its own: the same weights, row by row.
@@ -116,11 +116,9 @@ def test_fused_prefill_weighs_each_rows_own_last_token(tiny_files, tmp_path_fact
         _, folder = fixed_cache_folders(tiny_files, tmp_path_factory, variant, tiny_files.alignment_heads)
         runtimes[variant] = WhisperRuntime(tiny_files, CPU, onnx_export.OnnxFiles(folder, "fp32", built=True),
                                            fixed_cache=True)
-    tokenizer = WhisperTokenizer(tiny_files.tokenizer_path, tiny_files.config_path, n_vocab=tiny_files.dims.n_vocab)
     s = tiny_files.special
-    clips = [CLIP, "en_ls_1089-134686-0000"]
-    mel = np.concatenate([whisper_features(load_audio_16k(speech_clips[c].wav))[None] for c in clips])
-    prompts = [[s.sot_prev, *tokenizer.encode(" The quick brown fox jumps over the lazy dog."), s.sot, s.no_timestamps],
+    mel = clip_features(speech_clips, [CLIP, "en_ls_1089-134686-0000"])
+    prompts = [[s.sot_prev, *tiny_tok.encode(" The quick brown fox jumps over the lazy dog."), s.sot, s.no_timestamps],
                [s.sot, s.no_timestamps]]
     out = {}
     for variant, rt in runtimes.items():
