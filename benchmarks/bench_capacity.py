@@ -263,13 +263,18 @@ class GpuSampler:
         return max(values) if values else None
 
 
+CUT_VALUES = {"prefix": ("on", "off"), "rings": ("on", "off"), "riders": ("load", "on")}
+"""Each ``--cuts`` key, its values; the first is the default."""
+
+
 def parse_cut(text: str) -> dict[str, str]:
-    """One ``--cuts`` setting, e.g. ``prefix=off,rings=on`` (unnamed ones on)."""
-    cut = {"prefix": "on", "rings": "on"}
+    """One ``--cuts`` setting, e.g. ``prefix=off,rings=on`` (unnamed ones at their default)."""
+    cut = {key: values[0] for key, values in CUT_VALUES.items()}
     for part in (p.strip() for p in text.split(",") if p.strip()):
         key, _, value = part.partition("=")
-        if key not in cut or value not in ("on", "off"):
-            raise ValueError(f"--cuts: {part!r} is not prefix=on|off or rings=on|off")
+        if value not in CUT_VALUES.get(key, ()):
+            raise ValueError(f"--cuts: {part!r} is not one of " +
+                             ", ".join(f"{k}={'|'.join(v)}" for k, v in CUT_VALUES.items()))
         cut[key] = value
     return cut
 
@@ -289,6 +294,48 @@ def graph_run_stats(before: dict, after: dict, steps: int, updates: int) -> dict
     return stats
 
 
+class DeviceWaits:
+    """``--sync-runs``: the device synchronised around every graph run of the engine, and the two
+    waits timed per graph — before a run, for work still queued from earlier (another graph's
+    kernels, the array code's), and after it, for its own work still running when ONNX Runtime
+    returned. It tells a graph's own time from the time it spends waiting for others; the syncs
+    cost time themselves, so read the run for attribution, not speed."""
+
+    def __init__(self, runtime, synchronize) -> None:
+        self.seconds: dict[str, list[float]] = {}  # graph -> [waited before, waited after]
+        self._wrapped = []
+        for name, models in runtime.graph_models().items():
+            totals = self.seconds.setdefault(name, [0.0, 0.0])
+            for model in models:
+                model._run_io = self._timed(model._run_io, synchronize, totals)
+                self._wrapped.append(model)
+
+    @staticmethod
+    def _timed(run_io, synchronize, totals):
+        def run(io, options=None):
+            t0 = time.perf_counter()
+            synchronize()
+            t1 = time.perf_counter()
+            run_io(io, options)
+            t2 = time.perf_counter()
+            synchronize()
+            totals[0] += t1 - t0
+            totals[1] += time.perf_counter() - t2
+        return run
+
+    def close(self) -> None:
+        for model in self._wrapped:
+            del model._run_io  # the class's method again
+
+    def add_to(self, stats: dict) -> None:
+        """Each graph's waits, ms per run, into ``graph_run_stats``' entries."""
+        for name, (before_s, after_s) in self.seconds.items():
+            if name in stats:
+                runs = stats[name]["runs"]
+                stats[name]["waited_before_ms_per_run"] = round(1e3 * before_s / runs, 3)
+                stats[name]["waited_after_ms_per_run"] = round(1e3 * after_s / runs, 3)
+
+
 def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -> dict:
     from captioner.engine.admission import AdmissionConfig
     from captioner.engine.core import EngineConfig
@@ -300,7 +347,8 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
     from captioner.events import NS_PER_S
 
     config = EngineConfig(
-        scheduler=SchedulerConfig(base_interval_s=args.interval_s, max_batch=args.max_batch),
+        scheduler=SchedulerConfig(base_interval_s=args.interval_s, max_batch=args.max_batch,
+                                  merge_max_load=None if getattr(args, "riders", "load") == "on" else 0.5),
         admission=AdmissionConfig(time_budget="on" if args.admission else "off"),
         policy=PolicyConfig(forced_prefix=getattr(args, "forced_prefix_on", True)),
         ring_kernels=getattr(args, "ring_kernels_on", True),
@@ -338,6 +386,8 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
     statuses = []
     graph_runs = getattr(getattr(recognizer, "runtime", None), "graph_runs", None)
     runs_before = graph_runs() if graph_runs is not None else None
+    waits = DeviceWaits(recognizer.runtime, backend.xp.cuda.runtime.deviceSynchronize) \
+        if getattr(args, "sync_runs", False) and graph_runs is not None and backend.is_cuda else None
     wall0 = time.perf_counter()
     with GpuSampler(backend.device_index if backend.is_cuda else None) as gpu:
         while streams and any(not s.done for s in streams.values()):
@@ -371,6 +421,8 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
         statuses.append(live.status())
     run_wall_s = time.perf_counter() - wall0
     runs_after = graph_runs() if graph_runs is not None else None
+    if waits is not None:
+        waits.close()
     host_totals = dict(live.engine.host_s)
     finished = all(s.done for s in streams.values())
     live.close()
@@ -410,10 +462,16 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
     util = gpu.utilization
     peak = gpu.peak_used_bytes
     used_before = memory_before[1] - memory_before[0] if memory_before else None
+    graph_stats = None if runs_before is None else graph_run_stats(runs_before, runs_after, len(records), batches)
+    if waits is not None:
+        waits.add_to(graph_stats)
     return {
         "streams": n, "admitted": len(streams), "refused": len(refused), "refusal": refused[0] if refused else "",
         "finished": finished, "run_wall_s": round(run_wall_s, 2), "audio_s_per_stream": round(audio_s / max(1, len(streams)), 1),
         "steps": len(records), "batch_mean": round(batches / max(1, len(records)), 1),
+        # Model updates per stream-second of audio: 1.0 is one update a second while every
+        # stream speaks; more where steps take streams before they are due (riders, closings).
+        "updates_per_stream_s": round(batches / max(1e-9, audio_s), 3),
         "light_model_updates": None if light is None else sum(r.batch for r in records if r.model == light.name),
         "step_ms_p50": percentile(steps_ms, 50), "step_ms_p99": percentile(steps_ms, 99),
         "wall_ms_per_update": round(1e3 * model_wall_s / max(1, batches), 3),
@@ -442,7 +500,8 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
         # How often each graph ran during the run and its wall time per run (the device's work
         # included): a graph run more often than once a step, or slower than on its own
         # (profile_graphs.py), shows here.
-        "graph_runs": None if runs_before is None else graph_run_stats(runs_before, runs_after, len(records), batches),
+        "graph_runs": graph_stats,
+        "graph_runs_synchronised": waits is not None,
         "admission_estimate": {
             "streams_held": len(busiest.streams),
             "admitted_load": None if busiest.admitted_load is None else round(busiest.admitted_load, 3),
@@ -495,6 +554,9 @@ def main() -> int:
                         help="double N even once the engine is saturated (update interval p99 over 4 x base)")
     parser.add_argument("--engine-only", action="store_true",
                         help="no model: measure the engine's host path alone (features, VAD, scheduling) up to --max-n")
+    parser.add_argument("--sync-runs", action="store_true",
+                        help="synchronise the device around every graph run and time the waits per graph "
+                             "(which graph's time is another's work still on the device; slows the run)")
     parser.add_argument("--profile", default=None, metavar="PREFIX",
                         help="profile each N with cProfile: PREFIX-nN.prof, and its top costs on stderr "
                              "(profiling slows the run: read its shares, not its times)")
@@ -506,6 +568,8 @@ def main() -> int:
                              "prefix=on|off (LocalAgreement feeds the committed words of a buffer to the decoder "
                              "as a forced prefix, PolicyConfig.forced_prefix) and rings=on|off (kernels read the "
                              "feature rings: the VAD's measures and the model's batch, EngineConfig.ring_kernels); "
+                             "riders=load|on (streams not yet due ride along in a step only while the engine's "
+                             "load is under SchedulerConfig.merge_max_load, or always); "
                              "e.g. 'prefix=off,rings=off;prefix=on,rings=on'")
     parser.add_argument("--out", default=None, help="JSON results here")
     args = parser.parse_args()
@@ -573,9 +637,10 @@ def main() -> int:
             for cut in cuts:  # warm-up: what each setting compiles or captures at its first use
                 run_once(backend, recognizer, clips, 1, argparse.Namespace(
                     **{**vars(args), "audio_s": 5.0, "forced_prefix_on": cut["prefix"] == "on",
-                       "ring_kernels_on": cut["rings"] == "on"}), light)
+                       "ring_kernels_on": cut["rings"] == "on", "riders": cut["riders"]}), light)
             for cut in cuts:  # the same loaded (and warmed) model for each
                 args.forced_prefix_on, args.ring_kernels_on = cut["prefix"] == "on", cut["rings"] == "on"
+                args.riders = cut["riders"]
                 todo = list(ns) if ns else []
                 n = todo.pop(0) if ns else args.min_n
                 last_wall_s = 0.0
@@ -587,7 +652,7 @@ def main() -> int:
                     result = profiled(f"{args.profile}-n{n}.prof" if args.profile else None,
                                       run_once, backend, recognizer, clips, n, args, light)
                     result.update(model=recognizer.name, decode_on=mode, warm_up=warm, warm_up_s=warm_up_s,
-                                  forced_prefix=cut["prefix"], ring_kernels=cut["rings"])
+                                  forced_prefix=cut["prefix"], ring_kernels=cut["rings"], riders=cut["riders"])
                     if args.engine_only:  # nothing was heard: accuracy and caption latency do not apply
                         for key in ("partial_p50_s", "partial_p99_s", "commit_p50_s", "commit_p99_s",
                                     "wer_committed_pct", "wer_offline_pct", "words_committed"):

@@ -59,6 +59,19 @@ def test_a_closing_segment_goes_before_an_equal_priority_update_and_riders_only_
     assert Scheduler(SchedulerConfig(base_interval_s=1.0, max_batch=3)).due(views) == ["due", "closing", "rider"]
 
 
+def test_riders_come_along_only_while_the_engine_has_spare_compute():
+    """Under the load limit (or with no load measured yet) a stream half-way to due rides along;
+    from the limit on only due streams are stepped: an early update is one more a second."""
+    views = [StreamView("due", 5.0, 3.8, True), StreamView("rider", 5.0, 4.3, True)]  # 1.2 s and 0.7 s waiting
+    s = Scheduler(SchedulerConfig(base_interval_s=1.0, max_batch=8, merge_max_load=0.5))
+    assert s.due(views) == ["due", "rider"]            # nothing measured yet
+    assert s.due(views, load=0.49) == ["due", "rider"]
+    assert s.due(views, load=0.5) == ["due"]
+    assert s.due(views, load=3.0) == ["due"]
+    always = Scheduler(SchedulerConfig(base_interval_s=1.0, max_batch=8, merge_max_load=None))
+    assert always.due(views, load=3.0) == ["due", "rider"]
+
+
 def test_the_interval_stretches_by_a_whole_round_when_it_takes_several_steps():
     """Five active streams in batches of 2 are three steps a round: steps of 0.3 s need
     0.9 s of every interval, so at target_busy 0.5 the interval stretches to 1.8 s."""

@@ -4,7 +4,11 @@ The worker asks :meth:`Scheduler.due` each tick with a view of every active stre
 is due when it has speech waiting and ``interval_s`` of new audio since its last update, or at
 once when its segment must close (a pause). When one stream is due, others that are more than
 ``merge_fraction`` of the way to due ride along, so one batched step serves them all (merging
-work). After each step the worker reports how long it took; the interval stretches so that
+work). Riders are a use of spare compute (their captions come sooner), not a saving: each
+update spent early is one more update a second. At the H200's thousand streams a step is full
+of due streams anyway and riders had raised the updates per stream-second from 1.0 to 1.2-1.4
+(docs/capacity.md), so they ride only while the engine's load — the time budget's estimate,
+``admission.predict`` — is under ``merge_max_load``. After each step the worker reports how long it took; the interval stretches so that
 model steps take at most ``target_busy`` of the wall time, and shrinks back when compute frees
 up — a slow machine gets fewer, larger updates instead of a growing backlog.
 
@@ -60,6 +64,10 @@ class SchedulerConfig:
     target_busy: float = 0.7
     """Largest share of wall time model steps may take before the interval stretches."""
     merge_fraction: float = 0.5
+    merge_max_load: float | None = 0.5
+    """Riders only while the load the engine reports (1.0: where the interval starts to stretch)
+    is under this; ``None``: always. Where no load is known yet (before the first step), riders
+    ride."""
     min_new_audio_s: float = 0.1
     """A closing update still needs this much new audio... unless the segment is closing."""
     max_batch: int = 64
@@ -86,7 +94,9 @@ class Scheduler:
         self._step_s_ema: float | None = None
         self._steps_per_round = 1
 
-    def due(self, views: list[StreamView]) -> list[str]:
+    def due(self, views: list[StreamView], load: float | None = None) -> list[str]:
+        """The streams to update now, in ``views``' order. ``load``: the engine's load estimate
+        (``None``: not measured yet), which decides whether riders come along."""
         cfg = self.config
         waiting = {v.name: v.audio_end_s - v.last_update_s for v in views}
         active = sum(1 for v in views if v.speech_pending or v.close_pending)
@@ -98,13 +108,17 @@ class Scheduler:
         # they wait for), then the longest wait.
         rank = lambda v: (-v.priority, not v.close_pending, -waiting[v.name])  # noqa: E731
         chosen = sorted(due, key=rank)[:cfg.max_batch]
-        if len(chosen) < cfg.max_batch:
+        if len(chosen) < cfg.max_batch and self.riders_wanted(load):
             merge_s = max(cfg.merge_fraction * self.interval_s, cfg.min_new_audio_s)
             taken = {v.name for v in due}
             riders = [v for v in views if v.name not in taken and v.speech_pending and waiting[v.name] >= merge_s]
             chosen += sorted(riders, key=rank)[:cfg.max_batch - len(chosen)]
         order = {v.name: i for i, v in enumerate(views)}
         return sorted((v.name for v in chosen), key=order.__getitem__)
+
+    def riders_wanted(self, load: float | None) -> bool:
+        limit = self.config.merge_max_load
+        return limit is None or load is None or load < limit
 
     def record_step(self, step_s: float) -> None:
         """Fold in the duration of one batched step; stretch or relax the interval."""

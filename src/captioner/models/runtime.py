@@ -587,19 +587,25 @@ class WhisperRuntime:
         slot.owner = weakref.ref(state)
         return logits[:batch], state
 
-    def graph_runs(self) -> dict[str, tuple[int, float]]:
-        """Per graph (encoder, cross_kv, decoder, decoder_step, decoder_prefill, gather_rows;
-        every audio context's added up): how many times it ran and its wall time in seconds so
-        far, the device's work included. Benchmarks take differences of two readings."""
+    def graph_models(self) -> dict[str, set]:
+        """Per graph (encoder, cross_kv, decoder, decoder_step, decoder_prefill, gather_rows),
+        the :class:`~captioner.models.session.OrtModel` sessions that run it (one per audio
+        context that has it)."""
         models: dict[str, set] = {}
+        names = {"step_model": "decoder_step", "prefill_model": "decoder_prefill"}
         for context in self._contexts.values():
             for name in ("encoder", "cross_kv", "decoder", "step_model", "prefill_model"):
                 model = getattr(context, name)
                 if model is not None:
-                    models.setdefault(name, set()).add(model)
+                    models.setdefault(names.get(name, name), set()).add(model)
         models["gather_rows"] = set(self._gather_rows.values())
-        names = {"step_model": "decoder_step", "prefill_model": "decoder_prefill"}
-        return {names.get(k, k): (sum(m.runs for m in v), sum(m.run_s for m in v)) for k, v in models.items()}
+        return models
+
+    def graph_runs(self) -> dict[str, tuple[int, float]]:
+        """Per graph (:meth:`graph_models`; every audio context's added up): how many times it
+        ran and its wall time in seconds so far, the device's work included. Benchmarks take
+        differences of two readings."""
+        return {k: (sum(m.runs for m in v), sum(m.run_s for m in v)) for k, v in self.graph_models().items()}
 
     def can_compact(self, state: DecoderState, n_rows: int) -> bool:
         """Whether :meth:`compact` to ``n_rows`` rows would move the state to a smaller bucket."""
