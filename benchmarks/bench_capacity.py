@@ -57,6 +57,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
 
+from bench_first_runs import set_mem_pattern  # noqa: E402
 from bench_latency import NORMALIZER_NAME, match, percentile, split_words, wer_counts  # noqa: E402
 from word_times import load_manifest, word_times  # noqa: E402
 
@@ -309,6 +310,14 @@ class DeviceWaits:
             for model in models:
                 model._run_io = self._timed(model._run_io, synchronize, totals)
                 self._wrapped.append(model)
+        # The longest prompt (tokens, the forced prefix included) of each batch's prefill.
+        self.prompt_tokens: list[int] = []
+        self._runtime, start = runtime, runtime.start
+
+        def counted_start(enc, prompt_tokens, *args, **kwargs):
+            self.prompt_tokens.append(max((len(p) for p in prompt_tokens), default=0))
+            return start(enc, prompt_tokens, *args, **kwargs)
+        runtime.start = counted_start
 
     @staticmethod
     def _timed(run_io, synchronize, totals):
@@ -326,6 +335,7 @@ class DeviceWaits:
     def close(self) -> None:
         for model in self._wrapped:
             del model._run_io  # the class's method again
+        del self._runtime.start
 
     def add_to(self, stats: dict) -> None:
         """Each graph's waits, ms per run, into ``graph_run_stats``' entries."""
@@ -334,6 +344,9 @@ class DeviceWaits:
                 runs = stats[name]["runs"]
                 stats[name]["waited_before_ms_per_run"] = round(1e3 * before_s / runs, 3)
                 stats[name]["waited_after_ms_per_run"] = round(1e3 * after_s / runs, 3)
+        if self.prompt_tokens and "decoder_prefill" in stats:
+            stats["decoder_prefill"]["prompt_tokens_p50_p90_max"] = [
+                int(np.percentile(self.prompt_tokens, q)) for q in (50, 90, 100)]
 
 
 def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -> dict:
@@ -554,6 +567,8 @@ def main() -> int:
                         help="double N even once the engine is saturated (update interval p99 over 4 x base)")
     parser.add_argument("--engine-only", action="store_true",
                         help="no model: measure the engine's host path alone (features, VAD, scheduling) up to --max-n")
+    parser.add_argument("--mem-pattern", default="on",
+                        help="on|off: ONNX Runtime's memory patterns for the sessions (bench_first_runs.set_mem_pattern)")
     parser.add_argument("--sync-runs", action="store_true",
                         help="synchronise the device around every graph run and time the waits per graph "
                              "(which graph's time is another's work still on the device; slows the run)")
@@ -577,6 +592,7 @@ def main() -> int:
         warms = [w.strip() for w in args.warm_up.split(",") if w.strip()]
         if not warms or any(w not in ("on", "off") for w in warms):
             raise ValueError(f"--warm-up takes on and/or off, got {args.warm_up!r}")
+        set_mem_pattern(args.mem_pattern)
         cuts = [parse_cut(item) for item in args.cuts.split(";") if item.strip()]
         if not cuts:
             raise ValueError("--cuts needs at least one setting")
@@ -601,7 +617,7 @@ def main() -> int:
     report = {
         "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
         "machine": platform.processor() or platform.machine(), "python": platform.python_version(),
-        "command": " ".join(sys.argv), "device": args.device, "interval_s": args.interval_s,
+        "command": " ".join(sys.argv), "device": args.device, "interval_s": args.interval_s, "mem_pattern": args.mem_pattern,
         "max_batch": args.max_batch, "audio_s": args.audio_s, "normalizer": NORMALIZER_NAME,
         "decode_on_switch": has_switch, "runs": [],
     }

@@ -11,6 +11,11 @@ the first step and the median of steps 3-20.
 Run (H200): PYTHONPATH=src:/tmp/site:/tmp/stage/ortsite:/tmp/stage python3 benchmarks/bench_first_runs.py \\
                 --device cuda:0 --batches 1,64,128,256,37,101,200 --out $OUT/graph-first-runs-h200.json
 Run (here, CPU: shapes cost little to meet there): .venv/bin/python benchmarks/bench_first_runs.py --device cpu --batches 1,2
+
+``--prompt-tokens 48,128,224`` repeats every batch size at each longest prompt length (rows
+ragged over the 24 tokens below it; the engine's prompts carry up to 223 tokens of earlier text
+and the forced prefix), and reports the prefill's and the cross K/V's own run times
+(``WhisperRuntime.graph_runs``) beside ``start``'s.
 """
 
 from __future__ import annotations
@@ -30,26 +35,50 @@ sys.path.insert(0, str(HERE.parent / "src"))
 STEPS = 20
 
 
+def set_mem_pattern(setting: str) -> None:
+    """``--mem-pattern on|off``: whether ONNX Runtime sessions opened from now on plan each input
+    shape's memory as one pattern (its default, on) — an experiment on the prefill's second run
+    of each shape, so the sessions' options are wrapped here rather than changed in the package."""
+    if setting not in ("on", "off"):
+        raise ValueError(f"--mem-pattern takes on or off, got {setting!r}")
+    if setting == "off":
+        from captioner.models import session
+
+        options = session._session_options
+
+        def without_pattern(*args, **kwargs):
+            so = options(*args, **kwargs)
+            so.enable_mem_pattern = False
+            return so
+        session._session_options = without_pattern
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="tiny.en")
     parser.add_argument("--device", default="cuda:0", help="cpu or cuda:N")
     parser.add_argument("--batches", default="1,64,128,256,37,101,200", help="batch sizes, in the order met")
+    parser.add_argument("--prompt-tokens", default="50",
+                        help="longest prompt lengths in tokens, comma separated (rows ragged below each)")
+    parser.add_argument("--mem-pattern", default="on", help="on|off: ONNX Runtime's memory patterns (set_mem_pattern)")
     parser.add_argument("--out", default=None, help="JSON results here")
     args = parser.parse_args()
     try:
         batches = [int(b) for b in args.batches.split(",") if b.strip()]
-        if not batches or min(batches) < 1:
+        longest = [int(n) for n in args.prompt_tokens.split(",") if n.strip()]
+        if not batches or min(batches) < 1 or not longest or min(longest) < 1:
             raise ValueError
     except ValueError:
-        print(f"bench_first_runs: --batches takes positive batch sizes, got {args.batches!r}", file=sys.stderr)
+        print(f"bench_first_runs: --batches and --prompt-tokens take positive integers, got {args.batches!r} "
+              f"and {args.prompt_tokens!r}", file=sys.stderr)
         return 2
     from captioner.engine.live import load_recognizer
     from captioner.errors import UserError
 
     try:
+        set_mem_pattern(args.mem_pattern)
         backend, recognizer = load_recognizer(args.model, args.device)
-    except UserError as error:
+    except (UserError, ValueError) as error:
         print(f"bench_first_runs: {error}", file=sys.stderr)
         return 2
     xp, runtime, special = backend.xp, recognizer.runtime, recognizer.tokenizer.special
@@ -65,29 +94,42 @@ def main() -> int:
         sync()
         return result, 1e3 * (time.perf_counter() - t0)
 
+    def own_ms(before: dict, after: dict, graph: str) -> float | None:
+        runs = after.get(graph, (0, 0.0))[0] - before.get(graph, (0, 0.0))[0]
+        seconds = after.get(graph, (0, 0.0))[1] - before.get(graph, (0, 0.0))[1]
+        return round(1e3 * seconds / runs, 2) if runs else None
+
     rows = []
-    for batch in batches:
-        for rep in range(3):
-            enc, encode_ms = timed(runtime.encode, mel[:batch])
-            # Ragged prompt lengths where the decoder takes them (CUDA's fixed cache), else one length.
-            lengths = [10 + ((b * 7 + rep) % 40 if ragged else rep) for b in range(batch)]
-            prompts = [[special.sot_prev, *range(300, 300 + n), special.sot] for n in lengths]
-            (_, state), start_ms = timed(runtime.start, enc, prompts, xp=xp)
-            feed = np.full(batch, 400, np.int64)
-            steps = [timed(runtime.step, state, feed, xp=xp)[1] for _ in range(STEPS)]
-            row = {"batch": batch, "rep": rep, "encode_ms": round(encode_ms, 2), "start_ms": round(start_ms, 2),
-                   "step_first_ms": round(steps[0], 2), "step_p50_ms": round(float(np.median(steps[2:])), 3)}
-            print(json.dumps(row), file=sys.stderr)
-            rows.append(row)
-            del state
+    for longest_tokens in longest:
+        for batch in batches:
+            for rep in range(3):
+                enc, encode_ms = timed(runtime.encode, mel[:batch])
+                # Ragged prompt lengths where the decoder takes them (CUDA's fixed cache), else one length.
+                spread = min(24, longest_tokens - 1) if ragged else 0
+                lengths = [longest_tokens - ((b * 7 + rep) % (spread + 1)) for b in range(batch)]
+                prompts = [[special.sot_prev, *range(300, 300 + n - 2), special.sot] for n in lengths]
+                before = runtime.graph_runs()
+                (_, state), start_ms = timed(runtime.start, enc, prompts, xp=xp)
+                after = runtime.graph_runs()
+                feed = np.full(batch, 400, np.int64)
+                steps = [timed(runtime.step, state, feed, xp=xp)[1] for _ in range(STEPS)]
+                row = {"batch": batch, "prompt_tokens": longest_tokens, "rep": rep, "encode_ms": round(encode_ms, 2),
+                       "start_ms": round(start_ms, 2), "cross_kv_ms": own_ms(before, after, "cross_kv"),
+                       "prefill_ms": own_ms(before, after, "decoder_prefill"),
+                       "step_first_ms": round(steps[0], 2), "step_p50_ms": round(float(np.median(steps[2:])), 3)}
+                print(json.dumps(row), file=sys.stderr)
+                rows.append(row)
+                del state
     report = {"date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "model": args.model,
               "device": args.device, "device_name": recognizer.device_name, "provider": recognizer.provider,
-              "command": " ".join(sys.argv), "rows": rows}
-    print("| B | encode first / warm ms | start first / warm ms | step first / warm ms |\n|---|---|---|---|")
-    for batch in dict.fromkeys(batches):
-        first, warm = [r for r in rows if r["batch"] == batch][0], [r for r in rows if r["batch"] == batch][-1]
-        print(f"| {batch} | {first['encode_ms']} / {warm['encode_ms']} | {first['start_ms']} / {warm['start_ms']} | "
-              f"{first['step_first_ms']} / {warm['step_p50_ms']} |")
+              "command": " ".join(sys.argv), "mem_pattern": args.mem_pattern, "rows": rows}
+    print("| B | prompt tokens | encode first / warm ms | start first / warm ms | prefill warm ms | step first / warm ms |\n"
+          "|---|---|---|---|---|---|")
+    for shape in dict.fromkeys((r["batch"], r["prompt_tokens"]) for r in rows):
+        mine = [r for r in rows if (r["batch"], r["prompt_tokens"]) == shape]
+        first, warm = mine[0], mine[-1]
+        print(f"| {shape[0]} | {shape[1]} | {first['encode_ms']} / {warm['encode_ms']} | {first['start_ms']} / "
+              f"{warm['start_ms']} | {warm['prefill_ms']} | {first['step_first_ms']} / {warm['step_p50_ms']} |")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
