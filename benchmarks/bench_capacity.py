@@ -569,6 +569,9 @@ def main() -> int:
                         help="no model: measure the engine's host path alone (features, VAD, scheduling) up to --max-n")
     parser.add_argument("--mem-pattern", default="on",
                         help="on|off: ONNX Runtime's memory patterns for the sessions (bench_first_runs.set_mem_pattern)")
+    parser.add_argument("--warm-up-passes", type=int, default=1,
+                        help="times the warm-up meets every shape (a prefill shape's second run cost 60-80 ms "
+                             "on the H200, its third 2-3 ms: bench_first_runs --prompt-tokens)")
     parser.add_argument("--sync-runs", action="store_true",
                         help="synchronise the device around every graph run and time the waits per graph "
                              "(which graph's time is another's work still on the device; slows the run)")
@@ -644,7 +647,8 @@ def main() -> int:
                 t0 = time.perf_counter()
                 for each in (recognizer, light):
                     if each is not None and hasattr(each, "warm_up"):
-                        each.warm_up(args.max_batch)
+                        for _ in range(args.warm_up_passes):
+                            each.warm_up(args.max_batch)
                 warm_up_s = round(time.perf_counter() - t0, 2)
                 print(f"  warmed up to {args.max_batch} rows in {warm_up_s} s", file=sys.stderr)
             what = "engine only" if args.engine_only else \
