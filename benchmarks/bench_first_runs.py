@@ -60,6 +60,13 @@ def main() -> int:
     parser.add_argument("--batches", default="1,64,128,256,37,101,200", help="batch sizes, in the order met")
     parser.add_argument("--prompt-tokens", default="50",
                         help="longest prompt lengths in tokens, comma separated (rows ragged below each)")
+    parser.add_argument("--reps", type=int, default=3, help="runs of each shape (the first is its first run)")
+    parser.add_argument("--spread", type=int, default=24,
+                        help="rows' prompt lengths spread over this many tokens below the longest (the engine's: "
+                             "from 3 tokens, no earlier text, up to the longest)")
+    parser.add_argument("--hold", type=int, default=0,
+                        help="keep the last N decoder states alive, as the engine's hypotheses do (new starts "
+                             "then take the bucket's other slots)")
     parser.add_argument("--mem-pattern", default="on", help="on|off: ONNX Runtime's memory patterns (set_mem_pattern)")
     parser.add_argument("--out", default=None, help="JSON results here")
     args = parser.parse_args()
@@ -100,12 +107,13 @@ def main() -> int:
         return round(1e3 * seconds / runs, 2) if runs else None
 
     rows = []
+    held: list = []
     for longest_tokens in longest:
         for batch in batches:
-            for rep in range(3):
+            for rep in range(args.reps):
                 enc, encode_ms = timed(runtime.encode, mel[:batch])
                 # Ragged prompt lengths where the decoder takes them (CUDA's fixed cache), else one length.
-                spread = min(24, longest_tokens - 1) if ragged else 0
+                spread = min(args.spread, longest_tokens - 1) if ragged else 0
                 lengths = [longest_tokens - ((b * 7 + rep) % (spread + 1)) for b in range(batch)]
                 prompts = [[special.sot_prev, *range(300, 300 + n - 2), special.sot] for n in lengths]
                 before = runtime.graph_runs()
@@ -119,7 +127,8 @@ def main() -> int:
                        "step_first_ms": round(steps[0], 2), "step_p50_ms": round(float(np.median(steps[2:])), 3)}
                 print(json.dumps(row), file=sys.stderr)
                 rows.append(row)
-                del state
+                held.append(state)  # the engine's states outlive the next start: it takes other slots
+                del held[:-args.hold or len(held)], state
     report = {"date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "model": args.model,
               "device": args.device, "device_name": recognizer.device_name, "provider": recognizer.provider,
               "command": " ".join(sys.argv), "mem_pattern": args.mem_pattern, "rows": rows}
