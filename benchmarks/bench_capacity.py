@@ -295,6 +295,55 @@ def graph_run_stats(before: dict, after: dict, steps: int, updates: int) -> dict
     return stats
 
 
+def profile_graph_sessions(graph: str) -> list:
+    """``--ort-profile GRAPH``: sessions opened from now on for the ONNX file ``GRAPH.onnx``
+    (``decoder_prefill``, ``encoder``, ...) record ONNX Runtime's own per-node profile. Returns the
+    list those sessions are appended to (``node_profile`` reads them after the run)."""
+    from captioner.models import session
+
+    profiled: list = []
+    options, init = session._session_options, session.OrtModel.__init__
+    wanted = {"on": False}
+
+    def with_profiling(*args, **kwargs):
+        so = options(*args, **kwargs)
+        if wanted["on"]:
+            so.enable_profiling = True
+            so.profile_file_prefix = f"ort-profile-{graph}"
+        return so
+
+    def opened(self, path, *args, **kwargs):
+        wanted["on"] = Path(path).stem == graph
+        try:
+            init(self, path, *args, **kwargs)
+        finally:
+            wanted["on"] = False
+        if Path(path).stem == graph:
+            profiled.append(self)
+    session._session_options = with_profiling
+    session.OrtModel.__init__ = opened
+    return profiled
+
+
+def node_profile(models: list, top: int = 15) -> list[dict]:
+    """ONNX Runtime's profiles of ``models`` (ended here), summed per node: the ``top`` nodes by
+    total time, with their operator, runs and mean microseconds a run."""
+    per_node: dict[str, dict] = {}
+    for model in models:
+        trace = Path(model.session.end_profiling())
+        for event in json.loads(trace.read_text(encoding="utf-8")):
+            if event.get("cat") != "Node" or not str(event.get("name", "")).endswith("_kernel_time"):
+                continue
+            name = event["name"][:-len("_kernel_time")]
+            entry = per_node.setdefault(name, {"node": name, "op": event.get("args", {}).get("op_name", ""), "us": []})
+            entry["us"].append(float(event.get("dur", 0)))
+        trace.unlink(missing_ok=True)
+    # Ranked by the median run (the warm-up's first runs of each shape are in the profile too).
+    ranked = sorted(per_node.values(), key=lambda e: -float(np.median(e["us"])))[:top]
+    return [{"node": e["node"], "op": e["op"], "runs": len(e["us"]), "us_p50": round(float(np.median(e["us"])), 1),
+             "us_mean": round(float(np.mean(e["us"])), 1), "total_ms": round(sum(e["us"]) / 1e3, 2)} for e in ranked]
+
+
 class DeviceWaits:
     """``--sync-runs``: the device synchronised around every graph run of the engine, and the two
     waits timed per graph — before a run, for work still queued from earlier (another graph's
@@ -572,6 +621,9 @@ def main() -> int:
     parser.add_argument("--warm-up-passes", type=int, default=1,
                         help="times the warm-up meets every shape (a prefill shape's second run cost 60-80 ms "
                              "on the H200, its third 2-3 ms: bench_first_runs --prompt-tokens)")
+    parser.add_argument("--ort-profile", default=None, metavar="GRAPH",
+                        help="ONNX Runtime's per-node profile of one graph (decoder_prefill, encoder, ...) over the "
+                             "whole sweep, warm-up included: its top nodes go into the JSON as ort_profile")
     parser.add_argument("--sync-runs", action="store_true",
                         help="synchronise the device around every graph run and time the waits per graph "
                              "(which graph's time is another's work still on the device; slows the run)")
@@ -596,6 +648,7 @@ def main() -> int:
         if not warms or any(w not in ("on", "off") for w in warms):
             raise ValueError(f"--warm-up takes on and/or off, got {args.warm_up!r}")
         set_mem_pattern(args.mem_pattern)
+        node_profiled = profile_graph_sessions(args.ort_profile) if args.ort_profile else None
         cuts = [parse_cut(item) for item in args.cuts.split(";") if item.strip()]
         if not cuts:
             raise ValueError("--cuts needs at least one setting")
@@ -693,6 +746,12 @@ def main() -> int:
                         print(f"  stop after N={n}: update interval p99 {p99} s, the engine is saturated", file=sys.stderr)
                         break
                     n = (todo.pop(0) if todo else None) if ns else n * 2
+    if node_profiled is not None:
+        report["ort_profile"] = {"graph": args.ort_profile, "nodes": node_profile(node_profiled)}
+        for node in report["ort_profile"]["nodes"]:
+            print(f"  {node['op']:<20} {node['us_p50']:>9.1f} us p50  {node['runs']:>6} runs  {node['node']}", file=sys.stderr)
+        if args.out:
+            Path(args.out).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
     print("\n| model | decoding | N | step p50 / p99 ms | wall / host / GPU ms per update | engine host ms per stream-s "
           "| interval p50 / p99 s | partial p50 / p99 s | committed p50 / p99 s | WER committed / offline | "
           "VRAM per stream (pool / device) |")
