@@ -113,6 +113,21 @@ def test_a_stream_past_the_update_interval_limit_is_refused_and_the_running_ones
     assert intervals and max(intervals) <= 1.5
 
 
+@pytest.mark.parametrize(("per_window_s", "riders"), [(0.01, True), (0.15, False)])
+def test_streams_ride_along_only_while_the_engine_has_spare_compute(per_window_s, riders):
+    """The engine hands the scheduler its load: three streams at 0.01 s a window (load 0.05) let
+    streams not yet due ride along; at 0.15 s a window (load 0.71) only due streams are stepped.
+    Either way every stream's words are committed whole."""
+    live, clock, audio, updates, words = _speaking_captioner(3, 0.005, per_window_s)
+    load = live.engine.load_estimate(all_main=True).load
+    assert (load < SchedulerConfig().merge_max_load) is riders
+    assert live.engine.scheduler.riders_wanted(load) is riders
+    updates += feed(live, clock, {label: audio for label in live.streams})
+    updates += finish_all(live, clock)
+    for label in ("L0", "L1", "L2"):
+        assert committed(updates, label) == keys(words) * 2, label
+
+
 def test_a_replay_is_refused_before_a_live_stream_the_reserve_is_for_live_streams():
     """The 4th stream (1.45 s predicted) fits the live limit (1.5 s) but not the replay limit
     (1.5 s less 20 % of the 0.5 s headroom = 1.4 s)."""
