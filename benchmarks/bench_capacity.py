@@ -264,7 +264,7 @@ class GpuSampler:
         return max(values) if values else None
 
 
-CUT_VALUES = {"prefix": ("on", "off"), "rings": ("on", "off"), "riders": ("load", "on")}
+CUT_VALUES = {"prefix": ("on", "off"), "rings": ("on", "off"), "riders": ("load", "on"), "fill": ("on", "off")}
 """Each ``--cuts`` key, its values; the first is the default."""
 
 
@@ -410,7 +410,8 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
 
     config = EngineConfig(
         scheduler=SchedulerConfig(base_interval_s=args.interval_s, max_batch=args.max_batch,
-                                  merge_max_load=None if getattr(args, "riders", "load") == "on" else 0.5),
+                                  merge_max_load=None if getattr(args, "riders", "load") == "on" else 0.5,
+                                  fill_wait_s=0.0 if getattr(args, "fill", "on") == "off" else SchedulerConfig().fill_wait_s),
         admission=AdmissionConfig(time_budget="on" if args.admission else "off"),
         policy=PolicyConfig(forced_prefix=getattr(args, "forced_prefix_on", True)),
         ring_kernels=getattr(args, "ring_kernels_on", True),
@@ -639,7 +640,8 @@ def main() -> int:
                              "as a forced prefix, PolicyConfig.forced_prefix) and rings=on|off (kernels read the "
                              "feature rings: the VAD's measures and the model's batch, EngineConfig.ring_kernels); "
                              "riders=load|on (streams not yet due ride along in a step only while the engine's "
-                             "load is under SchedulerConfig.merge_max_load, or always); "
+                             "load is under SchedulerConfig.merge_max_load, or always), fill=on|off (under load a step "
+                             "that would be mostly fixed cost waits up to SchedulerConfig.fill_wait_s to be fuller); "
                              "e.g. 'prefix=off,rings=off;prefix=on,rings=on'")
     parser.add_argument("--out", default=None, help="JSON results here")
     args = parser.parse_args()
@@ -710,10 +712,10 @@ def main() -> int:
             for cut in cuts:  # warm-up: what each setting compiles or captures at its first use
                 run_once(backend, recognizer, clips, 1, argparse.Namespace(
                     **{**vars(args), "audio_s": 5.0, "forced_prefix_on": cut["prefix"] == "on",
-                       "ring_kernels_on": cut["rings"] == "on", "riders": cut["riders"]}), light)
+                       "ring_kernels_on": cut["rings"] == "on", "riders": cut["riders"], "fill": cut["fill"]}), light)
             for cut in cuts:  # the same loaded (and warmed) model for each
                 args.forced_prefix_on, args.ring_kernels_on = cut["prefix"] == "on", cut["rings"] == "on"
-                args.riders = cut["riders"]
+                args.riders, args.fill = cut["riders"], cut["fill"]
                 todo = list(ns) if ns else []
                 n = todo.pop(0) if ns else args.min_n
                 last_wall_s = 0.0
@@ -725,7 +727,8 @@ def main() -> int:
                     result = profiled(f"{args.profile}-n{n}.prof" if args.profile else None,
                                       run_once, backend, recognizer, clips, n, args, light)
                     result.update(model=recognizer.name, decode_on=mode, warm_up=warm, warm_up_s=warm_up_s,
-                                  forced_prefix=cut["prefix"], ring_kernels=cut["rings"], riders=cut["riders"])
+                                  forced_prefix=cut["prefix"], ring_kernels=cut["rings"], riders=cut["riders"],
+                                  fill=cut["fill"])
                     if args.engine_only:  # nothing was heard: accuracy and caption latency do not apply
                         for key in ("partial_p50_s", "partial_p99_s", "commit_p50_s", "commit_p99_s",
                                     "wer_committed_pct", "wer_offline_pct", "words_committed"):

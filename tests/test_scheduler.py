@@ -72,6 +72,29 @@ def test_riders_come_along_only_while_the_engine_has_spare_compute():
     assert always.due(views, load=3.0) == ["due", "rider"]
 
 
+def test_under_load_a_step_that_would_be_mostly_fixed_cost_waits_to_be_fuller():
+    """Steps cost 40 ms plus 0.4 ms a row: under load a step of 3 due streams (of 300 speaking)
+    waits for 201 (twice fixed / per row), until its most overdue stream is fill_wait_s late;
+    never for a closing segment, without load, or where a row costs about what the fixed part
+    does (the CPU)."""
+    s = Scheduler(SchedulerConfig(base_interval_s=1.0, max_batch=256, fill_wait_s=0.25))
+    quiet = [StreamView(f"q{i}", 5.0, 4.5, True) for i in range(297)]     # 0.5 s: not due
+    due = [StreamView(f"d{i}", 5.0, 3.9, True) for i in range(3)]          # 1.1 s: due, 0.1 s late
+    cost = (0.04, 0.0004)
+    assert s.due(due + quiet, load=1.0, step_cost=cost) == []
+    late = [StreamView("d0", 5.0, 3.7, True)] + due[1:]                    # 1.3 s: 0.3 s late
+    assert s.due(late + quiet, load=1.0, step_cost=cost) == ["d0", "d1", "d2"]
+    closing = due[:2] + [StreamView("d2", 5.0, 4.9, True, close_pending=True)]
+    assert s.due(closing + quiet, load=1.0, step_cost=cost) == ["d0", "d1", "d2"]
+    assert s.due(due + quiet, load=1.0, step_cost=(0.05, 0.3)) == ["d0", "d1", "d2"]   # CPU-like costs
+    assert s.due(due + quiet, load=0.2, step_cost=cost)[:3] == ["d0", "d1", "d2"]      # spare compute: riders too
+    assert s.due(due + quiet, load=1.0, step_cost=None) == ["d0", "d1", "d2"]          # nothing fitted yet
+    enough = [StreamView(f"d{i}", 5.0, 3.9, True) for i in range(201)]
+    assert len(s.due(enough + quiet[:99], load=1.0, step_cost=cost)) == 201
+    never = Scheduler(SchedulerConfig(base_interval_s=1.0, max_batch=256, fill_wait_s=0.0))
+    assert never.due(due + quiet, load=1.0, step_cost=cost) == ["d0", "d1", "d2"]
+
+
 def test_the_interval_stretches_by_a_whole_round_when_it_takes_several_steps():
     """Five active streams in batches of 2 are three steps a round: steps of 0.3 s need
     0.9 s of every interval, so at target_busy 0.5 the interval stretches to 1.8 s."""

@@ -128,6 +128,38 @@ def test_streams_ride_along_only_while_the_engine_has_spare_compute(per_window_s
         assert committed(updates, label) == keys(words) * 2, label
 
 
+def test_under_load_fuller_steps_cost_less_model_time_and_keep_the_interval():
+    """160 streams whose speech starts at 20 different moments, on a device modelled as 40 ms a
+    step plus 2 ms a window (load 0.6): with fill_wait_s steps wait to be fuller, so there are
+    fewer of them, the model time for the same audio falls, the longest interval grows by at most
+    the wait and a step, and every stream's words are committed whole."""
+    n = 160
+    script = {f"s{i:03d}": phrase("fuller steps under load", 0.4 + 0.05 * (i % 20)) for i in range(n)}
+    audio = {label: render_speech(words, 4.5, seed=i % 5) for i, (label, words) in enumerate(script.items())}
+    outcome = {}
+    for wait_s in (0.0, 0.25):
+        recognizer = ScriptedRecognizer(script)
+        clock = SimClock()
+        config = EngineConfig(scheduler=SchedulerConfig(base_interval_s=1.0, max_batch=256, fill_wait_s=wait_s))
+        live = LiveCaptioner(recognizer=recognizer, clock_ns=clock, timer_ns=clock, config=config)
+        records = []
+        live.engine.recognizer = ChargedRecognizer(recognizer, clock, lambda rows: 0.04 + 0.002 * rows, records)
+        for label in script:
+            live.open_stream(label)
+        updates = feed(live, clock, audio, chunk_s=0.05)
+        assert live.engine.load_estimate(all_main=True).load >= SchedulerConfig().merge_max_load
+        updates += finish_all(live, clock)
+        for label, words in script.items():
+            assert committed(updates, label) == keys(words), (wait_s, label)
+        intervals = list(live.engine._intervals_s)
+        outcome[wait_s] = (len(records), sum(r.charged_s for r in records), max(intervals))
+    (steps_now, model_now, worst_now_s), (steps_fuller, model_fuller, worst_s) = outcome[0.0], outcome[0.25]
+    assert steps_fuller < steps_now and model_fuller < model_now
+    # The simulated clock charges steps on top of the audio's own time, so intervals run long
+    # either way; waiting adds at most the wait and one step to the longest.
+    assert worst_s <= worst_now_s + 0.25 + (0.04 + 0.002 * n)
+
+
 def test_a_replay_is_refused_before_a_live_stream_the_reserve_is_for_live_streams():
     """The 4th stream (1.45 s predicted) fits the live limit (1.5 s) but not the replay limit
     (1.5 s less 20 % of the 0.5 s headroom = 1.4 s)."""

@@ -559,7 +559,9 @@ class Engine:
         """Run one batched model step for the streams that are due (none may be)."""
         t0 = self.host_timer()
         views = self.views(active_only=True)
-        due = self.scheduler.due(views, self.load_estimate(all_main=True).load if self._costs["main"].measured else None)
+        main = self._costs["main"]
+        due = self.scheduler.due(views, self.load_estimate(all_main=True).load if main.measured else None,
+                                 main.fit() if main.measured else None)
         self.host_s["schedule"] += self.host_timer() - t0
         if not due:
             return []

@@ -8,7 +8,10 @@ work). Riders are a use of spare compute (their captions come sooner), not a sav
 update spent early is one more update a second. At the H200's thousand streams a step is full
 of due streams anyway and riders had raised the updates per stream-second from 1.0 to 1.2-1.4
 (docs/capacity.md), so they ride only while the engine's load — the time budget's estimate,
-``admission.predict`` — is under ``merge_max_load``. After each step the worker reports how long it took; the interval stretches so that
+``admission.predict`` — is under ``merge_max_load``. Under that same load a step has a cost of
+its own whatever its rows (on the H200 about 40 ms: the prompt prefill and the decoder loop,
+against 0.4 ms per row), so a step that would be mostly that fixed cost waits, up to
+``fill_wait_s`` past due, for more streams to come due: fewer, fuller steps. After each step the worker reports how long it took; the interval stretches so that
 model steps take at most ``target_busy`` of the wall time, and shrinks back when compute frees
 up — a slow machine gets fewer, larger updates instead of a growing backlog.
 
@@ -68,6 +71,12 @@ class SchedulerConfig:
     """Riders only while the load the engine reports (1.0: where the interval starts to stretch)
     is under this; ``None``: always. Where no load is known yet (before the first step), riders
     ride."""
+    fill_wait_s: float = 0.25
+    """Under load (from ``merge_max_load``), how long past due a step may wait for more due
+    streams while its batch would be mostly the step's fixed cost; 0: never wait."""
+    fill_fixed_ratio: float = 2.0
+    """...and the batch it waits for: this many times ``fixed / per update`` rows (a fixed cost of
+    a third of the step at 2), at most ``max_batch`` and the streams speaking."""
     min_new_audio_s: float = 0.1
     """A closing update still needs this much new audio... unless the segment is closing."""
     max_batch: int = 64
@@ -94,15 +103,19 @@ class Scheduler:
         self._step_s_ema: float | None = None
         self._steps_per_round = 1
 
-    def due(self, views: list[StreamView], load: float | None = None) -> list[str]:
+    def due(self, views: list[StreamView], load: float | None = None,
+            step_cost: tuple[float, float] | None = None) -> list[str]:
         """The streams to update now, in ``views``' order. ``load``: the engine's load estimate
-        (``None``: not measured yet), which decides whether riders come along."""
+        (``None``: not measured yet), which decides whether riders come along; ``step_cost``: its
+        fit of a step, ``(fixed_s, per_update_s)``, which decides whether a step waits to be fuller."""
         cfg = self.config
         waiting = {v.name: v.audio_end_s - v.last_update_s for v in views}
         active = sum(1 for v in views if v.speech_pending or v.close_pending)
         self._steps_per_round = max(1, -(-active // cfg.max_batch))
         due = [v for v in views if v.close_pending or (v.speech_pending and waiting[v.name] >= self.interval_s)]
         if not due:
+            return []
+        if self._fill_first(due, views, waiting, load, step_cost):
             return []
         # Higher priority first, then a closing segment (its speaker paused: the final is what
         # they wait for), then the longest wait.
@@ -115,6 +128,25 @@ class Scheduler:
             chosen += sorted(riders, key=rank)[:cfg.max_batch - len(chosen)]
         order = {v.name: i for i, v in enumerate(views)}
         return sorted((v.name for v in chosen), key=order.__getitem__)
+
+    def _fill_first(self, due: list[StreamView], views: list[StreamView], waiting: dict[str, float],
+                    load: float | None, step_cost: tuple[float, float] | None) -> bool:
+        """Whether to hold a step of ``due`` back for more streams to come due: under load, while
+        its batch would be mostly the step's fixed cost, no segment is closing (a final is what
+        a speaker who paused waits for), and no due stream is ``fill_wait_s`` late."""
+        cfg = self.config
+        if cfg.fill_wait_s <= 0 or step_cost is None or self.riders_wanted(load) or load is None:
+            return False
+        fixed_s, per_s = step_cost
+        if per_s <= 0:
+            return False
+        # Where a row costs as much as the step's fixed part (the CPU: a window's encoder), this
+        # asks for one row: no step ever waits.
+        speaking = sum(1 for v in views if v.speech_pending or v.close_pending)
+        wanted = min(cfg.max_batch, speaking, int(cfg.fill_fixed_ratio * fixed_s / per_s) + 1)
+        if len(due) >= wanted or any(v.close_pending for v in due):
+            return False
+        return max(waiting[v.name] for v in due) < self.interval_s + cfg.fill_wait_s
 
     def riders_wanted(self, load: float | None) -> bool:
         limit = self.config.merge_max_load
