@@ -352,24 +352,31 @@ class DeviceWaits:
     cost time themselves, so read the run for attribution, not speed."""
 
     def __init__(self, runtime, synchronize) -> None:
+        from captioner.models.runtime import PREFILL_COLUMNS, bucket_size
+
         self.seconds: dict[str, list[float]] = {}  # graph -> [waited before, waited after]
+        # The prefill's own run times by (bucket rows, padded columns) of the start that ran it.
+        self.prefill_ms: dict[tuple[int, int], list[float]] = {}
+        self._shape = (0, 0)
         self._wrapped = []
         for name, models in runtime.graph_models().items():
             totals = self.seconds.setdefault(name, [0.0, 0.0])
             for model in models:
-                model._run_io = self._timed(model._run_io, synchronize, totals)
+                model._run_io = self._timed(model._run_io, synchronize, totals, name == "decoder_prefill")
                 self._wrapped.append(model)
         # The longest prompt (tokens, the forced prefix included) of each batch's prefill.
         self.prompt_tokens: list[int] = []
         self._runtime, start = runtime, runtime.start
 
         def counted_start(enc, prompt_tokens, *args, **kwargs):
-            self.prompt_tokens.append(max((len(p) for p in prompt_tokens), default=0))
+            longest = max((len(p) for p in prompt_tokens), default=0)
+            self.prompt_tokens.append(longest)
+            columns = min(runtime.n_text_ctx, -(-longest // PREFILL_COLUMNS) * PREFILL_COLUMNS)
+            self._shape = (bucket_size(len(prompt_tokens)), columns)
             return start(enc, prompt_tokens, *args, **kwargs)
         runtime.start = counted_start
 
-    @staticmethod
-    def _timed(run_io, synchronize, totals):
+    def _timed(self, run_io, synchronize, totals, by_shape: bool):
         def run(io, options=None):
             t0 = time.perf_counter()
             synchronize()
@@ -379,6 +386,8 @@ class DeviceWaits:
             synchronize()
             totals[0] += t1 - t0
             totals[1] += time.perf_counter() - t2
+            if by_shape:
+                self.prefill_ms.setdefault(self._shape, []).append(1e3 * (t2 - t1))
         return run
 
     def close(self) -> None:
@@ -396,6 +405,10 @@ class DeviceWaits:
         if self.prompt_tokens and "decoder_prefill" in stats:
             stats["decoder_prefill"]["prompt_tokens_p50_p90_max"] = [
                 int(np.percentile(self.prompt_tokens, q)) for q in (50, 90, 100)]
+            # Per shape: runs, and the median and largest run (is the cost some shapes', or every run's?).
+            stats["decoder_prefill"]["ms_by_rows_x_columns"] = {
+                f"{rows}x{columns}": [len(ms), round(float(np.median(ms)), 2), round(max(ms), 2)]
+                for (rows, columns), ms in sorted(self.prefill_ms.items())}
 
 
 def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -> dict:
