@@ -428,6 +428,7 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
         admission=AdmissionConfig(time_budget="on" if args.admission else "off"),
         policy=PolicyConfig(forced_prefix=getattr(args, "forced_prefix_on", True)),
         ring_kernels=getattr(args, "ring_kernels_on", True),
+        block_streams=getattr(args, "block_streams", 64),
     )
     gc.collect()
     if backend.is_cuda:
@@ -632,6 +633,9 @@ def main() -> int:
                         help="no model: measure the engine's host path alone (features, VAD, scheduling) up to --max-n")
     parser.add_argument("--mem-pattern", default="on",
                         help="on|off: ONNX Runtime's memory patterns for the sessions (bench_first_runs.set_mem_pattern)")
+    parser.add_argument("--block-streams", type=int, default=64,
+                        help="feature-pool bank size (EngineConfig.block_streams): a push is one call per bank "
+                             "(at 1,024 streams 16 banks of 64; the feature push was 7 %% of the engine thread)")
     parser.add_argument("--warm-up-passes", type=int, default=1,
                         help="times the warm-up meets every shape (a prefill shape's second run cost 60-80 ms "
                              "on the H200, its third 2-3 ms: bench_first_runs --prompt-tokens)")
