@@ -637,8 +637,8 @@ def main() -> int:
                         help="feature-pool bank size (EngineConfig.block_streams): a push is one call per bank "
                              "(at 1,024 streams 16 banks of 64; the feature push was 7 %% of the engine thread)")
     parser.add_argument("--warm-up-passes", type=int, default=1,
-                        help="times the warm-up meets every shape (a prefill shape's second run cost 60-80 ms "
-                             "on the H200, its third 2-3 ms: bench_first_runs --prompt-tokens)")
+                        help="times the warm-up meets every shape (a prefill shape's second run cost 40-80 ms "
+                             "on the H200, its third 2-3 ms: bench_first_runs --prompt-tokens; docs/capacity.md)")
     parser.add_argument("--ort-profile", default=None, metavar="GRAPH",
                         help="ONNX Runtime's per-node profile of one graph (decoder_prefill, encoder, ...) over the "
                              "whole sweep, warm-up included: its top nodes go into the JSON as ort_profile")
@@ -679,6 +679,8 @@ def main() -> int:
         ns = sorted({int(v) for v in args.ns.split(",") if v.strip()}) if args.ns else None
         if ns is not None and (not ns or ns[0] < 1):
             raise ValueError(f"--ns takes positive numbers of streams, got {args.ns!r}")
+        if args.block_streams < 1 or args.warm_up_passes < 1:
+            raise ValueError("--block-streams and --warm-up-passes must be positive")
         if args.audio_s <= 0 or args.interval_s <= 0 or args.max_batch < 1:
             raise ValueError("--audio-s, --interval-s and --max-batch must be positive")
     except ValueError as error:

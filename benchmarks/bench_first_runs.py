@@ -73,11 +73,13 @@ def main() -> int:
     try:
         batches = [int(b) for b in args.batches.split(",") if b.strip()]
         longest = [int(n) for n in args.prompt_tokens.split(",") if n.strip()]
-        if not batches or min(batches) < 1 or not longest or min(longest) < 1:
+        if not batches or min(batches) < 1 or not longest or min(longest) < 1 or args.reps < 1 \
+                or args.spread < 0 or args.hold < 0:
             raise ValueError
     except ValueError:
-        print(f"bench_first_runs: --batches and --prompt-tokens take positive integers, got {args.batches!r} "
-              f"and {args.prompt_tokens!r}", file=sys.stderr)
+        print(f"bench_first_runs: --batches, --prompt-tokens and --reps take positive integers, --spread and --hold "
+              f"non-negative ones (got {args.batches!r}, {args.prompt_tokens!r}, {args.reps}, {args.spread}, {args.hold})",
+              file=sys.stderr)
         return 2
     from captioner.engine.live import load_recognizer
     from captioner.errors import UserError
