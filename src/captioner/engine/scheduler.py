@@ -6,14 +6,15 @@ once when its segment must close (a pause). When one stream is due, others that 
 ``merge_fraction`` of the way to due ride along, so one batched step serves them all (merging
 work). Riders are a use of spare compute (their captions come sooner), not a saving: each
 update spent early is one more update a second. At the H200's thousand streams a step is full
-of due streams anyway and riders had raised the updates per stream-second from 1.0 to 1.2-1.4
-(docs/capacity.md), so they ride only while the engine's load — the time budget's estimate,
-``admission.predict`` — is under ``merge_max_load``. Under that same load a step has a cost of
-its own whatever its rows (on the H200 about 40 ms: the prompt prefill and the decoder loop,
-against 0.4 ms per row), so a step that would be mostly that fixed cost waits, up to
-``fill_wait_s`` past due, for more streams to come due: fewer, fuller steps. After each step the worker reports how long it took; the interval stretches so that
-model steps take at most ``target_busy`` of the wall time, and shrinks back when compute frees
-up — a slow machine gets fewer, larger updates instead of a growing backlog.
+of due streams anyway, and riders had raised the updates per stream-second from about 0.8 to
+1.2-1.4 (docs/capacity.md), so they ride only while the engine's load — the time budget's
+estimate, ``admission.predict`` — is under ``merge_max_load``. From that load on, a step has a
+cost of its own whatever its rows (on the H200 about 40 ms, against 0.4 ms a row), so a step
+that would be mostly that fixed cost waits, up to ``fill_wait_s`` past due, for more streams to
+come due: fewer, fuller steps. After each step the worker reports how long it took; the
+interval stretches so that model steps take at most ``target_busy`` of the wall time, and
+shrinks back when compute frees up — a slow machine gets fewer, larger updates instead of a
+growing backlog.
 
 A step takes at most ``max_batch`` streams (a bounded batch keeps the device's working memory
 and a step's duration bounded). When more are due, streams of higher ``priority`` go first
