@@ -352,7 +352,7 @@ class DeviceWaits:
     cost time themselves, so read the run for attribution, not speed."""
 
     def __init__(self, runtime, synchronize) -> None:
-        from captioner.models.runtime import PREFILL_COLUMNS, bucket_size
+        from captioner.models.runtime import bucket_size, prefill_columns
 
         self.seconds: dict[str, list[float]] = {}  # graph -> [waited before, waited after]
         # The prefill's own run times by (bucket rows, padded columns) of the start that ran it.
@@ -371,8 +371,7 @@ class DeviceWaits:
         def counted_start(enc, prompt_tokens, *args, **kwargs):
             longest = max((len(p) for p in prompt_tokens), default=0)
             self.prompt_tokens.append(longest)
-            columns = min(runtime.n_text_ctx, -(-longest // PREFILL_COLUMNS) * PREFILL_COLUMNS)
-            self._shape = (bucket_size(len(prompt_tokens)), columns)
+            self._shape = (bucket_size(len(prompt_tokens)), prefill_columns(longest, runtime.n_text_ctx))
             return start(enc, prompt_tokens, *args, **kwargs)
         runtime.start = counted_start
 

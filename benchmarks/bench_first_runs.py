@@ -130,7 +130,9 @@ def main() -> int:
                 print(json.dumps(row), file=sys.stderr)
                 rows.append(row)
                 held.append(state)  # the engine's states outlive the next start: it takes other slots
-                del held[:-args.hold or len(held)], state
+                del state
+                if len(held) > args.hold:
+                    del held[:len(held) - args.hold]
     report = {"date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "model": args.model,
               "device": args.device, "device_name": recognizer.device_name, "provider": recognizer.provider,
               "command": " ".join(sys.argv), "mem_pattern": args.mem_pattern, "rows": rows}

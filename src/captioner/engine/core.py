@@ -559,9 +559,10 @@ class Engine:
         """Run one batched model step for the streams that are due (none may be)."""
         t0 = self.host_timer()
         views = self.views(active_only=True)
-        main = self._costs["main"]
-        due = self.scheduler.due(views, self.load_estimate(all_main=True).load if main.measured else None,
-                                 main.fit() if main.measured else None)
+        if self._costs["main"].measured:
+            due = self.scheduler.due(views, self.load_estimate(all_main=True).load, self._costs["main"].fit())
+        else:
+            due = self.scheduler.due(views)
         self.host_s["schedule"] += self.host_timer() - t0
         if not due:
             return []

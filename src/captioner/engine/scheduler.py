@@ -116,7 +116,7 @@ class Scheduler:
         due = [v for v in views if v.close_pending or (v.speech_pending and waiting[v.name] >= self.interval_s)]
         if not due:
             return []
-        if self._fill_first(due, views, waiting, load, step_cost):
+        if self._fill_first(due, active, waiting, load, step_cost):
             return []
         # Higher priority first, then a closing segment (its speaker paused: the final is what
         # they wait for), then the longest wait.
@@ -130,26 +130,26 @@ class Scheduler:
         order = {v.name: i for i, v in enumerate(views)}
         return sorted((v.name for v in chosen), key=order.__getitem__)
 
-    def _fill_first(self, due: list[StreamView], views: list[StreamView], waiting: dict[str, float],
+    def _fill_first(self, due: list[StreamView], speaking: int, waiting: dict[str, float],
                     load: float | None, step_cost: tuple[float, float] | None) -> bool:
         """Whether to hold a step of ``due`` back for more streams to come due: under load, while
         its batch would be mostly the step's fixed cost, no segment is closing (a final is what
         a speaker who paused waits for), and no due stream is ``fill_wait_s`` late."""
         cfg = self.config
-        if cfg.fill_wait_s <= 0 or step_cost is None or self.riders_wanted(load) or load is None:
-            return False
+        if cfg.fill_wait_s <= 0 or step_cost is None or self.riders_wanted(load):
+            return False  # never waiting, nothing fitted yet, or spare compute (riders fill steps then)
         fixed_s, per_s = step_cost
         if per_s <= 0:
             return False
         # Where a row costs as much as the step's fixed part (the CPU: a window's encoder), this
         # asks for one row: no step ever waits.
-        speaking = sum(1 for v in views if v.speech_pending or v.close_pending)
         wanted = min(cfg.max_batch, speaking, int(cfg.fill_fixed_ratio * fixed_s / per_s) + 1)
         if len(due) >= wanted or any(v.close_pending for v in due):
             return False
         return max(waiting[v.name] for v in due) < self.interval_s + cfg.fill_wait_s
 
     def riders_wanted(self, load: float | None) -> bool:
+        """Whether streams not yet due may ride along at ``load`` (``None``: not measured yet)."""
         limit = self.config.merge_max_load
         return limit is None or load is None or load < limit
 

@@ -68,10 +68,16 @@ streams the prefill was 30 % of the engine thread (py-spy), while a warm prefill
 masked and then overwritten, as for the shorter rows of a ragged batch."""
 
 
+def prefill_columns(n_tokens: int, limit: int) -> int:
+    """The columns a prefill of ``n_tokens`` runs at: the next multiple of :data:`PREFILL_COLUMNS`,
+    at most ``limit``."""
+    return min(limit, -(-n_tokens // PREFILL_COLUMNS) * PREFILL_COLUMNS)
+
+
 def _pad_columns(tokens: np.ndarray, limit: int) -> np.ndarray:
-    """``tokens`` [B, T] right-padded (each row's last column repeated) to a multiple of
-    :data:`PREFILL_COLUMNS`, at most ``limit`` columns."""
-    width = min(limit, -(-tokens.shape[1] // PREFILL_COLUMNS) * PREFILL_COLUMNS)
+    """``tokens`` [B, T] right-padded (each row's last column repeated) to
+    :func:`prefill_columns` columns."""
+    width = prefill_columns(tokens.shape[1], limit)
     if width <= tokens.shape[1]:
         return tokens
     return np.concatenate([tokens, np.repeat(tokens[:, -1:], width - tokens.shape[1], axis=1)], axis=1)
