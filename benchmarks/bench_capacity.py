@@ -57,7 +57,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
 
-from bench_first_runs import set_mem_pattern  # noqa: E402
+from bench_first_runs import change_session_options, set_mem_pattern  # noqa: E402
 from bench_latency import NORMALIZER_NAME, match, percentile, split_words, wer_counts  # noqa: E402
 from word_times import load_manifest, word_times  # noqa: E402
 
@@ -302,15 +302,13 @@ def profile_graph_sessions(graph: str) -> list:
     from captioner.models import session
 
     profiled: list = []
-    options, init = session._session_options, session.OrtModel.__init__
+    init = session.OrtModel.__init__
     wanted = {"on": False}
 
-    def with_profiling(*args, **kwargs):
-        so = options(*args, **kwargs)
+    def with_profiling(so) -> None:
         if wanted["on"]:
             so.enable_profiling = True
             so.profile_file_prefix = f"ort-profile-{graph}"
-        return so
 
     def opened(self, path, *args, **kwargs):
         wanted["on"] = Path(path).stem == graph
@@ -320,7 +318,7 @@ def profile_graph_sessions(graph: str) -> list:
             wanted["on"] = False
         if Path(path).stem == graph:
             profiled.append(self)
-    session._session_options = with_profiling
+    change_session_options(with_profiling)
     session.OrtModel.__init__ = opened
     return profiled
 

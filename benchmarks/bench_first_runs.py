@@ -35,22 +35,28 @@ sys.path.insert(0, str(HERE.parent / "src"))
 STEPS = 20
 
 
+def change_session_options(change) -> None:
+    """Sessions opened from now on get ``change(options)`` applied to their ONNX Runtime session
+    options: benchmark experiments wrap the package's options here rather than change them."""
+    from captioner.models import session
+
+    options = session._session_options
+
+    def changed(*args, **kwargs):
+        so = options(*args, **kwargs)
+        change(so)
+        return so
+    session._session_options = changed
+
+
 def set_mem_pattern(setting: str) -> None:
     """``--mem-pattern on|off``: whether ONNX Runtime sessions opened from now on plan each input
     shape's memory as one pattern (its default, on) — an experiment on the prefill's second run
-    of each shape, so the sessions' options are wrapped here rather than changed in the package."""
+    of each shape."""
     if setting not in ("on", "off"):
         raise ValueError(f"--mem-pattern takes on or off, got {setting!r}")
     if setting == "off":
-        from captioner.models import session
-
-        options = session._session_options
-
-        def without_pattern(*args, **kwargs):
-            so = options(*args, **kwargs)
-            so.enable_mem_pattern = False
-            return so
-        session._session_options = without_pattern
+        change_session_options(lambda so: setattr(so, "enable_mem_pattern", False))
 
 
 def main() -> int:
