@@ -398,6 +398,7 @@ def test_tls_through_the_frontends(tmp_path):
         ws = ws_connect(thread.url + protocol.listen_path("S"), ssl=ssl.create_default_context(cafile=str(cert)),
                         open_timeout=30).__enter__()
         assert '"ready"' in ws.recv(timeout=60)
+        assert not ws.socket.session.has_ticket  # no TLS 1.3 session tickets (serve/tls.py)
         ws.send(protocol.END_MESSAGE)
         session = Session()
         receive_all(ws, session)

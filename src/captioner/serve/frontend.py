@@ -319,11 +319,9 @@ class FrontEnd:
 def _tls_context(files):
     if not files:
         return None
-    import ssl
+    from captioner.serve.tls import server_tls_context
 
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(files[0], files[1])
-    return context
+    return server_tls_context(files[0], files[1])
 
 
 async def _main(fd: int, index: int) -> None:

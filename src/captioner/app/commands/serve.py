@@ -95,14 +95,12 @@ def tls_context(certfile: str | None, keyfile: str | None):
         return None
     if certfile is None:
         raise UserError("--keyfile needs --certfile")
-    import ssl
+    from captioner.serve.tls import server_tls_context
 
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
-        context.load_cert_chain(certfile, keyfile)
-    except (OSError, ssl.SSLError) as error:
+        return server_tls_context(certfile, keyfile)
+    except OSError as error:  # ssl.SSLError is an OSError
         raise UserError(f"cannot load the TLS certificate {certfile}: {getattr(error, 'strerror', None) or error}") from None
-    return context
 
 
 def serve_devices(device: str | None) -> list[str | None]:
