@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass
 
 import pytest
@@ -54,3 +55,13 @@ def served(tmp_path_factory):
         link.stop()
 
 
+
+
+@pytest.fixture
+def tls_certificate(tmp_path) -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1 and its key (``cert.pem``, ``key.pem`` paths)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
+                   check=True, capture_output=True)
+    return str(cert), str(key)

@@ -374,7 +374,7 @@ def test_a_dead_hub_ends_the_frontends(tmp_path):
         server.wait(30)
 
 
-def test_tls_through_the_frontends(tmp_path):
+def test_tls_through_the_frontends(tls_certificate):
     """--certfile/--keyfile: each front-end loads the certificate and serves wss://."""
     import ssl
 
@@ -385,17 +385,14 @@ def test_tls_through_the_frontends(tmp_path):
     from captioner.serve.hub import FrontendHub
     from captioner.serve.server import ServerThread
 
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
+    cert, key = tls_certificate
     link = EngineLink(["cpu"], lambda device: Pipeline([], model="tiny.en", device=device))
     link.start()
-    thread = ServerThread(FrontendHub(link, "127.0.0.1", 0, frontends=2, tls_files=(str(cert), str(key))))
+    thread = ServerThread(FrontendHub(link, "127.0.0.1", 0, frontends=2, tls_files=(cert, key)))
     thread.start()
     try:
         assert thread.url.startswith("wss://")
-        ws = ws_connect(thread.url + protocol.listen_path("S"), ssl=ssl.create_default_context(cafile=str(cert)),
+        ws = ws_connect(thread.url + protocol.listen_path("S"), ssl=ssl.create_default_context(cafile=cert),
                         open_timeout=30).__enter__()
         assert '"ready"' in ws.recv(timeout=60)
         assert not ws.socket.session.has_ticket  # no TLS 1.3 session tickets (serve/tls.py)

@@ -122,11 +122,10 @@ def test_capacity_refusal_is_1013(served):
     assert session.close_code == protocol.CLOSE_NORMAL
 
 
-def test_two_workers_least_loaded_over_tls(tmp_path):
+def test_two_workers_least_loaded_over_tls(tls_certificate):
     """`--device all` on a machine with two devices, here two CPU workers: new connections go
     to the worker holding the fewest streams; and the server speaks TLS with --certfile/--keyfile."""
     import ssl
-    import subprocess
 
     from websockets.sync.client import connect as ws_connect
 
@@ -135,15 +134,12 @@ def test_two_workers_least_loaded_over_tls(tmp_path):
     from captioner.serve.engine_link import EngineLink
     from captioner.serve.server import CaptionServer, ServerThread
 
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
-                    "-addext", "subjectAltName=IP:127.0.0.1", "-keyout", str(key), "-out", str(cert)],
-                   check=True, capture_output=True)
+    cert, key = tls_certificate
     link = EngineLink(["cpu", "cpu"], lambda device: Pipeline([], model="tiny.en", device=device))
     link.start()
-    thread = ServerThread(CaptionServer(link, "127.0.0.1", 0, ssl_context=tls_context(str(cert), str(key))))
+    thread = ServerThread(CaptionServer(link, "127.0.0.1", 0, ssl_context=tls_context(cert, key)))
     thread.start()
-    client_tls = ssl.create_default_context(cafile=str(cert))
+    client_tls = ssl.create_default_context(cafile=cert)
     try:
         assert thread.url.startswith("wss://")
         opened = [ws_connect(thread.url + protocol.listen_path(f"W{i}"), ssl=client_tls, open_timeout=30).__enter__()

@@ -1,6 +1,7 @@
-"""The servers' TLS context: a certificate that cannot be loaded is one line, and the handshake
-benchmark (no session tickets beside Python's two) runs."""
+"""The servers' TLS context: a certificate that cannot be loaded is one line, the context sends
+no session tickets, and the handshake benchmark (no tickets beside Python's two) runs."""
 
+import importlib.util
 import json
 import os
 import ssl
@@ -8,7 +9,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_tls_handshakes.py"
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_tls_handshakes", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def test_serve_refuses_a_certificate_it_cannot_load_on_one_line(tmp_path):
@@ -24,35 +32,26 @@ def test_serve_refuses_a_certificate_it_cannot_load_on_one_line(tmp_path):
 
 
 def test_the_handshake_benchmark_runs_both_contexts(tmp_path):
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        import bench_tls_handshakes
-    finally:
-        sys.path.pop(0)
     out = tmp_path / "tls.json"
-    assert bench_tls_handshakes.main(["--threads", "2", "--connections", "5", "--json", str(out)]) == 0
+    assert _bench().main(["--threads", "2", "--connections", "5", "--json", str(out)]) == 0
     results = json.loads(out.read_text())["results"]
     assert set(results) == {"captioner (no tickets)", "2 tickets"}
     ours = results["captioner (no tickets)"]
     assert ours["connections"] == 10 and ours["failed"] == 0, ours
 
 
-def test_the_server_context_sends_no_session_tickets(tmp_path):
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        from bench_tls_handshakes import GreetingServer, make_certificate
-    finally:
-        sys.path.pop(0)
+def test_the_server_context_sends_no_session_tickets(tls_certificate):
     from websockets.sync.client import connect
 
     from captioner.serve.tls import server_tls_context
 
-    cert, key = make_certificate(tmp_path)
+    greeting_server = _bench().GreetingServer
+    cert, key = tls_certificate
     for tickets, expected in ((None, False), (2, True)):  # the check tells the two apart
         context = server_tls_context(cert, key)
         if tickets is not None:
             context.num_tickets = tickets
-        with GreetingServer(context) as server, \
+        with greeting_server(context) as server, \
                 connect(f"wss://127.0.0.1:{server.port}/", ssl=ssl.create_default_context(cafile=cert)) as ws:
             assert ws.recv(timeout=30) == "ready"
             assert ws.socket.session.has_ticket is expected
