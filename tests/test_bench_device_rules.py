@@ -3,23 +3,14 @@ the CuPy array code) and refuses bad input with one line."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_device_rules.py"
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_device_rules", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from bench_loader import load_benchmark
 
 
 def test_the_numpy_path_runs_and_writes_json(tmp_path, capsys):
     out = tmp_path / "bench.json"
-    assert _bench().main(["--device", "cpu", "--batches", "2,3", "--steps", "2", "--warmup", "1", "--out", str(out)]) == 0
+    assert load_benchmark("bench_device_rules").main(["--device", "cpu", "--batches", "2,3", "--steps", "2", "--warmup", "1", "--out", str(out)]) == 0
     result = json.loads(out.read_text(encoding="utf-8"))
     assert result["device"] == "cpu" and result["n_vocab"] == 51864 and result["all_same_tokens"]
     rows = result["results"]
@@ -31,6 +22,6 @@ def test_the_numpy_path_runs_and_writes_json(tmp_path, capsys):
 
 
 def test_bad_batches_are_one_line_and_exit_2(capsys):
-    assert _bench().main(["--device", "cpu", "--batches", "4,x"]) == 2
+    assert load_benchmark("bench_device_rules").main(["--device", "cpu", "--batches", "4,x"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--batches" in err

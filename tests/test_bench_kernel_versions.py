@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_kernel_versions.py"
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_kernel_versions", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from bench_loader import load_benchmark
 
 
 def test_a_missing_baseline_is_one_line_and_exit_2(tmp_path, capsys):
-    assert _bench().main([str(tmp_path / "nope.py")]) == 2
+    assert load_benchmark("bench_kernel_versions").main([str(tmp_path / "nope.py")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is not a file" in err
 
@@ -32,7 +24,7 @@ def test_no_gpu_is_one_line_and_exit_2(capsys):
     except Exception:
         pass
     source = Path(__file__).resolve().parents[1] / "src" / "captioner" / "gpu" / "logmel_kernel.py"
-    assert _bench().main([str(source)]) == 2
+    assert load_benchmark("bench_kernel_versions").main([str(source)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "needs a CUDA GPU" in err
 
@@ -42,4 +34,4 @@ def test_a_baseline_without_its_own_cuda_text_is_refused():
     # from the installed package: as a baseline it would measure the current kernel twice.
     source = Path(__file__).resolve().parents[1] / "src" / "captioner" / "gpu" / "logmel_kernel.py"
     with pytest.raises(ValueError, match="not a self-contained"):
-        _bench()._load(source)
+        load_benchmark("bench_kernel_versions")._load(source)

@@ -1,22 +1,13 @@
 """The servers' TLS context: a certificate that cannot be loaded is one line, the context sends
 no session tickets, and the handshake benchmark (no tickets beside Python's two) runs."""
 
-import importlib.util
 import json
 import os
 import ssl
 import subprocess
 import sys
-from pathlib import Path
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_tls_handshakes.py"
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location("bench_tls_handshakes", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from bench_loader import load_benchmark
 
 
 def test_serve_refuses_a_certificate_it_cannot_load_on_one_line(tmp_path):
@@ -33,7 +24,7 @@ def test_serve_refuses_a_certificate_it_cannot_load_on_one_line(tmp_path):
 
 def test_the_handshake_benchmark_runs_both_contexts(tmp_path):
     out = tmp_path / "tls.json"
-    assert _bench().main(["--threads", "2", "--connections", "5", "--json", str(out)]) == 0
+    assert load_benchmark("bench_tls_handshakes").main(["--threads", "2", "--connections", "5", "--json", str(out)]) == 0
     results = json.loads(out.read_text())["results"]
     assert set(results) == {"captioner (no tickets)", "2 tickets"}
     ours = results["captioner (no tickets)"]
@@ -45,7 +36,7 @@ def test_the_server_context_sends_no_session_tickets(tls_certificate):
 
     from captioner.serve.tls import server_tls_context
 
-    greeting_server = _bench().GreetingServer
+    greeting_server = load_benchmark("bench_tls_handshakes").GreetingServer
     cert, key = tls_certificate
     for tickets, expected in ((None, False), (2, True)):  # the check tells the two apart
         context = server_tls_context(cert, key)
