@@ -44,6 +44,7 @@ import datetime as dt
 import gc
 import inspect
 import json
+import os
 import platform
 import sys
 import threading
@@ -293,6 +294,19 @@ def graph_run_stats(before: dict, after: dict, steps: int, updates: int) -> dict
                            "ms_per_run": round(1e3 * seconds / runs, 3),
                            "ms_per_update": round(1e3 * seconds / max(1, updates), 4)}
     return stats
+
+
+def set_ort_threads(setting: str) -> None:
+    """``--ort-threads``: ONNX Runtime sessions opened from now on run their CPU work on one
+    intra-op thread, or on the default pool with its threads not spin-waiting between runs
+    (each session has its own pool; with several sessions per model their spinning threads
+    compete with the engine's Python thread for the cores)."""
+    if setting not in ("default", "one", "nospin"):
+        raise ValueError(f"--ort-threads takes default, one or nospin, got {setting!r}")
+    if setting == "one":
+        change_session_options(lambda so: setattr(so, "intra_op_num_threads", 1))
+    elif setting == "nospin":
+        change_session_options(lambda so: so.add_session_config_entry("session.intra_op.allow_spinning", "0"))
 
 
 def profile_graph_sessions(graph: str) -> list:
@@ -630,6 +644,12 @@ def main() -> int:
                         help="no model: measure the engine's host path alone (features, VAD, scheduling) up to --max-n")
     parser.add_argument("--mem-pattern", default="on",
                         help="on|off: ONNX Runtime's memory patterns for the sessions (bench_first_runs.set_mem_pattern)")
+    parser.add_argument("--ort-threads", default="default",
+                        help="default|one|nospin: ONNX Runtime's intra-op threads for the sessions (one thread, or "
+                             "its default pool without spin-waiting) — whether the pools' threads slow the engine's")
+    parser.add_argument("--cudnn-attention", default="package",
+                        help="package|on|off: cuDNN's fused attention in the CUDA sessions: the package's choice "
+                             "(off for the prompt prefill only, session.CUDNN_ATTENTION_ENV), or on or off for all")
     parser.add_argument("--block-streams", type=int, default=64,
                         help="feature-pool bank size (EngineConfig.block_streams): a push is one call per bank "
                              "(at 1,024 streams 16 banks of 64; the feature push was 7 %% of the engine thread)")
@@ -664,6 +684,12 @@ def main() -> int:
         if not warms or any(w not in ("on", "off") for w in warms):
             raise ValueError(f"--warm-up takes on and/or off, got {args.warm_up!r}")
         set_mem_pattern(args.mem_pattern)
+        set_ort_threads(args.ort_threads)
+        if args.cudnn_attention not in ("package", "on", "off"):
+            raise ValueError(f"--cudnn-attention takes package, on or off, got {args.cudnn_attention!r}")
+        if args.cudnn_attention != "package":  # an environment setting holds for every session
+            from captioner.models.session import CUDNN_ATTENTION_ENV
+            os.environ[CUDNN_ATTENTION_ENV] = "1" if args.cudnn_attention == "on" else "0"
         node_profiled = profile_graph_sessions(args.ort_profile) if args.ort_profile else None
         cuts = [parse_cut(item) for item in args.cuts.split(";") if item.strip()]
         if not cuts:
@@ -691,7 +717,7 @@ def main() -> int:
     report = {
         "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
         "machine": platform.processor() or platform.machine(), "python": platform.python_version(),
-        "command": " ".join(sys.argv), "device": args.device, "interval_s": args.interval_s, "mem_pattern": args.mem_pattern,
+        "command": " ".join(sys.argv), "device": args.device, "interval_s": args.interval_s, "mem_pattern": args.mem_pattern, "ort_threads": args.ort_threads, "cudnn_attention": args.cudnn_attention,
         "max_batch": args.max_batch, "audio_s": args.audio_s, "normalizer": NORMALIZER_NAME,
         "decode_on_switch": has_switch, "runs": [],
     }

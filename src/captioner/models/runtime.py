@@ -276,7 +276,8 @@ class WhisperRuntime:
             self.step_model = _open_step_model(onnx_files.path("decoder_step"), choice)
             self.cuda_graph = self.step_model.cuda_graph
             if onnx_files.path("decoder_prefill").is_file():
-                self.prefill_model = ort_session.OrtModel(onnx_files.path("decoder_prefill"), choice, intra_threads)
+                self.prefill_model = ort_session.OrtModel(onnx_files.path("decoder_prefill"), choice, intra_threads,
+                                                          cudnn_attention=False)
             decoder_provider = self.step_model.provider
         else:
             self.decoder = ort_session.OrtModel(onnx_files.path("decoder"), choice, intra_threads)
@@ -324,7 +325,8 @@ class WhisperRuntime:
         if self.step_model is not None:
             shared["step_model"] = _open_step_model(frames.path("decoder_step"), choice)
             if self.prefill_model is not None and frames.path("decoder_prefill").is_file():
-                shared["prefill_model"] = ort_session.OrtModel(frames.path("decoder_prefill"), choice, intra_threads)
+                shared["prefill_model"] = ort_session.OrtModel(frames.path("decoder_prefill"), choice, intra_threads,
+                                                               cudnn_attention=False)
         else:
             shared["decoder"] = ort_session.OrtModel(frames.path("decoder"), choice, intra_threads)
         for n_ctx, folder in sorted(short_contexts.items()):
