@@ -265,7 +265,8 @@ class GpuSampler:
         return max(values) if values else None
 
 
-CUT_VALUES = {"prefix": ("on", "off"), "rings": ("on", "off"), "riders": ("load", "on"), "fill": ("on", "off")}
+CUT_VALUES = {"prefix": ("on", "off"), "rings": ("on", "off"), "riders": ("load", "on"), "fill": ("on", "off"),
+              "overlap": ("off", "auto")}
 """Each ``--cuts`` key, its values; the first is the default."""
 
 
@@ -440,6 +441,7 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
         policy=PolicyConfig(forced_prefix=getattr(args, "forced_prefix_on", True)),
         ring_kernels=getattr(args, "ring_kernels_on", True),
         block_streams=getattr(args, "block_streams", 64),
+        overlap_updates=getattr(args, "overlap", "off"),
     )
     gc.collect()
     if backend.is_cuda:
@@ -561,6 +563,8 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
         # stream speaks; more where steps take streams before they are due (riders, closings).
         "updates_per_stream_s": round(batches / max(1e-9, audio_s), 3),
         "light_model_updates": None if light is None else sum(r.batch for r in records if r.model == light.name),
+        # Steps during whose encoding the previous step's text work was done (overlap=auto).
+        "overlapped_steps": live.engine.overlapped_steps,
         "step_ms_p50": percentile(steps_ms, 50), "step_ms_p99": percentile(steps_ms, 99),
         "wall_ms_per_update": round(1e3 * model_wall_s / max(1, batches), 3),
         "host_cpu_ms_per_update": round(1e3 * model_cpu_s / max(1, batches), 3),
@@ -675,7 +679,9 @@ def main() -> int:
                              "feature rings: the VAD's measures and the model's batch, EngineConfig.ring_kernels); "
                              "riders=load|on (streams not yet due ride along in a step only while the engine's "
                              "load is under SchedulerConfig.merge_max_load, or always), fill=on|off (under load a step "
-                             "that would be mostly fixed cost waits up to SchedulerConfig.fill_wait_s to be fuller); "
+                             "that would be mostly fixed cost waits up to SchedulerConfig.fill_wait_s to be fuller), "
+                             "overlap=off|auto (a step's text work folded while the next step encodes, "
+                             "EngineConfig.overlap_updates); "
                              "e.g. 'prefix=off,rings=off;prefix=on,rings=on'")
     parser.add_argument("--out", default=None, help="JSON results here")
     args = parser.parse_args()
@@ -754,10 +760,11 @@ def main() -> int:
             for cut in cuts:  # warm-up: what each setting compiles or captures at its first use
                 run_once(backend, recognizer, clips, 1, argparse.Namespace(
                     **{**vars(args), "audio_s": 5.0, "forced_prefix_on": cut["prefix"] == "on",
-                       "ring_kernels_on": cut["rings"] == "on", "riders": cut["riders"], "fill": cut["fill"]}), light)
+                       "ring_kernels_on": cut["rings"] == "on", "riders": cut["riders"], "fill": cut["fill"],
+                       "overlap": cut["overlap"]}), light)
             for cut in cuts:  # the same loaded (and warmed) model for each
                 args.forced_prefix_on, args.ring_kernels_on = cut["prefix"] == "on", cut["rings"] == "on"
-                args.riders, args.fill = cut["riders"], cut["fill"]
+                args.riders, args.fill, args.overlap = cut["riders"], cut["fill"], cut["overlap"]
                 todo = list(ns) if ns else []
                 n = todo.pop(0) if ns else args.min_n
                 last_wall_s = 0.0
@@ -769,7 +776,7 @@ def main() -> int:
                     result = profiled(f"{args.profile}-n{n}.prof" if args.profile else None,
                                       run_once, backend, recognizer, clips, n, args, light)
                     result.update(model=recognizer.name, decode_on=mode, warm_up=warm, warm_up_s=warm_up_s,
-                                  forced_prefix=cut["prefix"], ring_kernels=cut["rings"], riders=cut["riders"],
+                                  forced_prefix=cut["prefix"], ring_kernels=cut["rings"], riders=cut["riders"], overlap=cut["overlap"],
                                   fill=cut["fill"])
                     if args.engine_only:  # nothing was heard: accuracy and caption latency do not apply
                         for key in ("partial_p50_s", "partial_p99_s", "commit_p50_s", "commit_p99_s",

@@ -98,6 +98,21 @@ class EngineConfig:
     256 rows) instead of during the first minutes of service, where each first run of a shape
     stalls a whole batch of streams (:meth:`Engine.warm_up`). A server's engines set it; the
     desktop, with a stream or two, starts captioning at once."""
+    overlap_updates: str = "off"
+    """Whether a step's hypotheses are folded into the streams' policies (the text work: words,
+    agreement, commits) while the *next* step's encoder runs on the device, rather than between
+    the two steps: ``"auto"`` where the recognizer overlaps host work with its device work
+    (CUDA, :attr:`WhisperRecognizer.overlaps_host_work`) and the load is at least
+    :attr:`overlap_min_load`; ``"on"`` always (tests of the bookkeeping on the CPU); ``"off"``
+    never. The updates then reach the caller one tick later (under load, when steps follow one
+    another); the next tick with nothing due, :meth:`Engine.flush`, and every stream's end fold
+    them at once. Off by default: on the H200 at 1,536 streams the encoder's run returned after
+    3 ms instead of 17 (queued) and the text work ran in that time, but the thread's time per
+    second of audio did not fall (1.00 off, 1.03 on, in one run of each; docs/capacity.md,
+    "Text work during the encoder")."""
+    overlap_min_load: float = 0.5
+    """The admitted load from which ``overlap_updates="auto"`` defers (the load at which riders
+    stop: ``SchedulerConfig.merge_max_load``); under it the desktop's captions never wait."""
     policy_factory: Callable[[str, PolicyConfig], LocalAgreementPolicy] | None = None
     """Makes a stream's streaming policy from its name and :attr:`policy` (``None``: the one
     ``policy.kind`` names, LocalAgreement-2 or AlignAtt); the one place to swap the commit
@@ -175,6 +190,18 @@ class _Stream:
         return None
 
 
+@dataclass(slots=True)
+class _Decoded:
+    """A model step's hypotheses, not yet folded into the streams' policies
+    (:attr:`EngineConfig.overlap_updates`); the engine's own bookkeeping of those streams is done."""
+
+    streams: list[_Stream]
+    ends_s: list[float]
+    """Each stream's audio end at the step (stream seconds)."""
+    hypotheses: list
+    closing: list[bool]
+
+
 class Engine:
     """Synchronous engine core. Every method is called by the one thread that owns the engine."""
 
@@ -227,6 +254,13 @@ class Engine:
         capacity measurements: at thousands of streams this work bounds an engine too)."""
         self.step_s_total = 0.0
         self.last_batch_size = 0
+        self._pending: _Decoded | None = None
+        self._pending_names: frozenset[str] = frozenset()
+        self._last_load: float | None = None
+        self.overlapped_steps = 0
+        """Steps whose predecessor's hypotheses were folded while they encoded."""
+        if self.config.overlap_updates not in ("auto", "on", "off"):
+            raise ValueError(f"EngineConfig.overlap_updates is auto, on or off, not {self.config.overlap_updates!r}")
         if self.config.warm_up:
             self.warm_up()
 
@@ -534,7 +568,10 @@ class Engine:
         streams' audio ends and silences are read in one array look-up each."""
         first_update_frames = self.config.first_update_speech_s * FRAMES_PER_S
         chosen: list[tuple[_Stream, bool]] = []
+        held = self._pending_names  # their policies have not seen their last hypothesis yet
         for s in self._streams.values():
+            if held and s.name in held:
+                continue
             pending_text = s.policy.has_pending_text
             if active_only and not pending_text and not s.speech_since_update:
                 continue
@@ -560,12 +597,13 @@ class Engine:
         t0 = self.host_timer()
         views = self.views(active_only=True)
         if self._costs["main"].measured:
-            due = self.scheduler.due(views, self.load_estimate(all_main=True).load, self._costs["main"].fit())
+            self._last_load = self.load_estimate(all_main=True).load
+            due = self.scheduler.due(views, self._last_load, self._costs["main"].fit())
         else:
             due = self.scheduler.due(views)
         self.host_s["schedule"] += self.host_timer() - t0
         if not due:
-            return []
+            return self.flush()  # nothing to overlap the last step's text work with: do it now
         due_names = set(due)
         closing = {v.name: v.close_pending for v in views if v.name in due_names}
         # A segment with (almost) no speech closes without asking the model.
@@ -576,7 +614,7 @@ class Engine:
                 self._reset_segment(s, self._audio_end_s(s))
             else:
                 work.append(s)
-        return self._step(work, closing) if work else []
+        return self._step(work, closing) if work else self.flush()
 
     def _window(self, s: _Stream) -> tuple[int, int]:
         """Feature frames ``[first, ready)`` of the stream's buffer (at most one window)."""
@@ -632,46 +670,66 @@ class Engine:
                 alignment=getattr(s.policy, "wants_alignment", False),
                 prefix=s.policy.forced_prefix(start_s) if s.decoded_by == name else (),
             ))
+        # The previous step's hypotheses, if held back, are folded while this step encodes.
+        earlier, self._pending, self._pending_names = self._pending, None, frozenset()
+        folded: list[tuple[_Stream, list[CaptionUpdate]]] = []
+        fold_at_ns = [0, 0]  # when the fold ran, and its duration (ns, on the step's timer)
+
+        def fold_earlier() -> None:
+            fold_at_ns[0], f0 = self.clock_ns(), self.timer_ns()
+            folded.extend(self._fold(earlier, fold_at_ns[0]))
+            fold_at_ns[1] = self.timer_ns() - f0
+
+        hook = fold_earlier if earlier is not None else None
         hypotheses: list = [None] * len(streams)
         for model, rows in groups.items():
             recognizer = self.light_recognizer if model == "light" else self.recognizer
             m0 = self.timer_ns()
-            for i, hyp in zip(rows, recognizer.decode([requests[i] for i in rows])):
+            batch = [requests[i] for i in rows]
+            overlaps = hook is not None and hasattr(recognizer, "overlaps_host_work")
+            results = recognizer.decode(batch, while_encoding=hook) if overlaps else recognizer.decode(batch)
+            for i, hyp in zip(rows, results):
                 hypotheses[i] = hyp
                 streams[i].decoded_by = recognizer.name
-            self._costs[model].record(len(rows), (self.timer_ns() - m0) / 1e9)
+            model_s = (self.timer_ns() - m0) / 1e9
+            if overlaps:
+                hook = None
+                self.overlapped_steps += 1
+                if not recognizer.overlaps_host_work:  # the fold ran beside the model, not during it
+                    model_s -= fold_at_ns[1] / 1e9
+            self._costs[model].record(len(rows), model_s)
             if model == "light":
                 self.light_steps += 1
+        if hook is not None:
+            hook()  # no recognizer took it
         step_s = (self.timer_ns() - t0) / 1e9
         t1 = self.clock_ns()
-        updates: list[CaptionUpdate] = []
+        updates = self._emitted(folded, t1 - fold_at_ns[0]) if earlier is not None else []
+        ends_s = []
         for s, (_, ready), hyp in zip(streams, spans, hypotheses):
             if s.last_update_ns is not None:
                 self._intervals_s.append((t1 - s.last_update_ns) / 1e9)
             s.last_update_ns = t1
             end_s = (ready + s.frame_offset) / FRAMES_PER_S
-            wall_s = (t1 - s.start_ns) / 1e9 if s.start_ns is not None else end_s
+            ends_s.append(end_s)
             if (s.language or self.language) is None and s.segment_language is None and hyp.language and not hyp.rejected \
                     and getattr(self.recognizer, "is_multilingual", False):
                 s.segment_language = hyp.language
-            if closing[s.name]:
-                mine = s.policy.update(hyp, end_s, wall_s, close_segment=True,
-                                       close_at_s=max(s.policy.buffer_start_s, end_s - self.config.lead_in_s))
-                self._reset_segment(s, None)
-            else:
-                mine = s.policy.update(hyp, end_s, wall_s)
-            updates += mine
-            s.last_update_s = end_s
-            s.speech_since_update = False
-            # This stream's own updates (a scan of the whole step's list per stream grew with
-            # the square of the batch).
-            finals = [u for u in mine if u.kind == "final"]
-            if finals:
-                # Audio end of the newest committed text -> when it was committed.
-                self._caption_latency_s = max(0.0, finals[-1].emitted_wall_s - finals[-1].end_s)
             captured = s.capture_ns_at((ready + s.frame_offset) * FRAME_SAMPLES)
             if captured is not None:
                 self._lag_s = max(0.0, (t1 - captured) / 1e9)
+        decoded = _Decoded(streams, ends_s, hypotheses, [closing[s.name] for s in streams])
+        if self._defer():
+            self._pending, self._pending_names = decoded, frozenset(s.name for s in streams)
+        else:
+            updates += self._emitted(self._fold(decoded, t1), 0)
+        for s, end_s, is_closing in zip(streams, ends_s, decoded.closing):
+            # The engine's own view of the stream moves on now, folded or not: audio pushed
+            # before the fold must count towards the next segment, not be reset by it.
+            if is_closing:
+                self._reset_segment(s, None)
+            s.last_update_s = end_s
+            s.speech_since_update = False
         self.last_step_s = step_s
         self.step_s_total += step_s
         self._step_latency_ms = step_s * 1e3
@@ -680,6 +738,59 @@ class Engine:
         self.steps += 1
         self.last_batch_size = len(streams)
         return updates
+
+    def _defer(self) -> bool:
+        """Whether this step's hypotheses wait to be folded during the next step's encoding."""
+        mode = self.config.overlap_updates
+        if mode != "auto":
+            return mode == "on"
+        if self._last_load is None or self._last_load < self.config.overlap_min_load:
+            return False
+        return all(getattr(r, "overlaps_host_work", False) for r in (self.recognizer, self.light_recognizer)
+                   if r is not None)
+
+    def _fold(self, decoded: _Decoded, at_ns: int) -> list[tuple[_Stream, list[CaptionUpdate]]]:
+        """Each hypothesis of ``decoded`` into its stream's policy, dated ``at_ns`` (clock).
+        Streams closed in between are skipped: their end folded them first."""
+        out = []
+        lead_in_s = self.config.lead_in_s
+        streams = self._streams
+        for s, end_s, hyp, is_closing in zip(decoded.streams, decoded.ends_s, decoded.hypotheses, decoded.closing):
+            if streams.get(s.name) is not s:
+                continue
+            wall_s = (at_ns - s.start_ns) / 1e9 if s.start_ns is not None else end_s
+            if is_closing:
+                mine = s.policy.update(hyp, end_s, wall_s, close_segment=True,
+                                       close_at_s=max(s.policy.buffer_start_s, end_s - lead_in_s))
+            else:
+                mine = s.policy.update(hyp, end_s, wall_s)
+            out.append((s, mine))
+        return out
+
+    def _emitted(self, folded: list[tuple[_Stream, list[CaptionUpdate]]], later_ns: int) -> list[CaptionUpdate]:
+        """The updates of a fold, dated ``later_ns`` after it (when the caller gets them: a fold
+        held back runs during the next step, whose end returns them)."""
+        updates: list[CaptionUpdate] = []
+        shift_s = later_ns / 1e9
+        for s, mine in folded:
+            if shift_s and s.start_ns is not None:
+                mine = [replace(u, emitted_wall_s=u.emitted_wall_s + shift_s) for u in mine]
+            updates += mine
+            # This stream's own updates (a scan of the whole step's list per stream grew with
+            # the square of the batch).
+            finals = [u for u in mine if u.kind == "final"]
+            if finals:
+                # Audio end of the newest committed text -> when it was committed.
+                self._caption_latency_s = max(0.0, finals[-1].emitted_wall_s - finals[-1].end_s)
+        return updates
+
+    def flush(self) -> list[CaptionUpdate]:
+        """Fold the last step's hypotheses if they are still held back (see
+        :attr:`EngineConfig.overlap_updates`) and return their updates."""
+        decoded, self._pending, self._pending_names = self._pending, None, frozenset()
+        if decoded is None:
+            return []
+        return self._emitted(self._fold(decoded, self.clock_ns()), 0)
 
     def _reset_segment(self, s: _Stream, at_s: float | None) -> None:
         if s.segment_language is not None:
@@ -694,11 +805,13 @@ class Engine:
         s.last_update_s = self._audio_end_s(s)
 
     def _finish_stream(self, s: _Stream) -> list[CaptionUpdate]:
-        """A last update over what is left of the stream, committed whole."""
-        updates: list[CaptionUpdate] = []
+        """A last update over what is left of the stream, committed whole (the last step's
+        pending hypotheses, any stream's, folded first)."""
+        updates: list[CaptionUpdate] = self.flush()
         if s.speech_since_update or s.policy.has_pending_text:
             if s.segment_speech_frames >= self.config.min_speech_s * FRAMES_PER_S or s.policy.has_pending_text:
                 updates += self._step([s], {s.name: True})
+                updates += self.flush()  # its last hypothesis, before the policy commits the rest
         end_s = self._audio_end_s(s)
         wall_s = (self.clock_ns() - s.start_ns) / 1e9 if s.start_ns is not None else end_s
         updates += s.policy.flush(end_s, wall_s)

@@ -321,6 +321,9 @@ class LiveCaptioner:
         # still have some: at real-time pace every stream has one block, and a second pass over
         # all of them to find nothing cost as much as the first.
         waiting = [s for s in self._streams.values() if s._pending]
+        if not waiting:
+            # No audio, no tick: a step's text work held back for the next one is done now.
+            updates += self.engine.flush()
         while waiting:
             blocks = [s._take(_FEED_SAMPLES) for s in waiting]
             self._feed_language_check(blocks)

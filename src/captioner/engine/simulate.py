@@ -85,10 +85,10 @@ class ChargedRecognizer:
     def __getattr__(self, name):
         return getattr(self._inner, name)
 
-    def decode(self, requests):
+    def decode(self, requests, **kwargs):
         t0 = time.perf_counter()
         c0 = time.process_time()
-        out = self._inner.decode(requests)
+        out = self._inner.decode(requests, **kwargs)  # e.g. while_encoding: its host work is charged too
         wall_s = time.perf_counter() - t0
         if self._compute == "measured":
             cost_s = wall_s

@@ -19,6 +19,7 @@ Called only by the thread that owns the runtime (the worker).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 import numpy as np
@@ -32,7 +33,7 @@ from captioner.languages import language_code
 from captioner.models.alignment import AttentionRecorder
 from captioner.models.decoding import DecodingOptions, TimedSegment, decode
 from captioner.models.registry import N_AUDIO_FRAMES
-from captioner.models.runtime import bucket_size, encoder_rows
+from captioner.models.runtime import Overlap, bucket_size, encoder_rows
 
 WINDOW_FRAMES = N_AUDIO_FRAMES  # what WhisperRuntime.encode requires
 LOG_FLOOR = -10.0  # log10(1e-10): what Whisper's zero padding turns into
@@ -157,24 +158,43 @@ class WhisperRecognizer:
         peak = padded.max(axis=(1, 2), keepdims=True)
         return (xp.maximum(padded, peak - 8.0) + 4.0) / 4.0
 
-    def decode(self, requests, window_frames: int | None = None) -> list[Hypothesis]:
+    @property
+    def overlaps_host_work(self) -> bool:
+        """Whether :meth:`decode`'s ``while_encoding`` work runs while the device computes (the
+        encoder queued on CUDA), rather than simply before the model's work."""
+        return self._synchronize is not None and getattr(self.runtime, "step_model", None) is not None \
+            and str(self.provider).startswith("CUDA")
+
+    def decode(self, requests, window_frames: int | None = None,
+               while_encoding: Callable[[], None] | None = None) -> list[Hypothesis]:
         """A hypothesis per request. ``window_frames``: pad every window to this many mel
         frames (one of :attr:`context_frames`) instead of choosing per window; benchmarks and
-        tests compare contexts with it."""
+        tests compare contexts with it. ``while_encoding``: host work (it must not touch the
+        device) done once, while the device encodes the windows where it can
+        (:attr:`overlaps_host_work`), else before; it has run when this returns."""
+        overlap = Overlap(while_encoding, self._synchronize if self.overlaps_host_work else None) \
+            if while_encoding is not None else None
+        try:
+            return self._decode_widths(requests, window_frames, overlap)
+        finally:
+            if overlap is not None:
+                overlap.run()  # no windows, or a model that never encoded: the work still happens
+
+    def _decode_widths(self, requests, window_frames: int | None, overlap: Overlap | None) -> list[Hypothesis]:
         if not requests:
             return []
         if window_frames is not None:
             if window_frames not in self.context_frames:
                 raise ValueError(f"window_frames must be one of {self.context_frames}, not {window_frames}")
-            return self._decode_group(requests, window_frames)
+            return self._decode_group(requests, window_frames, overlap)
         widths = [self.window_frames(r.log_mel.shape[1]) for r in requests]
         if len(set(widths)) == 1:
-            return self._decode_group(requests, widths[0])
+            return self._decode_group(requests, widths[0], overlap)
         # Windows of different contexts: one encoder run and one decoding pass per context.
         out: list[Hypothesis | None] = [None] * len(requests)
         for width in sorted(set(widths)):
             rows = [b for b, w in enumerate(widths) if w == width]
-            for b, hypothesis in zip(rows, self._decode_group([requests[b] for b in rows], width)):
+            for b, hypothesis in zip(rows, self._decode_group([requests[b] for b in rows], width, overlap)):
                 out[b] = hypothesis
         return out
 
@@ -219,8 +239,9 @@ class WhisperRecognizer:
                 calls += 1
         return calls
 
-    def _decode_group(self, requests, width: int) -> list[Hypothesis]:
-        """Requests padded to ``width`` mel frames, decoded in one batch."""
+    def _decode_group(self, requests, width: int, overlap: Overlap | None = None) -> list[Hypothesis]:
+        """Requests padded to ``width`` mel frames, decoded in one batch (``overlap``: host work
+        for the device's encoding time, if not done yet)."""
         mel = self._input(requests, width)
         if self._synchronize is not None:
             self._synchronize()
@@ -236,6 +257,7 @@ class WhisperRecognizer:
             recorder or self.runtime, self.tokenizer, mel, self.options, xp=self.xp,
             previous_tokens=self._prompts([r.prompt for r in requests]),
             languages=languages, window_s=spans_s, prefixes=[r.prefix for r in requests],
+            **({"overlap": overlap} if overlap is not None and not overlap.done else {}),
         )
         hypotheses = []
         for b, (r, span_s, w) in enumerate(zip(requests, spans_s, windows)):

@@ -370,6 +370,7 @@ def _decode_once(
     rng: np.random.Generator,
     xp=None,
     prefixes: Sequence[Sequence[int]] | None = None,
+    overlap=None,
 ) -> list[RawDecode]:
     """One pass over a batch whose prompts have equal lengths (the caller groups them), or any
     lengths where the runtime takes ragged prompts (``runtime.ragged_prompts``).
@@ -384,7 +385,9 @@ def _decode_once(
     the shortest one and fed as one run after the forced tokens.
 
     Greedy passes with ``options.decode_on == "device"`` rule and choose on ``xp`` (the array
-    module the runtime's logits are asked to stay on; NumPy when ``None``); the rest on the host."""
+    module the runtime's logits are asked to stay on; NumPy when ``None``); the rest on the host.
+    ``overlap``: a :class:`~captioner.models.runtime.Overlap`, host work done while the device
+    encodes (its runtime must take it)."""
     special = tokenizer.special
     batch = int(mel.shape[0])
     ragged = bool(getattr(runtime, "ragged_prompts", False))
@@ -396,7 +399,7 @@ def _decode_once(
     on_device = wants_device and temperature <= 0
     xp = (xp if xp is not None else np) if on_device else None
     extra = [special.no_timestamps] if options.without_timestamps else []
-    enc = runtime.encode(mel)
+    enc = runtime.encode(mel) if overlap is None else runtime.encode(mel, overlap)
     langs: list[str] = [lang or "en" for lang in languages]
     forced = [tokenizer.sot_sequence(langs[b], options.task)[1:] + extra for b in range(batch)] if known else None
     one_prefill = ragged and forced is not None and any(prefixes)
@@ -721,6 +724,7 @@ class RuntimeDecoder:
         languages: Sequence[str | None] | None = None,
         window_s: Sequence[float] | float = WINDOW_S,
         prefixes: Sequence[Sequence[int]] | None = None,
+        overlap=None,
     ) -> list[DecodedWindow]:
         """Decode a batch of windows ``mel`` ``[B, n_mels, 3000]`` (NumPy or CuPy).
 
@@ -728,7 +732,8 @@ class RuntimeDecoder:
         ``<|startofprev|>``); ``languages[b]`` overrides ``options.language`` per row;
         ``window_s[b]`` is how much of the 30 s holds audio (for the end of an open segment);
         ``prefixes[b]``, tokens row b's text is forced to begin with (a stream's committed words:
-        see :func:`_decode_once`).
+        see :func:`_decode_once`); ``overlap``, host work done while the device encodes the
+        first pass (:class:`~captioner.models.runtime.Overlap`).
         Windows that fail the checks are decoded again at the next temperature; windows that
         still fail, or hold no speech, come back with empty ``text`` and ``dropped`` set.
         """
@@ -737,7 +742,7 @@ class RuntimeDecoder:
         def decode_pass(rows, heads, langs, temperature, rng, prefixes):
             sub_mel = mel if rows == list(range(batch)) else mel[rows]
             return _decode_once(self.runtime, self.tokenizer, sub_mel, options, heads, langs, temperature, rng, self.xp,
-                                prefixes)
+                                prefixes, overlap=overlap if overlap is not None and not overlap.done else None)
 
         return decode_with_fallback(
             decode_pass, self.tokenizer, batch, options,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import warnings
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,26 @@ class _EncoderBuffer:
 
     value: Any  # OrtValue [rows, n_ctx, d]
     generation: int = 0
+
+
+@dataclass
+class Overlap:
+    """Host work to do while the device encodes a batch (:meth:`WhisperRuntime.encode`): on CUDA
+    the encoder's run is queued without waiting, :attr:`work` runs on this thread meanwhile, and
+    :attr:`synchronize` then waits for the device; elsewhere the work runs after the encoder.
+    The work must not touch the device. It runs once, however many encodes follow (a
+    temperature fallback encodes again)."""
+
+    work: Callable[[], None]
+    synchronize: Callable[[], None] | None = None
+    """Waits for every queued device operation (the array back-end's); ``None``: the encoder
+    runs synchronously."""
+    done: bool = False
+
+    def run(self) -> None:
+        if not self.done:
+            self.done = True
+            self.work()
 
 
 @dataclass
@@ -347,10 +368,12 @@ class WhisperRuntime:
 
     # --- encoder -----------------------------------------------------------------------------
 
-    def encode(self, mel) -> EncoderOutput:
+    def encode(self, mel, overlap: Overlap | None = None) -> EncoderOutput:
         """mel: [B, n_mels, 3000] (or [n_mels, 3000]) float32, NumPy or a device array (CuPy);
         device data is bound by pointer and never copied to the host. With shorter audio
-        contexts enabled, [B, n_mels, 2n] for any of them (n in :attr:`audio_contexts`)."""
+        contexts enabled, [B, n_mels, 2n] for any of them (n in :attr:`audio_contexts`).
+        ``overlap``: host work done while the device encodes (see :class:`Overlap`); the states
+        are complete when this returns either way."""
         shape = tuple(mel.shape)
         if len(shape) == 2:
             mel = mel[None]
@@ -368,6 +391,8 @@ class WhisperRuntime:
         n_ctx = context.n_ctx
         if self.step_model is None:
             out = context.encoder.run({"mel": mel})
+            if overlap is not None:
+                overlap.run()
             return EncoderOutput(out["encoder_out"], shape[0], rows=shape[0], n_ctx=n_ctx)
         # Fixed cache: the states go into the first rows of a buffer of the batch's bucket size,
         # which the cross K/V graph then reads whole; the encoder itself runs on the real rows
@@ -382,7 +407,17 @@ class WhisperRuntime:
         if run_rows > shape[0]:
             # Spare rows repeat the last window: an indexed copy, the same on NumPy and device arrays.
             mel = mel[np.minimum(np.arange(run_rows), shape[0] - 1)]
-        context.encoder.run_into({"mel": mel}, "encoder_out", buffer.value, (run_rows, n_ctx, self.dims.n_audio_state))
+        # The encoder is the largest single device run of a step (20 ms for 100 windows on an
+        # H200): with host work to overlap, it is queued and the work runs while it computes.
+        queued = overlap is not None and not overlap.done and overlap.synchronize is not None
+        context.encoder.run_into({"mel": mel}, "encoder_out", buffer.value, (run_rows, n_ctx, self.dims.n_audio_state),
+                                 wait=not queued)
+        if overlap is not None:
+            try:
+                overlap.run()
+            finally:
+                if queued:
+                    overlap.synchronize()
         return EncoderOutput(buffer.value, shape[0], rows=rows, buffer=buffer, generation=buffer.generation, n_ctx=n_ctx)
 
     # --- decoder -----------------------------------------------------------------------------

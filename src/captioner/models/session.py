@@ -274,16 +274,29 @@ class OrtModel:
         binding.bind_all(inputs)
         return binding.run(host_outputs)
 
-    def run_into(self, inputs: dict[str, Any], name: str, buffer: Any, shape: tuple[int, ...]) -> None:
+    def run_into(self, inputs: dict[str, Any], name: str, buffer: Any, shape: tuple[int, ...],
+                 wait: bool = True) -> None:
         """Run once, writing output ``name`` ([shape], the graph's only output) into the start of
         ``buffer``, an OrtValue of this session's device at least that large (a batch written
-        into the first rows of a bigger, fixed buffer). The input is bound as in :meth:`run`."""
+        into the first rows of a bigger, fixed buffer). The input is bound as in :meth:`run`.
+        ``wait=False`` (CUDA): return once the work is queued on the device, not when it is done;
+        the caller must synchronise the device before anything reads ``buffer`` (or the input is
+        overwritten)."""
         binding = self.binding()
         binding.bind_all(inputs)
         device_type, device_id = self._device
         element = np.float16 if buffer.data_type() == "tensor(float16)" else np.float32
         binding.io.bind_output(name, device_type, device_id, element, list(shape), buffer.data_ptr())
-        self._run_io(binding.io)
+        self._run_io(binding.io, None if wait or self.provider != CUDA else self._no_wait_options())
+
+    def _no_wait_options(self):
+        """Run options under which a CUDA run does not synchronise its stream before returning
+        (ONNX Runtime's ``disable_synchronize_execution_providers``); made once."""
+        options = getattr(self, "_no_wait", None)
+        if options is None:
+            options = self._no_wait = _ort().RunOptions()
+            options.add_run_config_entry("disable_synchronize_execution_providers", "1")
+        return options
 
     def zeros(self, shape: tuple[int, ...], dtype) -> Any:
         """A zero-filled OrtValue on this session's device (fixed address: for CUDA graphs)."""
