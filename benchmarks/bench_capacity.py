@@ -310,6 +310,18 @@ def set_ort_threads(setting: str) -> None:
         change_session_options(lambda so: so.add_session_config_entry("session.intra_op.allow_spinning", "0"))
 
 
+def set_cudnn_attention(setting: str) -> None:
+    """``--cudnn-attention``: ``package`` leaves the package's choice (cuDNN's fused attention off
+    for the prompt prefill's sessions only); ``on``/``off`` set ONNX Runtime's switch in the
+    environment, which then holds for every session (``session.CUDNN_ATTENTION_ENV``)."""
+    if setting not in ("package", "on", "off"):
+        raise ValueError(f"--cudnn-attention takes package, on or off, got {setting!r}")
+    if setting != "package":
+        from captioner.models.session import CUDNN_ATTENTION_ENV
+
+        os.environ[CUDNN_ATTENTION_ENV] = "1" if setting == "on" else "0"
+
+
 def profile_graph_sessions(graph: str) -> list:
     """``--ort-profile GRAPH``: sessions opened from now on for the ONNX file ``GRAPH.onnx``
     (``decoder_prefill``, ``encoder``, ...) record ONNX Runtime's own per-node profile. Returns the
@@ -691,11 +703,7 @@ def main() -> int:
             raise ValueError(f"--warm-up takes on and/or off, got {args.warm_up!r}")
         set_mem_pattern(args.mem_pattern)
         set_ort_threads(args.ort_threads)
-        if args.cudnn_attention not in ("package", "on", "off"):
-            raise ValueError(f"--cudnn-attention takes package, on or off, got {args.cudnn_attention!r}")
-        if args.cudnn_attention != "package":  # an environment setting holds for every session
-            from captioner.models.session import CUDNN_ATTENTION_ENV
-            os.environ[CUDNN_ATTENTION_ENV] = "1" if args.cudnn_attention == "on" else "0"
+        set_cudnn_attention(args.cudnn_attention)
         node_profiled = profile_graph_sessions(args.ort_profile) if args.ort_profile else None
         cuts = [parse_cut(item) for item in args.cuts.split(";") if item.strip()]
         if not cuts:
@@ -723,7 +731,8 @@ def main() -> int:
     report = {
         "date_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "host": platform.node(),
         "machine": platform.processor() or platform.machine(), "python": platform.python_version(),
-        "command": " ".join(sys.argv), "device": args.device, "interval_s": args.interval_s, "mem_pattern": args.mem_pattern, "ort_threads": args.ort_threads, "cudnn_attention": args.cudnn_attention,
+        "command": " ".join(sys.argv), "device": args.device, "interval_s": args.interval_s,
+        "mem_pattern": args.mem_pattern, "ort_threads": args.ort_threads, "cudnn_attention": args.cudnn_attention,
         "max_batch": args.max_batch, "audio_s": args.audio_s, "normalizer": NORMALIZER_NAME,
         "decode_on_switch": has_switch, "runs": [],
     }
@@ -776,8 +785,8 @@ def main() -> int:
                     result = profiled(f"{args.profile}-n{n}.prof" if args.profile else None,
                                       run_once, backend, recognizer, clips, n, args, light)
                     result.update(model=recognizer.name, decode_on=mode, warm_up=warm, warm_up_s=warm_up_s,
-                                  forced_prefix=cut["prefix"], ring_kernels=cut["rings"], riders=cut["riders"], overlap=cut["overlap"],
-                                  fill=cut["fill"])
+                                  forced_prefix=cut["prefix"], ring_kernels=cut["rings"], riders=cut["riders"],
+                                  fill=cut["fill"], overlap=cut["overlap"])
                     if args.engine_only:  # nothing was heard: accuracy and caption latency do not apply
                         for key in ("partial_p50_s", "partial_p99_s", "commit_p50_s", "commit_p99_s",
                                     "wer_committed_pct", "wer_offline_pct", "words_committed"):

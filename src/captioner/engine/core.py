@@ -200,6 +200,11 @@ class _Decoded:
     """Each stream's audio end at the step (stream seconds)."""
     hypotheses: list
     closing: list[bool]
+    names: frozenset[str] = frozenset()
+    """The streams' names: they sit out the scheduler until the fold."""
+
+    def __post_init__(self) -> None:
+        self.names = frozenset(s.name for s in self.streams)
 
 
 class Engine:
@@ -255,7 +260,6 @@ class Engine:
         self.step_s_total = 0.0
         self.last_batch_size = 0
         self._pending: _Decoded | None = None
-        self._pending_names: frozenset[str] = frozenset()
         self._last_load: float | None = None
         self.overlapped_steps = 0
         """Steps whose predecessor's hypotheses were folded while they encoded."""
@@ -568,7 +572,8 @@ class Engine:
         streams' audio ends and silences are read in one array look-up each."""
         first_update_frames = self.config.first_update_speech_s * FRAMES_PER_S
         chosen: list[tuple[_Stream, bool]] = []
-        held = self._pending_names  # their policies have not seen their last hypothesis yet
+        # Streams whose policies have not seen their last hypothesis yet.
+        held = self._pending.names if self._pending is not None else ()
         for s in self._streams.values():
             if held and s.name in held:
                 continue
@@ -671,7 +676,7 @@ class Engine:
                 prefix=s.policy.forced_prefix(start_s) if s.decoded_by == name else (),
             ))
         # The previous step's hypotheses, if held back, are folded while this step encodes.
-        earlier, self._pending, self._pending_names = self._pending, None, frozenset()
+        earlier, self._pending = self._pending, None
         folded: list[tuple[_Stream, list[CaptionUpdate]]] = []
         fold_at_ns = [0, 0]  # when the fold ran, and its duration (ns, on the step's timer)
 
@@ -720,7 +725,7 @@ class Engine:
                 self._lag_s = max(0.0, (t1 - captured) / 1e9)
         decoded = _Decoded(streams, ends_s, hypotheses, [closing[s.name] for s in streams])
         if self._defer():
-            self._pending, self._pending_names = decoded, frozenset(s.name for s in streams)
+            self._pending = decoded
         else:
             updates += self._emitted(self._fold(decoded, t1), 0)
         for s, end_s, is_closing in zip(streams, ends_s, decoded.closing):
@@ -787,7 +792,7 @@ class Engine:
     def flush(self) -> list[CaptionUpdate]:
         """Fold the last step's hypotheses if they are still held back (see
         :attr:`EngineConfig.overlap_updates`) and return their updates."""
-        decoded, self._pending, self._pending_names = self._pending, None, frozenset()
+        decoded, self._pending = self._pending, None
         if decoded is None:
             return []
         return self._emitted(self._fold(decoded, self.clock_ns()), 0)

@@ -257,7 +257,7 @@ class WhisperRecognizer:
             recorder or self.runtime, self.tokenizer, mel, self.options, xp=self.xp,
             previous_tokens=self._prompts([r.prompt for r in requests]),
             languages=languages, window_s=spans_s, prefixes=[r.prefix for r in requests],
-            **({"overlap": overlap} if overlap is not None and not overlap.done else {}),
+            overlap=overlap,
         )
         hypotheses = []
         for b, (r, span_s, w) in enumerate(zip(requests, spans_s, windows)):

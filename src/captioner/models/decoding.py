@@ -742,7 +742,7 @@ class RuntimeDecoder:
         def decode_pass(rows, heads, langs, temperature, rng, prefixes):
             sub_mel = mel if rows == list(range(batch)) else mel[rows]
             return _decode_once(self.runtime, self.tokenizer, sub_mel, options, heads, langs, temperature, rng, self.xp,
-                                prefixes, overlap=overlap if overlap is not None and not overlap.done else None)
+                                prefixes, overlap=overlap)
 
         return decode_with_fallback(
             decode_pass, self.tokenizer, batch, options,
