@@ -49,7 +49,7 @@ import platform
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -265,9 +265,16 @@ class GpuSampler:
         return max(values) if values else None
 
 
-CUT_VALUES = {"prefix": ("on", "off"), "rings": ("on", "off"), "riders": ("load", "on"), "fill": ("on", "off"),
-              "overlap": ("off", "auto")}
-"""Each ``--cuts`` key, its values; the first is the default."""
+CUT_VALUES = {"prefix": ("on", "off"), "rings": ("on", "off"), "riders": ("load", "on"), "fill": ("on", "off", "ROWS"),
+              "closewait": ("0", "SECONDS"), "overlap": ("auto", "off"), "compact": ("on", "off")}
+"""Each ``--cuts`` key, its values; the first is the default (``ROWS``, ``SECONDS``: a number)."""
+
+
+def _seconds(text: str) -> bool:
+    try:
+        return 0 <= float(text) <= 2
+    except ValueError:
+        return False
 
 
 def parse_cut(text: str) -> dict[str, str]:
@@ -275,7 +282,8 @@ def parse_cut(text: str) -> dict[str, str]:
     cut = {key: values[0] for key, values in CUT_VALUES.items()}
     for part in (p.strip() for p in text.split(",") if p.strip()):
         key, _, value = part.partition("=")
-        if value not in CUT_VALUES.get(key, ()):
+        numeric = (key == "fill" and value.isdigit() and int(value) > 0) or (key == "closewait" and _seconds(value))
+        if value not in CUT_VALUES.get(key, ()) and not numeric:
             raise ValueError(f"--cuts: {part!r} is not one of " +
                              ", ".join(f"{k}={'|'.join(v)}" for k, v in CUT_VALUES.items()))
         cut[key] = value
@@ -445,15 +453,20 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
     from captioner.errors import StreamRefused
     from captioner.events import NS_PER_S
 
+    cut = getattr(args, "cut", None) or parse_cut("")
+    if hasattr(recognizer, "options"):  # finished rows moved to smaller buckets (the default), or not
+        recognizer.options = replace(recognizer.options, drop_finished=cut["compact"] == "on")
     config = EngineConfig(
         scheduler=SchedulerConfig(base_interval_s=args.interval_s, max_batch=args.max_batch,
-                                  merge_max_load=None if getattr(args, "riders", "load") == "on" else 0.5,
-                                  fill_wait_s=0.0 if getattr(args, "fill", "on") == "off" else SchedulerConfig().fill_wait_s),
+                                  merge_max_load=None if cut["riders"] == "on" else 0.5,
+                                  fill_wait_s=0.0 if cut["fill"] == "off" else SchedulerConfig().fill_wait_s,
+                                  fill_rows=int(cut["fill"]) if cut["fill"].isdigit() else None,
+                                  fill_close_wait_s=float(cut["closewait"])),
         admission=AdmissionConfig(time_budget="on" if args.admission else "off"),
-        policy=PolicyConfig(forced_prefix=getattr(args, "forced_prefix_on", True)),
-        ring_kernels=getattr(args, "ring_kernels_on", True),
+        policy=PolicyConfig(forced_prefix=cut["prefix"] == "on"),
+        ring_kernels=cut["rings"] == "on",
         block_streams=getattr(args, "block_streams", 64),
-        overlap_updates=getattr(args, "overlap", "off"),
+        overlap_updates=cut["overlap"],
     )
     gc.collect()
     if backend.is_cuda:
@@ -690,10 +703,14 @@ def main() -> int:
                              "as a forced prefix, PolicyConfig.forced_prefix) and rings=on|off (kernels read the "
                              "feature rings: the VAD's measures and the model's batch, EngineConfig.ring_kernels); "
                              "riders=load|on (streams not yet due ride along in a step only while the engine's "
-                             "load is under SchedulerConfig.merge_max_load, or always), fill=on|off (under load a step "
-                             "that would be mostly fixed cost waits up to SchedulerConfig.fill_wait_s to be fuller), "
-                             "overlap=off|auto (a step's text work folded while the next step encodes, "
-                             "EngineConfig.overlap_updates); "
+                             "load is under SchedulerConfig.merge_max_load, or always), fill=on|off|ROWS (under load a step "
+                             "that would be mostly fixed cost waits up to SchedulerConfig.fill_wait_s to be fuller: as "
+                             "the cost fit says, never, or until ROWS are due, SchedulerConfig.fill_rows), "
+                             "closewait=SECONDS (a closing segment may wait that long past its pause for a fuller "
+                             "step, SchedulerConfig.fill_close_wait_s; 0: never), "
+                             "overlap=auto|off (a step's hypotheses read and folded while the next step encodes, "
+                             "EngineConfig.overlap_updates), compact=on|off (the greedy loop moves rows still "
+                             "decoding to a smaller batch as others finish, DecodingOptions.drop_finished); "
                              "e.g. 'prefix=off,rings=off;prefix=on,rings=on'")
     parser.add_argument("--out", default=None, help="JSON results here")
     args = parser.parse_args()
@@ -767,13 +784,10 @@ def main() -> int:
                 f"{model}, decoding on the {mode}: {recognizer.provider} ({recognizer.device_name})"
             print(f"{what}, {len(clips)} recordings" + (f", light model {light.name}" if light else ""), file=sys.stderr)
             for cut in cuts:  # warm-up: what each setting compiles or captures at its first use
-                run_once(backend, recognizer, clips, 1, argparse.Namespace(
-                    **{**vars(args), "audio_s": 5.0, "forced_prefix_on": cut["prefix"] == "on",
-                       "ring_kernels_on": cut["rings"] == "on", "riders": cut["riders"], "fill": cut["fill"],
-                       "overlap": cut["overlap"]}), light)
+                run_once(backend, recognizer, clips, 1, argparse.Namespace(**{**vars(args), "audio_s": 5.0, "cut": cut}),
+                         light)
             for cut in cuts:  # the same loaded (and warmed) model for each
-                args.forced_prefix_on, args.ring_kernels_on = cut["prefix"] == "on", cut["rings"] == "on"
-                args.riders, args.fill, args.overlap = cut["riders"], cut["fill"], cut["overlap"]
+                args.cut = cut
                 todo = list(ns) if ns else []
                 n = todo.pop(0) if ns else args.min_n
                 last_wall_s = 0.0
@@ -786,7 +800,8 @@ def main() -> int:
                                       run_once, backend, recognizer, clips, n, args, light)
                     result.update(model=recognizer.name, decode_on=mode, warm_up=warm, warm_up_s=warm_up_s,
                                   forced_prefix=cut["prefix"], ring_kernels=cut["rings"], riders=cut["riders"],
-                                  fill=cut["fill"], overlap=cut["overlap"])
+                                  fill=cut["fill"], closewait=cut["closewait"], overlap=cut["overlap"],
+                                  compact=cut["compact"])
                     if args.engine_only:  # nothing was heard: accuracy and caption latency do not apply
                         for key in ("partial_p50_s", "partial_p99_s", "commit_p50_s", "commit_p99_s",
                                     "wer_committed_pct", "wer_offline_pct", "words_committed"):

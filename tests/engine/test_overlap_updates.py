@@ -34,23 +34,55 @@ class OverlappingScripted(ScriptedRecognizer):
         super().__init__(script, **kwargs)
         self.overlaps_host_work = overlaps
         self.hooked: list[bool] = []
+        self.in_hook = False
 
     def decode(self, requests, while_encoding=None):
         self.hooked.append(while_encoding is not None)
         if while_encoding is not None:
-            while_encoding()
+            self.in_hook = True
+            try:
+                while_encoding()
+            finally:
+                self.in_hook = False
         return super().decode(requests)
 
 
+class ReadLater:
+    """What ``decode_pending`` gives: the hypotheses, read when asked (where is logged)."""
+
+    def __init__(self, recognizer: ReadingLater, hypotheses) -> None:
+        self._recognizer = recognizer
+        self._hypotheses = hypotheses
+
+    def hypotheses(self):
+        self._recognizer.reads.append(self._recognizer.in_hook)
+        return self._hypotheses
+
+
+class ReadingLater(OverlappingScripted):
+    """...with ``decode_pending`` as the real recognizer has it: the engine holding a step back
+    reads its hypotheses at the fold. ``reads`` logs, per read, whether it ran during a later
+    decode's encoding."""
+
+    def __init__(self, script, overlaps: bool = False, **kwargs) -> None:
+        super().__init__(script, overlaps=overlaps, **kwargs)
+        self.reads: list[bool] = []
+        self.pending_calls = 0
+
+    def decode_pending(self, requests, while_encoding=None):
+        self.pending_calls += 1
+        return ReadLater(self, self.decode(requests, while_encoding))
+
+
 def run(mode: str, n: int = 120, overlaps: bool = False, per_window_s: float = 0.002, audio_s: float = 4.5,
-        stop_s: float | None = None, stop_when_held: bool = False):
+        stop_s: float | None = None, stop_when_held: bool = False, read_later: bool = False):
     """Stream ``n`` scripted speakers; with ``stop_s`` the audio ends there, or (``stop_when_held``)
-    at the first tick from ``stop_s`` on that holds hypotheses back. Returns the script, the
-    updates, the recognizer, the captioner, whether hypotheses were held when the audio ended,
-    and where it ended (s)."""
+    at the first tick from ``stop_s`` on that holds hypotheses back; ``read_later``: the
+    recognizer has ``decode_pending``. Returns the script, the updates, the recognizer, the
+    captioner, whether hypotheses were held when the audio ended, and where it ended (s)."""
     script = {f"s{i:03d}": phrase(f"stream {i} folds its words later", 0.4 + 0.05 * (i % 20)) for i in range(n)}
     audio = {label: render_speech(words, audio_s, seed=i % 5) for i, (label, words) in enumerate(script.items())}
-    recognizer = OverlappingScripted(script, overlaps=overlaps)
+    recognizer = (ReadingLater if read_later else OverlappingScripted)(script, overlaps=overlaps)
     clock = SimClock()
     config = EngineConfig(overlap_updates=mode, scheduler=SchedulerConfig(base_interval_s=1.0, max_batch=256))
     live = LiveCaptioner(recognizer=recognizer, clock_ns=clock, timer_ns=clock, config=config)
@@ -80,10 +112,16 @@ def audio_times(updates, label):
     return [u.emitted_audio_s for u in updates if u.stream == label]
 
 
-def test_folding_during_the_next_step_gives_every_stream_the_same_captions_in_order():
-    script, plain, *_ = run("off")
-    _, held, recognizer, live, *_ = run("on")
+@pytest.mark.parametrize("read_later", [False, True], ids=["read-at-step", "read-at-fold"])
+def test_folding_during_the_next_step_gives_every_stream_the_same_captions_in_order(read_later):
+    script, plain, *_ = run("off", read_later=read_later)
+    _, held, recognizer, live, *_ = run("on", read_later=read_later)
     assert any(recognizer.hooked) and live.engine.overlapped_steps == sum(recognizer.hooked)
+    if read_later:
+        # Every held step was read once: during the next step's encoding wherever one followed
+        # (the others at a tick with nothing due, or at the streams' ends).
+        assert len(recognizer.reads) == recognizer.pending_calls > 10
+        assert sum(recognizer.reads) == sum(recognizer.hooked) > 10
     for label, words in script.items():
         assert keys(" ".join(u.text for u in finals(held, label))) == keys(words), label
         assert per_stream(held, label) == per_stream(plain, label), label
@@ -122,10 +160,12 @@ def test_held_updates_are_dated_by_the_step_that_hands_them_over():
     assert checked > 100 and live.engine.overlapped_steps > 0
 
 
-def test_a_stream_that_ends_while_its_hypothesis_is_held_loses_nothing():
+@pytest.mark.parametrize("read_later", [False, True], ids=["read-at-step", "read-at-fold"])
+def test_a_stream_that_ends_while_its_hypothesis_is_held_loses_nothing(read_later):
     """The audio stops mid-sentence, right after a step whose hypotheses were held back: every
     stream commits what the plain order commits from the same audio."""
-    script, held, _, live, held_before_end, end_s = run("on", n=40, stop_s=2.6, stop_when_held=True)
+    script, held, _, live, held_before_end, end_s = run("on", n=40, stop_s=2.6, stop_when_held=True,
+                                                        read_later=read_later)
     _, plain, *_ = run("off", n=40, stop_s=end_s)
     assert held_before_end and end_s < 3.5 and live.engine._pending is None
     for label in script:
@@ -216,3 +256,47 @@ def test_the_runtime_runs_the_work_between_queueing_the_encoder_and_waiting_for_
     np.testing.assert_array_equal(states, plain_states)
     runtime.encode(mel, overlap)
     assert order.count("work") == 1  # once, however many encodes follow
+
+
+def test_a_held_segment_keeps_its_detected_language_through_its_close():
+    """A multilingual model's language of a segment is noted when its hypothesis is read, which
+    a held step does at the fold, after the segment may have closed: the stream's last language
+    is the one detected, as in the plain order."""
+    def last_languages(mode: str) -> dict[str, str | None]:
+        # One short word and a pause: the segment's closing update is its only one.
+        script = {f"s{i}": phrase("hallo", 0.4 + 0.1 * i, word_s=0.4) for i in range(12)}
+        audio = {label: render_speech(words, 4.0, seed=i % 5) for i, (label, words) in enumerate(script.items())}
+        recognizer = ReadingLater(script, overlaps=True, is_multilingual=True, languages=("de", "en"))
+        clock = SimClock()
+        live = LiveCaptioner(recognizer=recognizer, clock_ns=clock, timer_ns=clock,
+                             config=EngineConfig(overlap_updates=mode))
+        live.engine.recognizer = ChargedRecognizer(recognizer, clock, lambda rows: 0.04 + 0.002 * rows)
+        for label in script:
+            live.open_stream(label)  # no language: detected per segment
+        feed(live, clock, audio, chunk_s=0.05)
+        if mode == "on":
+            assert len(recognizer.reads) == recognizer.pending_calls > 0  # each held step read at its fold
+        return {name: s.last_language for name, s in live.engine._streams.items()}
+
+    assert last_languages("on") == last_languages("off") == {f"s{i}": "de" for i in range(12)}
+
+
+def test_the_recognizer_reads_put_off_hypotheses_without_the_model(tiny_en_cpu, speech_clips):
+    """``decode_pending`` runs every graph before it returns; reading its hypotheses later runs
+    none and gives the plain decode's hypotheses, once."""
+    from captioner.audio.file_source import read_audio_16k
+    from captioner.engine.recognizer import WindowRequest
+    from captioner.gpu.features_ref import log_mel_spectrogram
+
+    _, recognizer = tiny_en_cpu
+    audio = read_audio_16k(speech_clips[JFK].wav)
+    windows = [np.asarray(log_mel_spectrogram(audio[16_000 * a:16_000 * b], n_mels=recognizer.n_mels))
+               for a, b in ((0, 5), (3, 10))]
+    requests = [WindowRequest(f"s{i}", w, 0.0, "", None) for i, w in enumerate(windows)]
+    plain = recognizer.decode(requests)
+    pending = recognizer.decode_pending(requests)
+    runs = sum(n for n, _ in recognizer.runtime.graph_runs().values())
+    got = pending.hypotheses()
+    assert sum(n for n, _ in recognizer.runtime.graph_runs().values()) == runs
+    assert got == plain and got[0].words and got[1].tokens
+    assert pending.hypotheses() is got

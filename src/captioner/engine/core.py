@@ -25,6 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -68,6 +69,18 @@ from captioner.events import (
 from captioner.gpu.features import FeaturePool, RingWindow
 
 
+class BlockSlice(NamedTuple):
+    """A part of an :class:`~captioner.events.AudioBlock` (its fields, its samples a view of the
+    block's read-only ones), cut on the engine's own thread when a backlog is fed in slices: a
+    frozen dataclass with its checks cost several microseconds per stream per slice, 3 % of the
+    engine thread at 1,536 streams on the H200 (py-spy), for a value that never leaves the thread."""
+
+    stream: str
+    first_sample: int
+    capture_ns: int
+    samples: np.ndarray
+
+
 @dataclass(slots=True)
 class EngineConfig:
     pause_s: float = 0.5
@@ -98,18 +111,19 @@ class EngineConfig:
     256 rows) instead of during the first minutes of service, where each first run of a shape
     stalls a whole batch of streams (:meth:`Engine.warm_up`). A server's engines set it; the
     desktop, with a stream or two, starts captioning at once."""
-    overlap_updates: str = "off"
-    """Whether a step's hypotheses are folded into the streams' policies (the text work: words,
-    agreement, commits) while the *next* step's encoder runs on the device, rather than between
-    the two steps: ``"auto"`` where the recognizer overlaps host work with its device work
-    (CUDA, :attr:`WhisperRecognizer.overlaps_host_work`) and the load is at least
+    overlap_updates: str = "auto"
+    """Whether a step's hypotheses are read (text, guards, words: the recognizer's
+    ``decode_pending``) and folded into the streams' policies (agreement, commits) while the
+    *next* step's encoder runs on the device, rather than between the two steps: ``"auto"``
+    where the recognizer overlaps host work with its device work (CUDA,
+    :attr:`WhisperRecognizer.overlaps_host_work`) and the load is at least
     :attr:`overlap_min_load`; ``"on"`` always (tests of the bookkeeping on the CPU); ``"off"``
     never. The updates then reach the caller one tick later (under load, when steps follow one
     another); the next tick with nothing due, :meth:`Engine.flush`, and every stream's end fold
-    them at once. Off by default: on the H200 at 1,536 streams the encoder's run returned after
-    3 ms instead of 17 (queued) and the text work ran in that time, but the thread's time per
-    second of audio did not fall (1.00 off, 1.03 on, in one run of each; docs/capacity.md,
-    "Text work during the encoder")."""
+    them at once. On the H200 at 1,536 streams this took the engine thread's time per second of
+    audio from 1.04-1.07 to 0.99, the update interval p99 from 1.77-1.87 s to 1.49-1.50 s, and
+    captions came sooner (docs/capacity.md, "Hypotheses read while the next step encodes"); a
+    desktop's stream or two never reach the load where it applies."""
     overlap_min_load: float = 0.5
     """The admitted load from which ``overlap_updates="auto"`` defers (the load at which riders
     stop: ``SchedulerConfig.merge_max_load``); under it the desktop's captions never wait."""
@@ -199,12 +213,26 @@ class _Decoded:
     ends_s: list[float]
     """Each stream's audio end at the step (stream seconds)."""
     hypotheses: list
+    """Per stream its hypothesis, or ``None`` while it is still to be read from :attr:`unread`."""
     closing: list[bool]
+    unread: list = field(default_factory=list)
+    """``(rows, pending)``: hypotheses decoded but not read yet (a recognizer's
+    ``decode_pending``); :meth:`read` reads them, during the next step's encoding."""
     names: frozenset[str] = frozenset()
     """The streams' names: they sit out the scheduler until the fold."""
 
     def __post_init__(self) -> None:
         self.names = frozenset(s.name for s in self.streams)
+
+    def read(self) -> list[int]:
+        """Fill in the unread hypotheses; returns the indices of those read now."""
+        read_now = []
+        for rows, pending in self.unread:
+            for i, hypothesis in zip(rows, pending.hypotheses()):
+                self.hypotheses[i] = hypothesis
+                read_now.append(i)
+        self.unread = []
+        return read_now
 
 
 class Engine:
@@ -225,7 +253,7 @@ class Engine:
         self.recognizer = recognizer
         config = config or EngineConfig()
         on_gpu = bool(getattr(backend, "is_cuda", False))
-        self.config = replace(config, scheduler=for_device(config.scheduler, on_gpu))
+        self.config = replace(config, scheduler=replace(for_device(config.scheduler, on_gpu), pause_s=config.pause_s))
         self.light_recognizer: Recognizer | None = None
         if light_recognizer is not None:
             self.set_light_recognizer(light_recognizer)
@@ -417,7 +445,7 @@ class Engine:
         return updates
 
     # -- audio in --------------------------------------------------------------------------------
-    def push(self, blocks: list[AudioBlock]) -> None:
+    def push(self, blocks: list[AudioBlock | BlockSlice]) -> None:
         """Feed captured blocks (any streams, in order per stream) into features and the VAD.
 
         Streams that brought the same amount of audio are pushed in one batched call (one per
@@ -453,7 +481,7 @@ class Engine:
         for capture_ns in list(last_capture_ns.values())[-keep:]:
             self._frame_latency_ms.append((now_ns - capture_ns) / 1e6)
 
-    def _take_block(self, s: _Stream, block: AudioBlock) -> np.ndarray | None:
+    def _take_block(self, s: _Stream, block: AudioBlock | BlockSlice) -> np.ndarray | None:
         """The samples of ``block`` that continue stream ``s`` (a gap before it is silence)."""
         samples = block.samples
         first = block.first_sample
@@ -593,7 +621,7 @@ class Engine:
                 s.name, (ready_frames + s.frame_offset) / FRAMES_PER_S, s.last_update_s,
                 speech_pending=pending_text or (s.speech_since_update and s.segment_speech_frames >= first_update_frames),
                 close_pending=open_segment and quiet_frames >= pause_frames,
-                priority=s.priority,
+                priority=s.priority, quiet_s=quiet_frames / FRAMES_PER_S,
             ))
         return out
 
@@ -675,8 +703,10 @@ class Engine:
                 alignment=getattr(s.policy, "wants_alignment", False),
                 prefix=s.policy.forced_prefix(start_s) if s.decoded_by == name else (),
             ))
-        # The previous step's hypotheses, if held back, are folded while this step encodes.
+        # The previous step's hypotheses, if held back, are read and folded while this step encodes.
         earlier, self._pending = self._pending, None
+        defer = self._defer()
+        unread: list = []
         folded: list[tuple[_Stream, list[CaptionUpdate]]] = []
         fold_at_ns = [0, 0]  # when the fold ran, and its duration (ns, on the step's timer)
 
@@ -692,9 +722,15 @@ class Engine:
             m0 = self.timer_ns()
             batch = [requests[i] for i in rows]
             overlaps = hook is not None and hasattr(recognizer, "overlaps_host_work")
-            results = recognizer.decode(batch, while_encoding=hook) if overlaps else recognizer.decode(batch)
-            for i, hyp in zip(rows, results):
-                hypotheses[i] = hyp
+            # Held back, the hypotheses are also read (text, guards, words) at the fold.
+            decode_pending = getattr(recognizer, "decode_pending", None) if defer else None
+            if decode_pending is not None:
+                unread.append((rows, decode_pending(batch, while_encoding=hook) if overlaps else decode_pending(batch)))
+            else:
+                results = recognizer.decode(batch, while_encoding=hook) if overlaps else recognizer.decode(batch)
+                for i, hyp in zip(rows, results):
+                    hypotheses[i] = hyp
+            for i in rows:
                 streams[i].decoded_by = recognizer.name
             model_s = (self.timer_ns() - m0) / 1e9
             if overlaps:
@@ -717,14 +753,13 @@ class Engine:
             s.last_update_ns = t1
             end_s = (ready + s.frame_offset) / FRAMES_PER_S
             ends_s.append(end_s)
-            if (s.language or self.language) is None and s.segment_language is None and hyp.language and not hyp.rejected \
-                    and getattr(self.recognizer, "is_multilingual", False):
-                s.segment_language = hyp.language
+            if hyp is not None:
+                self._note_language(s, hyp)
             captured = s.capture_ns_at((ready + s.frame_offset) * FRAME_SAMPLES)
             if captured is not None:
                 self._lag_s = max(0.0, (t1 - captured) / 1e9)
-        decoded = _Decoded(streams, ends_s, hypotheses, [closing[s.name] for s in streams])
-        if self._defer():
+        decoded = _Decoded(streams, ends_s, hypotheses, [closing[s.name] for s in streams], unread)
+        if defer:
             self._pending = decoded
         else:
             updates += self._emitted(self._fold(decoded, t1), 0)
@@ -754,12 +789,28 @@ class Engine:
         return all(getattr(r, "overlaps_host_work", False) for r in (self.recognizer, self.light_recognizer)
                    if r is not None)
 
+    def _note_language(self, s: _Stream, hyp, closed: bool = False) -> None:
+        """A multilingual model's language of the stream's open segment, from its first
+        accepted hypothesis (``closed``: the segment was closed before the hypothesis was read,
+        so it becomes the stream's last language, as closing it would have made it)."""
+        if (s.language or self.language) is None and s.segment_language is None and hyp.language and not hyp.rejected \
+                and getattr(self.recognizer, "is_multilingual", False):
+            if closed:
+                s.last_language = hyp.language
+            else:
+                s.segment_language = hyp.language
+
     def _fold(self, decoded: _Decoded, at_ns: int) -> list[tuple[_Stream, list[CaptionUpdate]]]:
-        """Each hypothesis of ``decoded`` into its stream's policy, dated ``at_ns`` (clock).
-        Streams closed in between are skipped: their end folded them first."""
+        """Each hypothesis of ``decoded`` into its stream's policy, dated ``at_ns`` (clock); the
+        ones not read yet are read first. Streams closed in between are skipped: their end
+        folded them first."""
+        streams = self._streams
+        for i in decoded.read():
+            s = decoded.streams[i]
+            if streams.get(s.name) is s:
+                self._note_language(s, decoded.hypotheses[i], closed=decoded.closing[i])
         out = []
         lead_in_s = self.config.lead_in_s
-        streams = self._streams
         for s, end_s, hyp, is_closing in zip(decoded.streams, decoded.ends_s, decoded.hypotheses, decoded.closing):
             if streams.get(s.name) is not s:
                 continue

@@ -42,7 +42,7 @@ import numpy as np
 
 from captioner.audio.ingest import StreamIngest
 from captioner.engine.admission import Priority, parse_priority
-from captioner.engine.core import Engine, EngineConfig
+from captioner.engine.core import BlockSlice, Engine, EngineConfig
 from captioner.engine.language_check import (
     DetectorLoader,
     LanguageNotice,
@@ -139,10 +139,11 @@ class CaptionStream:
         if tail is not None:
             self._pending.append(tail)
 
-    def _take(self, max_samples: int) -> AudioBlock | None:
+    def _take(self, max_samples: int) -> AudioBlock | BlockSlice | None:
         """The oldest pending audio, at most ``max_samples`` of it (a block is split if longer:
-        the slice taken is a new block; what is left stays where it is, an offset into the
-        oldest block, so a backlog of ``k`` slices makes ``k`` blocks, not ``2 k``)."""
+        the part taken is a :class:`~captioner.engine.core.BlockSlice`; what is left stays where
+        it is, an offset into the oldest block, so a backlog of ``k`` slices makes ``k`` slices,
+        not ``2 k``)."""
         if not self._pending:
             return None
         block = self._pending[0]
@@ -153,9 +154,9 @@ class CaptionStream:
             self._head_taken = 0
             if offset == 0:
                 return block
-            return AudioBlock(block.stream, block.first_sample + offset, block.capture_ns, block.samples[offset:])
+            return BlockSlice(block.stream, block.first_sample + offset, block.capture_ns, block.samples[offset:])
         self._head_taken = offset + max_samples
-        return AudioBlock(block.stream, block.first_sample + offset, block.capture_ns,
+        return BlockSlice(block.stream, block.first_sample + offset, block.capture_ns,
                           block.samples[offset:offset + max_samples])
 
 
@@ -338,7 +339,7 @@ class LiveCaptioner:
             del self._streams[stream.label]
         return updates
 
-    def _feed_language_check(self, blocks: list[AudioBlock]) -> None:
+    def _feed_language_check(self, blocks: list[AudioBlock | BlockSlice]) -> None:
         check = self._language_check
         if check is None:
             return

@@ -56,6 +56,9 @@ class StreamView(NamedTuple):
     """A pause was seen after speech: the segment must be closed with a final update."""
     priority: int = 0
     """Higher is served first when a step cannot take every due stream."""
+    quiet_s: float = 0.0
+    """Silence at the end of the stream's audio (the VAD's): how long a closing segment's
+    speaker has been quiet."""
 
 
 @dataclass(slots=True)
@@ -78,6 +81,17 @@ class SchedulerConfig:
     fill_fixed_ratio: float = 2.0
     """...and the batch it waits for: this many times ``fixed / per update`` rows (a fixed cost of
     a third of the step at 2), at most ``max_batch`` and the streams speaking."""
+    fill_rows: int | None = None
+    """The batch a step waits for under load instead (``None``: from the fit, above), at most
+    ``max_batch`` and the streams speaking. While steps are always about as full, a fit cannot
+    tell a step's fixed cost from its cost per row (on the H200 at 1,536 streams it put all of
+    it per row, so no step ever waited)."""
+    fill_close_wait_s: float = 0.0
+    """How long past the pause that closes it (``pause_s`` of quiet) a closing segment may wait
+    for a fuller step; 0: a closing segment never waits (its speaker waits for the final). At a
+    thousand streams nearly every tick has a closing segment due, so at 0 no step ever waits."""
+    pause_s: float = 0.5
+    """The quiet that closes a segment (the engine sets its ``EngineConfig.pause_s`` here)."""
     min_new_audio_s: float = 0.1
     """A closing update still needs this much new audio... unless the segment is closing."""
     max_batch: int = 64
@@ -133,8 +147,9 @@ class Scheduler:
     def _fill_first(self, due: list[StreamView], speaking: int, waiting: dict[str, float],
                     load: float | None, step_cost: tuple[float, float] | None) -> bool:
         """Whether to hold a step of ``due`` back for more streams to come due: under load, while
-        its batch would be mostly the step's fixed cost, no segment is closing (a final is what
-        a speaker who paused waits for), and no due stream is ``fill_wait_s`` late."""
+        its batch would be mostly the step's fixed cost (or under ``fill_rows``), no due stream is
+        ``fill_wait_s`` late, and no closing segment has waited ``fill_close_wait_s`` past its
+        pause (by default none may wait: a final is what a speaker who paused waits for)."""
         cfg = self.config
         if cfg.fill_wait_s <= 0 or step_cost is None or self.riders_wanted(load):
             return False  # never waiting, nothing fitted yet, or spare compute (riders fill steps then)
@@ -143,10 +158,14 @@ class Scheduler:
             return False
         # Where a row costs as much as the step's fixed part (the CPU: a window's encoder), this
         # asks for one row: no step ever waits.
-        wanted = min(cfg.max_batch, speaking, int(cfg.fill_fixed_ratio * fixed_s / per_s) + 1)
-        if len(due) >= wanted or any(v.close_pending for v in due):
+        rows = cfg.fill_rows if cfg.fill_rows is not None else int(cfg.fill_fixed_ratio * fixed_s / per_s) + 1
+        if len(due) >= min(cfg.max_batch, speaking, rows):
             return False
-        return max(waiting[v.name] for v in due) < self.interval_s + cfg.fill_wait_s
+        close_by_s = cfg.pause_s + cfg.fill_close_wait_s
+        if any(v.close_pending and (cfg.fill_close_wait_s <= 0 or v.quiet_s >= close_by_s) for v in due):
+            return False
+        lateness = [waiting[v.name] for v in due if not v.close_pending]
+        return not lateness or max(lateness) < self.interval_s + cfg.fill_wait_s
 
     def riders_wanted(self, load: float | None) -> bool:
         """Whether streams not yet due may ride along at ``load`` (``None``: not measured yet)."""

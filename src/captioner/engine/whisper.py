@@ -31,7 +31,7 @@ from captioner.engine.wordtiming import words_with_times
 from captioner.gpu.features import RingWindow
 from captioner.languages import language_code
 from captioner.models.alignment import AttentionRecorder
-from captioner.models.decoding import DecodingOptions, TimedSegment, decode
+from captioner.models.decoding import DecodingOptions, RuntimeDecoder, TimedSegment
 from captioner.models.registry import N_AUDIO_FRAMES
 from captioner.models.runtime import Overlap, bucket_size, encoder_rows
 
@@ -48,6 +48,25 @@ def default_streaming_options(task: str = "transcribe") -> DecodingOptions:
     # No temperature fallback: sampling five candidates per failed window costs more than an
     # update interval, and the next update re-decodes the same audio anyway.
     return DecodingOptions(task=task, temperatures=(0.0,), sample_len=128)
+
+
+class PendingHypotheses:
+    """A model step's hypotheses, decoded but not yet read (:meth:`WhisperRecognizer.decode_pending`):
+    :meth:`hypotheses` reads them once, in the requests' order. It touches no device."""
+
+    def __init__(self, groups: list[tuple[list[int], Callable[[], list[Hypothesis]]]]) -> None:
+        self._groups = groups
+        self._hypotheses: list[Hypothesis] | None = None
+
+    def hypotheses(self) -> list[Hypothesis]:
+        if self._hypotheses is None:
+            out: list[Hypothesis | None] = [None] * sum(len(rows) for rows, _ in self._groups)
+            for rows, read in self._groups:
+                for b, hypothesis in zip(rows, read()):
+                    out[b] = hypothesis
+            self._hypotheses = out  # type: ignore[assignment]
+            self._groups = []
+        return self._hypotheses
 
 
 class WhisperRecognizer:
@@ -172,31 +191,42 @@ class WhisperRecognizer:
         tests compare contexts with it. ``while_encoding``: host work (it must not touch the
         device) done once, while the device encodes the windows where it can
         (:attr:`overlaps_host_work`), else before; it has run when this returns."""
+        return self.decode_pending(requests, window_frames, while_encoding).hypotheses()
+
+    def decode_pending(self, requests, window_frames: int | None = None,
+                       while_encoding: Callable[[], None] | None = None) -> PendingHypotheses:
+        """:meth:`decode` with the host's reading of the decoded tokens (text, segments, the
+        guards, words) put off until ``hypotheses()`` is called: the model's work is done when
+        this returns. The engine reads a step's hypotheses while the device encodes its next
+        step (``EngineConfig.overlap_updates``): at 1,536 streams on the H200 that reading was
+        about 15 % of the engine thread, the encoder's wait a little less."""
         overlap = Overlap(while_encoding, self._synchronize if self.overlaps_host_work else None) \
             if while_encoding is not None else None
         try:
-            return self._decode_widths(requests, window_frames, overlap)
+            return PendingHypotheses(self._decode_widths(requests, window_frames, overlap))
         finally:
             if overlap is not None:
                 overlap.run()  # no windows, or a model that never encoded: the work still happens
 
-    def _decode_widths(self, requests, window_frames: int | None, overlap: Overlap | None) -> list[Hypothesis]:
+    def _decode_widths(self, requests, window_frames: int | None,
+                       overlap: Overlap | None) -> list[tuple[list[int], Callable[[], list[Hypothesis]]]]:
+        """``(rows, read)`` per group of windows decoded together: ``read()`` gives the rows'
+        hypotheses."""
         if not requests:
             return []
         if window_frames is not None:
             if window_frames not in self.context_frames:
                 raise ValueError(f"window_frames must be one of {self.context_frames}, not {window_frames}")
-            return self._decode_group(requests, window_frames, overlap)
+            return [(list(range(len(requests))), self._decode_group(requests, window_frames, overlap))]
         widths = [self.window_frames(r.log_mel.shape[1]) for r in requests]
         if len(set(widths)) == 1:
-            return self._decode_group(requests, widths[0], overlap)
+            return [(list(range(len(requests))), self._decode_group(requests, widths[0], overlap))]
         # Windows of different contexts: one encoder run and one decoding pass per context.
-        out: list[Hypothesis | None] = [None] * len(requests)
+        groups = []
         for width in sorted(set(widths)):
             rows = [b for b, w in enumerate(widths) if w == width]
-            for b, hypothesis in zip(rows, self._decode_group([requests[b] for b in rows], width, overlap)):
-                out[b] = hypothesis
-        return out
+            groups.append((rows, self._decode_group([requests[b] for b in rows], width, overlap)))
+        return groups
 
     def warm_up(self, max_rows: int, prefix_tokens: int | None = None) -> int:
         """Meet once, now, every shape that batches of up to ``max_rows`` windows will meet, so
@@ -239,9 +269,9 @@ class WhisperRecognizer:
                 calls += 1
         return calls
 
-    def _decode_group(self, requests, width: int, overlap: Overlap | None = None) -> list[Hypothesis]:
+    def _decode_group(self, requests, width: int, overlap: Overlap | None = None) -> Callable[[], list[Hypothesis]]:
         """Requests padded to ``width`` mel frames, decoded in one batch (``overlap``: host work
-        for the device's encoding time, if not done yet)."""
+        for the device's encoding time, if not done yet); returns what reads their hypotheses."""
         mel = self._input(requests, width)
         if self._synchronize is not None:
             self._synchronize()
@@ -253,12 +283,15 @@ class WhisperRecognizer:
         recorder = None
         if any(r.alignment for r in requests) and getattr(self.runtime, "has_alignment", False):
             recorder = AttentionRecorder(self.runtime)
-        windows = decode(
-            recorder or self.runtime, self.tokenizer, mel, self.options, xp=self.xp,
-            previous_tokens=self._prompts([r.prompt for r in requests]),
+        pending = RuntimeDecoder(recorder or self.runtime, self.tokenizer, self.xp).decode_pending(
+            mel, self.options, previous_tokens=self._prompts([r.prompt for r in requests]),
             languages=languages, window_s=spans_s, prefixes=[r.prefix for r in requests],
             overlap=overlap,
         )
+        return lambda: self._hypotheses(requests, spans_s, pending.windows(), recorder)
+
+    def _hypotheses(self, requests, spans_s: list[float], windows, recorder: AttentionRecorder | None) -> list[Hypothesis]:
+        """Each decoded window read as the engine's hypothesis of its stream (host work only)."""
         hypotheses = []
         for b, (r, span_s, w) in enumerate(zip(requests, spans_s, windows)):
             end_s = r.start_s + span_s

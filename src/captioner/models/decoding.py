@@ -637,6 +637,27 @@ def decode_with_fallback(
     with prompts of different lengths (one pass, one encoder run, for all of them).
     ``prefixes[b]``: the tokens window b's text is forced to begin with (see
     :func:`_decode_once`), at every temperature."""
+    return decode_passes(decode_pass, tokenizer, batch, options, previous_tokens=previous_tokens,
+                         languages=languages, window_s=window_s, ragged=ragged, prefixes=prefixes).windows()
+
+
+def decode_passes(
+    decode_pass: PassFn,
+    tokenizer: WhisperTokenizer,
+    batch: int,
+    options: DecodingOptions,
+    *,
+    previous_tokens: Sequence[Sequence[int]] | None = None,
+    languages: Sequence[str | None] | None = None,
+    window_s: Sequence[float] | float = WINDOW_S,
+    ragged: bool = False,
+    prefixes: Sequence[Sequence[int]] | None = None,
+) -> PendingWindows:
+    """Every decoding pass :func:`decode_with_fallback` makes, with the reading and judging of
+    the last attempt's rows left to :meth:`PendingWindows.windows`: they decide no further pass,
+    so a caller may do that host work later (the engine does it while the device encodes its
+    next step). Earlier attempts are read and judged here, since their verdicts decide which
+    rows are decoded again."""
     previous = [list(p) for p in (previous_tokens if previous_tokens is not None else [[]] * batch)]
     if len(previous) != batch:
         raise ValueError("previous_tokens needs one entry per window")
@@ -660,18 +681,18 @@ def decode_with_fallback(
     rng = np.random.default_rng(options.seed)
     temperatures = options.temperatures or (0.0,)
 
-    results: list[DecodedWindow | None] = [None] * batch
-    failures: list[tuple[str, ...]] = [()] * batch
+    pending_windows = PendingWindows(tokenizer, options, spans)
     pending = list(range(batch))
     for attempt, temperature in enumerate(temperatures):
         if not pending:
             break
         repeats = 1 if temperature <= 0 else max(1, options.best_of)
+        last_attempt = attempt == len(temperatures) - 1
         # Rows of one pass need prompts of one length (unless ragged): group them.
         groups: dict[int, list[int]] = {}
         for b in pending:
             groups.setdefault(0 if ragged else len(heads[b]), []).append(b)
-        attempt_results: dict[int, DecodedWindow] = {}
+        still: list[int] = []
         for rows in groups.values():
             expanded = [b for b in rows for _ in range(repeats)]
             raws = decode_pass(expanded, [heads[b] for b in expanded], [langs[b] for b in expanded], temperature, rng,
@@ -680,26 +701,59 @@ def decode_with_fallback(
                 candidates = raws[i * repeats:(i + 1) * repeats]
                 # Whisper ranks samples by mean log probability (no length penalty).
                 best = max(candidates, key=lambda r: r.sum_logprob / max(1, len(r.tokens)))
-                attempt_results[b] = _finish(best, tokenizer, options, spans[b], temperature)
-        still: list[int] = []
-        last_attempt = attempt == len(temperatures) - 1
-        for b in pending:
-            window = attempt_results[b]
-            verdict = assess(window, options)
-            if verdict.no_speech:
-                results[b] = _drop(window, "no_speech", failures[b])
-            elif verdict.failure:
-                failures[b] = failures[b] + (verdict.failure,)
-                if not last_attempt:
+                if last_attempt:
+                    pending_windows.put_off(b, best, temperature)
+                elif pending_windows.judge(b, best, temperature, last_attempt=False):
                     still.append(b)
-                elif verdict.failure in ("repetition", "compression"):
-                    results[b] = _drop(window, verdict.failure, failures[b])  # loops are never shown
-                else:
-                    results[b] = replace(window, failures=failures[b])  # unlikely text is kept, as Whisper does
+        pending = sorted(still)
+    return pending_windows
+
+
+class PendingWindows:
+    """The windows of one :func:`decode_passes` call: those already judged, and the last
+    attempt's raw rows, read (text, segments, guards) when :meth:`windows` is first called."""
+
+    def __init__(self, tokenizer: WhisperTokenizer, options: DecodingOptions, spans_s: list[float]) -> None:
+        self._tokenizer = tokenizer
+        self._options = options
+        self._spans_s = spans_s
+        self._results: list[DecodedWindow | None] = [None] * len(spans_s)
+        self._failures: list[tuple[str, ...]] = [()] * len(spans_s)
+        self._raw: list[tuple[int, RawDecode, float]] = []
+        self._done = False
+
+    def put_off(self, b: int, raw: RawDecode, temperature: float) -> None:
+        """Row ``b``'s last attempt, read later."""
+        self._raw.append((b, raw, temperature))
+
+    def judge(self, b: int, raw: RawDecode, temperature: float, last_attempt: bool) -> bool:
+        """Read row ``b``'s attempt and keep its result; ``True`` when it failed and another
+        attempt follows."""
+        window = _finish(raw, self._tokenizer, self._options, self._spans_s[b], temperature)
+        verdict = assess(window, self._options)
+        failures = self._failures[b]
+        if verdict.no_speech:
+            self._results[b] = _drop(window, "no_speech", failures)
+        elif verdict.failure:
+            failures = self._failures[b] = failures + (verdict.failure,)
+            if not last_attempt:
+                return True
+            if verdict.failure in ("repetition", "compression"):
+                self._results[b] = _drop(window, verdict.failure, failures)  # loops are never shown
             else:
-                results[b] = replace(window, failures=failures[b])
-        pending = still
-    return [r for r in results if r is not None]
+                self._results[b] = replace(window, failures=failures)  # unlikely text is kept, as Whisper does
+        else:
+            self._results[b] = replace(window, failures=failures)
+        return False
+
+    def windows(self) -> list[DecodedWindow]:
+        """Every window's result, in the batch's order (the put-off rows read now, once)."""
+        if not self._done:
+            self._done = True
+            for b, raw, temperature in self._raw:
+                self.judge(b, raw, temperature, last_attempt=True)
+            self._raw = []
+        return [r for r in self._results if r is not None]
 
 
 class RuntimeDecoder:
@@ -737,6 +791,22 @@ class RuntimeDecoder:
         Windows that fail the checks are decoded again at the next temperature; windows that
         still fail, or hold no speech, come back with empty ``text`` and ``dropped`` set.
         """
+        return self.decode_pending(mel, options, previous_tokens=previous_tokens, languages=languages,
+                                   window_s=window_s, prefixes=prefixes, overlap=overlap).windows()
+
+    def decode_pending(
+        self,
+        mel,
+        options: DecodingOptions = DecodingOptions(),
+        *,
+        previous_tokens: Sequence[Sequence[int]] | None = None,
+        languages: Sequence[str | None] | None = None,
+        window_s: Sequence[float] | float = WINDOW_S,
+        prefixes: Sequence[Sequence[int]] | None = None,
+        overlap=None,
+    ) -> PendingWindows:
+        """:meth:`decode` with the last attempt's reading put off (:func:`decode_passes`): every
+        model run is done when this returns, the host's text work when ``windows()`` is called."""
         batch = int(mel.shape[0])
 
         def decode_pass(rows, heads, langs, temperature, rng, prefixes):
@@ -744,7 +814,7 @@ class RuntimeDecoder:
             return _decode_once(self.runtime, self.tokenizer, sub_mel, options, heads, langs, temperature, rng, self.xp,
                                 prefixes, overlap=overlap)
 
-        return decode_with_fallback(
+        return decode_passes(
             decode_pass, self.tokenizer, batch, options,
             previous_tokens=previous_tokens, languages=languages, window_s=window_s,
             ragged=bool(getattr(self.runtime, "ragged_prompts", False)), prefixes=prefixes,
