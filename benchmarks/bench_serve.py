@@ -277,11 +277,12 @@ def baseline(clips, assign: list[int], indices: list[int], seconds: float, model
         path = folder / f"{k}.wav"
         sf.write(path, audio, 16000, subtype="PCM_16")
         paths.append(path)
-    from captioner.engine.core import EngineConfig
+    from captioner.serve.engine_link import server_engine_config
 
-    # The streams the server held, admitted as they come: the engine's time budget (and its
-    # growth limit) already chose them on the server, so it is off here.
-    config = EngineConfig()
+    # The server's engine (its update interval, warmed up), with the streams the server held
+    # admitted as they come: the engine's time budget (and its growth limit) already chose
+    # them on the server, so it is off here.
+    config = server_engine_config()
     config.admission.time_budget = "off"
     pipeline = Pipeline([], model=model, device=device, isolation=isolation, config=config)
     pipeline.start()
