@@ -620,25 +620,12 @@ PassFn = Callable[[list[int], list[list[int]], list["str | None"], float, np.ran
 -> results."""
 
 
-def decode_with_fallback(
-    decode_pass: PassFn,
-    tokenizer: WhisperTokenizer,
-    batch: int,
-    options: DecodingOptions,
-    *,
-    previous_tokens: Sequence[Sequence[int]] | None = None,
-    languages: Sequence[str | None] | None = None,
-    window_s: Sequence[float] | float = WINDOW_S,
-    ragged: bool = False,
-    prefixes: Sequence[Sequence[int]] | None = None,
-) -> list[DecodedWindow]:
+def decode_with_fallback(decode_pass: PassFn, tokenizer: WhisperTokenizer, batch: int, options: DecodingOptions,
+                         **kwargs) -> list[DecodedWindow]:
     """The temperature-fallback loop and guards around any decoding pass (ours, or the
-    CTranslate2 oracle's), so both are judged by the same rules. ``ragged``: the pass takes rows
-    with prompts of different lengths (one pass, one encoder run, for all of them).
-    ``prefixes[b]``: the tokens window b's text is forced to begin with (see
-    :func:`_decode_once`), at every temperature."""
-    return decode_passes(decode_pass, tokenizer, batch, options, previous_tokens=previous_tokens,
-                         languages=languages, window_s=window_s, ragged=ragged, prefixes=prefixes).windows()
+    CTranslate2 oracle's), so both are judged by the same rules: :func:`decode_passes` (which
+    takes the keyword arguments), every window read and judged."""
+    return decode_passes(decode_pass, tokenizer, batch, options, **kwargs).windows()
 
 
 def decode_passes(
@@ -653,11 +640,13 @@ def decode_passes(
     ragged: bool = False,
     prefixes: Sequence[Sequence[int]] | None = None,
 ) -> PendingWindows:
-    """Every decoding pass :func:`decode_with_fallback` makes, with the reading and judging of
+    """Every decoding pass of the temperature-fallback loop, with the reading and judging of
     the last attempt's rows left to :meth:`PendingWindows.windows`: they decide no further pass,
     so a caller may do that host work later (the engine does it while the device encodes its
     next step). Earlier attempts are read and judged here, since their verdicts decide which
-    rows are decoded again."""
+    rows are decoded again. ``ragged``: the pass takes rows with prompts of different lengths
+    (one pass, one encoder run, for all of them). ``prefixes[b]``: the tokens window b's text is
+    forced to begin with (see :func:`_decode_once`), at every temperature."""
     previous = [list(p) for p in (previous_tokens if previous_tokens is not None else [[]] * batch)]
     if len(previous) != batch:
         raise ValueError("previous_tokens needs one entry per window")
@@ -769,30 +758,10 @@ class RuntimeDecoder:
         self.is_multilingual = tokenizer.is_multilingual
         self.name = str(getattr(runtime, "name", "model"))
 
-    def decode(
-        self,
-        mel,
-        options: DecodingOptions = DecodingOptions(),
-        *,
-        previous_tokens: Sequence[Sequence[int]] | None = None,
-        languages: Sequence[str | None] | None = None,
-        window_s: Sequence[float] | float = WINDOW_S,
-        prefixes: Sequence[Sequence[int]] | None = None,
-        overlap=None,
-    ) -> list[DecodedWindow]:
-        """Decode a batch of windows ``mel`` ``[B, n_mels, 3000]`` (NumPy or CuPy).
-
-        ``previous_tokens[b]`` is row b's prompt text (last committed tokens, fed after
-        ``<|startofprev|>``); ``languages[b]`` overrides ``options.language`` per row;
-        ``window_s[b]`` is how much of the 30 s holds audio (for the end of an open segment);
-        ``prefixes[b]``, tokens row b's text is forced to begin with (a stream's committed words:
-        see :func:`_decode_once`); ``overlap``, host work done while the device encodes the
-        first pass (:class:`~captioner.models.runtime.Overlap`).
-        Windows that fail the checks are decoded again at the next temperature; windows that
-        still fail, or hold no speech, come back with empty ``text`` and ``dropped`` set.
-        """
-        return self.decode_pending(mel, options, previous_tokens=previous_tokens, languages=languages,
-                                   window_s=window_s, prefixes=prefixes, overlap=overlap).windows()
+    def decode(self, mel, options: DecodingOptions = DecodingOptions(), **kwargs) -> list[DecodedWindow]:
+        """Decode a batch of windows ``mel`` ``[B, n_mels, 3000]`` (NumPy or CuPy): every window
+        read and judged (:meth:`decode_pending`, whose keyword arguments it takes)."""
+        return self.decode_pending(mel, options, **kwargs).windows()
 
     def decode_pending(
         self,
@@ -805,8 +774,18 @@ class RuntimeDecoder:
         prefixes: Sequence[Sequence[int]] | None = None,
         overlap=None,
     ) -> PendingWindows:
-        """:meth:`decode` with the last attempt's reading put off (:func:`decode_passes`): every
-        model run is done when this returns, the host's text work when ``windows()`` is called."""
+        """Decode a batch of windows ``mel`` ``[B, n_mels, 3000]`` (NumPy or CuPy), the last
+        attempt's reading put off (:func:`decode_passes`): every model run is done when this
+        returns, the host's text work when ``windows()`` is called.
+
+        ``previous_tokens[b]`` is row b's prompt text (last committed tokens, fed after
+        ``<|startofprev|>``); ``languages[b]`` overrides ``options.language`` per row;
+        ``window_s[b]`` is how much of the 30 s holds audio (for the end of an open segment);
+        ``prefixes[b]``, tokens row b's text is forced to begin with (a stream's committed words:
+        see :func:`_decode_once`); ``overlap``, host work done while the device encodes the
+        first pass (:class:`~captioner.models.runtime.Overlap`).
+        Windows that fail the checks are decoded again at the next temperature; windows that
+        still fail, or hold no speech, come back with empty ``text`` and ``dropped`` set."""
         batch = int(mel.shape[0])
 
         def decode_pass(rows, heads, langs, temperature, rng, prefixes):
