@@ -120,10 +120,10 @@ class EngineConfig:
     :attr:`overlap_min_load`; ``"on"`` always (tests of the bookkeeping on the CPU); ``"off"``
     never. The updates then reach the caller one tick later (under load, when steps follow one
     another); the next tick with nothing due, :meth:`Engine.flush`, and every stream's end fold
-    them at once. On the H200 at 1,536 streams this took the engine thread's time per second of
-    audio from 1.04-1.07 to 0.99, the update interval p99 from 1.77-1.87 s to 1.49-1.50 s, and
-    captions came sooner (docs/capacity.md, "Hypotheses read while the next step encodes"); a
-    desktop's stream or two never reach the load where it applies."""
+    them at once. On two H200s at 1,536 streams this took the engine thread's time per second
+    of audio from 1.07-1.14 to 0.98-1.04, the update interval p99 from 1.87-2.14 s to
+    1.49-1.70 s, and captions came 0.4-0.6 s sooner (docs/capacity.md, "Hypotheses read while the
+    next step encodes"); a desktop's stream or two never reach the load where it applies."""
     overlap_min_load: float = 0.5
     """The admitted load from which ``overlap_updates="auto"`` defers (the load at which riders
     stop: ``SchedulerConfig.merge_max_load``); under it the desktop's captions never wait."""
