@@ -98,17 +98,17 @@ def test_under_load_a_step_that_would_be_mostly_fixed_cost_waits_to_be_fuller():
 def test_fill_rows_and_a_bounded_wait_for_closing_segments():
     """With ``fill_rows`` a step under load waits for that many rows whatever the fit says (here
     it puts every cost per row, as on the H200); a closing segment waits too, but only while its
-    speaker has been quiet less than ``pause_s + fill_close_wait_s``."""
+    close has been pending less than ``fill_close_wait_s``."""
     cfg = SchedulerConfig(base_interval_s=1.0, max_batch=256, fill_wait_s=0.25, fill_rows=192,
-                          fill_close_wait_s=0.15, pause_s=0.5)
+                          fill_close_wait_s=0.15)
     s = Scheduler(cfg)
     quiet = [StreamView(f"q{i}", 5.0, 4.5, True) for i in range(297)]     # 0.5 s: not due
     due = [StreamView(f"d{i}", 5.0, 3.9, True) for i in range(3)]          # 1.1 s: due, 0.1 s late
     all_per_row = (0.0, 0.0011)
     assert s.due(due + quiet, load=1.0, step_cost=all_per_row) == []
-    fresh_close = due[:2] + [StreamView("d2", 5.0, 4.9, True, close_pending=True, quiet_s=0.55)]
+    fresh_close = due[:2] + [StreamView("d2", 5.0, 4.9, True, close_pending=True, close_pending_s=0.05)]
     assert s.due(fresh_close + quiet, load=1.0, step_cost=all_per_row) == []
-    old_close = due[:2] + [StreamView("d2", 5.0, 4.9, True, close_pending=True, quiet_s=0.65)]
+    old_close = due[:2] + [StreamView("d2", 5.0, 4.9, True, close_pending=True, close_pending_s=0.15)]
     assert s.due(old_close + quiet, load=1.0, step_cost=all_per_row) == ["d0", "d1", "d2"]
     enough = [StreamView(f"d{i}", 5.0, 3.9, True) for i in range(192)]
     assert len(s.due(enough + quiet[:108], load=1.0, step_cost=all_per_row)) == 192

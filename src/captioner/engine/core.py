@@ -253,7 +253,7 @@ class Engine:
         self.recognizer = recognizer
         config = config or EngineConfig()
         on_gpu = bool(getattr(backend, "is_cuda", False))
-        self.config = replace(config, scheduler=replace(for_device(config.scheduler, on_gpu), pause_s=config.pause_s))
+        self.config = replace(config, scheduler=for_device(config.scheduler, on_gpu))
         self.light_recognizer: Recognizer | None = None
         if light_recognizer is not None:
             self.set_light_recognizer(light_recognizer)
@@ -621,7 +621,7 @@ class Engine:
                 s.name, (ready_frames + s.frame_offset) / FRAMES_PER_S, s.last_update_s,
                 speech_pending=pending_text or (s.speech_since_update and s.segment_speech_frames >= first_update_frames),
                 close_pending=open_segment and quiet_frames >= pause_frames,
-                priority=s.priority, quiet_s=quiet_frames / FRAMES_PER_S,
+                priority=s.priority, close_pending_s=max(0.0, (quiet_frames - pause_frames) / FRAMES_PER_S),
             ))
         return out
 
@@ -722,13 +722,13 @@ class Engine:
             m0 = self.timer_ns()
             batch = [requests[i] for i in rows]
             overlaps = hook is not None and hasattr(recognizer, "overlaps_host_work")
+            work = {"while_encoding": hook} if overlaps else {}
             # Held back, the hypotheses are also read (text, guards, words) at the fold.
             decode_pending = getattr(recognizer, "decode_pending", None) if defer else None
             if decode_pending is not None:
-                unread.append((rows, decode_pending(batch, while_encoding=hook) if overlaps else decode_pending(batch)))
+                unread.append((rows, decode_pending(batch, **work)))
             else:
-                results = recognizer.decode(batch, while_encoding=hook) if overlaps else recognizer.decode(batch)
-                for i, hyp in zip(rows, results):
+                for i, hyp in zip(rows, recognizer.decode(batch, **work)):
                     hypotheses[i] = hyp
             for i in rows:
                 streams[i].decoded_by = recognizer.name

@@ -56,9 +56,8 @@ class StreamView(NamedTuple):
     """A pause was seen after speech: the segment must be closed with a final update."""
     priority: int = 0
     """Higher is served first when a step cannot take every due stream."""
-    quiet_s: float = 0.0
-    """Silence at the end of the stream's audio (the VAD's): how long a closing segment's
-    speaker has been quiet."""
+    close_pending_s: float = 0.0
+    """How long the segment's close has been pending: the speaker's silence past the pause."""
 
 
 @dataclass(slots=True)
@@ -87,15 +86,13 @@ class SchedulerConfig:
     tell a step's fixed cost from its cost per row (on the H200 at 1,536 streams it put all of
     it per row, so no step ever waited)."""
     fill_close_wait_s: float = 0.0
-    """How long past the pause that closes it (``pause_s`` of quiet) a closing segment may wait
+    """How long past the pause that closes it (``close_pending_s``) a closing segment may wait
     for a fuller step; 0: a closing segment never waits (its speaker waits for the final). At a
     thousand streams nearly every tick has a closing segment due, so at 0 no step ever waits.
     Both off by default: on the H200 at 1,536 streams ``fill_rows=192`` with 0.15 s here made
     steps half as full again and cut the model's time per update by 10 %, but a tick that holds
     its step back reads the held hypotheses outside the encoder's shadow, and the thread's time
     did not fall (docs/capacity.md, "Hypotheses read while the next step encodes")."""
-    pause_s: float = 0.5
-    """The quiet that closes a segment (the engine sets its ``EngineConfig.pause_s`` here)."""
     min_new_audio_s: float = 0.1
     """A closing update still needs this much new audio... unless the segment is closing."""
     max_batch: int = 64
@@ -165,8 +162,8 @@ class Scheduler:
         rows = cfg.fill_rows if cfg.fill_rows is not None else int(cfg.fill_fixed_ratio * fixed_s / per_s) + 1
         if len(due) >= min(cfg.max_batch, speaking, rows):
             return False
-        close_by_s = cfg.pause_s + cfg.fill_close_wait_s
-        if any(v.close_pending and (cfg.fill_close_wait_s <= 0 or v.quiet_s >= close_by_s) for v in due):
+        if any(v.close_pending and (cfg.fill_close_wait_s <= 0 or v.close_pending_s >= cfg.fill_close_wait_s)
+               for v in due):
             return False
         lateness = [waiting[v.name] for v in due if not v.close_pending]
         return not lateness or max(lateness) < self.interval_s + cfg.fill_wait_s

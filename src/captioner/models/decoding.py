@@ -709,7 +709,6 @@ class PendingWindows:
         self._results: list[DecodedWindow | None] = [None] * len(spans_s)
         self._failures: list[tuple[str, ...]] = [()] * len(spans_s)
         self._raw: list[tuple[int, RawDecode, float]] = []
-        self._done = False
 
     def put_off(self, b: int, raw: RawDecode, temperature: float) -> None:
         """Row ``b``'s last attempt, read later."""
@@ -737,11 +736,9 @@ class PendingWindows:
 
     def windows(self) -> list[DecodedWindow]:
         """Every window's result, in the batch's order (the put-off rows read now, once)."""
-        if not self._done:
-            self._done = True
-            for b, raw, temperature in self._raw:
-                self.judge(b, raw, temperature, last_attempt=True)
-            self._raw = []
+        raw, self._raw = self._raw, []
+        for b, attempt, temperature in raw:
+            self.judge(b, attempt, temperature, last_attempt=True)
         return [r for r in self._results if r is not None]
 
 
