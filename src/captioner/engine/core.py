@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -593,16 +593,19 @@ class Engine:
     def _audio_end_s(self, s: _Stream) -> float:
         return (self.features.frames_ready(s.slot) + s.frame_offset) / FRAMES_PER_S
 
-    def views(self, active_only: bool = False) -> list[StreamView]:
-        """What the scheduler sees of each stream; with ``active_only``, only the streams that
-        could be due (speech waiting, or a segment to close): a quiet stream can be neither due
-        nor ride along, and at thousands of streams the views are built on every tick. The
-        streams' audio ends and silences are read in one array look-up each."""
+    def views(self, active_only: bool = False, names: Iterable[str] | None = None) -> list[StreamView]:
+        """What the scheduler sees of each stream (of ``names`` only, when given; unknown names
+        are passed over); with ``active_only``, only the streams that could be due (speech
+        waiting, or a segment to close): a quiet stream can be neither due nor ride along, and
+        at thousands of streams the views are built on every tick. The streams' audio ends and
+        silences are read in one array look-up each."""
         first_update_frames = self.config.first_update_speech_s * FRAMES_PER_S
         chosen: list[tuple[_Stream, bool]] = []
         # Streams whose policies have not seen their last hypothesis yet.
         held = self._pending.names if self._pending is not None else ()
-        for s in self._streams.values():
+        streams = self._streams.values() if names is None else \
+            [self._streams[n] for n in names if n in self._streams]
+        for s in streams:
             if held and s.name in held:
                 continue
             pending_text = s.policy.has_pending_text

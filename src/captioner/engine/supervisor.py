@@ -57,6 +57,8 @@ FAILURE_WINDOW_S = 60.0
 RESTART_NOTE_S = 10.0
 """How long the status message says that the worker was restarted."""
 CLOSE_TIMEOUT_S = 60.0
+MAX_BATCH_CHUNKS = 256
+"""Most chunks sent to the host in one message (a worker step takes at most 200 inbox items)."""
 
 
 class _RecognizerInfo:
@@ -274,6 +276,11 @@ class SupervisedCaptioner:
         self._last_note = ""
         self._closed = False
         self._failed_hosts: list = []  # killed at their failure, waited for at close
+        # Audio framed since the last step, sent as one message (see _flush_audio); each stream
+        # at most once, so the host's rule "a stream's second chunk steps the first" still holds.
+        self._batch: list[tuple[str, int, int, np.ndarray]] = []
+        self._batch_labels: set[str] = set()
+        self._opened: set[str] = set()  # streams the host's engine took (kept across a restart)
         self._standby: ProcessHost | None = None
         self._host = self._start_host(spec, isolation)
         # "auto" means what the first host chose; later hosts load in the background, with no
@@ -356,7 +363,7 @@ class SupervisedCaptioner:
         parse_priority(priority)  # a bad one is the caller's one-line ValueError, here
         stream = SupervisedStream(self, label, code, priority)
         self._streams[label] = stream
-        self._host.send(("open", label, code, 0, 0, False, priority))
+        self._send(("open", label, code, 0, 0, False, priority))
         return stream
 
     def set_language(self, language: str | None) -> None:
@@ -375,6 +382,7 @@ class SupervisedCaptioner:
         return []
 
     def step(self) -> list[CaptionUpdate]:
+        self._flush_audio()
         updates = self._take(self._host.poll())
         why = self._host_failure()
         while why is not None:
@@ -405,7 +413,10 @@ class SupervisedCaptioner:
         extra = dict(base.extra)
         extra["dropped_blocks"] = float(dropped_blocks)
         notes = "; ".join(m for m in (message, base.message, self._note()) if m)
-        return replace(base, streams=tuple(self._streams), queue_depth=queue_depth, state=state, message=notes,
+        # Only the streams the host's engine took: one it may still refuse at capacity is not
+        # listed yet (a server would tell its client "ready", then caption nothing).
+        streams = tuple(label for label in self._streams if label in self._opened)
+        return replace(base, streams=streams, queue_depth=queue_depth, state=state, message=notes,
                        extra=tuple(extra.items()), worker_restarts=self.restarts)
 
     def close(self) -> list[CaptionUpdate]:
@@ -435,11 +446,29 @@ class SupervisedCaptioner:
 
     # -- the host's messages -------------------------------------------------------------------------
     def _send(self, message: tuple) -> None:
+        self._flush_audio()  # the audio framed before a message goes before it
         self._host.send(message)
 
     def _audio(self, stream: SupervisedStream, first: int, capture_ns: int, samples: np.ndarray) -> None:
         stream.keep(first, capture_ns, samples, self._replay_samples)
-        self._host.send(("audio", stream.label, first, capture_ns, samples))
+        if stream.label in self._batch_labels or len(self._batch) >= MAX_BATCH_CHUNKS:
+            self._flush_audio()
+        self._batch.append((stream.label, first, capture_ns, samples))
+        self._batch_labels.add(stream.label)
+
+    def _flush_audio(self) -> None:
+        """The chunks framed since the last flush, as one ``("audio_batch", ...)`` message: one
+        array and one pickle instead of one per chunk. A thousand served streams send ten
+        thousand chunks a second, and per message the worker's process pickles and writes, the
+        host's reads and unpickles (and both hold their interpreter lock meanwhile)."""
+        if not self._batch:
+            return
+        batch, self._batch = self._batch, []
+        self._batch_labels = set()
+        labels, firsts, stamps, pieces = zip(*batch)
+        lengths = tuple(piece.shape[0] for piece in pieces)
+        samples = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+        self._host.send(("audio_batch", labels, firsts, stamps, lengths, samples), chunks=len(batch))
 
     def _host_failure(self) -> str | None:
         if self._host.kind == "process":
@@ -459,7 +488,11 @@ class SupervisedCaptioner:
                 stream = self._streams.get(message[1])
                 if stream is not None:
                     stream.reached(message[2])
+            elif kind == "opened":
+                if message[1] in self._streams:
+                    self._opened.add(message[1])
             elif kind == "done":
+                self._opened.discard(message[1])
                 stream = self._streams.pop(message[1], None)
                 if stream is not None:
                     stream._done = True
@@ -468,6 +501,7 @@ class SupervisedCaptioner:
             elif kind == "notices":
                 self._language_notices.extend(message[1])
             elif kind == "refused":  # the engine's admission said no: the stream is not captioned
+                self._opened.discard(message[1])
                 if self._streams.pop(message[1], None) is not None:
                     self.refused = {**self.refused, message[1]: message[2]}
         return updates
@@ -500,6 +534,7 @@ class SupervisedCaptioner:
             self._failures.popleft()
         self.restarts += 1
         self._host.stop(wait=False)  # the next host need not wait for the failed one to be gone
+        self._batch, self._batch_labels = [], set()  # in the rings: re-fed below
         self._failed_hosts.append(self._host)
         on_gpu = self._info.backend_name != "cpu"
         if len(self._failures) >= self._max_failures and not on_gpu:

@@ -1,0 +1,223 @@
+"""The worker's audio reaches the model's host in batches (issue 13: a thousand served streams
+sent ten thousand chunks a second, each pickled, written, read and unpickled on its own), and a
+host with many streams spaces its steps. Neither may change a caption or a checkpoint."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from scripted import ScriptedRecognizer, keys, phrase, render_speech
+
+from captioner.engine.supervisor import SupervisedCaptioner
+from captioner.engine.worker_process import STEP_SPACING_MAX_S, HostCore, HostSpec
+from captioner.events import SAMPLE_RATE_HZ
+from captioner.gpu.backend import cpu_backend
+
+DURATION_S = 9.0
+CHUNK = 1600  # 100 ms, as a served client sends
+SCRIPTS = {
+    "a": phrase("the birch canoe slid on the smooth planks", 1.0) + phrase("rice is often served", 5.5),
+    "b": phrase("glue the sheet to the dark blue background", 1.6),
+    "c": phrase("it is easy to tell the depth of a well", 2.2) + phrase("the juice of lemons", 6.4),
+}
+
+
+class ScriptFactory:
+    def __call__(self):
+        return cpu_backend(), ScriptedRecognizer(dict(SCRIPTS))
+
+
+def _core() -> HostCore:
+    core = HostCore(HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory()))
+    for label in SCRIPTS:
+        core.apply(("open", label, None, 0, 0, False, "live"))
+    return core
+
+
+def _audio() -> dict[str, np.ndarray]:
+    return {label: render_speech(words, DURATION_S, seed=k) for k, (label, words) in enumerate(SCRIPTS.items())}
+
+
+def _run(core: HostCore, batched: bool) -> list[tuple]:
+    """Round by round (100 ms of every stream), as chunk messages or one batch per round; the
+    host steps after each round; the streams end; what came back, wall-clock fields left out."""
+    audio = _audio()
+    out = []
+    for first in range(0, int(DURATION_S * SAMPLE_RATE_HZ), CHUNK):
+        now_ns = time.monotonic_ns()
+        pieces = [(label, first, now_ns, samples[first:first + CHUNK]) for label, samples in audio.items()]
+        if batched:
+            labels, firsts, stamps, chunks = zip(*pieces)
+            out += core.apply(("audio_batch", labels, firsts, stamps, tuple(c.shape[0] for c in chunks),
+                               np.concatenate(chunks)))
+        else:
+            for piece in pieces:
+                out += core.apply(("audio", *piece))
+        out += core.step()
+    for label in SCRIPTS:
+        out += core.apply(("finish", label))
+    for _ in range(50):
+        out += core.step()
+    return _plain(out)
+
+
+def _plain(messages: list[tuple]) -> list[tuple]:
+    kept = []
+    for message in messages:
+        if message[0] == "updates":
+            kept += [("update", u.stream, u.kind, u.text, u.start_s, u.end_s, u.segment) for u in message[1]]
+        elif message[0] in ("checkpoint", "done"):
+            kept.append(message)
+    return kept
+
+
+def test_a_batch_of_chunks_captions_and_checkpoints_as_the_chunks_one_by_one():
+    one_by_one = _run(_core(), batched=False)
+    batched = _run(_core(), batched=True)
+    assert batched == one_by_one
+    finals = {}
+    for message in batched:
+        if message[0] == "update" and message[2] == "final":
+            finals.setdefault(message[1], []).extend(keys(message[3]))
+    assert finals == {label: keys(words) for label, words in SCRIPTS.items()}
+    assert any(m[0] == "checkpoint" for m in batched)  # the pauses were seen
+    assert sorted(m[1] for m in batched if m[0] == "done") == sorted(SCRIPTS)
+
+
+def test_a_streams_second_chunk_in_a_batch_steps_the_first():
+    """The host's rule for a backlog holds for batches: a stream met again is stepped first, so a
+    pause inside a backlog is seen (and its checkpoint reported) as it is live."""
+    core = _core()
+    chunk = np.zeros(CHUNK, np.float32)
+    now_ns = time.monotonic_ns()
+    core.apply(("audio_batch", ("a", "b"), (0, 0), (now_ns, now_ns), (CHUNK, CHUNK), np.concatenate([chunk, chunk])))
+    assert core.has_unstepped
+    core.apply(("audio_batch", ("c",), (0,), (now_ns,), (CHUNK,), chunk))
+    assert core.has_unstepped  # c is new: nothing stepped yet
+    views = {v.name: v.audio_end_s for v in core.live.engine.views()}
+    assert views == {"a": 0.0, "b": 0.0, "c": 0.0}
+    core.apply(("audio_batch", ("b",), (CHUNK,), (now_ns,), (CHUNK,), chunk))
+    views = {v.name: v.audio_end_s for v in core.live.engine.views()}
+    # The chunks before b's second were stepped (features lag the audio by a frame).
+    assert sorted(views) == ["a", "b", "c"] and all(0.08 <= end_s <= 0.1 for end_s in views.values())
+
+
+def test_a_host_with_many_streams_spaces_its_steps_and_one_with_few_does_not():
+    core = _core()
+    core.step()
+    assert core.step_wait_s() < 0.001  # three streams: 0.15 ms at most
+    for k in range(1000):
+        core.apply(("open", f"quiet{k}", None, 0, 0, False, "live"))
+    core.step()
+    wait_s = core.step_wait_s()
+    assert 0.0 < wait_s <= STEP_SPACING_MAX_S
+    time.sleep(wait_s)
+    assert core.step_wait_s() == 0.0
+
+
+class _Recorder:
+    """A host that keeps what it is sent (the supervisor's side of the batching)."""
+
+    kind = "inline"
+    failed = None
+
+    def __init__(self) -> None:
+        self.sent: list[tuple] = []
+
+    def send(self, message, wait=True, chunks=1):
+        self.sent.append((message, chunks))
+
+        self.replies: list[tuple] = []
+
+    def poll(self):
+        out, self.replies = self.replies, []
+        return out
+
+
+def test_the_supervisor_sends_a_steps_chunks_as_one_batch_each_stream_once_in_order(monkeypatch):
+    supervisor = SupervisedCaptioner(HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory()),
+                                     isolation="inline")
+    recorder = _Recorder()
+    supervisor._host.stop()
+    supervisor._host = recorder
+    streams = {label: supervisor.open_stream(label) for label in ("x", "y")}
+    chunk = np.full(CHUNK, 0.01, np.float32)
+    for label in ("x", "y"):
+        streams[label].accept_waveform(SAMPLE_RATE_HZ, chunk)
+    streams["x"].accept_waveform(SAMPLE_RATE_HZ, chunk * 2)  # x again: the batch before goes first
+    streams["y"].finish()  # a message goes after the audio framed before it
+    supervisor.step()
+    kinds = [(m[0], m[1] if m[0] != "audio_batch" else m[1], n) for m, n in recorder.sent]
+    assert kinds == [("open", "x", 1), ("open", "y", 1), ("audio_batch", ("x", "y"), 2),
+                     ("audio_batch", ("x",), 1), ("finish", "y", 1)]
+    first = recorder.sent[2][0]
+    assert first[2] == (0, 0) and first[4] == (CHUNK, CHUNK)
+    np.testing.assert_array_equal(first[5], np.concatenate([chunk, chunk]))
+    second = recorder.sent[3][0]
+    assert second[2] == (CHUNK,)
+    np.testing.assert_array_equal(second[5], chunk * 2)
+    # Each chunk is also kept for a re-feed, whatever message carried it.
+    assert streams["x"].ring_samples == 2 * CHUNK and streams["y"].ring_samples == CHUNK
+
+
+class QuietFactory:
+    """A picklable recognizer factory for a process host: the scripted listener, no words."""
+
+    def __call__(self):
+        return cpu_backend(), ScriptedRecognizer({})
+
+
+def test_a_stream_the_hosts_engine_refuses_is_never_listed(tmp_path):
+    """A stream is listed in the status (for a server: its client is told "ready") only once the
+    engine in the model's process took it; one its admission refuses is reported refused and
+    never listed. (On the H200, 771 of 1,000 clients were told "ready" and then got nothing.)"""
+    import soundfile as sf
+
+    from captioner.audio.file_source import FileSource
+    from captioner.engine.admission import AdmissionConfig
+    from captioner.engine.core import EngineConfig
+    from captioner.engine.pipeline import Pipeline
+
+    path = tmp_path / "quiet.wav"
+    sf.write(path, np.zeros(4 * SAMPLE_RATE_HZ, np.float32), SAMPLE_RATE_HZ)
+    config = EngineConfig(admission=AdmissionConfig(time_budget="on", growth_streams=2, growth_fraction=0.0,
+                                                    growth_window_s=600.0))
+    pipeline = Pipeline([], isolation="process", recognizer_factory=QuietFactory(), config=config)
+    pipeline.start()
+    listed: set[str] = set()
+    try:
+        for k in range(4):
+            pipeline.add_source(FileSource(path, stream=f"s{k}", realtime=True))
+        deadline = time.monotonic() + 60
+        while len(pipeline.refused_streams) < 2 and time.monotonic() < deadline:
+            status = pipeline.latest_status()
+            listed |= set(status.streams) if status is not None else set()
+            time.sleep(0.01)
+        for _ in range(30):  # a few more status reports
+            status = pipeline.latest_status()
+            listed |= set(status.streams) if status is not None else set()
+            time.sleep(0.02)
+    finally:
+        pipeline.stop()
+    refused = set(pipeline.refused_streams)
+    assert refused == {"s2", "s3"}
+    assert listed == {"s0", "s1"}
+
+
+def test_a_stream_is_listed_once_the_host_took_it_and_never_when_refused():
+    supervisor = SupervisedCaptioner(HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory()),
+                                     isolation="inline")
+    recorder = _Recorder()
+    supervisor._host.stop()
+    supervisor._host = recorder
+    supervisor.open_stream("taken")
+    supervisor.open_stream("turned-away")
+    assert supervisor.status().streams == ()  # the host has not answered yet
+    recorder.replies = [("opened", "taken"), ("refused", "turned-away", "at capacity")]
+    supervisor.step()
+    assert supervisor.status().streams == ("taken",)
+    assert supervisor.refused == {"turned-away": "at capacity"}
+    recorder.replies = [("done", "taken")]
+    supervisor.step()
+    assert supervisor.status().streams == ()
