@@ -3,9 +3,12 @@ recording at real-time pace, against a server process of its own.
 
 Reports connections held and refused, caption latency p50/p99 as the clients see it (an update
 received, against when the audio it ends with was sent) beside the same engine in-process
-(the same recordings as `Pipeline` streams replayed at real-time pace and measured the same
-way, ``--baseline``), the server process's CPU per connection, and the committed WER (pooled,
-the normalisation of benchmarks/wer.py).
+(the same recordings as streams of one `Pipeline` in this process, fed 100 ms messages at
+real-time pace through the server's own ``NetworkSource`` and measured the same way,
+``--baseline``), the server process's CPU per connection, and the committed WER (pooled, the
+normalisation of benchmarks/wer.py; per client too, with the worst three, so a stream that got
+nothing shows). ``--py-spy FILE`` profiles the server and its children (the model's process, the
+front-ends) and, into FILE-baseline, this process during the baseline.
 
 Bounded: at most ``--clients`` connections (``MAX_CLIENTS``), opened at ``--ramp`` per second,
 each streaming ``--seconds`` of audio (its recording looped), and the whole run ends by
@@ -30,6 +33,7 @@ import json
 import multiprocessing
 import os
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -259,26 +263,19 @@ class ServerProcess:
 def baseline(clips, assign: list[int], indices: list[int], seconds: float, model: str, device: str,
              timeout_s: float, ramp_per_s: float, isolation: str) -> dict:
     """The recordings of the clients the server held (``indices``) as streams of one in-process
-    pipeline, replayed at real-time pace and started at the clients' ramp, and the latency measured the way the clients measure it: when
-    an update is drained, against when the audio it ends with was released (each replay starts
-    when its source is added)."""
-    import tempfile
-
-    import soundfile as sf
-
-    from captioner.audio.file_source import FileSource
+    pipeline, fed the way the clients feed the server: started at the clients' ramp, each a
+    :class:`~captioner.serve.engine_link.NetworkSource` (the server's own source) given its
+    audio in ``CHUNK_S`` messages at real-time pace by one thread, and ended (committed) when
+    its audio is all sent, as a client's ``end`` does. The latency is measured the way the
+    clients measure it: when an update is drained, against when the audio it ends with was sent.
+    (One pacing thread, not a replay thread per stream: a thousand replay threads handing over
+    20 ms chunks were themselves the load, and the baseline never finished.)"""
     from captioner.engine.pipeline import Pipeline
     from captioner.errors import UserError
+    from captioner.serve.engine_link import NetworkSource, server_engine_config
 
-    folder = Path(tempfile.mkdtemp(prefix="bench-serve-"))
-    paths = []
-    for k, clip in enumerate(clips):
-        audio, _ = looped(pcm16k(clip.wav), seconds or clip.duration_s)
-        path = folder / f"{k}.wav"
-        sf.write(path, audio, 16000, subtype="PCM_16")
-        paths.append(path)
-    from captioner.serve.engine_link import server_engine_config
-
+    audio = [looped(pcm16k(clip.wav), seconds or clip.duration_s)[0].astype(np.float32) / 32768.0
+             for clip in clips]
     # The server's engine (its update interval, warmed up), with the streams the server held
     # admitted as they come: the engine's time budget (and its growth limit) already chose
     # them on the server, so it is off here.
@@ -286,11 +283,15 @@ def baseline(clips, assign: list[int], indices: list[int], seconds: float, model
     config.admission.time_budget = "off"
     pipeline = Pipeline([], model=model, device=device, isolation=isolation, config=config)
     pipeline.start()
-    started: dict[str, float] = {}
     latency: dict[str, list[float]] = {"partial": [], "final": []}
+    step = int(CHUNK_S * 16000)
+    waiting = list(indices)  # not started yet, in the clients' order
+    sending: dict[str, tuple[NetworkSource, np.ndarray, float, int]] = {}  # label -> (source, audio, t0, next)
+    started: dict[str, float] = {}
+    ended: set[str] = set()
+    refused = 0
     first_s = time.monotonic()
     deadline = first_s + timeout_s
-    refused = 0
 
     def drain() -> None:
         now = time.monotonic()
@@ -298,21 +299,37 @@ def baseline(clips, assign: list[int], indices: list[int], seconds: float, model
             if u.text.strip():
                 latency[u.kind].append(now - (started[u.stream] + u.end_s))
 
-    # The streams start at the clients' ramp (all at once would be a different load), each
-    # from its own replay thread; updates are drained between the starts.
-    for k, i in enumerate(indices):
-        while time.monotonic() < first_s + k / ramp_per_s:
-            drain()
-            time.sleep(0.005)
-        source = FileSource(paths[assign[i]], stream=f"c{i}", realtime=True)
-        source.priority = "live"  # it stands for a network client, which is live
-        started[source.stream] = time.monotonic()
-        try:
-            pipeline.add_source(source)
-        except UserError:  # at capacity, as the server would refuse it
-            refused += 1
-    while not pipeline.wait_exhausted(0.02) and time.monotonic() < deadline:
+    while (waiting or sending) and time.monotonic() < deadline:
+        now = time.monotonic()
+        while waiting and now >= first_s + (len(indices) - len(waiting)) / ramp_per_s:
+            i = waiting.pop(0)
+            source = NetworkSource(f"c{i}", 16000)  # live, as a network client is
+            try:
+                pipeline.add_source(source)
+            except UserError:  # at capacity, as the server would refuse it
+                refused += 1
+                continue
+            started[source.stream] = now
+            sending[source.stream] = (source, audio[assign[i]], now, 0)
+        for label, (source, samples, t0, first) in list(sending.items()):
+            while first < samples.shape[0] and now >= t0 + first / 16000:
+                source.push_samples(samples[first:first + step], time.monotonic_ns())
+                first += step
+            if first >= samples.shape[0]:
+                del sending[label]
+                pipeline.remove_source(label)  # the client's end: commit and close
+                ended.add(label)
+            else:
+                sending[label] = (source, samples, t0, first)
         drain()
+        time.sleep(0.005)
+    # Every ended stream's finals, until the engine lists none of them.
+    while time.monotonic() < deadline:
+        drain()
+        status = pipeline.latest_status()
+        if status is not None and not ended.intersection(status.streams):
+            break
+        time.sleep(0.02)
     drain()
     pipeline.stop()
     drain()
@@ -320,7 +337,18 @@ def baseline(clips, assign: list[int], indices: list[int], seconds: float, model
               for kind, v in latency.items()}
     result["refused"] = refused + len(pipeline.refused_streams)
     result["wall_s"] = round(time.monotonic() - first_s, 1)
+    result["feeding"] = f"one thread, {CHUNK_S * 1000:.0f} ms messages at real-time pace, NetworkSource"
     return result
+
+
+def _py_spy(pid: int, out: Path) -> subprocess.Popen:
+    """``py-spy record`` of ``pid`` and its children (a server's model process and front-ends),
+    speedscope format, every thread, idle included; SIGINT makes it write ``out``."""
+    spy = Path(sys.executable).parent / "py-spy"
+    spy = str(spy) if spy.exists() else (shutil.which("py-spy") or "py-spy")
+    return subprocess.Popen([spy, "record", "--nonblocking", "--subprocesses", "--pid", str(pid), "--format",
+                             "speedscope", "--threads", "--idle", "--rate", "50", "-o", str(out)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def steady_cpu(samples: list[tuple[float, float]], start_s: float, ramp_s: float, audio_s: float,
@@ -374,7 +402,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="a client refused at capacity (1013) tries again with backoff for this long "
                              "after its first attempt, as the app's client does (default 0: no retry)")
     parser.add_argument("--py-spy", type=Path, default=None, metavar="FILE",
-                        help="profile the server process while the clients run (py-spy record --pid, "
+                        help="profile the server process and its children (the model's process, the "
+                             "front-ends) while the clients run (py-spy record --pid --subprocesses, "
                              "speedscope format, all threads, idle included) into FILE")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -412,8 +441,16 @@ def main(argv: list[str] | None = None) -> int:
         print("in-process baseline …", file=sys.stderr, flush=True)
         from captioner.app.commands.serve import SERVE_ISOLATION
 
-        local = baseline(clips, assign, sorted(held_any), args.seconds, args.model, args.device, client_timeout_s,
-                         args.ramp, args.isolation or SERVE_ISOLATION)
+        profiler = None
+        if args.py_spy is not None:  # this process (the baseline's pipeline) and its model's process
+            profiler = _py_spy(os.getpid(), args.py_spy.with_name(f"{args.py_spy.stem}-baseline{args.py_spy.suffix}"))
+        try:
+            local = baseline(clips, assign, sorted(held_any), args.seconds, args.model, args.device, client_timeout_s,
+                             args.ramp, args.isolation or SERVE_ISOLATION)
+        finally:
+            if profiler is not None:
+                profiler.send_signal(2)
+                profiler.wait(60)
         for result in runs:
             result["latency_in_process"] = local
             for kind in ("partial", "final"):
@@ -471,10 +508,7 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
         out = args.py_spy
         if "," in args.frontends:  # one profile per run
             out = out.with_name(f"{out.stem}-fe{frontends}-{time.strftime('%H%M%S')}{out.suffix}")
-        profiler = subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "--nonblocking", "--pid",
-                                     str(server.process.pid), "--format", "speedscope", "--threads", "--idle",
-                                     "--rate", "50", "-o", str(out)],
-                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        profiler = _py_spy(server.process.pid, out)
     (hub0, fronts0), wall0 = server.cpu_split(), time.monotonic()
     peak_rss = server.rss_bytes()
     sampling = threading.Event()
@@ -525,12 +559,17 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
     except ImportError:  # a GPU box without them: a plain word error rate instead
         normalisers = None
     errors = units = 0
+    per_client: list[tuple[float, str, str, object]] = []  # (WER, reference, committed, close code)
     for r in held if not args.silence else []:
         k = assign[r["index"]]
         committed = " ".join(c["text"] for c in r["captions"] if c["kind"] == "final")
         reference = " ".join([clips[k].reference] * repeats[k])
         e, n = score(reference, committed, "en", normalisers)[:2] if normalisers else plain_errors(reference, committed)
         errors, units = errors + e, units + n
+        per_client.append((e / max(1, n), reference, committed, r.get("close")))
+    close_codes: dict[str, int] = {}
+    for r in held:
+        close_codes[str(r.get("close"))] = close_codes.get(str(r.get("close")), 0) + 1
     connection_audio_s = max(1.0, audio_s * max(1, len(held)))
     connections = len(held) + len(failed)
     steady = steady_cpu([(t, h + f) for t, h, f in cpu_samples], wall0, args.clients / args.ramp, audio_s, connections)
@@ -560,6 +599,14 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
                        "frontends_cores_steady": steady_fronts.get("cores_steady"),
                        "peak_rss_mib": round(peak_rss / 2**20)},
         "committed_wer": round(errors / units, 4) if units else None,
+        # Where the errors are: each held client's own WER, how its connection closed, and the
+        # worst three (a stream refused after its "ready", or one whose text never came, shows here).
+        "client_wer": {"p50": percentile([w for w, *_ in per_client], 50),
+                       "p90": percentile([w for w, *_ in per_client], 90),
+                       "no_finals": sum(1 for _, _, text, _ in per_client if not text.strip())},
+        "held_close_codes": close_codes,
+        "worst_clients": [{"wer": round(w, 3), "close": code, "reference": ref[:240], "committed": text[:240]}
+                          for w, ref, text, code in sorted(per_client, key=lambda c: -c[0])[:3]],
         "wer_normaliser": "whisper english" if normalisers else "plain",
         "engine_dropped_frames": max((r.get("dropped_frames") or 0 for r in held), default=None),
         "engine_queue_depth_max": max((r.get("queue_depth_max", 0) for r in held), default=None),
