@@ -86,3 +86,39 @@ def test_a_released_row_starts_afresh():
     single = VoiceActivity()
     e = np.concatenate([np.full(20, -70.0), np.full(10, -20.0)])
     assert np.array_equal(bank.push([row], e[None])[0], single.push(e))
+
+
+@pytest.mark.parametrize("with_change", [False, True], ids=["energy", "energy-and-change"])
+def test_a_ragged_push_decides_as_voice_activity_for_every_row(with_change):
+    """push_ragged: rows with 0..70 new frames each in one call (network clients deliver ragged
+    amounts); every row's decisions, counts and state as its own VoiceActivity's."""
+    rng = np.random.default_rng(11)
+    config = VadConfig()
+    n_streams, n_frames = 60, 700
+    energies = [_energies(rng, n_frames) for _ in range(n_streams)]
+    changes = [_changes(rng, n_frames) for _ in range(n_streams)]
+    singles = [VoiceActivity(config) for _ in range(n_streams)]
+    bank = VadBank(config)
+    rows = [bank.acquire() for _ in range(n_streams)]
+    position = [0] * n_streams
+    pushes = 0
+    while min(position) < n_frames:
+        counts = [min(n_frames - position[i], int(rng.choice([0, 1, 2, 3, 7, 8, 10, 10, 13, 31, 40, 70])))
+                  for i in range(n_streams)]
+        group = [i for i in range(n_streams) if counts[i] > 0]
+        energy = np.concatenate([energies[i][position[i]:position[i] + counts[i]] for i in group])
+        change = np.concatenate([changes[i][position[i]:position[i] + counts[i]] for i in group]) if with_change \
+            else None
+        got = bank.push_ragged([rows[i] for i in group], [counts[i] for i in group], energy, change)
+        pushes += 1
+        for k, i in enumerate(group):
+            piece = slice(position[i], position[i] + counts[i])
+            want = singles[i].push(energies[i][piece], changes[i][piece] if with_change else None)
+            assert got[k] == bool(want.any()), (i, position[i])
+            assert bank.voiced_frames[rows[i]] == singles[i].voiced_frames
+            assert bank.silence_frames(rows[i]) == singles[i].silence_frames()
+            assert bank.floor_db[rows[i]] == singles[i].floor_db
+            assert bank.articulated_share[rows[i]] == singles[i].articulated_share
+            assert bool(bank.speaking[rows[i]]) == singles[i].speaking
+            position[i] += counts[i]
+    assert pushes > 10 and any(bank.voiced_frames[rows] > 0)

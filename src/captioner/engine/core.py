@@ -69,6 +69,12 @@ from captioner.events import (
 from captioner.gpu.features import FeaturePool, RingWindow
 
 
+RAGGED_VAD_GROUPS = 3
+"""Groups of streams with as many new frames (one VAD bank push each) above which the bank is
+stepped ragged instead (:meth:`~captioner.engine.vad_bank.VadBank.push_ragged`: a push per bit of
+the largest count). Streams fed in equal steps make one group, network clients dozens."""
+
+
 class BlockSlice(NamedTuple):
     """A part of an :class:`~captioner.events.AudioBlock` (its fields, its samples a view of the
     block's read-only ones), cut on the engine's own thread when a backlog is fed in slices: a
@@ -535,8 +541,21 @@ class Engine:
         judged = np.nonzero(counts > 0)[0]
         if not judged.size:
             return
-        for members, energy, change in self._speech_measures(streams, judged, first, counts, back):
-            self._store_vad(streams, members, energy, change, ready)
+        groups = list(self._speech_measures(streams, judged, first, counts, back))
+        if len(groups) <= RAGGED_VAD_GROUPS:
+            for members, energy, change in groups:
+                self._store_vad(streams, members, energy, change, ready)
+            return
+        # Many distinct counts (streams fed by the network): one ragged step of the bank.
+        members = np.concatenate([m for m, _, _ in groups])
+        group = [streams[k] for k in members.tolist()]
+        rows = np.fromiter((s.vad_row for s in group), dtype=np.int64, count=len(group))
+        voiced_before = self.vad.voiced_frames[rows]
+        any_speech = self.vad.push_ragged(rows, np.concatenate([np.full(m.shape[0], e.shape[1]) for m, e, _ in groups]),
+                                          np.concatenate([e.reshape(-1) for _, e, _ in groups]),
+                                          np.concatenate([c.reshape(-1) for _, _, c in groups]))
+        self._keep_vad(group, any_speech.tolist(), (self.vad.voiced_frames[rows] - voiced_before).tolist(),
+                       ready[members].tolist())
 
     def _speech_measures(self, streams: list[_Stream], judged: np.ndarray, first: np.ndarray,
                          counts: np.ndarray, back: np.ndarray):
@@ -569,13 +588,18 @@ class Engine:
     def _store_vad(self, streams: list[_Stream], members: np.ndarray, energy: np.ndarray, change: np.ndarray,
                    ready: np.ndarray) -> None:
         """Step the VAD bank over one group's measures and keep each stream's results."""
-        lead_in_s = self.config.lead_in_s
         group = [streams[k] for k in members.tolist()]
         rows = np.fromiter((s.vad_row for s in group), dtype=np.int64, count=len(group))
         voiced_before = self.vad.voiced_frames[rows]
         any_speech = self.vad.push(rows, energy, change).any(axis=1).tolist()
-        voiced_new = (self.vad.voiced_frames[rows] - voiced_before).tolist()
-        for s, speech, voiced, end in zip(group, any_speech, voiced_new, ready[members].tolist()):
+        self._keep_vad(group, any_speech, (self.vad.voiced_frames[rows] - voiced_before).tolist(),
+                       ready[members].tolist())
+
+    def _keep_vad(self, group: list[_Stream], any_speech: list[bool], voiced_new: list[int],
+                  ends: list[int]) -> None:
+        """Each stream's VAD results: frames judged, speech since its update, an idle window."""
+        lead_in_s = self.config.lead_in_s
+        for s, speech, voiced, end in zip(group, any_speech, voiced_new, ends):
             s.vad_frames = end
             if speech:
                 s.speech_since_update = True

@@ -191,6 +191,38 @@ class VadBank:
         return flags
 
 
+    def push_ragged(self, rows, counts, energy_db, change_db=None) -> np.ndarray:
+        """Rows with different numbers of new frames in one call: ``energy_db`` (and
+        ``change_db``) hold the frames of each row one row after another, ``counts[i]`` of them
+        for ``rows[i]`` (flat, distinct rows). Returns whether each row had a speech frame.
+
+        A push steps rows with as many frames together; network clients deliver ragged amounts
+        (3, 8, 10, 40 frames at one step), and one push per distinct count cost the engine of a
+        thousand served streams more than its model (docs/serve.md). Here round ``2**j`` pushes
+        the next ``2**j`` frames of every row whose count has bit ``j``, largest first: each
+        row's frames go in order, every push is rectangular, and there are at most as many
+        pushes as bits in the largest count. Frame by frame the bank is exact, so pushing a
+        row's frames in pieces decides as one push of them all does."""
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        counts = np.asarray(counts, dtype=np.int64).reshape(-1)
+        energy = np.asarray(energy_db, dtype=np.float64).reshape(-1)
+        change = None if change_db is None else np.asarray(change_db, dtype=np.float64).reshape(-1)
+        speech = np.zeros(rows.shape[0], dtype=bool)
+        if rows.size == 0:
+            return speech
+        next_frame = np.cumsum(counts) - counts  # each row's next frame in the flat arrays
+        size = 1 << max(0, int(counts.max()).bit_length() - 1)
+        while size:
+            picked = np.nonzero(counts & size)[0]
+            if picked.size:
+                index = next_frame[picked][:, None] + np.arange(size)
+                flags = self.push(rows[picked], energy[index], None if change is None else change[index])
+                speech[picked] |= flags.any(axis=1)
+                next_frame[picked] += size
+            size >>= 1
+        return speech
+
+
 def _floors(levels: np.ndarray, index: np.ndarray, smoothed: np.ndarray) -> np.ndarray:
     """The noise floor after each frame of a push, ``[B, n]``: the minimum of the row's window
     of smoothed levels once frame ``index[:, i]`` wrote ``smoothed[:, i]`` into it (column
