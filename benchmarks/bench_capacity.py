@@ -266,7 +266,8 @@ class GpuSampler:
 
 
 CUT_VALUES = {"prefix": ("on", "off"), "rings": ("on", "off"), "riders": ("load", "on"), "fill": ("on", "off", "ROWS"),
-              "closewait": ("0", "SECONDS"), "overlap": ("auto", "off"), "compact": ("on", "off")}
+              "closewait": ("0", "SECONDS"), "overlap": ("auto", "off"), "compact": ("on", "off"),
+              "widths": ("split", "merge")}
 """Each ``--cuts`` key, its values; the first is the default (``ROWS``, ``SECONDS``: a number)."""
 
 
@@ -456,6 +457,8 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
     cut = getattr(args, "cut", None) or parse_cut("")
     if hasattr(recognizer, "options"):  # finished rows moved to smaller buckets (the default), or not
         recognizer.options = replace(recognizer.options, drop_finished=cut["compact"] == "on")
+    if hasattr(recognizer, "merge_widths"):  # small context groups padded into wider ones, or not
+        recognizer.merge_widths = cut["widths"] == "merge"
     config = EngineConfig(
         scheduler=SchedulerConfig(base_interval_s=args.interval_s, max_batch=args.max_batch,
                                   merge_max_load=None if cut["riders"] == "on" else 0.5,
@@ -651,7 +654,8 @@ def main() -> int:
     parser.add_argument("--device", default="cpu", help="cpu or cuda:N")
     parser.add_argument("--models", default="tiny.en", help="comma separated (tiny.en, base, a folder)")
     parser.add_argument("--decode-on", default="host,device",
-                        help="where greedy decoding runs, comma separated: host, device (device needs the switch)")
+                        help="where greedy decoding runs, comma separated: host, device, auto (the engine's "
+                             "default: the device from 16 rows of a group up; device and auto need the switch)")
     parser.add_argument("--max-n", type=int, default=4096, help="largest number of streams (N doubles from 1)")
     parser.add_argument("--min-n", type=int, default=1)
     parser.add_argument("--ns", default=None,
@@ -726,8 +730,8 @@ def main() -> int:
         if not cuts:
             raise ValueError("--cuts needs at least one setting")
         modes = [m.strip() for m in args.decode_on.split(",") if m.strip()]
-        if not modes or any(m not in ("host", "device") for m in modes):
-            raise ValueError(f"--decode-on takes host and/or device, got {args.decode_on!r}")
+        if not modes or any(m not in ("host", "device", "auto") for m in modes):
+            raise ValueError(f"--decode-on takes host, device and/or auto, got {args.decode_on!r}")
         if args.min_n < 1 or args.max_n < args.min_n:
             raise ValueError("--min-n must be >= 1 and at most --max-n")
         ns = sorted({int(v) for v in args.ns.split(",") if v.strip()}) if args.ns else None
@@ -741,7 +745,7 @@ def main() -> int:
         print(f"bench_capacity: {error}", file=sys.stderr)
         return 2
     has_switch = device_decoding_available()
-    if not has_switch and "device" in modes:
+    if not has_switch and any(m != "host" for m in modes):
         print("bench_capacity: this checkout's WhisperRecognizer has no decode_on switch: host decoding only",
               file=sys.stderr)
         modes = [m for m in modes if m == "host"] or ["host"]
@@ -801,7 +805,7 @@ def main() -> int:
                     result.update(model=recognizer.name, decode_on=mode, warm_up=warm, warm_up_s=warm_up_s,
                                   forced_prefix=cut["prefix"], ring_kernels=cut["rings"], riders=cut["riders"],
                                   fill=cut["fill"], closewait=cut["closewait"], overlap=cut["overlap"],
-                                  compact=cut["compact"])
+                                  compact=cut["compact"], widths=cut["widths"])
                     if args.engine_only:  # nothing was heard: accuracy and caption latency do not apply
                         for key in ("partial_p50_s", "partial_p99_s", "commit_p50_s", "commit_p99_s",
                                     "wer_committed_pct", "wer_offline_pct", "words_committed"):

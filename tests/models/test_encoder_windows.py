@@ -249,6 +249,34 @@ def test_mixed_batch_decodes_each_row_as_alone(runtimes, tok, speech_clips):
     assert first.start_s == 0.0 and 0 < first.words[-1].end_s <= first.end_s + 1e-6
 
 
+def test_small_context_groups_move_up_to_the_next_wider_one():
+    from captioner.engine.whisper import merged_widths
+
+    assert merged_widths([1000, 2000, 1000, 3000], 16) == [3000, 3000, 3000, 3000]  # 2 -> 3 -> 4 rows
+    assert merged_widths([1000] * 16 + [2000, 3000], 16) == [1000] * 16 + [3000, 3000]
+    assert merged_widths([1000] * 3 + [2000] * 20, 16) == [2000] * 23
+    assert merged_widths([2000, 1000], 1) == [2000, 1000]  # every group big enough: as it was
+    assert merged_widths([1000, 1000], 16) == [1000, 1000]  # nothing wider to move into
+
+
+@pytest.mark.slow
+def test_merged_widths_decode_each_row_as_alone_at_its_wider_context(runtimes, tok, speech_clips):
+    """With ``merge_widths`` the mixed batch of test_mixed_batch_decodes_each_row_as_alone (groups
+    of 2, 1 and 1 rows) is one group at 30 s: every row's words as when it is decoded alone at 30 s."""
+    from captioner.engine.recognizer import WindowRequest
+    from captioner.engine.whisper import WhisperRecognizer
+
+    recognizer = WhisperRecognizer(runtimes[1], tok, merge_widths=True)
+    requests = _requests(speech_clips, ("en_ls_1089-134686-0001", "en_jfk_inaugural_excerpt"), alignment=False)
+    requests.append(WindowRequest("long", np.concatenate([r.log_mel for r in requests] * 3, axis=1)[:, :3000], 0.0,
+                                  "", None))
+    assert [recognizer.window_frames(r.log_mel.shape[1]) for r in requests] == [1000, 2000, 3000]
+    together = recognizer.decode(requests)
+    for request, hypothesis in zip(requests, together):
+        assert hypothesis == recognizer.decode([request], window_frames=3000)[0], request.stream
+    assert together[0].words and together[1].words  # (the looped third is rejected as repetitive, alone too)
+
+
 @pytest.mark.slow
 def test_switch_off_is_the_30s_path(runtimes, tok, speech_clips):
     """Off: every window is padded to 30 s and decoded in one batch, as before this change

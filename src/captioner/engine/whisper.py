@@ -31,7 +31,12 @@ from captioner.engine.wordtiming import words_with_times
 from captioner.gpu.features import RingWindow
 from captioner.languages import language_code
 from captioner.models.alignment import AttentionRecorder
-from captioner.models.decoding import DecodingOptions, RuntimeDecoder, TimedSegment
+from captioner.models.decoding import (
+    DEVICE_DECODING_MIN_BATCH,
+    DecodingOptions,
+    RuntimeDecoder,
+    TimedSegment,
+)
 from captioner.models.registry import N_AUDIO_FRAMES
 from captioner.models.runtime import Overlap, bucket_size, encoder_rows
 
@@ -69,6 +74,21 @@ class PendingHypotheses:
         return self._hypotheses
 
 
+def merged_widths(widths: list[int], min_rows: int) -> list[int]:
+    """Each row's context once the contexts fewer than ``min_rows`` rows need are moved up to the
+    next wider context the batch has, narrowest first (so merged rows may move on again); the
+    widest group stays whatever its size. Padding a window wider only adds silence after it,
+    as the 30 s window of the original Whisper does."""
+    out = list(widths)
+    present = sorted(set(out))
+    for narrow, wide in zip(present, present[1:]):
+        rows = [b for b, width in enumerate(out) if width == narrow]
+        if len(rows) < min_rows:
+            for b in rows:
+                out[b] = wide
+    return out
+
+
 class WhisperRecognizer:
     """Adapts a ``WhisperRuntime`` + tokenizer to the engine's ``Recognizer`` protocol."""
 
@@ -78,12 +98,19 @@ class WhisperRecognizer:
 
     def __init__(self, runtime, tokenizer, xp=np, task: str = "transcribe",
                  options: DecodingOptions | None = None, prompt_tokens: int = 48, synchronize=None,
-                 decode_on: str | None = None, context_margin_s: float = CONTEXT_MARGIN_S) -> None:
+                 decode_on: str | None = None, context_margin_s: float = CONTEXT_MARGIN_S,
+                 merge_widths: bool = False) -> None:
         """``decode_on``: ``"device"`` (the token rules and greedy choice run on ``xp`` where the
         logits lie; on CUDA only token ids and log-probabilities reach the host) or ``"host"``
         (NumPy row by row, the specification) or ``"auto"`` (the device from
         ``decoding.DEVICE_DECODING_MIN_BATCH`` rows up); ``None`` keeps ``options.decode_on``.
-        ``context_margin_s``: see :data:`CONTEXT_MARGIN_S` (used only with shorter contexts)."""
+        ``context_margin_s``: see :data:`CONTEXT_MARGIN_S` (used only with shorter contexts).
+        ``merge_widths``: windows of a context that fewer than ``DEVICE_DECODING_MIN_BATCH`` rows
+        of a batch need are padded to the next wider context of the batch instead of decoded
+        apart (:func:`merged_widths`): with ``decode_on="auto"`` a group that small decodes on
+        the host, and a step of a couple of hundred streams split by context came to groups of
+        a few rows (docs/serve.md). Off until measured on a GPU (``bench_capacity --cuts
+        widths=merge``)."""
         self.runtime = runtime
         self.tokenizer = tokenizer
         self.xp = xp
@@ -111,6 +138,7 @@ class WhisperRecognizer:
         contexts = getattr(runtime, "audio_contexts", (WINDOW_FRAMES // 2,))
         self.context_frames = tuple(sorted(2 * int(n) for n in contexts))
         self._margin_frames = int(round(context_margin_s * 100))
+        self.merge_widths = merge_widths
 
     def check_language(self, language: str | None) -> str | None:
         """The language code to decode with (``None``: detect / English), or a ``UserError``
@@ -219,6 +247,8 @@ class WhisperRecognizer:
                 raise ValueError(f"window_frames must be one of {self.context_frames}, not {window_frames}")
             return [(list(range(len(requests))), self._decode_group(requests, window_frames, overlap))]
         widths = [self.window_frames(r.log_mel.shape[1]) for r in requests]
+        if self.merge_widths and len(set(widths)) > 1:
+            widths = merged_widths(widths, DEVICE_DECODING_MIN_BATCH)
         if len(set(widths)) == 1:
             return [(list(range(len(requests))), self._decode_group(requests, widths[0], overlap))]
         # Windows of different contexts: one encoder run and one decoding pass per context.
