@@ -68,7 +68,6 @@ from captioner.events import (
 )
 from captioner.gpu.features import FeaturePool, RingWindow
 
-
 RAGGED_VAD_GROUPS = 3
 """Groups of streams with as many new frames (one VAD bank push each) above which the bank is
 stepped ragged instead (:meth:`~captioner.engine.vad_bank.VadBank.push_ragged`: a push per bit of
