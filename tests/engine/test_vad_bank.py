@@ -36,16 +36,22 @@ def _changes(rng, n_frames: int) -> np.ndarray:
     return c
 
 
-@pytest.mark.parametrize("with_change", [False, True], ids=["energy", "energy-and-change"])
-def test_the_bank_matches_voice_activity_row_by_row_whatever_the_push_sizes(with_change):
-    rng = np.random.default_rng(7)
+def _streams(seed: int, n_streams: int, n_frames: int):
+    """(rng, energies, changes, a VoiceActivity per stream, a bank, a row per stream)."""
+    rng = np.random.default_rng(seed)
     config = VadConfig()
-    n_streams, n_frames = 70, 900
     energies = [_energies(rng, n_frames) for _ in range(n_streams)]
     changes = [_changes(rng, n_frames) for _ in range(n_streams)]
-    singles = [VoiceActivity(config) for _ in range(n_streams)]
     bank = VadBank(config)
-    rows = [bank.acquire() for _ in range(n_streams)]
+    return rng, energies, changes, [VoiceActivity(config) for _ in range(n_streams)], bank, \
+        [bank.acquire() for _ in range(n_streams)]
+
+
+@pytest.mark.parametrize("with_change", [False, True], ids=["energy", "energy-and-change"])
+def test_the_bank_matches_voice_activity_row_by_row_whatever_the_push_sizes(with_change):
+    n_streams, n_frames = 70, 900
+    rng, energies, changes, singles, bank, rows = _streams(7, n_streams, n_frames)
+    config = bank.config
     assert bank.capacity >= n_streams
     position = [0] * n_streams
     while min(position) < n_frames:
@@ -92,14 +98,8 @@ def test_a_released_row_starts_afresh():
 def test_a_ragged_push_decides_as_voice_activity_for_every_row(with_change):
     """push_ragged: rows with 0..70 new frames each in one call (network clients deliver ragged
     amounts); every row's decisions, counts and state as its own VoiceActivity's."""
-    rng = np.random.default_rng(11)
-    config = VadConfig()
     n_streams, n_frames = 60, 700
-    energies = [_energies(rng, n_frames) for _ in range(n_streams)]
-    changes = [_changes(rng, n_frames) for _ in range(n_streams)]
-    singles = [VoiceActivity(config) for _ in range(n_streams)]
-    bank = VadBank(config)
-    rows = [bank.acquire() for _ in range(n_streams)]
+    rng, energies, changes, singles, bank, rows = _streams(11, n_streams, n_frames)
     position = [0] * n_streams
     pushes = 0
     while min(position) < n_frames:
