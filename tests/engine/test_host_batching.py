@@ -40,7 +40,7 @@ def _audio() -> dict[str, np.ndarray]:
 
 
 def _run(core: HostCore, batched: bool) -> list[tuple]:
-    """Round by round (100 ms of every stream), as chunk messages or one batch per round; the
+    """Round by round (100 ms of every stream), a message per chunk or one per round; the
     host steps after each round; the streams end; what came back, wall-clock fields left out."""
     audio = _audio()
     out = []
@@ -49,11 +49,11 @@ def _run(core: HostCore, batched: bool) -> list[tuple]:
         pieces = [(label, first, now_ns, samples[first:first + CHUNK]) for label, samples in audio.items()]
         if batched:
             labels, firsts, stamps, chunks = zip(*pieces)
-            out += core.apply(("audio_batch", labels, firsts, stamps, tuple(c.shape[0] for c in chunks),
+            out += core.apply(("audio", labels, firsts, stamps, tuple(c.shape[0] for c in chunks),
                                np.concatenate(chunks)))
         else:
-            for piece in pieces:
-                out += core.apply(("audio", *piece))
+            for label, first, stamp, chunk in pieces:
+                out += core.apply(("audio", (label,), (first,), (stamp,), (chunk.shape[0],), chunk))
         out += core.step()
     for label in SCRIPTS:
         out += core.apply(("finish", label))
@@ -91,13 +91,13 @@ def test_a_streams_second_chunk_in_a_batch_steps_the_first():
     core = _core()
     chunk = np.zeros(CHUNK, np.float32)
     now_ns = time.monotonic_ns()
-    core.apply(("audio_batch", ("a", "b"), (0, 0), (now_ns, now_ns), (CHUNK, CHUNK), np.concatenate([chunk, chunk])))
+    core.apply(("audio", ("a", "b"), (0, 0), (now_ns, now_ns), (CHUNK, CHUNK), np.concatenate([chunk, chunk])))
     assert core.has_unstepped
-    core.apply(("audio_batch", ("c",), (0,), (now_ns,), (CHUNK,), chunk))
+    core.apply(("audio", ("c",), (0,), (now_ns,), (CHUNK,), chunk))
     assert core.has_unstepped  # c is new: nothing stepped yet
     views = {v.name: v.audio_end_s for v in core.live.engine.views()}
     assert views == {"a": 0.0, "b": 0.0, "c": 0.0}
-    core.apply(("audio_batch", ("b",), (CHUNK,), (now_ns,), (CHUNK,), chunk))
+    core.apply(("audio", ("b",), (CHUNK,), (now_ns,), (CHUNK,), chunk))
     views = {v.name: v.audio_end_s for v in core.live.engine.views()}
     # The chunks before b's second were stepped (features lag the audio by a frame).
     assert sorted(views) == ["a", "b", "c"] and all(0.08 <= end_s <= 0.1 for end_s in views.values())
@@ -148,9 +148,9 @@ def test_the_supervisor_sends_a_steps_chunks_as_one_batch_each_stream_once_in_or
     streams["x"].accept_waveform(SAMPLE_RATE_HZ, chunk * 2)  # x again: the batch before goes first
     streams["y"].finish()  # a message goes after the audio framed before it
     supervisor.step()
-    kinds = [(m[0], m[1] if m[0] != "audio_batch" else m[1], n) for m, n in recorder.sent]
-    assert kinds == [("open", "x", 1), ("open", "y", 1), ("audio_batch", ("x", "y"), 2),
-                     ("audio_batch", ("x",), 1), ("finish", "y", 1)]
+    kinds = [(m[0], m[1], n) for m, n in recorder.sent]
+    assert kinds == [("open", "x", 1), ("open", "y", 1), ("audio", ("x", "y"), 2),
+                     ("audio", ("x",), 1), ("finish", "y", 1)]
     first = recorder.sent[2][0]
     assert first[2] == (0, 0) and first[4] == (CHUNK, CHUNK)
     np.testing.assert_array_equal(first[5], np.concatenate([chunk, chunk]))

@@ -8,7 +8,7 @@ import numpy as np
 from scripted import ScriptedRecognizer, keys, phrase, render_speech
 from test_engine_scripted import make_live
 
-import captioner.engine.core as core
+import captioner.engine.vad_bank as vad_bank
 from captioner.engine.simulate import SimClock
 from captioner.engine.vad_bank import VadBank
 from captioner.events import SAMPLE_RATE_HZ
@@ -20,11 +20,11 @@ SCRIPTS = {f"s{k}": phrase(text, 0.8 + 0.35 * k) for k, text in enumerate((
     "rice is often served in round bowls", "the juice of lemons makes fine punch"))}
 
 
-def _caption(groups_before_ragged: int, monkeypatch) -> tuple[list[tuple], list[tuple], int]:
+def _caption(counts_before_ragged: int, monkeypatch) -> tuple[list[tuple], list[tuple], int]:
     """Each stream fed its own chunk sizes (10 to 230 ms, drawn per stream per round), the
     engine stepped after every round; the updates, every stream's silence after each round, and
     how many times the VAD bank was pushed."""
-    monkeypatch.setattr(core, "RAGGED_VAD_GROUPS", groups_before_ragged)
+    monkeypatch.setattr(vad_bank, "RAGGED_COUNTS", counts_before_ragged)
     pushes = [0]
     push = VadBank.push
 

@@ -68,11 +68,6 @@ from captioner.events import (
 )
 from captioner.gpu.features import FeaturePool, RingWindow
 
-RAGGED_VAD_GROUPS = 3
-"""Groups of streams with as many new frames (one VAD bank push each) above which the bank is
-stepped ragged instead (:meth:`~captioner.engine.vad_bank.VadBank.push_ragged`: a push per bit of
-the largest count). Streams fed in equal steps make one group, network clients dozens."""
-
 
 class BlockSlice(NamedTuple):
     """A part of an :class:`~captioner.events.AudioBlock` (its fields, its samples a view of the
@@ -540,39 +535,24 @@ class Engine:
         judged = np.nonzero(counts > 0)[0]
         if not judged.size:
             return
-        groups = list(self._speech_measures(streams, judged, first, counts, back))
-        if len(groups) <= RAGGED_VAD_GROUPS:
-            for members, energy, change in groups:
-                self._store_vad(streams, members, energy, change, ready)
-            return
-        # Many distinct counts (streams fed by the network): one ragged step of the bank.
-        members = np.concatenate([m for m, _, _ in groups])
-        group = [streams[k] for k in members.tolist()]
-        rows = np.fromiter((s.vad_row for s in group), dtype=np.int64, count=len(group))
-        voiced_before = self.vad.voiced_frames[rows]
-        any_speech = self.vad.push_ragged(rows, np.concatenate([np.full(m.shape[0], e.shape[1]) for m, e, _ in groups]),
-                                          np.concatenate([e.reshape(-1) for _, e, _ in groups]),
-                                          np.concatenate([c.reshape(-1) for _, _, c in groups]))
-        self._keep_vad(group, any_speech.tolist(), (self.vad.voiced_frames[rows] - voiced_before).tolist(),
-                       ready[members].tolist())
+        members, energy, change = self._speech_measures(streams, judged, first, counts, back)
+        self._store_vad(streams, members, counts[members], energy, change, ready)
 
     def _speech_measures(self, streams: list[_Stream], judged: np.ndarray, first: np.ndarray,
-                         counts: np.ndarray, back: np.ndarray):
-        """``(members, energy [M, n], change [M, n])`` for groups of the ``judged`` streams with
-        as many new frames ``n`` (indices into ``streams``), as host float arrays."""
+                         counts: np.ndarray, back: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(members, energy, change)``: the ``judged`` streams (indices into ``streams``) in
+        the order of their measures, and each one's ``counts`` new frames' band energy and
+        spectral change one stream after another (flat host float arrays)."""
         vad = self.config.vad
         lag = vad.change_lag_frames
         if self.config.ring_kernels and self.features.measures_on_device:
             energy, change = self.features.speech_measures(
                 [streams[k].slot for k in judged.tolist()], first[judged], counts[judged], back[judged],
                 self._band, lag, vad.change_range_db, FULL_SCALE_SINE_DB)
-            starts = np.cumsum(counts[judged]) - counts[judged]
-            for count in np.unique(counts[judged]).tolist():
-                picked = np.nonzero(counts[judged] == count)[0]
-                index = starts[picked][:, None] + np.arange(count)  # [M, n] into the flat outputs
-                yield judged[picked], energy[index], change[index]
-            return
+            return judged, energy, change
+        # Streams with as many new frames (and frames read again) are read from the rings together.
         xp = self.backend.xp
+        parts = []
         for count, have in sorted({(int(c), int(b)) for c, b in zip(counts[judged].tolist(), back[judged].tolist())}):
             members = judged[(counts[judged] == count) & (back[judged] == have)]
             log_mel = self.features.log_mel_frames([streams[k].slot for k in members.tolist()],
@@ -582,23 +562,20 @@ class Engine:
             measured = xp.stack([band_energy_db(xp, log_mel[..., lag:], self._band),
                                  spectral_change_db(xp, log_mel, self._band, lag, vad.change_range_db)])
             energy, change = self.backend.asnumpy(measured)  # one copy to the host
-            yield members, energy, change
+            parts.append((members, energy.reshape(-1), change.reshape(-1)))
+        return tuple(np.concatenate(column) for column in zip(*parts))
 
-    def _store_vad(self, streams: list[_Stream], members: np.ndarray, energy: np.ndarray, change: np.ndarray,
-                   ready: np.ndarray) -> None:
-        """Step the VAD bank over one group's measures and keep each stream's results."""
+    def _store_vad(self, streams: list[_Stream], members: np.ndarray, counts: np.ndarray, energy: np.ndarray,
+                   change: np.ndarray, ready: np.ndarray) -> None:
+        """Step the VAD bank over the measures (``counts[i]`` frames of ``members[i]``, flat) and
+        keep each stream's results: frames judged, speech since its update, an idle window."""
+        lead_in_s = self.config.lead_in_s
         group = [streams[k] for k in members.tolist()]
         rows = np.fromiter((s.vad_row for s in group), dtype=np.int64, count=len(group))
         voiced_before = self.vad.voiced_frames[rows]
-        any_speech = self.vad.push(rows, energy, change).any(axis=1).tolist()
-        self._keep_vad(group, any_speech, (self.vad.voiced_frames[rows] - voiced_before).tolist(),
-                       ready[members].tolist())
-
-    def _keep_vad(self, group: list[_Stream], any_speech: list[bool], voiced_new: list[int],
-                  ends: list[int]) -> None:
-        """Each stream's VAD results: frames judged, speech since its update, an idle window."""
-        lead_in_s = self.config.lead_in_s
-        for s, speech, voiced, end in zip(group, any_speech, voiced_new, ends):
+        any_speech = self.vad.push_ragged(rows, counts, energy, change).tolist()
+        voiced_new = (self.vad.voiced_frames[rows] - voiced_before).tolist()
+        for s, speech, voiced, end in zip(group, any_speech, voiced_new, ready[members].tolist()):
             s.vad_frames = end
             if speech:
                 s.speech_since_update = True

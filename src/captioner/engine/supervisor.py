@@ -171,6 +171,8 @@ class SupervisedStream:
         self.segment_max = -1
         self.finishing = False
         self.seam: _Seam | None = None
+        self.opened = False
+        """Whether the host's engine took the stream (it may still refuse it at capacity)."""
         self._done = False
 
     @property
@@ -276,11 +278,10 @@ class SupervisedCaptioner:
         self._last_note = ""
         self._closed = False
         self._failed_hosts: list = []  # killed at their failure, waited for at close
-        # Audio framed since the last step, sent as one message (see _flush_audio); each stream
-        # at most once, so the host's rule "a stream's second chunk steps the first" still holds.
-        self._batch: list[tuple[str, int, int, np.ndarray]] = []
-        self._batch_labels: set[str] = set()
-        self._opened: set[str] = set()  # streams the host's engine took (kept across a restart)
+        # Audio framed since the last step, sent as one message (see _flush_audio): label ->
+        # (first sample, capture_ns, samples), each stream at most once, so the host's rule "a
+        # stream's second chunk steps the first" still holds.
+        self._batch: dict[str, tuple[int, int, np.ndarray]] = {}
         self._standby: ProcessHost | None = None
         self._host = self._start_host(spec, isolation)
         # "auto" means what the first host chose; later hosts load in the background, with no
@@ -415,7 +416,7 @@ class SupervisedCaptioner:
         notes = "; ".join(m for m in (message, base.message, self._note()) if m)
         # Only the streams the host's engine took: one it may still refuse at capacity is not
         # listed yet (a server would tell its client "ready", then caption nothing).
-        streams = tuple(label for label in self._streams if label in self._opened)
+        streams = tuple(label for label, stream in self._streams.items() if stream.opened)
         return replace(base, streams=streams, queue_depth=queue_depth, state=state, message=notes,
                        extra=tuple(extra.items()), worker_restarts=self.restarts)
 
@@ -451,24 +452,22 @@ class SupervisedCaptioner:
 
     def _audio(self, stream: SupervisedStream, first: int, capture_ns: int, samples: np.ndarray) -> None:
         stream.keep(first, capture_ns, samples, self._replay_samples)
-        if stream.label in self._batch_labels or len(self._batch) >= MAX_BATCH_CHUNKS:
+        if stream.label in self._batch or len(self._batch) >= MAX_BATCH_CHUNKS:
             self._flush_audio()
-        self._batch.append((stream.label, first, capture_ns, samples))
-        self._batch_labels.add(stream.label)
+        self._batch[stream.label] = (first, capture_ns, samples)
 
-    def _flush_audio(self) -> None:
-        """The chunks framed since the last flush, as one ``("audio_batch", ...)`` message: one
-        array and one pickle instead of one per chunk. A thousand served streams send ten
-        thousand chunks a second, and per message the worker's process pickles and writes, the
-        host's reads and unpickles (and both hold their interpreter lock meanwhile)."""
+    def _flush_audio(self, wait: bool = True) -> None:
+        """The chunks framed since the last flush, as one ``("audio", ...)`` message: one array
+        and one pickle instead of one per chunk. A thousand served streams send ten thousand
+        chunks a second, and per message the worker's process pickles and writes, the host's
+        reads and unpickles (and both hold their interpreter lock meanwhile)."""
         if not self._batch:
             return
-        batch, self._batch = self._batch, []
-        self._batch_labels = set()
-        labels, firsts, stamps, pieces = zip(*batch)
+        batch, self._batch = self._batch, {}
+        firsts, stamps, pieces = zip(*batch.values())
         lengths = tuple(piece.shape[0] for piece in pieces)
         samples = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
-        self._host.send(("audio_batch", labels, firsts, stamps, lengths, samples), chunks=len(batch))
+        self._host.send(("audio", tuple(batch), firsts, stamps, lengths, samples), wait=wait, chunks=len(batch))
 
     def _host_failure(self) -> str | None:
         if self._host.kind == "process":
@@ -489,10 +488,10 @@ class SupervisedCaptioner:
                 if stream is not None:
                     stream.reached(message[2])
             elif kind == "opened":
-                if message[1] in self._streams:
-                    self._opened.add(message[1])
+                stream = self._streams.get(message[1])
+                if stream is not None:
+                    stream.opened = True
             elif kind == "done":
-                self._opened.discard(message[1])
                 stream = self._streams.pop(message[1], None)
                 if stream is not None:
                     stream._done = True
@@ -501,7 +500,6 @@ class SupervisedCaptioner:
             elif kind == "notices":
                 self._language_notices.extend(message[1])
             elif kind == "refused":  # the engine's admission said no: the stream is not captioned
-                self._opened.discard(message[1])
                 if self._streams.pop(message[1], None) is not None:
                     self.refused = {**self.refused, message[1]: message[2]}
         return updates
@@ -534,7 +532,7 @@ class SupervisedCaptioner:
             self._failures.popleft()
         self.restarts += 1
         self._host.stop(wait=False)  # the next host need not wait for the failed one to be gone
-        self._batch, self._batch_labels = [], set()  # in the rings: re-fed below
+        self._batch = {}  # in the rings: re-fed below
         self._failed_hosts.append(self._host)
         on_gpu = self._info.backend_name != "cpu"
         if len(self._failures) >= self._max_failures and not on_gpu:
@@ -573,7 +571,8 @@ class SupervisedCaptioner:
         self._host.send(("open", stream.label, stream.language, stream.checkpoint, segment_base, True,
                         stream.priority))
         for first, capture_ns, samples in stream.replay():
-            self._host.send(("audio", stream.label, first, capture_ns, samples), wait=False)
+            self._batch[stream.label] = (first, capture_ns, samples)
+            self._flush_audio(wait=False)
         if stream.finishing:
             self._host.send(("finish", stream.label), wait=False)
         words = [w for _, ws in stream.committed for w in ws]

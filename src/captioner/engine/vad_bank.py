@@ -23,6 +23,10 @@ import numpy as np
 
 from captioner.engine.vad import VadConfig
 
+RAGGED_COUNTS = 3
+"""Distinct frame counts among the rows of one :meth:`VadBank.push_ragged` up to which each
+count is pushed as it is; past it the rows are pushed by the bits of their counts."""
+
 
 class VadBank:
     """Voice activity of up to :attr:`capacity` streams (rows); grows on demand."""
@@ -196,13 +200,15 @@ class VadBank:
         ``change_db``) hold the frames of each row one row after another, ``counts[i]`` of them
         for ``rows[i]`` (flat, distinct rows). Returns whether each row had a speech frame.
 
-        A push steps rows with as many frames together; network clients deliver ragged amounts
-        (3, 8, 10, 40 frames at one step), and one push per distinct count cost the engine of a
-        thousand served streams more than its model (docs/serve.md). Here round ``2**j`` pushes
-        the next ``2**j`` frames of every row whose count has bit ``j``, largest first: each
-        row's frames go in order, every push is rectangular, and there are at most as many
-        pushes as bits in the largest count. Frame by frame the bank is exact, so pushing a
-        row's frames in pieces decides as one push of them all does."""
+        A push steps rows with as many frames together. Rows fed in equal steps (a capture,
+        ``bench_capacity``) come as a few counts: one push per count. Network clients deliver
+        ragged amounts (3, 8, 10, 40 frames at one step), and a push per distinct count cost the
+        engine of a thousand served streams more than its model (docs/serve.md); past
+        :data:`RAGGED_COUNTS` distinct counts, round ``2**j`` pushes the next ``2**j`` frames
+        of every row whose count has bit ``j``, largest first: each row's frames go in order,
+        every push is rectangular, and there are at most as many pushes as bits in the largest
+        count. Frame by frame the bank is exact, so pushing a row's frames in pieces decides as
+        one push of them all does."""
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
         counts = np.asarray(counts, dtype=np.int64).reshape(-1)
         energy = np.asarray(energy_db, dtype=np.float64).reshape(-1)
@@ -211,15 +217,18 @@ class VadBank:
         if rows.size == 0:
             return speech
         next_frame = np.cumsum(counts) - counts  # each row's next frame in the flat arrays
-        size = 1 << max(0, int(counts.max()).bit_length() - 1)
-        while size:
-            picked = np.nonzero(counts & size)[0]
-            if picked.size:
+        distinct = np.unique(counts)
+        if distinct.size <= RAGGED_COUNTS:
+            pieces = [(int(n), np.nonzero(counts == n)[0]) for n in distinct]
+        else:
+            bits = [1 << j for j in range(int(counts.max()).bit_length() - 1, -1, -1)]
+            pieces = [(size, np.nonzero(counts & size)[0]) for size in bits]
+        for size, picked in pieces:
+            if picked.size and size:
                 index = next_frame[picked][:, None] + np.arange(size)
                 flags = self.push(rows[picked], energy[index], None if change is None else change[index])
                 speech[picked] |= flags.any(axis=1)
                 next_frame[picked] += size
-            size >>= 1
         return speech
 
 

@@ -13,10 +13,9 @@ Both speak the same small messages, plain tuples that pickle cheaply:
 
 parent -> host
     ``("open", label, language, base_sample, segment_base, readmit, priority)`` a stream whose clock starts at
-    16 kHz index ``base_sample`` of the supervisor's stream clock; ``("audio", label,
-    first_sample, capture_ns, samples)`` 16 kHz float32 whole frames; ``("audio_batch", labels,
-    first_samples, capture_ns, lengths, samples)`` several streams' chunks (at most one each)
-    joined in one array; ``("finish", label)``;
+    16 kHz index ``base_sample`` of the supervisor's stream clock; ``("audio", labels,
+    first_samples, capture_ns, lengths, samples)`` a chunk of 16 kHz float32 whole frames of
+    each of ``labels`` (at most one each), joined in one array; ``("finish", label)``;
     ``("language", code)``; ``("model", name)``; ``("close",)``.
 host -> parent
     ``("ready", info)``; ``("updates", [CaptionUpdate])`` with times and segments already on
@@ -178,21 +177,17 @@ class HostCore:
         # streams wait for one step together (the next message that needs it, or the caller's
         # poll), which keeps many streams' features and VAD batched instead of one engine push
         # per chunk (an H200's 1,000 connections sent 10,000 chunks a second).
-        if kind == "audio":
-            again = message[1] in self._unstepped
-        elif kind == "audio_batch":
-            again = not self._unstepped.isdisjoint(message[1])
-        else:
-            again = True
+        again = kind != "audio" or not self._unstepped.isdisjoint(message[1])
         out = self._work() if self._unstepped and again else []
         if kind == "audio":
-            _, label, first, capture_ns, samples = message
-            self._accept(label, first, capture_ns, samples)
-        elif kind == "audio_batch":
             _, labels, firsts, stamps, lengths, samples = message
             offset = 0
             for label, first, capture_ns, n_samples in zip(labels, firsts, stamps, lengths):
-                self._accept(label, first, capture_ns, samples[offset:offset + n_samples])
+                stream = self.live.streams.get(label)
+                if stream is not None:
+                    stream.accept_waveform(SAMPLE_RATE_HZ, samples[offset:offset + n_samples], capture_ns=capture_ns,
+                                           first_sample=first - self._base[label][0])
+                    self._unstepped.add(label)
                 offset += n_samples
         elif kind == "open":
             _, label, language, base_sample, segment_base, readmit, priority = message
@@ -219,13 +214,6 @@ class HostCore:
         else:
             raise TypeError(f"unknown host message {message!r}")
         return out
-
-    def _accept(self, label: str, first: int, capture_ns: int, samples) -> None:
-        stream = self.live.streams.get(label)
-        if stream is not None:
-            stream.accept_waveform(SAMPLE_RATE_HZ, samples, capture_ns=capture_ns,
-                                   first_sample=first - self._base[label][0])
-            self._unstepped.add(label)
 
     def _work(self) -> list[tuple]:
         stepped, self._unstepped = self._unstepped, set()
