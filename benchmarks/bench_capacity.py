@@ -267,7 +267,7 @@ class GpuSampler:
 
 CUT_VALUES = {"prefix": ("on", "off"), "rings": ("on", "off"), "riders": ("load", "on"), "fill": ("on", "off", "ROWS"),
               "closewait": ("0", "SECONDS"), "overlap": ("auto", "off"), "compact": ("on", "off"),
-              "widths": ("split", "merge")}
+              "widths": ("auto", "split", "merge")}
 """Each ``--cuts`` key, its values; the first is the default (``ROWS``, ``SECONDS``: a number)."""
 
 
@@ -457,8 +457,8 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
     cut = getattr(args, "cut", None) or parse_cut("")
     if hasattr(recognizer, "options"):  # finished rows moved to smaller buckets (the default), or not
         recognizer.options = replace(recognizer.options, drop_finished=cut["compact"] == "on")
-    if hasattr(recognizer, "merge_widths"):  # small context groups padded into wider ones, or not
-        recognizer.merge_widths = cut["widths"] == "merge"
+    if hasattr(recognizer, "merge_widths") and cut["widths"] != "auto":  # auto: the recognizer's own
+        recognizer.merge_widths = cut["widths"] == "merge"  # small context groups padded into wider ones, or not
     config = EngineConfig(
         scheduler=SchedulerConfig(base_interval_s=args.interval_s, max_batch=args.max_batch,
                                   merge_max_load=None if cut["riders"] == "on" else 0.5,

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
 import multiprocessing
 import os
@@ -88,6 +89,32 @@ def percentile(values: list[float], q: float) -> float | None:
 
 # -- the clients ---------------------------------------------------------------------------------
 
+TIMELINE_FIELDS = ("streams", "batch_size", "step_latency_ms", "lag_s", "real_time_factor", "queue_depth",
+                   "caption_latency_s")
+"""The fields of the server's status kept per second of the run (``server_timeline``)."""
+TIMELINE_EVERY = 50
+"""Every this many clients records the status messages it gets (one would stop when it ends)."""
+
+
+def refusal_kind(reason: str) -> str:
+    """A refusal's reason without its stream's name and numbers: refusals counted by cause."""
+    text = re.sub(r"'[^']*'", "S", str(reason))
+    return re.sub(r"\d+(\.\d+)?", "N", text)[:100]
+
+
+def server_timeline(records) -> list[list]:
+    """One status per second of the run (the latest any recording client got in that second),
+    as ``[seconds since the first, *TIMELINE_FIELDS]``."""
+    by_second: dict[int, list] = {}
+    lines = [line for r in records for line in r.get("timeline", [])]
+    if not lines:
+        return []
+    first = min(line[0] for line in lines)
+    for line in sorted(lines):
+        by_second[int(line[0] - first)] = [int(line[0] - first), *line[1:]]
+    return [by_second[k] for k in sorted(by_second)]
+
+
 async def one_client(index: int, url: str, token: str | None, pcm: np.ndarray, start_at: float, out: dict,
                      retry_s: float = 0.0) -> None:
     """Connects at ``start_at`` (loop clock), streams ``pcm`` at real-time pace, sends end,
@@ -96,7 +123,7 @@ async def one_client(index: int, url: str, token: str | None, pcm: np.ndarray, s
     loop = asyncio.get_running_loop()
     await asyncio.sleep(max(0.0, start_at - loop.time()))
     record = {"index": index, "captions": [], "ready": False, "close": None, "reason": "", "latency": [],
-              "statuses": 0, "refusals": 0}
+              "statuses": 0, "refusals": 0, "refusal_reasons": []}
     out[index] = record
     backoff_s = 0.5
     rng = np.random.default_rng(index)
@@ -106,6 +133,7 @@ async def one_client(index: int, url: str, token: str | None, pcm: np.ndarray, s
         if not refused or loop.time() + backoff_s > start_at + retry_s:
             return
         record["refusals"] += 1
+        record["refusal_reasons"].append(refusal_kind(record["reason"]))
         await asyncio.sleep(backoff_s * (0.5 + rng.random()))
         backoff_s = min(8.0, backoff_s * 1.6)
         record.update(close=None, reason="")
@@ -145,6 +173,10 @@ async def _one_connection(index: int, url: str, token: str | None, pcm: np.ndarr
                         if record.get("last_status") is not None:
                             record.setdefault("status_gaps", []).append(now - record["last_status"])
                         record["last_status"] = now
+                        # The server's state as it moves: one line per second, from a few clients.
+                        if index % TIMELINE_EVERY == 0:
+                            record.setdefault("timeline", []).append(
+                                [message["time_s"], *(message.get(k) for k in TIMELINE_FIELDS)])
                         continue
                     if message["type"] != "caption" or not message["text"].strip():
                         continue
@@ -549,6 +581,7 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
     held = [r for r in records.values() if r["ready"] and r["close"] == 1000]
     refused = [r for r in records.values() if r["close"] == 1013 or "1013" in str(r["reason"])]
     failed = [r for r in records.values() if r not in held and r not in refused]
+    refused_ids = {id(r) for r in refused}
     latency = {"partial": [], "final": []}
     for r in held:
         for kind, value in r["latency"]:
@@ -582,6 +615,10 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
         "held": len(held), "refused": len(refused), "failed": len(failed),
         "held_after_refusals": sum(1 for r in held if r["refusals"]),
         "refusals_retried": sum(r["refusals"] for r in records.values()),
+        "refusal_reasons": dict(collections.Counter(
+            k for r in records.values()
+            for k in r["refusal_reasons"] + ([refusal_kind(r["reason"])] if id(r) in refused_ids else []))
+            .most_common(8)),
         "failures": sorted({f"{r['close']}: {r['reason']}"[:120] for r in failed})[:5],
         "latency_served": {kind: {"p50_s": percentile(v, 50), "p99_s": percentile(v, 99), "n": len(v)}
                            for kind, v in latency.items()},
@@ -627,6 +664,8 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
     if args.isolation:
         result["isolation"] = args.isolation
     result["served_wall_s"] = round(wall_s, 1)
+    result["server_timeline_fields"] = ["s", *TIMELINE_FIELDS]
+    result["server_timeline"] = server_timeline(records.values())
     return result, {r["index"] for r in held}
 
 

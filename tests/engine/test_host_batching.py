@@ -10,7 +10,14 @@ import numpy as np
 from scripted import ScriptedRecognizer, keys, phrase, render_speech
 
 from captioner.engine.supervisor import SupervisedCaptioner
-from captioner.engine.worker_process import STEP_SPACING_MAX_S, HostCore, HostSpec
+from captioner.engine.worker_process import (
+    MAX_QUEUED,
+    QUEUED_PER_STREAM,
+    STEP_SPACING_MAX_S,
+    HostCore,
+    HostSpec,
+    ProcessHost,
+)
 from captioner.events import SAMPLE_RATE_HZ
 from captioner.gpu.backend import cpu_backend
 
@@ -159,6 +166,16 @@ def test_the_supervisor_sends_a_steps_chunks_as_one_batch_each_stream_once_in_or
     np.testing.assert_array_equal(second[5], chunk * 2)
     # Each chunk is also kept for a re-feed, whatever message carried it.
     assert streams["x"].ring_samples == 2 * CHUNK and streams["y"].ring_samples == CHUNK
+    assert recorder.streams_open == 2  # told with the audio: a process host's queue bound follows
+
+
+def test_a_process_hosts_queue_bound_grows_with_its_streams():
+    # A served engine's worker must not wait on a child busy with one model step while a
+    # thousand connections' chunks queue: the bound is per open stream, not one stream's 10 s.
+    host = ProcessHost(HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory()))
+    assert host.queue_limit() == MAX_QUEUED
+    host.streams_open = 1000
+    assert host.queue_limit() == MAX_QUEUED + 1000 * QUEUED_PER_STREAM >= 10 * 1000  # a second of 100 ms chunks
 
 
 class QuietFactory:

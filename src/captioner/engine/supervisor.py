@@ -467,6 +467,7 @@ class SupervisedCaptioner:
         firsts, stamps, pieces = zip(*batch.values())
         lengths = tuple(piece.shape[0] for piece in pieces)
         samples = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+        self._host.streams_open = len(self._streams)  # a process host's queue bound grows with them
         self._host.send(("audio", tuple(batch), firsts, stamps, lengths, samples), wait=wait, chunks=len(batch))
 
     def _host_failure(self) -> str | None:

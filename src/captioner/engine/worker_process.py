@@ -50,7 +50,13 @@ STATUS_PERIOD_S = 0.25
 """How often a host reports its status; the report is also its heartbeat."""
 MAX_QUEUED = 500
 """Chunks (about 10 s of one stream's 20 ms chunks; a batch counts each of its chunks) that may
-wait for a child before the sender waits."""
+wait for a child before the sender waits..."""
+QUEUED_PER_STREAM = 20
+"""...and this many more per open stream (:attr:`ProcessHost.streams_open`; 2 s of a network
+client's 100 ms chunks). The child reads nothing while it works a model step, and a served
+engine's worker that waited for it stopped taking its connections' audio: on an H200 with 233
+connections it waited 29 of 69 s, its inbox filled past the half at which new connections are
+refused, and the server took no more (docs/serve.md)."""
 _RECEIVE_WAIT_S = 0.05
 STEP_SPACING_MAX_S = 0.05
 STEP_SPACING_PER_STREAM_S = 50e-6
@@ -308,6 +314,7 @@ class InlineHost:
         self.failed: str | None = None
         self.core: HostCore | None = None
         self.info: HostInfo | None = None
+        self.streams_open = 0  # as ProcessHost's; nothing queues here
         self._out: list[tuple] = []
 
     def start(self) -> None:
@@ -483,6 +490,7 @@ class ProcessHost:
         self._outgoing: queue.Queue[tuple | None] = queue.Queue()  # (message, chunks of audio)
         self._put_chunks = 0
         self._sent_chunks = 0
+        self.streams_open = 0  # set by the owner: the queue's bound grows with it
         self._ready = threading.Event()
         self._closed = threading.Event()
         self.process = None
@@ -561,14 +569,18 @@ class ProcessHost:
 
     def send(self, message: tuple, wait: bool = True, chunks: int = 1) -> None:
         """Queue ``message`` (``chunks`` of audio, for a batch) for the child. While more than
-        ``MAX_QUEUED`` chunks wait, the caller waits too (a file replay then waits in its turn,
-        as it does for a slow worker thread), unless ``wait`` is false (a re-feed, bounded by
-        the ring); a host that failed meanwhile takes nothing more."""
-        while wait and self._queued_chunks() >= MAX_QUEUED and self.failed is None and self._alive():
+        :meth:`queue_limit` chunks wait, the caller waits too (a file replay then waits in its
+        turn, as it does for a slow worker thread), unless ``wait`` is false (a re-feed, bounded
+        by the ring); a host that failed meanwhile takes nothing more."""
+        while wait and self._queued_chunks() >= self.queue_limit() and self.failed is None and self._alive():
             time.sleep(0.005)
         if self.failed is None:
             self._put_chunks += chunks
             self._outgoing.put((message, chunks))
+
+    def queue_limit(self) -> int:
+        """Chunks that may wait for the child before :meth:`send` waits."""
+        return MAX_QUEUED + QUEUED_PER_STREAM * self.streams_open
 
     def _queued_chunks(self) -> int:
         # Two counters, each written by one thread (this one, the sender): no lock needed.
