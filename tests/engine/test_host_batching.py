@@ -113,7 +113,7 @@ def test_a_streams_second_chunk_in_a_batch_steps_the_first():
 def test_a_host_with_many_streams_spaces_its_steps_and_one_with_few_does_not():
     core = _core()
     core.step()
-    assert core.step_wait_s() < 0.001  # three streams: 0.15 ms at most
+    assert core.step_wait_s() < 0.002  # three streams: 1.2 ms at most
     for k in range(1000):
         core.apply(("open", f"quiet{k}", None, 0, 0, False, "live"))
     core.step()

@@ -275,8 +275,6 @@ def test_merged_widths_decode_each_row_as_alone_at_its_wider_context(runtimes, t
     for request, hypothesis in zip(requests, together):
         assert hypothesis == recognizer.decode([request], window_frames=3000)[0], request.stream
     assert together[0].words and together[1].words  # (the looped third is rejected as repetitive, alone too)
-    # Merging is the GPU's default, not the CPU's (a wider context costs a CPU encoder its price per row).
-    assert WhisperRecognizer(runtimes[1], tok).merge_widths is False
 
 
 @pytest.mark.slow

@@ -58,10 +58,14 @@ engine's worker that waited for it stopped taking its connections' audio: on an 
 connections it waited 29 of 69 s, its inbox filled past the half at which new connections are
 refused, and the server took no more (docs/serve.md)."""
 _RECEIVE_WAIT_S = 0.05
-STEP_SPACING_MAX_S = 0.05
-STEP_SPACING_PER_STREAM_S = 50e-6
-"""With N streams a child's steps follow each other by at least min(50 ms, N x 50 us): 0.1 ms
-for two streams, the full 50 ms from a thousand (:meth:`HostCore.step_wait_s`)."""
+STEP_SPACING_MAX_S = 0.1
+STEP_SPACING_PER_STREAM_S = 0.4e-3
+"""With N streams a host's steps follow each other by at least min(100 ms, N x 0.4 ms)
+(:meth:`HostCore.step_wait_s`): under a millisecond for one or two streams, from 250 streams the
+engine's own 100 ms feed (``live.FEED_S``, the tick ``bench_capacity`` measures at). Every step
+looks at every stream, pushes features and VAD, and starts a model step for whatever came due
+since the last one: spaced by 11 ms (the earlier N x 50 us), 224 served streams on an H200 got
+model steps of 2-15 rows, and the engine fell further behind by the second (docs/serve.md)."""
 _PARENT_CHECK_S = 0.2
 
 
@@ -244,6 +248,13 @@ class HostCore:
         spacing_s = min(STEP_SPACING_MAX_S, STEP_SPACING_PER_STREAM_S * len(self.live.streams))
         return max(0.0, self._last_work_s + spacing_s - time.monotonic())
 
+    def step_due(self) -> bool:
+        """Whether to step now: audio was taken and the spacing has passed, or nothing came for
+        a while (a pause's close and the status go on without audio)."""
+        if self._unstepped:
+            return self.step_wait_s() == 0.0
+        return time.monotonic() - self._last_work_s >= _RECEIVE_WAIT_S
+
     @property
     def has_unstepped(self) -> bool:
         """Whether audio was taken since the last step."""
@@ -347,7 +358,8 @@ class InlineHost:
     def poll(self) -> list[tuple]:
         if self.failed is None and self.core is not None:
             try:
-                self._out += self.core.step()
+                # Spaced as a child's steps are: the worker polls every millisecond or so.
+                self._out += self.core.step() if self.core.step_due() else self.core.status_due()
             except Exception as error:
                 self._fail(error)
         out, self._out = self._out, []
