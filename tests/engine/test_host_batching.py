@@ -110,6 +110,34 @@ def test_a_streams_second_chunk_in_a_batch_steps_the_first():
     assert sorted(views) == ["a", "b", "c"] and all(0.08 <= end_s <= 0.1 for end_s in views.values())
 
 
+def test_an_open_or_finish_steps_first_only_for_its_own_waiting_audio():
+    """A refused retry storm must not step the engine once per open: an open (taken or refused)
+    and the finish of a stream with nothing waiting leave the other streams' audio for the next
+    step; the finish of a stream whose own audio waits steps it first."""
+    from captioner.engine.admission import AdmissionConfig
+    from captioner.engine.core import EngineConfig
+
+    spec = HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory(),
+                    config=EngineConfig(admission=AdmissionConfig(time_budget="on", growth_streams=3)))
+    core = HostCore(spec)
+    for label in ("a", "b"):
+        core.apply(("open", label, None, 0, 0, False, "live"))
+    chunk = np.zeros(CHUNK, np.float32)
+    now_ns = time.monotonic_ns()
+    core.apply(("audio", ("a",), (0,), (now_ns,), (CHUNK,), chunk))
+
+    def a_end_s() -> float:
+        return {v.name: v.audio_end_s for v in core.live.engine.views()}["a"]
+
+    assert core.apply(("open", "c", None, 0, 0, False, "live")) == [("opened", "c")]
+    refused = core.apply(("open", "d", None, 0, 0, False, "live"))
+    assert [m[0] for m in refused] == ["refused"]
+    assert core.apply(("finish", "b")) == []
+    assert core.has_unstepped and a_end_s() == 0.0  # a's chunk still waits for the next step
+    core.apply(("finish", "a"))
+    assert not core.has_unstepped and a_end_s() > 0.0  # its own audio went first
+
+
 def test_a_host_with_many_streams_spaces_its_steps_and_one_with_few_does_not():
     core = _core()
     core.step()

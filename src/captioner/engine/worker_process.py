@@ -186,8 +186,17 @@ class HostCore:
         # chunk (and any message but audio) steps the chunks taken before it; chunks of different
         # streams wait for one step together (the next message that needs it, or the caller's
         # poll), which keeps many streams' features and VAD batched instead of one engine push
-        # per chunk (an H200's 1,000 connections sent 10,000 chunks a second).
-        again = kind != "audio" or not self._unstepped.isdisjoint(message[1])
+        # per chunk (an H200's 1,000 connections sent 10,000 chunks a second). A stream's open
+        # or finish steps first only when that stream has audio waiting: a server at capacity
+        # is sent an open for every retried connection it refuses (100 a second on an H200),
+        # and a step before each made model steps of a few rows, behind which the engine fell
+        # (docs/serve.md).
+        if kind == "audio":
+            again = not self._unstepped.isdisjoint(message[1])
+        elif kind in ("open", "finish"):
+            again = message[1] in self._unstepped
+        else:
+            again = True
         out = self._work() if self._unstepped and again else []
         if kind == "audio":
             _, labels, firsts, stamps, lengths, samples = message
@@ -443,7 +452,7 @@ def child_main(inbox, outbox, spec: HostSpec, parent_pid: int) -> None:
                 out = core.apply(message) + core.status_due()
                 # Nothing more waiting and the step's spacing passed: the chunks taken are
                 # stepped now (otherwise the next poll waits out the spacing for more).
-                if not inbox.poll(0) and core.step_wait_s() == 0.0:
+                if not inbox.poll(0) and core.step_due():
                     out += core.step()
             else:
                 out = core.step()
