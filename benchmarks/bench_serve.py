@@ -3,7 +3,8 @@ recording at real-time pace, against a server process of its own.
 
 Reports connections held and refused, caption latency p50/p99 as the clients see it (an update
 received, against when the audio it ends with was sent) beside the same engine in-process
-(the same recordings as streams of one `Pipeline` in this process, fed 100 ms messages at
+(the same recordings as streams of one `Pipeline` in this process, each started as long after
+the first as the server let its client in, fed 100 ms messages at
 real-time pace through the server's own ``NetworkSource`` and measured the same way,
 ``--baseline``), the server process's CPU per connection, and the committed WER (pooled, the
 normalisation of benchmarks/wer.py; per client too, with the worst three, so a stream that got
@@ -156,6 +157,7 @@ async def _one_connection(index: int, url: str, token: str | None, pcm: np.ndarr
                 record["close"] = "no ready"
                 return
             record["ready"] = True
+            record["ready_mono_s"] = time.monotonic()  # one clock for every process of this host
             t0 = loop.time()
             wall0 = time.time()
 
@@ -292,10 +294,13 @@ class ServerProcess:
 
 # -- the in-process baseline ---------------------------------------------------------------------
 
-def baseline(clips, assign: list[int], indices: list[int], seconds: float, model: str, device: str,
-             timeout_s: float, ramp_per_s: float, isolation: str) -> dict:
-    """The recordings of the clients the server held (``indices``) as streams of one in-process
-    pipeline, fed the way the clients feed the server: started at the clients' ramp, each a
+def baseline(clips, assign: list[int], held: dict[int, float], seconds: float, model: str, device: str,
+             timeout_s: float, isolation: str) -> dict:
+    """The recordings of the clients the server held (``held``: client -> when the server said
+    ``ready``, monotonic seconds) as streams of one in-process pipeline, fed the way the clients
+    feed the server: each started as long after the first as its client was let in (the
+    server's growth limit and the clients' retries decided those times; admitting them all at
+    the clients' ramp instead overloads any engine), each a
     :class:`~captioner.serve.engine_link.NetworkSource` (the server's own source) given its
     audio in ``CHUNK_S`` messages at real-time pace by one thread, and ended (committed) when
     its audio is all sent, as a client's ``end`` does. The latency is measured the way the
@@ -317,7 +322,8 @@ def baseline(clips, assign: list[int], indices: list[int], seconds: float, model
     pipeline.start()
     latency: dict[str, list[float]] = {"partial": [], "final": []}
     step = int(CHUNK_S * 16000)
-    waiting = list(indices)  # not started yet, in the clients' order
+    first_ready_s = min(held.values(), default=0.0)
+    waiting = sorted(held, key=held.__getitem__)  # not started yet, in the order they were let in
     sending: dict[str, tuple[NetworkSource, np.ndarray, float, int]] = {}  # label -> (source, audio, t0, next)
     started: dict[str, float] = {}
     ended: set[str] = set()
@@ -333,7 +339,7 @@ def baseline(clips, assign: list[int], indices: list[int], seconds: float, model
 
     while (waiting or sending) and time.monotonic() < deadline:
         now = time.monotonic()
-        while waiting and now >= first_s + (len(indices) - len(waiting)) / ramp_per_s:
+        while waiting and now >= first_s + held[waiting[0]] - first_ready_s:
             i = waiting.pop(0)
             source = NetworkSource(f"c{i}", 16000)  # live, as a network client is
             try:
@@ -461,12 +467,12 @@ def main(argv: list[str] | None = None) -> int:
     token = "bench-" + os.urandom(16).hex()
     token_file = Path(tempfile.mkdtemp(prefix="bench-serve-")) / "token"
     token_file.write_text(token)
-    runs, held_any = [], set()
+    runs, held_any = [], {}
     for count in frontends:
         result, held_indices = serve_run(args, count, clips, clip_audio, repeats, assign, audio_s, client_timeout_s,
                                          token, token_file)
         runs.append(result)
-        held_any |= held_indices
+        held_any.update(held_indices)
         if args.json is not None:  # what was served is kept even if a later run runs out of time
             args.json.write_text(json.dumps(_combined(runs), indent=2) + "\n")
     if args.baseline:
@@ -477,8 +483,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.py_spy is not None:  # this process (the baseline's pipeline) and its model's process
             profiler = _py_spy(os.getpid(), args.py_spy.with_name(f"{args.py_spy.stem}-baseline{args.py_spy.suffix}"))
         try:
-            local = baseline(clips, assign, sorted(held_any), args.seconds, args.model, args.device, client_timeout_s,
-                             args.ramp, args.isolation or SERVE_ISOLATION)
+            local = baseline(clips, assign, held_any, args.seconds, args.model, args.device, client_timeout_s,
+                             args.isolation or SERVE_ISOLATION)
         finally:
             if profiler is not None:
                 profiler.send_signal(2)
@@ -666,7 +672,7 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
     result["served_wall_s"] = round(wall_s, 1)
     result["server_timeline_fields"] = ["s", *TIMELINE_FIELDS]
     result["server_timeline"] = server_timeline(records.values())
-    return result, {r["index"] for r in held}
+    return result, {r["index"]: r["ready_mono_s"] for r in held}
 
 
 if __name__ == "__main__":

@@ -110,10 +110,10 @@ def test_a_streams_second_chunk_in_a_batch_steps_the_first():
     assert sorted(views) == ["a", "b", "c"] and all(0.08 <= end_s <= 0.1 for end_s in views.values())
 
 
-def test_an_open_or_finish_steps_first_only_for_its_own_waiting_audio():
-    """A refused retry storm must not step the engine once per open: an open (taken or refused)
-    and the finish of a stream with nothing waiting leave the other streams' audio for the next
-    step; the finish of a stream whose own audio waits steps it first."""
+def test_opens_and_finishes_leave_the_waiting_audio_for_the_next_step():
+    """A refused retry storm or streams ending by the dozen must not step the engine once per
+    message: an open (taken or refused) and a finish leave the audio waiting for the next step,
+    and a finished stream's own waiting audio is still captioned before its end."""
     from captioner.engine.admission import AdmissionConfig
     from captioner.engine.core import EngineConfig
 
@@ -122,20 +122,22 @@ def test_an_open_or_finish_steps_first_only_for_its_own_waiting_audio():
     core = HostCore(spec)
     for label in ("a", "b"):
         core.apply(("open", label, None, 0, 0, False, "live"))
-    chunk = np.zeros(CHUNK, np.float32)
-    now_ns = time.monotonic_ns()
-    core.apply(("audio", ("a",), (0,), (now_ns,), (CHUNK,), chunk))
-
-    def a_end_s() -> float:
-        return {v.name: v.audio_end_s for v in core.live.engine.views()}["a"]
-
+    speech = _audio()["a"][:int(4.5 * SAMPLE_RATE_HZ)]  # a's first phrase, from 1.0 s
+    core.apply(("audio", ("a",), (0,), (time.monotonic_ns(),), (speech.shape[0],), speech))
     assert core.apply(("open", "c", None, 0, 0, False, "live")) == [("opened", "c")]
     refused = core.apply(("open", "d", None, 0, 0, False, "live"))
     assert [m[0] for m in refused] == ["refused"]
     assert core.apply(("finish", "b")) == []
-    assert core.has_unstepped and a_end_s() == 0.0  # a's chunk still waits for the next step
-    core.apply(("finish", "a"))
-    assert not core.has_unstepped and a_end_s() > 0.0  # its own audio went first
+    assert core.apply(("finish", "a")) == []
+    assert core.has_unstepped  # a's audio still waits for the next step
+    assert {v.name: v.audio_end_s for v in core.live.engine.views()}["a"] == 0.0
+    out = []
+    for _ in range(80):
+        out += core.step()
+    plain = _plain(out)
+    finals = [word for m in plain if m[0] == "update" and m[1] == "a" and m[2] == "final" for word in keys(m[3])]
+    assert finals == keys("the birch canoe slid on the smooth planks")
+    assert ("done", "a") in plain and ("done", "b") in plain
 
 
 def test_a_host_with_many_streams_spaces_its_steps_and_one_with_few_does_not():

@@ -186,17 +186,18 @@ class HostCore:
         # chunk (and any message but audio) steps the chunks taken before it; chunks of different
         # streams wait for one step together (the next message that needs it, or the caller's
         # poll), which keeps many streams' features and VAD batched instead of one engine push
-        # per chunk (an H200's 1,000 connections sent 10,000 chunks a second). A stream's open
-        # or finish steps first only when that stream has audio waiting: a server at capacity
-        # is sent an open for every retried connection it refuses (100 a second on an H200),
-        # and a step before each made model steps of a few rows, behind which the engine fell
-        # (docs/serve.md).
+        # per chunk (an H200's 1,000 connections sent 10,000 chunks a second). An open steps
+        # first only when its label has audio waiting, and a finish never does (the stream keeps
+        # its waiting audio ahead of its end, ``CaptionStream.finish``): a server at capacity is
+        # sent an open for every retried connection it refuses (100 a second on an H200), its
+        # streams end by the dozen a second, and a step before each made model steps of a few
+        # rows, behind which the engine fell (docs/serve.md).
         if kind == "audio":
             again = not self._unstepped.isdisjoint(message[1])
-        elif kind in ("open", "finish"):
+        elif kind == "open":
             again = message[1] in self._unstepped
         else:
-            again = True
+            again = kind != "finish"
         out = self._work() if self._unstepped and again else []
         if kind == "audio":
             _, labels, firsts, stamps, lengths, samples = message
