@@ -226,10 +226,14 @@ async def run_clients(indices: list[int], url: str, token: str | None, audio: di
     return out
 
 
-def _client_process(args: tuple) -> dict:
+def _client_process(args: tuple) -> tuple[dict, float]:
+    """One client process's records and the CPU seconds it used (the clients share the
+    server's host: what they take is not the server's)."""
     indices, url, token, clip_audio, assign, ramp, timeout_s, retry_s = args
     audio = {i: clip_audio[assign[i]] for i in indices}
-    return asyncio.run(run_clients(indices, url, token, audio, ramp, timeout_s, retry_s))
+    cpu0 = time.process_time()
+    records = asyncio.run(run_clients(indices, url, token, audio, ramp, timeout_s, retry_s))
+    return records, time.process_time() - cpu0
 
 
 # -- the server process ------------------------------------------------------------------------
@@ -552,11 +556,17 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
     sampling = threading.Event()
     cpu_samples: list[tuple[float, float, float]] = []  # (wall, hub CPU s, front-ends CPU s), once a second
 
+    import psutil
+
+    host_busy_pct: list[float] = []  # the whole host's CPU, once a second (clients and server share it)
+    psutil.cpu_percent(interval=None)
+
     def sample_rss() -> None:
         nonlocal peak_rss
         while not sampling.wait(1.0):
             peak_rss = max(peak_rss, server.rss_bytes())
             cpu_samples.append((time.monotonic(), *server.cpu_split()))
+            host_busy_pct.append(psutil.cpu_percent(interval=None))
 
     threading.Thread(target=sample_rss, daemon=True).start()
     try:
@@ -565,11 +575,13 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
             with multiprocessing.get_context("spawn").Pool(args.client_processes) as pool:
                 parts = pool.map(_client_process, [(s, url, token, clip_audio, assign, args.ramp, client_timeout_s,
                                                     args.retry_s) for s in shares])
-            records = {k: v for part in parts for k, v in part.items()}
+            records = {k: v for part, _ in parts for k, v in part.items()}
+            clients_cpu_s = sum(cpu_s for _, cpu_s in parts)
         else:
             audio = {i: clip_audio[assign[i]] for i in range(args.clients)}
             records = asyncio.run(run_clients(list(range(args.clients)), url, token, audio, args.ramp,
                                               client_timeout_s, args.retry_s))
+            clients_cpu_s = None  # in this process, beside the sampler: not told apart
         hub1, fronts1 = server.cpu_split()
         wall_s = time.monotonic() - wall0
     finally:
@@ -670,6 +682,9 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
     if args.isolation:
         result["isolation"] = args.isolation
     result["served_wall_s"] = round(wall_s, 1)
+    result["host_cpu"] = {"cores": psutil.cpu_count(), "busy_pct_p50": percentile(host_busy_pct, 50),
+                          "busy_pct_max": max(host_busy_pct, default=None),
+                          "clients_cores": round(clients_cpu_s / wall_s, 2) if clients_cpu_s is not None else None}
     result["server_timeline_fields"] = ["s", *TIMELINE_FIELDS]
     result["server_timeline"] = server_timeline(records.values())
     return result, {r["index"]: r["ready_mono_s"] for r in held}

@@ -140,6 +140,48 @@ def test_opens_and_finishes_leave_the_waiting_audio_for_the_next_step():
     assert ("done", "a") in plain and ("done", "b") in plain
 
 
+def test_a_chunk_that_comes_early_waits_for_the_next_step_and_nothing_is_lost():
+    """With many streams, a stream's second chunk soon after a step (a network's jitter) waits
+    for the next step instead of stepping every stream at once; the waiting chunks keep their
+    order, go before the stream's end, and the words come out whole."""
+    core = _core()
+    for k in range(300):  # quiet company: the step spacing of a busy server (100 ms)
+        core.apply(("open", f"quiet{k}", None, 0, 0, False, "live"))
+    audio = _audio()
+    out = core.step()
+
+    def a_end_s() -> float:
+        return {v.name: v.audio_end_s for v in core.live.engine.views(names={"a"})}["a"]
+
+    last = int(DURATION_S * SAMPLE_RATE_HZ) - 2 * CHUNK
+    for first in range(0, last + 1, 2 * CHUNK):
+        before_s = a_end_s()
+        # Two of every stream's chunks at once: the second finds the first waiting.
+        for at in (first, first + CHUNK):
+            labels = tuple(SCRIPTS)
+            pieces = [audio[label][at:at + CHUNK] for label in labels]
+            now_ns = time.monotonic_ns()
+            out += core.apply(("audio", labels, (at,) * 3, (now_ns,) * 3, tuple(p.shape[0] for p in pieces),
+                               np.concatenate(pieces)))
+        assert a_end_s() == before_s  # no step for the early chunk
+        if first == last:
+            break  # the last early chunks still wait when the streams end
+        time.sleep(core.step_wait_s())
+        out += core.step()
+    assert {item[0] for item in core._deferred} == set(SCRIPTS)
+    for label in SCRIPTS:
+        out += core.apply(("finish", label))
+        assert label not in {item[0] for item in core._deferred}  # its early chunks went before its end
+    for _ in range(60):
+        out += core.step()
+    finals: dict[str, list[str]] = {}
+    for message in _plain(out):
+        if message[0] == "update" and message[2] == "final":
+            finals.setdefault(message[1], []).extend(keys(message[3]))
+    assert finals == {label: keys(words) for label, words in SCRIPTS.items()}
+    assert core.live.streams.keys().isdisjoint(SCRIPTS)
+
+
 def test_a_host_with_many_streams_spaces_its_steps_and_one_with_few_does_not():
     core = _core()
     core.step()
