@@ -182,6 +182,22 @@ def test_a_chunk_that_comes_early_waits_for_the_next_step_and_nothing_is_lost():
     assert core.live.streams.keys().isdisjoint(SCRIPTS)
 
 
+def test_a_backlog_is_still_stepped_every_few_chunks():
+    """Only a little of a stream waits for the next step: a backlog handed over at once (a
+    re-feed after a restart) is stepped as it comes, a step every few chunks, not held for one
+    step at the end (its captions and the host's heartbeat would wait for all of it)."""
+    core = _core()
+    for k in range(300):
+        core.apply(("open", f"quiet{k}", None, 0, 0, False, "live"))
+    core.step()
+    speech = _audio()["a"]
+    for k in range(10):  # one second of a's audio, back to back
+        at = k * CHUNK
+        core.apply(("audio", ("a",), (at,), (time.monotonic_ns(),), (CHUNK,), speech[at:at + CHUNK]))
+    end_s = {v.name: v.audio_end_s for v in core.live.engine.views(names={"a"})}["a"]
+    assert end_s >= 0.6  # stepped along the way: at most EARLY_MAX_S (0.2 s) and the chunk in hand wait
+
+
 def test_a_host_with_many_streams_spaces_its_steps_and_one_with_few_does_not():
     core = _core()
     core.step()

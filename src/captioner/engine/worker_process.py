@@ -60,7 +60,9 @@ refused, and the server took no more (docs/serve.md)."""
 _RECEIVE_WAIT_S = 0.05
 EARLY_FRACTION = 0.6
 """A stream's chunk that finds one of its own waiting sooner than this share of the step spacing
-after the last step waits for the next step (:meth:`HostCore.apply`)."""
+after the last step waits for the next step (:meth:`HostCore.apply`)..."""
+EARLY_MAX_S = 0.2
+"""...while that stream has at most this much audio waiting so (two of a client's chunks)."""
 STEP_SPACING_MAX_S = 0.1
 STEP_SPACING_PER_STREAM_S = 0.4e-3
 """With N streams a host's steps follow each other by at least min(100 ms, N x 0.4 ms)
@@ -163,7 +165,7 @@ class HostCore:
         self._checkpoint: dict[str, int] = {}
         self._unstepped: set[str] = set()  # streams given a chunk since the last step
         self._deferred: list[tuple] = []  # (label, first sample, capture ns, samples) that came early
-        self._deferred_labels: set[str] = set()
+        self._deferred_samples: dict[str, int] = {}  # stream -> samples of its chunks in _deferred
         self._last_work_s = 0.0
         self._next_status_s = 0.0
 
@@ -202,11 +204,15 @@ class HostCore:
         # waits for the next step instead of stepping every stream now: 400 streams with a few
         # per cent of their chunks early made model steps of 10 rows where 43 do (docs/serve.md).
         # A backlog (the host was busy for longer than that) is still stepped chunk by chunk.
+        # At most ``EARLY_MAX_S`` of a stream waits so: a backlog (a re-feed after a restart)
+        # goes on being stepped every few chunks, its captions and the heartbeat not held back.
         audio = kind == "audio"
-        early = audio and bool(self._deferred) or (
-            audio and not self._unstepped.isdisjoint(message[1]) and self._since_work_s() < self._early_s())
+        repeat = audio and not self._unstepped.isdisjoint(message[1])
+        early = repeat and self._since_work_s() < self._early_s() and all(
+            self._deferred_samples.get(label, 0) + n <= EARLY_MAX_S * SAMPLE_RATE_HZ
+            for label, n in zip(message[1], message[4]))
         if audio:
-            again = not early and not self._unstepped.isdisjoint(message[1])
+            again = repeat and not early
         elif kind == "open":
             again = message[1] in self._unstepped
         else:
@@ -217,9 +223,9 @@ class HostCore:
             offset = 0
             for label, first, capture_ns, n_samples in zip(labels, firsts, stamps, lengths):
                 piece = samples[offset:offset + n_samples]
-                if early and (label in self._unstepped or label in self._deferred_labels):
+                if early and (label in self._unstepped or label in self._deferred_samples):
                     self._deferred.append((label, first, capture_ns, piece))  # its order kept
-                    self._deferred_labels.add(label)
+                    self._deferred_samples[label] = self._deferred_samples.get(label, 0) + n_samples
                 else:
                     self._accept(label, first, capture_ns, piece)
                 offset += n_samples
@@ -259,7 +265,7 @@ class HostCore:
 
     def _accept_deferred(self, label: str | None = None) -> None:
         """The chunks that came early (of ``label`` only, when given), in their order."""
-        if label is not None and label not in self._deferred_labels:
+        if label is not None and label not in self._deferred_samples:
             return
         kept = []
         for item in self._deferred:
@@ -268,7 +274,9 @@ class HostCore:
             else:
                 kept.append(item)
         self._deferred = kept
-        self._deferred_labels = {item[0] for item in kept}
+        self._deferred_samples = {}
+        for item in kept:
+            self._deferred_samples[item[0]] = self._deferred_samples.get(item[0], 0) + item[3].shape[0]
 
     def _since_work_s(self) -> float:
         return time.monotonic() - self._last_work_s
