@@ -188,24 +188,20 @@ class HostCore:
     def apply(self, message: tuple) -> list[tuple]:
         """One message from the parent; returns what goes back (updates of a model swap)."""
         kind = message[0]
-        # Stepped chunk by chunk, as a live stream is: a backlog handed over at once would pass
-        # its pauses inside one step, and no checkpoint would be seen there. So a stream's second
-        # chunk (and any message but audio) steps the chunks taken before it; chunks of different
-        # streams wait for one step together (the next message that needs it, or the caller's
-        # poll), which keeps many streams' features and VAD batched instead of one engine push
-        # per chunk (an H200's 1,000 connections sent 10,000 chunks a second). An open steps
-        # first only when its label has audio waiting, and a finish never does (the stream keeps
-        # its waiting audio ahead of its end, ``CaptionStream.finish``): a server at capacity is
-        # sent an open for every retried connection it refuses (100 a second on an H200), its
-        # streams end by the dozen a second, and a step before each made model steps of a few
-        # rows, behind which the engine fell (docs/serve.md).
-        # A stream's chunk that comes early, sooner after the last step than most of the step
-        # spacing (a network's jitter: two of a client's 100 ms messages in one front-end frame),
-        # waits for the next step instead of stepping every stream now: 400 streams with a few
-        # per cent of their chunks early made model steps of 10 rows where 43 do (docs/serve.md).
-        # A backlog (the host was busy for longer than that) is still stepped chunk by chunk.
-        # At most ``EARLY_MAX_S`` of a stream waits so: a backlog (a re-feed after a restart)
-        # goes on being stepped every few chunks, its captions and the heartbeat not held back.
+        # Stepped about chunk by chunk, as a live stream is: a backlog handed over at once would
+        # pass its pauses inside one step, and no checkpoint would be seen there. So a stream's
+        # second chunk steps what came before it, and chunks of different streams wait for one
+        # step together (many streams' features and VAD batched: an H200's 1,000 connections sent
+        # 10,000 chunks a second). Three exceptions keep a busy server's model steps full
+        # (docs/serve.md), each of which made steps of a few rows behind which the engine fell:
+        # - a second chunk soon after the last step (a network's jitter: two of a client's
+        #   messages in one front-end frame) waits for the next step, up to ``EARLY_MAX_S`` of the
+        #   stream (a backlog, such as a re-feed after a restart, is still stepped every few
+        #   chunks, its captions and the heartbeat not held back);
+        # - an open steps first only when its own label has audio waiting (a server at capacity
+        #   is sent one for every retried connection it refuses, 100 a second);
+        # - a finish never does (the stream keeps its waiting audio ahead of its end,
+        #   ``CaptionStream.finish``).
         audio = kind == "audio"
         repeat = audio and not self._unstepped.isdisjoint(message[1])
         early = repeat and self._since_work_s() < self._early_s() and all(
