@@ -4,8 +4,8 @@ recording at real-time pace, against a server process of its own.
 Reports connections held and refused, caption latency p50/p99 as the clients see it (an update
 received, against when the audio it ends with was sent) beside the same engine in-process
 (the same recordings as streams of one `Pipeline` in this process, each started as long after
-the first as the server let its client in, fed 100 ms messages at
-real-time pace through the server's own ``NetworkSource`` and measured the same way,
+the first as the server let its client in, fed 100 ms messages at real-time pace through the
+server's own ``NetworkSource`` and measured the same way,
 ``--baseline``), the server process's CPU per connection, and the committed WER (pooled, the
 normalisation of benchmarks/wer.py; per client too, with the worst three, so a stream that got
 nothing shows). ``--py-spy FILE`` profiles the server and its children (the model's process, the
@@ -598,8 +598,9 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
 
     held = [r for r in records.values() if r["ready"] and r["close"] == 1000]
     refused = [r for r in records.values() if r["close"] == 1013 or "1013" in str(r["reason"])]
-    failed = [r for r in records.values() if r not in held and r not in refused]
     refused_ids = {id(r) for r in refused}
+    held_ids = {id(r) for r in held}
+    failed = [r for r in records.values() if id(r) not in held_ids and id(r) not in refused_ids]
     latency = {"partial": [], "final": []}
     for r in held:
         for kind, value in r["latency"]:

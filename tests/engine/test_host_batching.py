@@ -168,10 +168,10 @@ def test_a_chunk_that_comes_early_waits_for_the_next_step_and_nothing_is_lost():
             break  # the last early chunks still wait when the streams end
         time.sleep(core.step_wait_s())
         out += core.step()
-    assert {item[0] for item in core._deferred} == set(SCRIPTS)
+    assert set(core._deferred) == set(SCRIPTS)
     for label in SCRIPTS:
         out += core.apply(("finish", label))
-        assert label not in {item[0] for item in core._deferred}  # its early chunks went before its end
+        assert label not in core._deferred  # its early chunks went before its end
     for _ in range(60):
         out += core.step()
     finals: dict[str, list[str]] = {}

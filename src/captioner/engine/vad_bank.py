@@ -194,7 +194,6 @@ class VadBank:
         self.floor_db[rows] = floor
         return flags
 
-
     def push_ragged(self, rows, counts, energy_db, change_db=None) -> np.ndarray:
         """Rows with different numbers of new frames in one call: ``energy_db`` (and
         ``change_db``) hold the frames of each row one row after another, ``counts[i]`` of them

@@ -164,8 +164,8 @@ class HostCore:
         self._base: dict[str, tuple[int, int]] = {}  # label -> (base sample, segment base)
         self._checkpoint: dict[str, int] = {}
         self._unstepped: set[str] = set()  # streams given a chunk since the last step
-        self._deferred: list[tuple] = []  # (label, first sample, capture ns, samples) that came early
-        self._deferred_samples: dict[str, int] = {}  # stream -> samples of its chunks in _deferred
+        # Chunks that came early, each stream's in order: label -> [(first sample, capture ns, samples)].
+        self._deferred: dict[str, list[tuple[int, int, object]]] = {}
         self._last_work_s = 0.0
         self._next_status_s = 0.0
 
@@ -204,8 +204,8 @@ class HostCore:
         #   ``CaptionStream.finish``).
         audio = kind == "audio"
         repeat = audio and not self._unstepped.isdisjoint(message[1])
-        early = repeat and self._since_work_s() < self._early_s() and all(
-            self._deferred_samples.get(label, 0) + n <= EARLY_MAX_S * SAMPLE_RATE_HZ
+        early = repeat and self._since_work_s() < EARLY_FRACTION * self._spacing_s() and all(
+            sum(p[2].shape[0] for p in self._deferred.get(label, ())) + n <= EARLY_MAX_S * SAMPLE_RATE_HZ
             for label, n in zip(message[1], message[4]))
         if audio:
             again = repeat and not early
@@ -219,9 +219,8 @@ class HostCore:
             offset = 0
             for label, first, capture_ns, n_samples in zip(labels, firsts, stamps, lengths):
                 piece = samples[offset:offset + n_samples]
-                if early and (label in self._unstepped or label in self._deferred_samples):
-                    self._deferred.append((label, first, capture_ns, piece))  # its order kept
-                    self._deferred_samples[label] = self._deferred_samples.get(label, 0) + n_samples
+                if early and label in self._unstepped:
+                    self._deferred.setdefault(label, []).append((first, capture_ns, piece))
                 else:
                     self._accept(label, first, capture_ns, piece)
                 offset += n_samples
@@ -260,26 +259,18 @@ class HostCore:
             self._unstepped.add(label)
 
     def _accept_deferred(self, label: str | None = None) -> None:
-        """The chunks that came early (of ``label`` only, when given), in their order."""
-        if label is not None and label not in self._deferred_samples:
-            return
-        kept = []
-        for item in self._deferred:
-            if label is None or item[0] == label:
-                self._accept(*item)
-            else:
-                kept.append(item)
-        self._deferred = kept
-        self._deferred_samples = {}
-        for item in kept:
-            self._deferred_samples[item[0]] = self._deferred_samples.get(item[0], 0) + item[3].shape[0]
+        """The chunks that came early (of ``label`` only, when given), each stream's in order."""
+        labels = list(self._deferred) if label is None else [label] if label in self._deferred else []
+        for name in labels:
+            for first, capture_ns, samples in self._deferred.pop(name):
+                self._accept(name, first, capture_ns, samples)
 
     def _since_work_s(self) -> float:
         return time.monotonic() - self._last_work_s
 
-    def _early_s(self) -> float:
-        """A repeated chunk this soon after the last step waits for the next one."""
-        return EARLY_FRACTION * min(STEP_SPACING_MAX_S, STEP_SPACING_PER_STREAM_S * len(self.live.streams))
+    def _spacing_s(self) -> float:
+        """The least time between two steps with the streams open now (:data:`STEP_SPACING_MAX_S`)."""
+        return min(STEP_SPACING_MAX_S, STEP_SPACING_PER_STREAM_S * len(self.live.streams))
 
     def _work(self) -> list[tuple]:
         stepped, self._unstepped = self._unstepped, set()
@@ -302,15 +293,14 @@ class HostCore:
         empties after every few chunks stepped hundreds of times a second (a thousand served
         streams: 65 steps a second where 10 would do); so with many streams the steps are spaced
         by up to ``STEP_SPACING_MAX_S``, with one or a few streams they follow the audio at once."""
-        spacing_s = min(STEP_SPACING_MAX_S, STEP_SPACING_PER_STREAM_S * len(self.live.streams))
-        return max(0.0, self._last_work_s + spacing_s - time.monotonic())
+        return max(0.0, self._spacing_s() - self._since_work_s())
 
     def step_due(self) -> bool:
         """Whether to step now: audio was taken and the spacing has passed, or nothing came for
         a while (a pause's close and the status go on without audio)."""
         if self._unstepped:
             return self.step_wait_s() == 0.0
-        return time.monotonic() - self._last_work_s >= _RECEIVE_WAIT_S
+        return self._since_work_s() >= _RECEIVE_WAIT_S
 
     @property
     def has_unstepped(self) -> bool:
