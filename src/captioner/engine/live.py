@@ -65,7 +65,6 @@ FEED_S = 0.1
 """Audio of one stream fed to the engine between two scheduler ticks: fine enough that updates
 and segment ends fall where they would in a live session (the scheduler's own granularity)."""
 
-_FEED_SAMPLES = int(FEED_S * SAMPLE_RATE_HZ) // FRAME_SAMPLES * FRAME_SAMPLES
 
 
 def load_recognizer(model: str, device: str | None, task: str = "transcribe", progress=None):
@@ -138,6 +137,16 @@ class CaptionStream:
         tail = self._ingest.flush(self._owner.clock_ns())
         if tail is not None:
             self._pending.append(tail)
+
+    def _take_upto(self, max_samples: int) -> list[AudioBlock | BlockSlice]:
+        """The oldest pending audio, at most ``max_samples`` of it, over as many blocks as it takes."""
+        taken: list[AudioBlock | BlockSlice] = []
+        left = max_samples
+        while left > 0 and self._pending:
+            block = self._take(left)
+            taken.append(block)
+            left -= block.samples.shape[0]
+        return taken
 
     def _take(self, max_samples: int) -> AudioBlock | BlockSlice | None:
         """The oldest pending audio, at most ``max_samples`` of it (a block is split if longer:
@@ -216,6 +225,10 @@ class LiveCaptioner:
         self.set_language(language)
         self._streams: dict[str, CaptionStream] = {}
         self._closed = False
+        self.feed_s = FEED_S
+        """Audio of each stream fed between two ticks (:data:`FEED_S`); a model host with many
+        streams raises it to its step spacing's double, so that a stream's two chunks come
+        together in a step make one tick, not a second one of the few such streams."""
 
     # -- properties ------------------------------------------------------------------------------
     @property
@@ -325,8 +338,9 @@ class LiveCaptioner:
         if not waiting:
             # No audio, no tick: a step's text work held back for the next one is done now.
             updates += self.engine.flush()
+        feed_samples = max(FRAME_SAMPLES, int(self.feed_s * SAMPLE_RATE_HZ) // FRAME_SAMPLES * FRAME_SAMPLES)
         while waiting:
-            blocks = [s._take(_FEED_SAMPLES) for s in waiting]
+            blocks = [block for s in waiting for block in s._take_upto(feed_samples)]
             self._feed_language_check(blocks)
             self.engine.push(blocks)
             updates += self.engine.tick()

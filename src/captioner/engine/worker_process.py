@@ -58,11 +58,16 @@ engine's worker that waited for it stopped taking its connections' audio: on an 
 connections it waited 29 of 69 s, its inbox filled past the half at which new connections are
 refused, and the server took no more (docs/serve.md)."""
 _RECEIVE_WAIT_S = 0.05
-EARLY_FRACTION = 0.6
-"""A stream's chunk that finds one of its own waiting sooner than this share of the step spacing
-after the last step waits for the next step (:meth:`HostCore.apply`)..."""
-EARLY_MAX_S = 0.2
-"""...while that stream has at most this much audio waiting so (two of a client's chunks)."""
+BACKLOG_STEP_S = 1.0
+"""A stream's audio that may wait for a step on a host whose steps are spaced by
+``STEP_SPACING_MAX_S`` (with fewer streams, as much less as its spacing is): a chunk that would
+take it past this is stepped after the audio before it. So on a busy host a backlog (a re-feed
+after a restart) is worked off, and its captions and the heartbeat sent, a second at a time,
+while a live stream's few chunks between two steps (the spacing, a step's time, a network's
+jitter) never come near it; with one or a few streams, a backlog is stepped chunk by chunk, its
+checkpoints falling in its pauses as they would live.
+(Every repeated chunk stepped the ones before it until 2026-12-04: 453 served streams on an H200
+took about 20 model steps a second of 25 rows, and the engine fell behind, docs/serve.md.)"""
 STEP_SPACING_MAX_S = 0.1
 STEP_SPACING_PER_STREAM_S = 0.4e-3
 """With N streams a host's steps follow each other by at least min(100 ms, N x 0.4 ms)
@@ -147,9 +152,10 @@ class HostCore:
     called by one thread (the child process's main thread, or the worker thread inline)."""
 
     def __init__(self, spec: HostSpec) -> None:
-        from captioner.engine.live import LiveCaptioner
+        from captioner.engine.live import FEED_S, LiveCaptioner
 
         self.spec = spec
+        self._feed_s = FEED_S
         backend = recognizer = None
         if spec.recognizer_factory is not None:
             backend, recognizer = spec.recognizer_factory()
@@ -163,9 +169,7 @@ class HostCore:
         self._lead_in_s = self.live.engine.config.lead_in_s
         self._base: dict[str, tuple[int, int]] = {}  # label -> (base sample, segment base)
         self._checkpoint: dict[str, int] = {}
-        self._unstepped: set[str] = set()  # streams given a chunk since the last step
-        # Chunks that came early, each stream's in order: label -> [(first sample, capture ns, samples)].
-        self._deferred: dict[str, list[tuple[int, int, object]]] = {}
+        self._unstepped: dict[str, int] = {}  # streams given audio since the last step -> its samples
         self._last_work_s = 0.0
         self._next_status_s = 0.0
 
@@ -188,27 +192,21 @@ class HostCore:
     def apply(self, message: tuple) -> list[tuple]:
         """One message from the parent; returns what goes back (updates of a model swap)."""
         kind = message[0]
-        # Stepped about chunk by chunk, as a live stream is: a backlog handed over at once would
-        # pass its pauses inside one step, and no checkpoint would be seen there. So a stream's
-        # second chunk steps what came before it, and chunks of different streams wait for one
-        # step together (many streams' features and VAD batched: an H200's 1,000 connections sent
-        # 10,000 chunks a second). Three exceptions keep a busy server's model steps full
-        # (docs/serve.md), each of which made steps of a few rows behind which the engine fell:
-        # - a second chunk soon after the last step (a network's jitter: two of a client's
-        #   messages in one front-end frame) waits for the next step, up to ``EARLY_MAX_S`` of the
-        #   stream (a backlog, such as a re-feed after a restart, is still stepped every few
-        #   chunks, its captions and the heartbeat not held back);
-        # - an open steps first only when its own label has audio waiting (a server at capacity
-        #   is sent one for every retried connection it refuses, 100 a second);
-        # - a finish never does (the stream keeps its waiting audio ahead of its end,
-        #   ``CaptionStream.finish``).
+        # Audio waits for the next step (the spacing, :meth:`step_due`), every stream's together:
+        # many streams' features and VAD batched, and ``LiveCaptioner.step`` feeds each stream
+        # 100 ms at a time with the model work between, so a pause inside a stream's waiting
+        # audio is seen where it lies. What steps first:
+        # - a chunk that takes its stream past ``BACKLOG_STEP_S`` of waiting audio (a backlog;
+        #   with few streams, past a few ms: their steps follow the chunks);
+        # - an open, only when its own label has audio waiting (a server at capacity is sent one
+        #   for every retried connection it refuses, 100 a second);
+        # - any other message but a finish (the stream keeps its waiting audio ahead of its
+        #   end, ``CaptionStream.finish``).
         audio = kind == "audio"
-        repeat = audio and not self._unstepped.isdisjoint(message[1])
-        early = repeat and self._since_work_s() < EARLY_FRACTION * self._spacing_s() and all(
-            sum(p[2].shape[0] for p in self._deferred.get(label, ())) + n <= EARLY_MAX_S * SAMPLE_RATE_HZ
-            for label, n in zip(message[1], message[4]))
         if audio:
-            again = repeat and not early
+            room = BACKLOG_STEP_S * self._spacing_s() / STEP_SPACING_MAX_S * SAMPLE_RATE_HZ
+            waiting = self._unstepped
+            again = any(label in waiting and waiting[label] + n > room for label, n in zip(message[1], message[4]))
         elif kind == "open":
             again = message[1] in self._unstepped
         else:
@@ -218,11 +216,7 @@ class HostCore:
             _, labels, firsts, stamps, lengths, samples = message
             offset = 0
             for label, first, capture_ns, n_samples in zip(labels, firsts, stamps, lengths):
-                piece = samples[offset:offset + n_samples]
-                if early and label in self._unstepped:
-                    self._deferred.setdefault(label, []).append((first, capture_ns, piece))
-                else:
-                    self._accept(label, first, capture_ns, piece)
+                self._accept(label, first, capture_ns, samples[offset:offset + n_samples])
                 offset += n_samples
         elif kind == "open":
             _, label, language, base_sample, segment_base, readmit, priority = message
@@ -239,7 +233,6 @@ class HostCore:
             if starts_at is not None:
                 starts_at(label, base_sample / SAMPLE_RATE_HZ)
         elif kind == "finish":
-            self._accept_deferred(message[1])  # its last chunks go before its end
             stream = self.live.streams.get(message[1])
             if stream is not None:
                 stream.finish()
@@ -256,14 +249,7 @@ class HostCore:
         if stream is not None:
             stream.accept_waveform(SAMPLE_RATE_HZ, samples, capture_ns=capture_ns,
                                    first_sample=first - self._base[label][0])
-            self._unstepped.add(label)
-
-    def _accept_deferred(self, label: str | None = None) -> None:
-        """The chunks that came early (of ``label`` only, when given), each stream's in order."""
-        labels = list(self._deferred) if label is None else [label] if label in self._deferred else []
-        for name in labels:
-            for first, capture_ns, samples in self._deferred.pop(name):
-                self._accept(name, first, capture_ns, samples)
+            self._unstepped[label] = self._unstepped.get(label, 0) + len(samples)
 
     def _since_work_s(self) -> float:
         return time.monotonic() - self._last_work_s
@@ -273,11 +259,13 @@ class HostCore:
         return min(STEP_SPACING_MAX_S, STEP_SPACING_PER_STREAM_S * len(self.live.streams))
 
     def _work(self) -> list[tuple]:
-        stepped, self._unstepped = self._unstepped, set()
+        stepped, self._unstepped = set(self._unstepped), {}
         self._last_work_s = time.monotonic()
         before = set(self.live.streams)
+        # A stream's chunks that came together (a step's spacing of audio, a network's jitter)
+        # are fed in one tick: a second tick of the few such streams was a model step of a few rows.
+        self.live.feed_s = max(self._feed_s, 2 * self._spacing_s())
         updates = self.live.step()
-        self._accept_deferred()  # the chunks that came early are the next step's audio
         out = self._updates(updates)
         for label in before - set(self.live.streams):
             out.append(("done", label))
@@ -356,7 +344,6 @@ class HostCore:
         return out
 
     def close(self) -> list[tuple]:
-        self._accept_deferred()
         return self._updates(self.live.close())
 
 
