@@ -143,6 +143,16 @@ def test_a_server_updates_every_second_on_any_device():
     assert for_device_interval(server_engine_config(), on_gpu=True) == 1.0
 
 
+def test_a_servers_step_takes_a_hundred_due_streams_where_a_desktops_takes_64():
+    """A thousand served streams due once a second over ten ticks: about a hundred due a tick."""
+    from captioner.serve.engine_link import SERVER_MAX_BATCH, server_engine_config
+
+    views = [StreamView(f"s{k}", 5.0, 3.9, True) for k in range(300)]
+    assert len(Scheduler(server_engine_config().scheduler).due(views[:120])) == 120
+    assert len(Scheduler(server_engine_config().scheduler).due(views)) == SERVER_MAX_BATCH
+    assert len(Scheduler(SchedulerConfig(base_interval_s=1.0)).due(views[:120])) == 64
+
+
 def for_device_interval(config, on_gpu: bool) -> float:
     from captioner.engine.scheduler import for_device
 

@@ -47,6 +47,9 @@ DROP_HOLDOFF_S = 10.0
 """...or for this long after a connection's audio was dropped at a full inbox."""
 
 
+SERVER_MAX_BATCH = 256
+"""Most streams in one of a server's model steps: the batch every H200 capacity figure was
+measured at (``bench_capacity --max-batch 256``, docs/capacity.md)."""
 SERVER_INTERVAL_S = 1.0
 """A server's base update interval: it is sized for many streams, so updates come every 1 s (the
 capacity figures of docs/capacity.md), not the desktop's 0.5 s on a GPU, which would halve the
@@ -59,8 +62,11 @@ def server_engine_config():
     from captioner.engine.core import EngineConfig  # noqa: PLC0415 - the engine loads with the pipeline
     from captioner.engine.scheduler import SchedulerConfig  # noqa: PLC0415
 
-    # Warm: a server meets every batch shape before its first client, not under load.
-    return EngineConfig(scheduler=SchedulerConfig(base_interval_s=SERVER_INTERVAL_S), warm_up=True)
+    # Warm: a server meets every batch shape before its first client, not under load. Up to
+    # SERVER_MAX_BATCH streams a step: a thousand streams due once a second over ten ticks make
+    # steps of about a hundred, which the desktop's 64 would cut short.
+    return EngineConfig(scheduler=SchedulerConfig(base_interval_s=SERVER_INTERVAL_S, max_batch=SERVER_MAX_BATCH),
+                        warm_up=True)
 
 
 def batch_s_for(queue_depth: int) -> float:
