@@ -3,14 +3,17 @@
 on a simulated clock, and how many engine ticks and model steps (and rows per step) the same
 audio makes. Side by side in one run: chunks on time, and chunks with a network's jitter (a few
 ms late each, one in twenty 30-150 ms late, so that two of a stream's chunks come together),
-each with early chunks waiting for the next step (the host's rule) and stepping at once
-(``EARLY_FRACTION = 0``, the rule before).
+each with the host's rule (a stream's chunks wait for the next step together, up to
+``BACKLOG_STEP_S``) and the rule before (``BACKLOG_STEP_S = 0``: a stream's second chunk steps
+the ones before it).
 
 The recognizer is the tests' scripted listener (no model): a model step is charged
-``--step-fixed-ms`` plus ``--step-row-ms`` a row on the clock (the H200's tiny.en order of
-magnitude by default), during which the next chunks arrive. What is counted is the step
-structure while the streams speak (their ends are counted apart), which is what made 400 served streams on an H200 take model steps of 2-15 rows
-where the same engine in-process took 40 (docs/serve.md).
+``--step-fixed-ms`` plus ``--step-row-ms`` a row on the clock while it runs, and each chunk
+``--chunk-ms`` as the host takes it (the H200's tiny.en order of magnitude by default), so the
+next chunks arrive meanwhile, as they do on a server. What is counted is the step structure
+while the streams speak (their ends are counted apart), and each stream's update interval:
+what made 453 served streams on an H200 take about 20 model steps a second of 25 rows, behind
+which the engine fell (docs/serve.md).
 
     .venv/bin/python benchmarks/bench_host_arrival.py --streams 400 --seconds 8 [--json out.json]
 """
@@ -60,7 +63,14 @@ def arrivals(streams: int, chunks: int, jitter: bool, rng) -> np.ndarray:
     return np.maximum.accumulate(nominal + late, axis=1)
 
 
-def run(streams: int, seconds: float, jitter: bool, early_waits: bool, fixed_s: float, row_s: float) -> dict:
+RULES = {
+    # name: the host's BACKLOG_STEP_S
+    "step": 0.0,  # every repeated chunk steps the ones before it (the rule before 2026-12-04)
+    "wait": None,  # the chunks wait for the next step, up to BACKLOG_STEP_S (the host's rule)
+}
+
+
+def run(streams: int, seconds: float, jitter: bool, rule: str, fixed_s: float, row_s: float, chunk_s: float) -> dict:
     from scripted import ScriptedRecognizer, phrase, render_speech
 
     import captioner.engine.worker_process as host_module
@@ -83,9 +93,10 @@ def run(streams: int, seconds: float, jitter: bool, early_waits: bool, fixed_s: 
             return cpu_backend(), ScriptedRecognizer(dict(scripts))
 
     clock = SimTime()
-    saved = host_module.time, host_module.EARLY_FRACTION
+    saved = host_module.time, host_module.BACKLOG_STEP_S
     host_module.time = clock
-    host_module.EARLY_FRACTION = saved[1] if early_waits else 0.0
+    if RULES[rule] is not None:
+        host_module.BACKLOG_STEP_S = RULES[rule]
     try:
         # A server at load: 1 s updates, no riders, no waiting for fuller steps (at a thousand
         # streams a closing segment is due at nearly every tick, so none waits).
@@ -95,8 +106,24 @@ def run(streams: int, seconds: float, jitter: bool, early_waits: bool, fixed_s: 
         core = HostCore(HostSpec("scripted", "cpu", recognizer_factory=Factory(), config=config))
         engine = core.live.engine
         rows: list[int] = []
+        decoded_at: dict[str, list[float]] = {}  # stream -> clock times its rows were decoded
         decode = engine.recognizer.decode
-        engine.recognizer.decode = lambda requests, *a, **k: (rows.append(len(requests)), decode(requests, *a, **k))[1]
+
+        def charged_decode(requests, *a, **k):  # a model step's time passes on the clock while it runs
+            rows.append(len(requests))
+            clock.now_s += fixed_s + len(requests) * row_s
+            for request in requests:
+                decoded_at.setdefault(request.stream, []).append(clock.now_s)
+            return decode(requests, *a, **k)
+
+        engine.recognizer.decode = charged_decode
+        accept = core._accept
+
+        def charged_accept(*a):  # a chunk's reading, features and VAD take time too
+            clock.now_s += chunk_s
+            accept(*a)
+
+        core._accept = charged_accept
         ticks = [0]
         tick = engine.tick
         engine.tick = lambda: (ticks.__setitem__(0, ticks[0] + 1), tick())[1]
@@ -106,9 +133,7 @@ def run(streams: int, seconds: float, jitter: bool, early_waits: bool, fixed_s: 
         arrive = arrivals(streams, chunks, jitter, rng)
         sent = np.zeros(streams, dtype=int)
         start_s, frame_s = clock.now_s, 0.0
-
-        def charge(before: int) -> None:  # a model step's time passes on the clock
-            clock.now_s += (len(rows) - before) * fixed_s + sum(rows[before:]) * row_s
+        taken_late_s: list[float] = []  # how long after its frame arrived each message was taken
 
         while (sent < chunks).any():
             clock.now_s = max(clock.now_s, start_s + frame_s + FRAME_S)
@@ -120,28 +145,29 @@ def run(streams: int, seconds: float, jitter: bool, early_waits: bool, fixed_s: 
                     labels = tuple(f"s{i}" for i in ready)
                     firsts = tuple(int(sent[i]) * CHUNK for i in ready)
                     pieces = [audio[label][first:first + CHUNK] for label, first in zip(labels, firsts)]
-                    before = len(rows)
+                    taken_late_s.append(clock.now_s - (start_s + frame_s))
                     core.apply(("audio", labels, firsts, (clock.monotonic_ns(),) * len(ready),
                                 tuple(p.shape[0] for p in pieces), np.concatenate(pieces)))
-                    charge(before)
                     sent[ready] += 1
                     ready = [i for i in ready if sent[i] < chunks and arrive[i, sent[i]] <= frame_s]
             if core.step_due():
-                before = len(rows)
                 core.step()
-                charge(before)
         streaming_ticks, streaming_rows = ticks[0], list(rows)  # the ends (every stream's last final) apart
+        streaming_end_s = clock.now_s
         for label in scripts:
             core.apply(("finish", label))
         for _ in range(40):
-            before = len(rows)
             core.step()
-            charge(before)
     finally:
-        host_module.time, host_module.EARLY_FRACTION = saved
-    return {"streams": streams, "audio_s": seconds, "jitter": jitter, "early_chunks": "wait" if early_waits else "step",
+        host_module.time, host_module.BACKLOG_STEP_S = saved
+    # A stream's update interval: the time between two of its rows while the streams spoke.
+    intervals = [b - a for times in decoded_at.values() for a, b in zip(times, times[1:]) if b <= streaming_end_s]
+    return {"streams": streams, "audio_s": seconds, "jitter": jitter, "rule": rule,
             "engine_ticks": streaming_ticks, "model_steps": len(streaming_rows), "rows": int(sum(streaming_rows)),
             "rows_per_step": round(float(np.mean(streaming_rows)), 1) if streaming_rows else 0.0,
+            "interval_p50_s": round(float(np.percentile(intervals, 50)), 2) if intervals else None,
+            "interval_p99_s": round(float(np.percentile(intervals, 99)), 2) if intervals else None,
+            "taken_late_max_s": round(max(taken_late_s, default=0.0), 2),
             "ending_model_steps": len(rows) - len(streaming_rows),
             "clock_s": round(clock.now_s - start_s, 2)}
 
@@ -152,23 +178,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=8.0, help="audio per stream")
     parser.add_argument("--step-fixed-ms", type=float, default=15.0, help="a model step's fixed time")
     parser.add_argument("--step-row-ms", type=float, default=0.6, help="...and its time per row")
+    parser.add_argument("--chunk-ms", type=float, default=0.08, help="a chunk's time in the host (reading, features, VAD)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     if not 1 <= args.streams <= 2000 or not 1.0 <= args.seconds <= 60.0:
         parser.error("--streams must be 1..2000 and --seconds 1..60")
-    runs = [run(args.streams, args.seconds, jitter, waits, args.step_fixed_ms / 1000, args.step_row_ms / 1000)
-            for jitter in (False, True) for waits in (True, False)]
-    print("| arrival | early chunks | engine ticks | model steps | rows per step |")
-    print("|---|---|---|---|---|")
+    runs = [run(args.streams, args.seconds, jitter, rule, args.step_fixed_ms / 1000, args.step_row_ms / 1000,
+                args.chunk_ms / 1000)
+            for jitter in (False, True) for rule in RULES]
+    print("| arrival | rule | engine ticks | model steps | rows per step | interval p50 / p99 s | taken late (max) s |")
+    print("|---|---|---|---|---|---|---|")
     for r in runs:
-        print(f"| {'jitter' if r['jitter'] else 'on time'} | {r['early_chunks']} | {r['engine_ticks']} | "
-              f"{r['model_steps']} | {r['rows_per_step']} |")
-    jittered = {r["early_chunks"]: r for r in runs if r["jitter"]}
+        print(f"| {'jitter' if r['jitter'] else 'on time'} | {r['rule']} | {r['engine_ticks']} | "
+              f"{r['model_steps']} | {r['rows_per_step']} | {r['interval_p50_s']} / {r['interval_p99_s']} | "
+              f"{r['taken_late_max_s']} |")
+    jittered = {r["rule"]: r for r in runs if r["jitter"]}
     ratio = jittered["step"]["model_steps"] / max(1, jittered["wait"]["model_steps"])
-    print(f"with jitter, model steps when early chunks step / when they wait: {ratio:.2f}x")
+    print(f"with jitter, model steps of the rule before / the host's rule: {ratio:.2f}x")
     result = {"date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "runs": runs,
-              "jitter_steps_ratio_step_over_wait": round(ratio, 2),
-              "step_cost": {"fixed_ms": args.step_fixed_ms, "row_ms": args.step_row_ms}}
+              "jitter_steps_ratio_before_over_now": round(ratio, 2),
+              "cost": {"step_fixed_ms": args.step_fixed_ms, "step_row_ms": args.step_row_ms,
+                       "chunk_ms": args.chunk_ms}}
     if args.json is not None:
         args.json.write_text(json.dumps(result, indent=2) + "\n")
     return 0
