@@ -606,7 +606,7 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
         # rest: the policy, building windows, stepping the API).
         "host_breakdown_cpu_ms_per_stream_s": {
             part: round(1e3 * seconds / max(1e-9, audio_s), 3)
-            for part, seconds in [("ingest", ingest_s), *host_totals.items()]},
+            for part, seconds in {**host_totals, "ingest": ingest_s}.items()},
         "compute_over_audio": round(loop_wall_s / max(1e-9, audio_s / max(1, len(streams))), 3),
         "update_interval_p50_s": percentile(intervals, 50), "update_interval_p99_s": percentile(intervals, 99),
         "partial_p50_s": percentile(shown_lat, 50), "partial_p99_s": percentile(shown_lat, 99),

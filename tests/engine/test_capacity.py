@@ -21,7 +21,13 @@ from scripted import (
     render_speech,
 )
 
-from captioner.engine.admission import AdmissionConfig, Priority, StepCost, predict
+from captioner.engine.admission import (
+    AdmissionConfig,
+    HostCost,
+    Priority,
+    StepCost,
+    predict,
+)
 from captioner.engine.core import EngineConfig
 from captioner.engine.live import LiveCaptioner
 from captioner.engine.scheduler import SchedulerConfig
@@ -111,6 +117,41 @@ def test_a_stream_past_the_update_interval_limit_is_refused_and_the_running_ones
     # The running streams were never slowed past the limit: their updates came every base
     # interval (1 s), or sooner for a closing update or one that rode along.
     assert intervals and max(intervals) <= 1.5
+
+
+def test_the_threads_host_work_counts_against_the_interval_too():
+    """The same three streams and device as above, with the engine thread's host work per
+    stream (taking audio in, features, VAD) measured at 0.1 s a stream-second: with four streams
+    the thread would work 0.45 s on the model and 0.4 s on the host each second, past the 70 %
+    busy target, stretching the interval to about 1.66 s; so the 4th is refused where it was
+    admitted on the model's time alone."""
+    live, *_ = _speaking_captioner(3, 0.05, 0.1)
+    live.engine.host_cost.per_audio_s = 0.1
+    message = one_line_refusal(lambda: live.open_stream("X0"), "update interval")
+    assert "X0" in message and "1.50 s limit" in message
+    assert list(live.streams) == ["L0", "L1", "L2"]
+    assert dict(live.status().extra)["host_s_per_stream_audio_s"] == 0.1
+
+
+def test_the_host_cost_is_measured_per_second_of_audio_whatever_the_clock():
+    cost = HostCost(window_audio_s=20.0, alpha=0.3)
+    cost.record(0.0, 0.0)
+    cost.record(1.0, 10.0)
+    assert cost.per_audio_s == 0.0  # not a window of audio yet
+    cost.record(2.0, 20.0)
+    assert cost.per_audio_s == pytest.approx(0.1)
+    cost.record(2.5, 40.0)
+    assert cost.per_audio_s == pytest.approx(0.7 * 0.1 + 0.3 * 0.025)
+    # 1,000 streams at 0.4 ms a stream-second: 0.4 s of each base second is not the model's.
+    step = StepCost()
+    step.record(100, 0.08)
+    assert predict([(step, 1000)], 1.0, 0.7, 256, host_per_audio_s=0.4e-3).busy_s == pytest.approx(0.8 + 0.4)
+    # ...and an engine measures it from what its streams did (a simulated clock: the same).
+    live, clock, audio, updates, words = _speaking_captioner(3, 0.05, 0.1)
+    feed(live, clock, {label: audio for label in live.streams})
+    engine = live.engine
+    assert engine.audio_pushed_s >= 20.0 and engine.host_s["ingest"] > 0
+    assert 0.0 < engine.host_cost.per_audio_s <= sum(engine.host_s.values()) / engine.audio_pushed_s * 3
 
 
 @pytest.mark.parametrize(("per_window_s", "riders"), [(0.01, True), (0.15, False)])

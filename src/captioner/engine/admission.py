@@ -145,13 +145,45 @@ class StepCost:
         return fixed + per * batch if batch > 0 else 0.0
 
 
+class HostCost:
+    """The engine thread's work outside model steps (taking audio in, features, the VAD,
+    scheduling), in seconds per second of one stream's audio: measured against the audio pushed,
+    not the clock, so a simulated clock reads it as a real one does. Sampled every
+    ``window_audio_s`` of audio (all streams' together), exponentially weighted.
+
+    On the H200 this work was a third of the thread's time at 930 served streams (0.37 ms per
+    stream-second), and a time budget that counted only the model steps let them all in while
+    the thread had no time left: the engine fell behind, served and in-process (docs/serve.md)."""
+
+    def __init__(self, window_audio_s: float = 20.0, alpha: float = 0.3) -> None:
+        self.window_audio_s = window_audio_s
+        self.alpha = alpha
+        self.per_audio_s = 0.0
+        """Host seconds per second of one stream's audio (0 until the first window)."""
+        self._start: tuple[float, float] | None = None  # (host s, audio s) at the window's start
+
+    def record(self, host_total_s: float, audio_total_s: float) -> None:
+        """The running totals: host seconds spent, stream-seconds of audio pushed."""
+        if self._start is None or audio_total_s < self._start[1]:
+            self._start = (host_total_s, audio_total_s)
+            return
+        audio_s = audio_total_s - self._start[1]
+        if audio_s < self.window_audio_s:
+            return
+        sample = max(0.0, host_total_s - self._start[0]) / audio_s
+        first = self.per_audio_s == 0.0
+        self.per_audio_s = sample if first else (1.0 - self.alpha) * self.per_audio_s + self.alpha * sample
+        self._start = (host_total_s, audio_total_s)
+
+
 @dataclass(frozen=True, slots=True)
 class LoadEstimate:
     """What the time budget says for a number of streams."""
 
     streams: int
     busy_s: float
-    """Model time one round of updates (one per stream) takes."""
+    """Model time one round of updates (one per stream) takes, and with ``host_per_audio_s``
+    given, the host work of one base interval of every stream's audio."""
     load: float
     """``busy_s`` over the scheduler's busy budget for one base interval (1.0: the scheduler
     starts stretching the interval)."""
@@ -160,10 +192,11 @@ class LoadEstimate:
 
 
 def predict(costs: list[tuple[StepCost, int]], base_interval_s: float, target_busy: float,
-            max_batch: int) -> LoadEstimate:
+            max_batch: int, host_per_audio_s: float = 0.0) -> LoadEstimate:
     """The update interval the streams would see. ``costs``: for each model, its cost fit and
     how many streams it serves. Every stream counts as speaking (a refusal must hold when the
-    quiet ones start talking)."""
+    quiet ones start talking). ``host_per_audio_s`` (:class:`HostCost`): the thread's work per
+    second of a stream's audio besides the model, which the same thread must also find time for."""
     busy_s = 0.0
     longest_step_s = 0.0
     streams = 0
@@ -174,6 +207,7 @@ def predict(costs: list[tuple[StepCost, int]], base_interval_s: float, target_bu
         fixed, per = cost.fit()
         busy_s += math.ceil(n / max_batch) * fixed + n * per
         longest_step_s = max(longest_step_s, cost.step_s(min(n, max_batch)))
+    busy_s += streams * host_per_audio_s * base_interval_s
     # The scheduler stretches the interval until steps take at most target_busy of the time.
     interval_s = max(base_interval_s, busy_s / target_busy) + longest_step_s
     return LoadEstimate(streams, busy_s, busy_s / (target_busy * base_interval_s), interval_s)

@@ -32,6 +32,7 @@ import numpy as np
 from captioner.engine.admission import (
     Admission,
     AdmissionConfig,
+    HostCost,
     LoadEstimate,
     Memory,
     Priority,
@@ -282,9 +283,13 @@ class Engine:
         self.host_timer: Callable[[], float] = time.perf_counter
         """What :attr:`host_s` is counted in (seconds): real time; a capacity benchmark on a shared
         machine sets ``time.thread_time`` to count the CPU time the work took."""
-        self.host_s = {"features": 0.0, "vad": 0.0, "schedule": 0.0}
-        """Host time spent so far in feature pushes, the VAD and scheduling (real seconds, for
-        capacity measurements: at thousands of streams this work bounds an engine too)."""
+        self.host_s = {"ingest": 0.0, "features": 0.0, "vad": 0.0, "schedule": 0.0}
+        """Host time spent so far taking audio in (``LiveCaptioner``'s streams add theirs), in
+        feature pushes, the VAD and scheduling (real seconds: at thousands of streams this work
+        bounds an engine too, and admission counts it, :class:`HostCost`)."""
+        self.audio_pushed_s = 0.0
+        """Seconds of audio pushed so far, all streams' together."""
+        self.host_cost = HostCost()
         self.step_s_total = 0.0
         self.last_batch_size = 0
         self._pending: _Decoded | None = None
@@ -367,7 +372,7 @@ class Engine:
                                     len(self._streams))
         if not readmit:
             base_s = self.config.scheduler.base_interval_s
-            self.admission.check_time(name, rank, self.load_estimate(extra=(language, rank)),
+            self.admission.check_time(name, rank, self.load_estimate(extra=(language, rank), with_host=True),
                                       self.measured_interval_p99_s(), base_s)
             self.admission.admitted(now_s)
         slot = self.features.acquire()
@@ -401,11 +406,14 @@ class Engine:
             return True
         return self._english(s.language, s.last_language)
 
-    def load_estimate(self, extra: tuple[str | None, int] | None = None, all_main: bool = False) -> LoadEstimate:
+    def load_estimate(self, extra: tuple[str | None, int] | None = None, all_main: bool = False,
+                      with_host: bool = False) -> LoadEstimate:
         """The time budget's estimate for the open streams (and one more, ``(language,
         priority)``, when ``extra`` is given), each on the model that serves it; with
         ``all_main``, as if every stream were on the main model (what decides the light model,
-        so that moving streams to it does not move them straight back)."""
+        so that moving streams to it does not move them straight back); ``with_host``: the
+        thread's measured host work per stream counted too (admission's view; the scheduler's
+        riders and fill rule were tuned on the model's share alone)."""
         light_on = self.admission.light_active and not all_main
         n_light = 0 if not light_on else sum(
             1 for s in self._streams.values()
@@ -421,7 +429,8 @@ class Engine:
         main, light = self._costs["main"], self._costs["light"]
         if not light.measured:
             light = main  # until the light model has run, charge it like the main one (the safe side)
-        return predict([(main, n_main), (light, n_light)], cfg.base_interval_s, cfg.target_busy, cfg.max_batch)
+        return predict([(main, n_main), (light, n_light)], cfg.base_interval_s, cfg.target_busy, cfg.max_batch,
+                       self.host_cost.per_audio_s if with_host else 0.0)
 
     def measured_interval_p99_s(self) -> float | None:
         """p99 of the engine's recent update intervals (clock time between two updates of one
@@ -469,6 +478,7 @@ class Engine:
             slots.append(streams[name].slot)
             rows.append(samples)
         for slots, rows in by_length.values():
+            self.audio_pushed_s += len(slots) * rows[0].shape[0] / SAMPLE_RATE_HZ
             t0 = self.host_timer()
             self.features.push_batch(slots, np.stack(rows))
             self.host_s["features"] += self.host_timer() - t0
@@ -638,6 +648,7 @@ class Engine:
         else:
             due = self.scheduler.due(views)
         self.host_s["schedule"] += self.host_timer() - t0
+        self.host_cost.record(sum(self.host_s.values()), self.audio_pushed_s)
         if not due:
             return self.flush()  # nothing to overlap the last step's text work with: do it now
         due_names = set(due)
@@ -924,7 +935,7 @@ class Engine:
         rtf = (sum(b for _, b in self._busy) / span_s) if span_s > 0.5 else None
         frame_ms = float(np.median(self._frame_latency_ms)) if self._frame_latency_ms else None
         gaps = sum(s.gap_samples for s in self._streams.values()) // FRAME_SAMPLES
-        estimate = self.load_estimate()
+        estimate = self.load_estimate(with_host=True)
         main_cost = self._costs["main"]
         fixed_s, per_update_s = main_cost.fit()
         interval_p99_s = self.measured_interval_p99_s()
@@ -932,6 +943,7 @@ class Engine:
             ("stream_slots", float(self.features.capacity)), ("feature_pool_bytes", float(self.features.bytes_allocated)),
             ("predicted_interval_s", estimate.interval_s),
             ("step_fixed_s", fixed_s), ("step_per_update_s", per_update_s),
+            ("host_s_per_stream_audio_s", self.host_cost.per_audio_s),
         ) + ((("update_interval_p99_s", interval_p99_s),) if interval_p99_s is not None else ()) \
           + ((("light_steps", float(self.light_steps)),) if self.light_recognizer is not None else ())
         return PipelineStatus(

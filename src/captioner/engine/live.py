@@ -124,9 +124,12 @@ class CaptionStream:
         if not isinstance(sample_rate, (int, np.integer)) or isinstance(sample_rate, bool):
             raise ValueError(f"sample_rate must be an integer number of Hz, got {sample_rate!r}")
         when_ns = self._owner.clock_ns() if capture_ns is None else int(capture_ns)
+        engine = self._owner.engine
+        t0 = engine.host_timer()
         block = self._ingest.accept(int(sample_rate), samples, when_ns, first_sample)
         if block is not None:
             self._pending.append(block)
+        engine.host_s["ingest"] += engine.host_timer() - t0
 
     def finish(self) -> None:
         """No more audio: the next ``step`` calls commit what the stream still shows, then
