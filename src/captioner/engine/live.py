@@ -66,7 +66,6 @@ FEED_S = 0.1
 and segment ends fall where they would in a live session (the scheduler's own granularity)."""
 
 
-
 def load_recognizer(model: str, device: str | None, task: str = "transcribe", progress=None):
     """The array back-end and a Whisper recognizer for ``model`` on ``device``; the calling
     thread becomes the one that works the GPU."""
