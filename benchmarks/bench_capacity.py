@@ -500,7 +500,6 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
     # whatever else runs on the machine (NumPy's BLAS helper threads are not in it; reading the
     # process's CPU time while they spin cost more than the work it timed).
     loop_cpu_s = 0.0
-    ingest_s = 0.0
     statuses = []
     graph_runs = getattr(getattr(recognizer, "runtime", None), "graph_runs", None)
     runs_before = graph_runs() if graph_runs is not None else None
@@ -525,7 +524,6 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
                 streams[i].accept_waveform(SR, samples, capture_ns=clock())
                 if last:
                     streams[i].finish()
-            ingest_s += time.thread_time() - c0
             updates += live.step()
             wall_s = time.perf_counter() - t0
             loop_wall_s += wall_s
@@ -606,7 +604,7 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
         # rest: the policy, building windows, stepping the API).
         "host_breakdown_cpu_ms_per_stream_s": {
             part: round(1e3 * seconds / max(1e-9, audio_s), 3)
-            for part, seconds in {**host_totals, "ingest": ingest_s}.items()},
+            for part, seconds in host_totals.items()},
         "compute_over_audio": round(loop_wall_s / max(1e-9, audio_s / max(1, len(streams))), 3),
         "update_interval_p50_s": percentile(intervals, 50), "update_interval_p99_s": percentile(intervals, 99),
         "partial_p50_s": percentile(shown_lat, 50), "partial_p99_s": percentile(shown_lat, 99),

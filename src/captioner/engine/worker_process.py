@@ -152,10 +152,9 @@ class HostCore:
     called by one thread (the child process's main thread, or the worker thread inline)."""
 
     def __init__(self, spec: HostSpec) -> None:
-        from captioner.engine.live import FEED_S, LiveCaptioner
+        from captioner.engine.live import LiveCaptioner
 
         self.spec = spec
-        self._feed_s = FEED_S
         backend = recognizer = None
         if spec.recognizer_factory is not None:
             backend, recognizer = spec.recognizer_factory()
@@ -167,6 +166,7 @@ class HostCore:
             engine = self.live.engine
             engine.recognizer = _FaultingRecognizer(engine.recognizer, self.live.backend, fault[0])
         self._lead_in_s = self.live.engine.config.lead_in_s
+        self._feed_s = self.live.feed_s  # the captioner's own; raised with many streams (``_work``)
         self._base: dict[str, tuple[int, int]] = {}  # label -> (base sample, segment base)
         self._checkpoint: dict[str, int] = {}
         self._unstepped: dict[str, int] = {}  # streams given audio since the last step -> its samples
