@@ -128,6 +128,20 @@ def clients_at_once(url: str, clips, offline_text) -> dict[str, Session]:
     return sessions
 
 
+def unwritten_finals(folder, sessions: dict[str, Session], timeout_s: float = 15.0) -> list[str]:
+    """The committed lines the clients were sent that ``--transcripts`` never wrote into
+    ``folder``. The server's writer thread appends (and fsyncs) off the event loop, so the last
+    finals may reach the disk a moment after a client has them: wait for them, within a bound."""
+    finals = [c["text"] for s in sessions.values() for c in s.captions if c["kind"] == "final"]
+    deadline = time.monotonic() + timeout_s
+    while True:
+        written = " ".join(f.read_text(encoding="utf-8") for f in sorted(folder.glob("*.txt")))
+        missing = [text for text in finals if text not in written]
+        if not missing or time.monotonic() > deadline:
+            return missing
+        time.sleep(0.1)
+
+
 def check_capacity_refusal(url: str) -> None:
     """MAX_STREAMS connections held, the next one closed with 1013 and the engine's one-line
     memory reason (no ready message), then the held ones end normally."""
