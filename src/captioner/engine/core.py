@@ -946,6 +946,9 @@ class Engine:
             ("host_s_per_stream_audio_s", self.host_cost.per_audio_s),
         ) + ((("update_interval_p99_s", interval_p99_s),) if interval_p99_s is not None else ()) \
           + ((("light_steps", float(self.light_steps)),) if self.light_recognizer is not None else ())
+        chooser = getattr(self.recognizer, "decode_chooser", None)
+        if chooser is not None:  # from how many rows the device decodes now (models/decode_choice.py)
+            capacity += (("device_decoding_from_rows", float(chooser.device_from_rows())),)
         return PipelineStatus(
             time_s=now_ns / 1e9,
             provider=self.recognizer.provider,

@@ -31,6 +31,7 @@ from captioner.engine.wordtiming import words_with_times
 from captioner.gpu.features import RingWindow
 from captioner.languages import language_code
 from captioner.models.alignment import AttentionRecorder
+from captioner.models.decode_choice import DecodeChooser
 from captioner.models.decoding import (
     DEVICE_DECODING_MIN_BATCH,
     DecodingOptions,
@@ -103,12 +104,14 @@ class WhisperRecognizer:
         """``decode_on``: ``"device"`` (the token rules and greedy choice run on ``xp`` where the
         logits lie; on CUDA only token ids and log-probabilities reach the host) or ``"host"``
         (NumPy row by row, the specification) or ``"auto"`` (the device from
-        ``decoding.DEVICE_DECODING_MIN_BATCH`` rows up); ``None`` keeps ``options.decode_on``.
+        ``decoding.DEVICE_DECODING_MIN_BATCH`` rows up, and below that the path whose decoder
+        steps this recognizer timed faster, :attr:`decode_chooser`); ``None`` keeps
+        ``options.decode_on``.
         ``context_margin_s``: see :data:`CONTEXT_MARGIN_S` (used only with shorter contexts).
         ``merge_widths``: windows of a context that fewer than ``DEVICE_DECODING_MIN_BATCH`` rows
         of a batch need are padded to the next wider context of the batch instead of decoded
         apart (:func:`merged_widths`): with ``decode_on="auto"`` a group that small decodes on
-        the host, and a step of a couple of hundred streams split by context came to groups of
+        the host (where the chooser keeps it there), and a step of a couple of hundred streams split by context came to groups of
         a few rows (docs/serve.md). Off: on the H200 it cut the update interval p99 of 256
         streams (0.75 against 1.02 s) and raised that of 1,024 (1.97 against 1.49 s; the wider
         contexts cost 12 % more GPU time per update), one run each (docs/capacity.md)."""
@@ -121,6 +124,8 @@ class WhisperRecognizer:
         if decode_on is not None:
             self.options = replace(self.options, decode_on=decode_on)  # ValueError when unknown
         self.prompt_tokens = prompt_tokens
+        # Small batches' greedy path under "auto", by this recognizer's own timings (one device).
+        self.decode_chooser = DecodeChooser(DEVICE_DECODING_MIN_BATCH) if self.options.decode_on == "auto" else None
         self._prompt_cache: dict[str, tuple[int, ...]] = {}
         # ONNX Runtime reads the input on its own CUDA stream: the array work that built it
         # must be finished first.
@@ -314,7 +319,7 @@ class WhisperRecognizer:
         recorder = None
         if any(r.alignment for r in requests) and getattr(self.runtime, "has_alignment", False):
             recorder = AttentionRecorder(self.runtime)
-        pending = RuntimeDecoder(recorder or self.runtime, self.tokenizer, self.xp).decode_pending(
+        pending = RuntimeDecoder(recorder or self.runtime, self.tokenizer, self.xp, self.decode_chooser).decode_pending(
             mel, self.options, previous_tokens=self._prompts([r.prompt for r in requests]),
             languages=languages, window_s=spans_s, prefixes=[r.prefix for r in requests],
             overlap=overlap,

@@ -29,6 +29,7 @@ main thread); nothing here keeps state between calls.
 
 from __future__ import annotations
 
+import time
 import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -36,6 +37,7 @@ from typing import Protocol
 
 import numpy as np
 
+from captioner.models.decode_choice import DEVICE, HOST, DecodeChooser
 from captioner.models.device_rules import (
     DeviceRules,
     rule_tokens,
@@ -51,7 +53,9 @@ DEVICE_DECODING_MIN_BATCH = 16
 """``decode_on="auto"`` rules on the device from this many rows up. Measured on the H200
 (tiny.en, 8 s windows, 2026-12-01, benchmarks/bench_decode.py): host/device 0.28x at 1 row,
 0.78x at 8, 3.2x at 64, 12x at 256: the device's fixed cost per step (array launches) only pays
-off once the host's per-row NumPy work outgrows it."""
+off once the host's per-row NumPy work outgrows it. Below it, a recognizer's
+:class:`~captioner.models.decode_choice.DecodeChooser` times both paths and keeps the faster
+(the rules have since become one kernel a step, so this measurement has aged)."""
 
 
 class Runtime(Protocol):
@@ -371,6 +375,7 @@ def _decode_once(
     xp=None,
     prefixes: Sequence[Sequence[int]] | None = None,
     overlap=None,
+    chooser: DecodeChooser | None = None,
 ) -> list[RawDecode]:
     """One pass over a batch whose prompts have equal lengths (the caller groups them), or any
     lengths where the runtime takes ragged prompts (``runtime.ragged_prompts``).
@@ -387,7 +392,10 @@ def _decode_once(
     Greedy passes with ``options.decode_on == "device"`` rule and choose on ``xp`` (the array
     module the runtime's logits are asked to stay on; NumPy when ``None``); the rest on the host.
     ``overlap``: a :class:`~captioner.models.runtime.Overlap`, host work done while the device
-    encodes (its runtime must take it)."""
+    encodes (its runtime must take it). ``chooser``: with ``decode_on == "auto"``, picks the
+    greedy path of a batch under ``DEVICE_DECODING_MIN_BATCH`` rows by the decoder steps it
+    timed (:mod:`captioner.models.decode_choice`), and is told this pass's time; without one the
+    host decodes such a batch."""
     special = tokenizer.special
     batch = int(mel.shape[0])
     ragged = bool(getattr(runtime, "ragged_prompts", False))
@@ -395,7 +403,9 @@ def _decode_once(
     head = [list(p) + [special.sot] for p in previous]  # up to <|startoftranscript|>
     known = not tokenizer.is_multilingual or all(lang is not None for lang in languages)
     prefixes = _usable_prefixes(prefixes, batch, ragged, known)
-    wants_device = options.decode_on == "device" or (options.decode_on == "auto" and batch >= DEVICE_DECODING_MIN_BATCH)
+    chosen_path = chooser.path(batch) if chooser is not None and options.decode_on == "auto" and temperature <= 0 else None
+    wants_device = options.decode_on == "device" or (options.decode_on == "auto" and batch >= DEVICE_DECODING_MIN_BATCH) \
+        or chosen_path == DEVICE
     on_device = wants_device and temperature <= 0
     xp = (xp if xp is not None else np) if on_device else None
     extra = [special.no_timestamps] if options.without_timestamps else []
@@ -444,11 +454,15 @@ def _decode_once(
     limits = np.array([_max_new_tokens(options, n_text_ctx, len(head[b]) + len(forced[b]) + len(prefixes[b]))
                        for b in range(batch)])
 
+    started_s = time.perf_counter()
     if on_device:
-        sampled, sums, hit_limit = _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, limits, prefixes)
+        sampled, sums, hit_limit, steps = _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, limits,
+                                                            prefixes)
     else:
-        sampled, sums, hit_limit = _sample_on_host(runtime, tokenizer, options, state, logits, batch, limits, temperature,
-                                                   rng, prefixes)
+        sampled, sums, hit_limit, steps = _sample_on_host(runtime, tokenizer, options, state, logits, batch, limits,
+                                                          temperature, rng, prefixes)
+    if chosen_path is not None:
+        chooser.record(batch, DEVICE if on_device else HOST, time.perf_counter() - started_s, steps)
     return [
         RawDecode(sampled[b], float(sums[b]), float(no_speech[b]), langs[b], language_probs[b], bool(hit_limit[b]),
                   forced=len(prefixes[b]))
@@ -476,14 +490,17 @@ def _where(xp) -> dict:
 
 def _sample_on_host(runtime, tokenizer, options, state, logits, batch, limits, temperature, rng, prefixes):
     """The specification: ``LogitRules`` row by row on host logits, then argmax or sampling.
-    ``limits[b]``: most tokens row b may sample after its prefix ``prefixes[b]``."""
+    ``limits[b]``: most tokens row b may sample after its prefix ``prefixes[b]``. Returns the
+    rows' tokens, log-probability sums and length-limit flags, and the steps it ran."""
     eot = tokenizer.special.eot
     rules = LogitRules(tokenizer, options, logits.shape[1])
     sampled: list[list[int]] = [list(p) for p in prefixes]
     sums = np.zeros(batch, dtype=np.float64)
     done = np.zeros(batch, dtype=bool)
     hit_limit = np.zeros(batch, dtype=bool)
+    steps = 0
     for step in range(int(limits.max())):
+        steps += 1
         rules.apply(logits, sampled, active=~done)
         chosen = _choose(logits, temperature, rng)
         chosen_logprobs = _token_logprobs(logits, chosen)
@@ -492,13 +509,13 @@ def _sample_on_host(runtime, tokenizer, options, state, logits, batch, limits, t
             break
         feed = np.where(done, eot, chosen).astype(np.int64)
         logits = np.array(runtime.step(state, feed), dtype=np.float32)
-    return sampled, sums, hit_limit
+    return sampled, sums, hit_limit, steps
 
 
 def _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, limits, prefixes):
     """Greedy search with the rules applied where the logits lie: per step only the chosen
     tokens and their log-probabilities ([B] each, in one copy) come to the host. Each row's
-    rules start from its prefix."""
+    rules start from its prefix. Returns what :func:`_sample_on_host` returns."""
     eot = tokenizer.special.eot
     rules = DeviceRules(xp, tokenizer, options, int(logits.shape[1]))
     rows = rules.new_state(batch, prefixes)
@@ -509,7 +526,9 @@ def _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, lim
     current = np.arange(batch)  # the window of each row of the decoder's batch
     # Only the runtime's own class compacts: a wrapper (the attention recorder) keeps its rows.
     compact = options.drop_finished and callable(getattr(type(runtime), "compact", None))
+    steps = 0
     for step in range(int(limits.max())):
+        steps += 1
         last_step = step == limits[current] - 1
         # Rules, choice and the rows' state update (one kernel launch on CUDA), one copy back.
         both = rules.choose_and_advance(logits, rows, last_step)
@@ -524,7 +543,7 @@ def _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, lim
             chosen, current = chosen[live], current[live]
         feed = np.where(done[current], eot, chosen).astype(np.int64)
         logits = runtime.step(state, feed, xp=xp)
-    return sampled, sums, hit_limit
+    return sampled, sums, hit_limit, steps
 
 
 def _record(chosen, chosen_logprobs, eot, last_step, sampled, sums, done, hit_limit, current=None) -> None:
@@ -745,12 +764,15 @@ class PendingWindows:
 class RuntimeDecoder:
     """Decodes windows with a ``WhisperRuntime`` (our ONNX Runtime model)."""
 
-    def __init__(self, runtime: Runtime, tokenizer: WhisperTokenizer, xp=None):
+    def __init__(self, runtime: Runtime, tokenizer: WhisperTokenizer, xp=None, chooser: DecodeChooser | None = None):
         """``xp``: the array module greedy passes rule on with ``decode_on="device"`` (CuPy keeps
-        the logits on the GPU; ``None`` or NumPy: the same vectorised rules on host arrays)."""
+        the logits on the GPU; ``None`` or NumPy: the same vectorised rules on host arrays).
+        ``chooser``: the greedy path of small batches under ``decode_on="auto"``, by measurement
+        (:func:`_decode_once`); one per recognizer, so that its times carry over."""
         self.runtime = runtime
         self.tokenizer = tokenizer
         self.xp = xp
+        self.chooser = chooser
         self.n_mels = int(getattr(runtime, "n_mels", 80))
         self.is_multilingual = tokenizer.is_multilingual
         self.name = str(getattr(runtime, "name", "model"))
@@ -788,7 +810,7 @@ class RuntimeDecoder:
         def decode_pass(rows, heads, langs, temperature, rng, prefixes):
             sub_mel = mel if rows == list(range(batch)) else mel[rows]
             return _decode_once(self.runtime, self.tokenizer, sub_mel, options, heads, langs, temperature, rng, self.xp,
-                                prefixes, overlap=overlap)
+                                prefixes, overlap=overlap, chooser=self.chooser)
 
         return decode_passes(
             decode_pass, self.tokenizer, batch, options,
