@@ -110,3 +110,24 @@ def test_tiny_en_tries_both_paths_and_its_words_do_not_change(tiny_en_cpu, speec
     # Asked for one path, a recognizer keeps no chooser: nothing is timed, nothing changes.
     assert WhisperRecognizer(shared.runtime, shared.tokenizer, xp=np, decode_on="host").decode_chooser is None
     assert DEVICE_DECODING_MIN_BATCH == recognizer.decode_chooser.min_device_rows
+
+
+@pytest.mark.gpu
+@pytest.mark.slow
+def test_on_cuda_both_paths_are_timed_and_give_the_same_words(speech_clips):
+    """The same on the GPU, where the device path is the rules kernel on CuPy logits: 1, 4
+    and 8 rows, each class timed on both paths, the words the same every time."""
+    from captioner.engine.live import load_recognizer
+
+    backend, recognizer = load_recognizer("tiny.en", "cuda:0")
+    clips = ("en_ls_1089-134686-0001", "en_ami_ES2011a_hs0_40-46s", "en_ljspeech_LJ001-0001",
+             "en_ls_7902-96591-0000")
+    mels = [backend.xp.asarray(log_mel_spectrogram(load_audio_16k(speech_clips[c].wav)), dtype=backend.xp.float32)
+            for c in clips]
+    for rows in (1, 4, 8):
+        requests = [WindowRequest(f"s{i}", mels[i % len(mels)], 0.0, "", None) for i in range(rows)]
+        texts = {tuple(h.text for h in recognizer.decode(requests)) for _ in range(2 * TRIALS)}
+        assert len(texts) == 1, (rows, texts)
+        row = recognizer.decode_chooser.table()[size_class(rows)]
+        assert row["host_runs"] == TRIALS and row["device_runs"] == TRIALS, (rows, row)
+    print(recognizer.decode_chooser.table())
