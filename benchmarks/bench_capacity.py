@@ -804,6 +804,9 @@ def main() -> int:
                                   forced_prefix=cut["prefix"], ring_kernels=cut["rings"], riders=cut["riders"],
                                   fill=cut["fill"], closewait=cut["closewait"], overlap=cut["overlap"],
                                   compact=cut["compact"], widths=cut["widths"])
+                    chooser = getattr(recognizer, "decode_chooser", None)
+                    if chooser is not None:  # auto: which path small groups took, as timed so far
+                        result["decode_choice"] = {str(k): v for k, v in chooser.table().items()}
                     if args.engine_only:  # nothing was heard: accuracy and caption latency do not apply
                         for key in ("partial_p50_s", "partial_p99_s", "commit_p50_s", "commit_p99_s",
                                     "wer_committed_pct", "wer_offline_pct", "words_committed"):
