@@ -131,3 +131,17 @@ def test_on_cuda_both_paths_are_timed_and_give_the_same_words(speech_clips):
         row = recognizer.decode_chooser.table()[size_class(rows)]
         assert row["host_runs"] == TRIALS and row["device_runs"] == TRIALS, (rows, row)
     print(recognizer.decode_chooser.table())
+
+
+def test_one_slow_decode_moves_no_choice_and_warming_is_untimed():
+    chooser = DecodeChooser(16)
+    _timed(chooser, 2, {HOST: 0.9, DEVICE: 0.3}, 2 * TRIALS)
+    chooser.record(2, DEVICE, 40 * 25e-3, 40)  # a graph captured at first use: 25 ms a step once
+    assert chooser.path(2) == DEVICE and chooser.table()[2]["device_ms_per_step"] == pytest.approx(0.3)
+    with chooser.warming(HOST):
+        assert chooser.path(2) == HOST and chooser.path(64) == DEVICE
+        chooser.record(2, HOST, 1e-3, 40)
+    assert chooser.table()[2]["host_runs"] == TRIALS
+    with pytest.raises(ValueError):
+        with chooser.warming("gpu"):
+            pass

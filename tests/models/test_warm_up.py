@@ -78,3 +78,19 @@ def test_encoder_rows_are_few_shapes_that_fit_the_bucket():
     assert all(n <= r <= bucket_size(n) for n, r in zip(range(1, 257), rows))
     assert all(r - n < 8 for n, r in zip(range(1, 257), rows))  # at most 7 spare rows
     assert len(set(rows)) == 35  # 1, 2, 4, then every multiple of 8 up to 256
+
+
+def test_auto_warms_both_greedy_paths_of_small_buckets_untimed(tiny_files, tmp_path_factory, tok, requests):  # noqa: F811
+    """Under ``decode_on="auto"`` a batch under 16 rows may take either path (on CUDA each has
+    its own buffers and graphs per bucket): the warm-up decodes each small bucket's five
+    batches on both, and times neither, so the chooser starts from real decodes alone."""
+    runtime = fixed_cache_runtimes(tiny_files, tmp_path_factory, "matmul").fixed
+    warm = WhisperRecognizer(runtime, tok, xp=np)
+    assert warm.decode_chooser is not None
+    assert warm.warm_up(3) == 2 * 5 * 3  # buckets 1, 2, 4, each on both paths
+    assert warm.decode_chooser.table() == {}
+    expected = [h.text for h in _recognizer(tiny_files, tmp_path_factory, tok).decode(requests)]
+    graphs = runtime._n_graphs
+    assert [h.text for h in warm.decode(requests)] == expected
+    assert runtime._n_graphs == graphs
+    assert warm.decode_chooser.table()[4]["host_runs"] == 1

@@ -20,6 +20,7 @@ Called only by the thread that owns the runtime (the worker).
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import replace
 
 import numpy as np
@@ -31,7 +32,7 @@ from captioner.engine.wordtiming import words_with_times
 from captioner.gpu.features import RingWindow
 from captioner.languages import language_code
 from captioner.models.alignment import AttentionRecorder
-from captioner.models.decode_choice import DecodeChooser
+from captioner.models.decode_choice import DEVICE, HOST, DecodeChooser
 from captioner.models.decoding import (
     DEVICE_DECODING_MIN_BATCH,
     DecodingOptions,
@@ -276,9 +277,10 @@ class WhisperRecognizer:
         decodes of silent windows: no prompt (steps only), short prompts, full-length ones, and
         full-length ones with forced prefixes of half and all of ``prefix_tokens`` (the prefill
         widths: 32, 64, 96, 128 columns), rows alternating so that some finish before others (the
-        compaction into smaller buckets); then the encoder alone at each of its other row counts
-        (``runtime.encoder_rows``). Returns the model calls made; 0 where nothing is captured
-        or cached per shape (the CPU decoder)."""
+        compaction into smaller buckets), on both greedy paths for buckets that ``"auto"`` may
+        decode either way (:attr:`decode_chooser`); then the encoder alone at each of its other
+        row counts (``runtime.encoder_rows``). Returns the model calls made; 0 where nothing is
+        captured or cached per shape (the CPU decoder)."""
         if not getattr(self.runtime, "ragged_prompts", False):
             return 0
         sizes = sorted({bucket_size(n) for n in range(1, max(1, int(max_rows)) + 1)}, reverse=True)
@@ -292,11 +294,17 @@ class WhisperRecognizer:
         prompt_sets = ((("", ()),), (("Thank you.", ()), ("", ())), ((full, ()), ("Thank you.", ())),
                        ((full, half), ("", ())), ((full, whole), ("Thank you.", half)))
         calls = 0
+        chooser = self.decode_chooser
         for rows in sizes:
-            for prompts in prompt_sets:
-                self.decode([WindowRequest(f"warm-up {b}", silence, 0.0, prompts[b % len(prompts)][0], None,
-                                           prefix=prompts[b % len(prompts)][1]) for b in range(rows)])
-                calls += 1
+            # Under "auto" a small batch may take either greedy path, each with its own buffers
+            # and captured graphs on CUDA: both are met, untimed (decode_choice.py).
+            paths = (HOST, DEVICE) if chooser is not None and rows < chooser.min_device_rows else (None,)
+            for path in paths:
+                with chooser.warming(path) if path is not None else nullcontext():
+                    for prompts in prompt_sets:
+                        self.decode([WindowRequest(f"warm-up {b}", silence, 0.0, prompts[b % len(prompts)][0], None,
+                                                   prefix=prompts[b % len(prompts)][1]) for b in range(rows)])
+                        calls += 1
         others = sorted({encoder_rows(n) for n in range(1, max(1, int(max_rows)) + 1)} - set(sizes), reverse=True)
         if others:
             mel = xp.zeros((others[0], self.n_mels, WINDOW_FRAMES), dtype=xp.float32)  # silence, normalised

@@ -17,7 +17,10 @@ and the batch mix drift). A desktop's one stream starts on the host, as before.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from collections import deque
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from statistics import median
 
 HOST = "host"
 DEVICE = "device"
@@ -25,8 +28,10 @@ TRIALS = 3
 """Timed decodes of each path in a size class before the faster one is kept."""
 RETRY_EVERY = 64
 """After that, one decode in this many (per size class) goes to the path not kept."""
-EWMA_WEIGHT = 0.25
-"""Weight of a new measurement in a path's running mean (s per decoder step)."""
+RECENT = 5
+"""A path's time is the median of its last this many decodes (s per decoder step): one slow
+outlier (a CUDA graph captured at a bucket's first use, 0.1-1 s on the H200; a pause of the
+collector) moves no choice, and three newer decodes on one side turn it."""
 
 
 def size_class(rows: int) -> int:
@@ -39,12 +44,15 @@ def size_class(rows: int) -> int:
 @dataclass
 class _PathTime:
     runs: int = 0
-    s_per_step: float = 0.0
+    recent: deque = field(default_factory=lambda: deque(maxlen=RECENT))
 
     def add(self, s_per_step: float) -> None:
-        self.s_per_step = s_per_step if not self.runs else \
-            (1.0 - EWMA_WEIGHT) * self.s_per_step + EWMA_WEIGHT * s_per_step
+        self.recent.append(s_per_step)
         self.runs += 1
+
+    @property
+    def s_per_step(self) -> float:
+        return float(median(self.recent)) if self.recent else 0.0
 
 
 class DecodeChooser:
@@ -59,11 +67,27 @@ class DecodeChooser:
         self._times: dict[tuple[int, str], _PathTime] = {}
         self._decisions: dict[int, int] = {}
         self._lock = threading.Lock()
+        self._forced: str | None = None
+
+    @contextmanager
+    def warming(self, path: str):
+        """Within it every small batch takes ``path`` and nothing is timed: a recognizer's
+        warm-up meets both paths' shapes (on CUDA each has its own buffers and captured graphs
+        per bucket) without its first-use costs counting as either path's time."""
+        if path not in (HOST, DEVICE):
+            raise ValueError(f"path must be {HOST!r} or {DEVICE!r}, not {path!r}")
+        self._forced = path
+        try:
+            yield
+        finally:
+            self._forced = None
 
     def path(self, rows: int) -> str:
         """``"host"`` or ``"device"`` for a greedy decode of ``rows`` windows."""
         if rows >= self.min_device_rows:
             return DEVICE
+        if self._forced is not None:
+            return self._forced
         size = size_class(rows)
         with self._lock:
             host, device = self._time(size, HOST), self._time(size, DEVICE)
@@ -76,7 +100,7 @@ class DecodeChooser:
     def record(self, rows: int, path: str, seconds: float, steps: int) -> None:
         """A decode of ``rows`` windows on ``path`` ran ``steps`` decoder steps in ``seconds``
         (its greedy loop: the model's steps and the rules, not the encoder or the prompt)."""
-        if rows >= self.min_device_rows or steps <= 0 or path not in (HOST, DEVICE):
+        if rows >= self.min_device_rows or steps <= 0 or path not in (HOST, DEVICE) or self._forced is not None:
             return
         with self._lock:
             self._time(size_class(rows), path).add(float(seconds) / int(steps))
