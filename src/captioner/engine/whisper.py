@@ -111,11 +111,10 @@ class WhisperRecognizer:
         ``context_margin_s``: see :data:`CONTEXT_MARGIN_S` (used only with shorter contexts).
         ``merge_widths``: windows of a context that fewer than ``DEVICE_DECODING_MIN_BATCH`` rows
         of a batch need are padded to the next wider context of the batch instead of decoded
-        apart (:func:`merged_widths`): with ``decode_on="auto"`` a group that small decodes on
-        the host (where the chooser keeps it there), and a step of a couple of hundred streams split by context came to groups of
-        a few rows (docs/serve.md). Off: on the H200 it cut the update interval p99 of 256
-        streams (0.75 against 1.02 s) and raised that of 1,024 (1.97 against 1.49 s; the wider
-        contexts cost 12 % more GPU time per update), one run each (docs/capacity.md)."""
+        apart (:func:`merged_widths`), so that fewer groups decode, each larger. Only with
+        shorter encoder windows on (without them every window has the one 30 s context). Off:
+        never measured with them on; the H200 run that was meant to compare them ran without, so
+        its two sides were the same code (docs/capacity.md, "Correction")."""
         self.runtime = runtime
         self.tokenizer = tokenizer
         self.xp = xp

@@ -6,9 +6,9 @@ the logits lie, one ``[2, B]`` copy a step; on CUDA one kernel launch). Which is
 ``DEVICE_DECODING_MIN_BATCH`` rows depends on the machine and on the code of the day: the
 threshold of 16 was measured on the H200 on 2026-12-01 against the device path's array code (a
 dozen launches a step, host/device 0.28x at 1 row, 0.78x at 8), before the rules became one
-kernel (0.075 against 1.6 ms a step at 64 rows, docs/decoding.md), and a server's steps split
-by audio context come to many such small groups: ``_sample_on_host`` was 12 of the model
-process's 84 busy seconds at 631 served streams (docs/serve.md). So below the threshold each
+kernel (0.075 against 1.6 ms a step at 64 rows, docs/decoding.md), and a served engine makes
+many model steps that small: ``_sample_on_host`` was 12 of the model process's 84 busy seconds
+at 631 served streams (docs/serve.md). So below the threshold each
 size class (1, 2, 3-4, 5-8, 9-15 rows) tries both paths a few times, then keeps to the one whose
 decoder steps took less time, and tries the other again now and then (GPU clocks, contention
 and the batch mix drift). A desktop's one stream starts on the host, as before.
