@@ -347,8 +347,10 @@ class LiveCaptioner:
             self.engine.push(blocks)
             updates += self.engine.tick()
             waiting = [s for s in waiting if s._pending]
-        for stream in [s for s in self._streams.values() if s._finishing and not s._pending]:
-            updates += self.engine.remove_stream(stream.label)
+        ended = [s for s in self._streams.values() if s._finishing and not s._pending]
+        if ended:  # their last updates in one model step
+            updates += self.engine.remove_streams([s.label for s in ended])
+        for stream in ended:
             stream._done = True
             if stream._language_watch is not None and self._language_check is not None:
                 self._language_check.end(stream._language_watch)
