@@ -158,6 +158,7 @@ def run(streams: int, seconds: float, jitter: bool, rule: str, fixed_s: float, r
             core.apply(("finish", label))
         for _ in range(40):
             core.step()
+        ending_s = clock.now_s - streaming_end_s  # the model's time for every stream's last update
     finally:
         host_module.time, host_module.BACKLOG_STEP_S = saved
     # A stream's update interval: the time between two of its rows while the streams spoke.
@@ -169,6 +170,7 @@ def run(streams: int, seconds: float, jitter: bool, rule: str, fixed_s: float, r
             "interval_p99_s": round(float(np.percentile(intervals, 99)), 2) if intervals else None,
             "taken_late_max_s": round(max(taken_late_s, default=0.0), 2),
             "ending_model_steps": len(rows) - len(streaming_rows),
+            "ending_s": round(ending_s, 2),
             "clock_s": round(clock.now_s - start_s, 2)}
 
 
@@ -186,12 +188,13 @@ def main(argv: list[str] | None = None) -> int:
     runs = [run(args.streams, args.seconds, jitter, rule, args.step_fixed_ms / 1000, args.step_row_ms / 1000,
                 args.chunk_ms / 1000)
             for jitter in (False, True) for rule in RULES]
-    print("| arrival | rule | engine ticks | model steps | rows per step | interval p50 / p99 s | taken late (max) s |")
-    print("|---|---|---|---|---|---|---|")
+    print("| arrival | rule | engine ticks | model steps | rows per step | interval p50 / p99 s | taken late (max) s "
+          "| the ends: model steps / s |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in runs:
         print(f"| {'jitter' if r['jitter'] else 'on time'} | {r['rule']} | {r['engine_ticks']} | "
               f"{r['model_steps']} | {r['rows_per_step']} | {r['interval_p50_s']} / {r['interval_p99_s']} | "
-              f"{r['taken_late_max_s']} |")
+              f"{r['taken_late_max_s']} | {r['ending_model_steps']} / {r['ending_s']} |")
     jittered = {r["rule"]: r for r in runs if r["jitter"]}
     ratio = jittered["step"]["model_steps"] / max(1, jittered["wait"]["model_steps"])
     print(f"with jitter, model steps of the rule before / the host's rule: {ratio:.2f}x")
