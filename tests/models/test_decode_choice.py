@@ -1,6 +1,7 @@
 """The greedy path of small batches under ``decode_on="auto"``, chosen by measurement
 (``models/decode_choice.py``): the chooser's rule on given times, and tiny.en on the CPU
-(whose "device" path is the vectorised rules on NumPy) trying both paths and keeping its words."""
+(whose "device" path is the vectorised rules on NumPy; the chooser asked for, as a CUDA runtime
+has it by default) trying both paths and keeping its words."""
 
 from __future__ import annotations
 
@@ -91,7 +92,9 @@ def test_tiny_en_tries_both_paths_and_its_words_do_not_change(tiny_en_cpu, speec
     both paths run TRIALS times each (the chooser times real decoder steps), and every decode
     gives the same words, whichever path took it."""
     backend, shared = tiny_en_cpu
-    recognizer = WhisperRecognizer(shared.runtime, shared.tokenizer, xp=np)
+    # On the CPU the chooser is asked for (by default only a CUDA runtime has one).
+    assert shared.decode_chooser is None
+    recognizer = WhisperRecognizer(shared.runtime, shared.tokenizer, xp=np, choose_paths=True)
     assert recognizer.decode_chooser is not None and recognizer.options.decode_on == "auto"
     requests = [WindowRequest(f"s{i}", np.ascontiguousarray(log_mel_spectrogram(load_audio_16k(speech_clips[c].wav)),
                                                             dtype=np.float32), 0.0, "", None)
@@ -108,7 +111,7 @@ def test_tiny_en_tries_both_paths_and_its_words_do_not_change(tiny_en_cpu, speec
     live = LiveCaptioner(recognizer=recognizer, backend=backend)
     assert dict(live.status().extra)["device_decoding_from_rows"] == DEVICE_DECODING_MIN_BATCH
     # Asked for one path, a recognizer keeps no chooser: nothing is timed, nothing changes.
-    assert WhisperRecognizer(shared.runtime, shared.tokenizer, xp=np, decode_on="host").decode_chooser is None
+    assert WhisperRecognizer(shared.runtime, shared.tokenizer, xp=np, decode_on="host", choose_paths=True).decode_chooser is None
     assert DEVICE_DECODING_MIN_BATCH == recognizer.decode_chooser.min_device_rows
 
 
@@ -120,6 +123,7 @@ def test_on_cuda_both_paths_are_timed_and_give_the_same_words(speech_clips):
     from captioner.engine.live import load_recognizer
 
     backend, recognizer = load_recognizer("tiny.en", "cuda:0")
+    assert recognizer.decode_chooser is not None, "a CUDA runtime times both paths by default"
     clips = ("en_ls_1089-134686-0001", "en_ami_ES2011a_hs0_40-46s", "en_ljspeech_LJ001-0001",
              "en_ls_7902-96591-0000")
     mels = [backend.xp.asarray(log_mel_spectrogram(load_audio_16k(speech_clips[c].wav)), dtype=backend.xp.float32)

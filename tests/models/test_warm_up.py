@@ -85,7 +85,7 @@ def test_auto_warms_both_greedy_paths_of_small_buckets_untimed(tiny_files, tmp_p
     its own buffers and graphs per bucket): the warm-up decodes each small bucket's five
     batches on both, and times neither, so the chooser starts from real decodes alone."""
     runtime = fixed_cache_runtimes(tiny_files, tmp_path_factory, "matmul").fixed
-    warm = WhisperRecognizer(runtime, tok, xp=np)
+    warm = WhisperRecognizer(runtime, tok, xp=np, choose_paths=True)
     assert warm.decode_chooser is not None
     assert warm.warm_up(3) == 2 * 5 * 3  # buckets 1, 2, 4, each on both paths
     assert warm.decode_chooser.table() == {}

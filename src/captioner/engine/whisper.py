@@ -101,13 +101,17 @@ class WhisperRecognizer:
     def __init__(self, runtime, tokenizer, xp=np, task: str = "transcribe",
                  options: DecodingOptions | None = None, prompt_tokens: int = 48, synchronize=None,
                  decode_on: str | None = None, context_margin_s: float = CONTEXT_MARGIN_S,
-                 merge_widths: bool = False) -> None:
+                 merge_widths: bool = False, choose_paths: bool | None = None) -> None:
         """``decode_on``: ``"device"`` (the token rules and greedy choice run on ``xp`` where the
         logits lie; on CUDA only token ids and log-probabilities reach the host) or ``"host"``
         (NumPy row by row, the specification) or ``"auto"`` (the device from
         ``decoding.DEVICE_DECODING_MIN_BATCH`` rows up, and below that the path whose decoder
         steps this recognizer timed faster, :attr:`decode_chooser`); ``None`` keeps
-        ``options.decode_on``.
+        ``options.decode_on``. ``choose_paths``: whether ``"auto"`` times the two paths below
+        16 rows (``None``: on a CUDA runtime only; elsewhere the host decodes such batches, as
+        before: on the CPU both paths run on the same cores, the row loop was the faster at every
+        size measured, docs/decoding.md, and a choice by timing would only make the CPU's
+        captions depend on the machine's load).
         ``context_margin_s``: see :data:`CONTEXT_MARGIN_S` (used only with shorter contexts).
         ``merge_widths``: windows of a context that fewer than ``DEVICE_DECODING_MIN_BATCH`` rows
         of a batch need are padded to the next wider context of the batch instead of decoded
@@ -125,7 +129,10 @@ class WhisperRecognizer:
             self.options = replace(self.options, decode_on=decode_on)  # ValueError when unknown
         self.prompt_tokens = prompt_tokens
         # Small batches' greedy path under "auto", by this recognizer's own timings (one device).
-        self.decode_chooser = DecodeChooser(DEVICE_DECODING_MIN_BATCH) if self.options.decode_on == "auto" else None
+        if choose_paths is None:
+            choose_paths = str(runtime.provider).startswith("CUDA")
+        self.decode_chooser = DecodeChooser(DEVICE_DECODING_MIN_BATCH) \
+            if self.options.decode_on == "auto" and choose_paths else None
         self._prompt_cache: dict[str, tuple[int, ...]] = {}
         # ONNX Runtime reads the input on its own CUDA stream: the array work that built it
         # must be finished first.
