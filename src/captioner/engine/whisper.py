@@ -20,7 +20,6 @@ Called only by the thread that owns the runtime (the worker).
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import replace
 
 import numpy as np
@@ -299,18 +298,23 @@ class WhisperRecognizer:
         half, whole = (tuple([ts] + word * (n - 1)) for n in (prefix_tokens // 2, prefix_tokens))
         prompt_sets = ((("", ()),), (("Thank you.", ()), ("", ())), ((full, ()), ("Thank you.", ())),
                        ((full, half), ("", ())), ((full, whole), ("Thank you.", half)))
+        def warm(rows: int) -> int:
+            for prompts in prompt_sets:
+                self.decode([WindowRequest(f"warm-up {b}", silence, 0.0, prompts[b % len(prompts)][0], None,
+                                           prefix=prompts[b % len(prompts)][1]) for b in range(rows)])
+            return len(prompt_sets)
+
         calls = 0
         chooser = self.decode_chooser
         for rows in sizes:
+            if chooser is None or rows >= chooser.min_device_rows:
+                calls += warm(rows)
+                continue
             # Under "auto" a small batch may take either greedy path, each with its own buffers
             # and captured graphs on CUDA: both are met, untimed (decode_choice.py).
-            paths = (HOST, DEVICE) if chooser is not None and rows < chooser.min_device_rows else (None,)
-            for path in paths:
-                with chooser.warming(path) if path is not None else nullcontext():
-                    for prompts in prompt_sets:
-                        self.decode([WindowRequest(f"warm-up {b}", silence, 0.0, prompts[b % len(prompts)][0], None,
-                                                   prefix=prompts[b % len(prompts)][1]) for b in range(rows)])
-                        calls += 1
+            for path in (HOST, DEVICE):
+                with chooser.warming(path):
+                    calls += warm(rows)
         others = sorted({encoder_rows(n) for n in range(1, max(1, int(max_rows)) + 1)} - set(sizes), reverse=True)
         if others:
             mel = xp.zeros((others[0], self.n_mels, WINDOW_FRAMES), dtype=xp.float32)  # silence, normalised

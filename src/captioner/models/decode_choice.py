@@ -90,12 +90,12 @@ class DecodeChooser:
             return self._forced
         size = size_class(rows)
         with self._lock:
-            host, device = self._time(size, HOST), self._time(size, DEVICE)
-            if host.runs < TRIALS or device.runs < TRIALS:
+            kept = self._kept(size)
+            if not kept:
+                host, device = self._time(size, HOST), self._time(size, DEVICE)
                 return HOST if host.runs <= device.runs else DEVICE  # the host first: today's path
             decision = self._decisions[size] = self._decisions.get(size, 0) + 1
-            faster, slower = (HOST, DEVICE) if host.s_per_step <= device.s_per_step else (DEVICE, HOST)
-            return slower if decision % RETRY_EVERY == 0 else faster
+            return (DEVICE if kept == HOST else HOST) if decision % RETRY_EVERY == 0 else kept
 
     def record(self, rows: int, path: str, seconds: float, steps: int) -> None:
         """A decode of ``rows`` windows on ``path`` ran ``steps`` decoder steps in ``seconds``
@@ -108,6 +108,13 @@ class DecodeChooser:
     def _time(self, size: int, path: str) -> _PathTime:
         return self._times.setdefault((size, path), _PathTime())
 
+    def _kept(self, size: int) -> str:
+        """The path kept for a size class: the faster, once both had their trials (else "")."""
+        host, device = self._time(size, HOST), self._time(size, DEVICE)
+        if host.runs < TRIALS or device.runs < TRIALS:
+            return ""
+        return HOST if host.s_per_step <= device.s_per_step else DEVICE
+
     def table(self) -> dict[int, dict[str, float | int | str]]:
         """Per size class measured: each path's ms per decoder step and timed runs, and the
         path kept (``""`` while still trying both)."""
@@ -115,10 +122,9 @@ class DecodeChooser:
             out: dict[int, dict[str, float | int | str]] = {}
             for size in sorted({s for s, _ in self._times}):
                 host, device = self._time(size, HOST), self._time(size, DEVICE)
-                kept = "" if host.runs < TRIALS or device.runs < TRIALS else \
-                    (HOST if host.s_per_step <= device.s_per_step else DEVICE)
                 out[size] = {"host_ms_per_step": 1e3 * host.s_per_step, "host_runs": host.runs,
-                             "device_ms_per_step": 1e3 * device.s_per_step, "device_runs": device.runs, "kept": kept}
+                             "device_ms_per_step": 1e3 * device.s_per_step, "device_runs": device.runs,
+                             "kept": self._kept(size)}
             return out
 
     def device_from_rows(self) -> int:

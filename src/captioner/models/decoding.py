@@ -498,9 +498,7 @@ def _sample_on_host(runtime, tokenizer, options, state, logits, batch, limits, t
     sums = np.zeros(batch, dtype=np.float64)
     done = np.zeros(batch, dtype=bool)
     hit_limit = np.zeros(batch, dtype=bool)
-    steps = 0
-    for step in range(int(limits.max())):
-        steps += 1
+    for step in range(int(limits.max())):  # limits are >= 1: the loop runs
         rules.apply(logits, sampled, active=~done)
         chosen = _choose(logits, temperature, rng)
         chosen_logprobs = _token_logprobs(logits, chosen)
@@ -509,7 +507,7 @@ def _sample_on_host(runtime, tokenizer, options, state, logits, batch, limits, t
             break
         feed = np.where(done, eot, chosen).astype(np.int64)
         logits = np.array(runtime.step(state, feed), dtype=np.float32)
-    return sampled, sums, hit_limit, steps
+    return sampled, sums, hit_limit, step + 1
 
 
 def _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, limits, prefixes):
@@ -526,9 +524,7 @@ def _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, lim
     current = np.arange(batch)  # the window of each row of the decoder's batch
     # Only the runtime's own class compacts: a wrapper (the attention recorder) keeps its rows.
     compact = options.drop_finished and callable(getattr(type(runtime), "compact", None))
-    steps = 0
-    for step in range(int(limits.max())):
-        steps += 1
+    for step in range(int(limits.max())):  # limits are >= 1: the loop runs
         last_step = step == limits[current] - 1
         # Rules, choice and the rows' state update (one kernel launch on CUDA), one copy back.
         both = rules.choose_and_advance(logits, rows, last_step)
@@ -543,7 +539,7 @@ def _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, lim
             chosen, current = chosen[live], current[live]
         feed = np.where(done[current], eot, chosen).astype(np.int64)
         logits = runtime.step(state, feed, xp=xp)
-    return sampled, sums, hit_limit, steps
+    return sampled, sums, hit_limit, step + 1
 
 
 def _record(chosen, chosen_logprobs, eot, last_step, sampled, sums, done, hit_limit, current=None) -> None:
