@@ -240,11 +240,12 @@ def _client_process(args: tuple) -> tuple[dict, float]:
 
 class ServerProcess:
     def __init__(self, model: str, device: str, token_file: Path, max_streams: int | None,
-                 isolation: str | None = None, frontends: int = 1) -> None:
+                 isolation: str | None = None, frontends: int = 1, engines_per_device: int = 1) -> None:
         import psutil
 
         command = [sys.executable, "-m", "captioner", "serve", "--port", "0", "--model", model, "--device", device,
-                   "--token-file", str(token_file), "--quiet", "--frontends", str(frontends)]
+                   "--token-file", str(token_file), "--quiet", "--frontends", str(frontends),
+                   "--engines-per-device", str(engines_per_device)]
         if isolation:
             command += ["--isolation", isolation]
         if max_streams:
@@ -299,9 +300,11 @@ class ServerProcess:
 # -- the in-process baseline ---------------------------------------------------------------------
 
 def baseline(clips, assign: list[int], held: dict[int, float], seconds: float, model: str, device: str,
-             timeout_s: float, isolation: str) -> dict:
+             timeout_s: float, isolation: str, engines: int = 1) -> dict:
     """The recordings of the clients the server held (``held``: client -> when the server said
-    ``ready``, monotonic seconds) as streams of one in-process pipeline, fed the way the clients
+    ``ready``, monotonic seconds) as streams of ``engines`` in-process pipelines on ``device`` (the
+    server's ``--engines-per-device``; each new stream to the one with the fewest, as the server's
+    link chooses), fed the way the clients
     feed the server: each started as long after the first as its client was let in (the
     server's growth limit and the clients' retries decided those times; admitting them all at
     the clients' ramp instead overloads any engine), each a
@@ -322,8 +325,10 @@ def baseline(clips, assign: list[int], held: dict[int, float], seconds: float, m
     # them on the server, so it is off here.
     config = server_engine_config()
     config.admission.time_budget = "off"
-    pipeline = Pipeline([], model=model, device=device, isolation=isolation, config=config)
-    pipeline.start()
+    pipelines = [Pipeline([], model=model, device=device, isolation=isolation, config=config) for _ in range(engines)]
+    for pipeline in pipelines:
+        pipeline.start()
+    owner: dict[str, object] = {}  # stream -> its pipeline
     latency: dict[str, list[float]] = {"partial": [], "final": []}
     step = int(CHUNK_S * 16000)
     first_ready_s = min(held.values(), default=0.0)
@@ -337,20 +342,23 @@ def baseline(clips, assign: list[int], held: dict[int, float], seconds: float, m
 
     def drain() -> None:
         now = time.monotonic()
-        for u in pipeline.drain_captions():
-            if u.text.strip():
-                latency[u.kind].append(now - (started[u.stream] + u.end_s))
+        for pipeline in pipelines:
+            for u in pipeline.drain_captions():
+                if u.text.strip():
+                    latency[u.kind].append(now - (started[u.stream] + u.end_s))
 
     while (waiting or sending) and time.monotonic() < deadline:
         now = time.monotonic()
         while waiting and now >= first_s + held[waiting[0]] - first_ready_s:
             i = waiting.pop(0)
             source = NetworkSource(f"c{i}", 16000)  # live, as a network client is
+            pipeline = min(pipelines, key=lambda p: sum(1 for q in owner.values() if q is p))
             try:
                 pipeline.add_source(source)
             except UserError:  # at capacity, as the server would refuse it
                 refused += 1
                 continue
+            owner[source.stream] = pipeline
             started[source.stream] = now
             sending[source.stream] = (source, audio[assign[i]], now, 0)
         for label, (source, samples, t0, first) in list(sending.items()):
@@ -359,7 +367,7 @@ def baseline(clips, assign: list[int], held: dict[int, float], seconds: float, m
                 first += step
             if first >= samples.shape[0]:
                 del sending[label]
-                pipeline.remove_source(label)  # the client's end: commit and close
+                owner.pop(label).remove_source(label)  # the client's end: commit and close
                 ended.add(label)
             else:
                 sending[label] = (source, samples, t0, first)
@@ -368,16 +376,18 @@ def baseline(clips, assign: list[int], held: dict[int, float], seconds: float, m
     # Every ended stream's finals, until the engine lists none of them.
     while time.monotonic() < deadline:
         drain()
-        status = pipeline.latest_status()
-        if status is not None and not ended.intersection(status.streams):
+        statuses = [pipeline.latest_status() for pipeline in pipelines]
+        if all(s is not None and not ended.intersection(s.streams) for s in statuses):
             break
         time.sleep(0.02)
     drain()
-    pipeline.stop()
+    for pipeline in pipelines:
+        pipeline.stop()
     drain()
     result = {kind: {"p50_s": percentile(v, 50), "p99_s": percentile(v, 99), "n": len(v)}
               for kind, v in latency.items()}
-    result["refused"] = refused + len(pipeline.refused_streams)
+    result["refused"] = refused + sum(len(pipeline.refused_streams) for pipeline in pipelines)
+    result["engines"] = engines
     result["wall_s"] = round(time.monotonic() - first_s, 1)
     result["feeding"] = f"one thread, {CHUNK_S * 1000:.0f} ms messages at real-time pace, NetworkSource"
     return result
@@ -437,6 +447,8 @@ def main(argv: list[str] | None = None) -> int:
                              "per-stream feature work cost per connection")
     parser.add_argument("--isolation", choices=("inline", "process", "auto"), default=None,
                         help="where the server's model runs (serve --isolation; default: serve's own)")
+    parser.add_argument("--engines-per-device", type=int, default=1, metavar="N",
+                        help="serve --engines-per-device; the in-process baseline runs as many pipelines")
     parser.add_argument("--frontends", default="1", metavar="K[,K...]",
                         help="serve --frontends; several (e.g. 1,2): one server run each, one after the "
                              "other with the same clients, reported side by side (default 1)")
@@ -488,7 +500,7 @@ def main(argv: list[str] | None = None) -> int:
             profiler = _py_spy(os.getpid(), args.py_spy.with_name(f"{args.py_spy.stem}-baseline{args.py_spy.suffix}"))
         try:
             local = baseline(clips, assign, held_any, args.seconds, args.model, args.device, client_timeout_s,
-                             args.isolation or SERVE_ISOLATION)
+                             args.isolation or SERVE_ISOLATION, args.engines_per_device)
         finally:
             if profiler is not None:
                 profiler.send_signal(2)
@@ -541,7 +553,8 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
               token: str, token_file: Path) -> tuple[dict, set[int]]:
     """One server (``--frontends frontends``), the clients against it, what they saw and what it cost."""
     started = time.monotonic()
-    server = ServerProcess(args.model, args.device, token_file, args.max_streams, args.isolation, frontends)
+    server = ServerProcess(args.model, args.device, token_file, args.max_streams, args.isolation, frontends,
+                           args.engines_per_device)
     print(f"server (--frontends {frontends}) up in {time.monotonic() - started:.1f} s on port {server.port}; "
           f"{args.clients} clients, {audio_s:.0f} s of audio each, {args.ramp:g}/s", file=sys.stderr, flush=True)
     url = f"ws://127.0.0.1:{server.port}"
@@ -629,7 +642,7 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
     steady_fronts = steady_cpu([(t, f) for t, _, f in cpu_samples], wall0, args.clients / args.ramp, audio_s,
                                connections)
     result = {
-        "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "frontends": frontends,
+        "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "frontends": frontends, "engines_per_device": args.engines_per_device,
         "model": args.model, "device": args.device, "clients": args.clients, "audio_s_per_client": round(audio_s, 1),
         "held": len(held), "refused": len(refused), "failed": len(failed),
         "held_after_refusals": sum(1 for r in held if r["refusals"]),

@@ -28,6 +28,10 @@ connections refused that way, docs/serve.md)."""
 MAX_FRONTENDS = 64
 FRONTENDS_AUTO_DOC = "half the CPU cores, 1 to 8"
 
+MAX_ENGINES_PER_DEVICE = 8
+"""``--engines-per-device`` at most: each engine is a process with its own model copy, CUDA
+context and pools (on an H200 about 1 GiB with tiny.en), and one Python thread of host work."""
+
 
 def frontends_count(text: str, cpus: int | None = None) -> int:
     """``--frontends``: a whole number 1..MAX_FRONTENDS, or ``auto`` (half the cores, at most 8:
@@ -52,6 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="default language of the streams (a client may ask for its own)")
     parser.add_argument("--device", default=None, metavar="cpu|cuda|cuda:N|all",
                         help="where the model runs; all: one worker per GPU, new connections to the least loaded")
+    parser.add_argument("--engines-per-device", type=int, default=1, metavar="N",
+                        help="engines (each a process with its own model and worker thread) on each device, "
+                             "new connections to the least loaded (default 1; docs/serve.md: one engine's "
+                             "thread is the bound of a served GPU, not the GPU)")
     parser.add_argument("--token-file", metavar="PATH",
                         help="file holding the bearer token clients must send (its first line)")
     parser.add_argument("--certfile", metavar="PEM", help="TLS certificate chain (serve wss://)")
@@ -60,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write each connection's committed lines here (default: nothing is written)")
     parser.add_argument("--metrics-port", type=int, metavar="N", help="serve Prometheus metrics on 127.0.0.1:N")
     parser.add_argument("--max-streams", type=int, metavar="N",
-                        help="streams per device at most (default: as many as the engine admits by "
+                        help="streams per engine at most (default: as many as the engine admits by "
                              "measured GPU memory and step time)")
     parser.add_argument("--isolation", choices=("inline", "process", "auto"), default=SERVE_ISOLATION,
                         help="where each device's model runs (Pipeline isolation; default auto: a process "
@@ -103,17 +111,23 @@ def tls_context(certfile: str | None, keyfile: str | None):
         raise UserError(f"cannot load the TLS certificate {certfile}: {getattr(error, 'strerror', None) or error}") from None
 
 
-def serve_devices(device: str | None) -> list[str | None]:
+def serve_devices(device: str | None, engines_per_device: int = 1) -> list[str | None]:
     """``--device`` as the list of devices to run a worker on: ``all`` is every GPU NVML sees
-    (the CPU when there is none); anything else is one device, checked like in every command."""
+    (the CPU when there is none); anything else is one device, checked like in every command.
+    With ``engines_per_device`` N, each device N times, round by round (cuda:0, cuda:1, cuda:0,
+    cuda:1): the link's least-loaded choice then fills the devices evenly before it doubles up."""
+    if not 1 <= engines_per_device <= MAX_ENGINES_PER_DEVICE:
+        raise UserError(f"--engines-per-device must be 1..{MAX_ENGINES_PER_DEVICE}, not {engines_per_device}")
     if device == "all":
         from captioner.gpu.telemetry import nvml_gpu_names
 
         names = nvml_gpu_names()
-        return [f"cuda:{i}" for i in range(len(names))] if names else ["cpu"]
-    from captioner.app.commands.device_option import engine_device
+        devices = [f"cuda:{i}" for i in range(len(names))] if names else ["cpu"]
+    else:
+        from captioner.app.commands.device_option import engine_device
 
-    return [engine_device(device)]
+        devices = [engine_device(device)]
+    return devices * engines_per_device
 
 
 def check_arguments(args) -> tuple[str | None, object]:
@@ -133,6 +147,8 @@ def check_arguments(args) -> tuple[str | None, object]:
     args.frontends = frontends_count(str(args.frontends))
     if args.ray and args.frontends > 1:
         raise UserError("--frontends is for the plain server: with --ray, Ray Serve's proxy spreads the connections")
+    if args.ray and args.engines_per_device != 1:
+        raise UserError("--engines-per-device is for the plain server: with --ray, give more --replicas")
     return token, context
 
 
@@ -153,7 +169,7 @@ def run(args) -> int:
         from captioner.serve.ray_app import run_ray
 
         return run_ray(args, token)
-    devices = serve_devices(args.device)
+    devices = serve_devices(args.device, args.engines_per_device)
     if args.transcripts is not None:
         # Only once the device is known to exist: a refused device leaves nothing behind.
         Path(args.transcripts).mkdir(parents=True, exist_ok=True)
@@ -168,8 +184,14 @@ def run(args) -> int:
         return Pipeline([], model=args.model, language=args.language, device=device, config=server_engine_config(),
                         isolation=args.isolation)
 
-    link = EngineLink(devices, make_pipeline, lambda device: TelemetrySampler(gpu_index=telemetry_gpu_index(device)),
-                      max_streams_per_device=args.max_streams)
+    samplers: dict = {}  # one per device, shared by the engines on it (a sampler started twice is a no-op)
+
+    def make_sampler(device):
+        if device not in samplers:
+            samplers[device] = TelemetrySampler(gpu_index=telemetry_gpu_index(device))
+        return samplers[device]
+
+    link = EngineLink(devices, make_pipeline, make_sampler, max_streams_per_device=args.max_streams)
     transcripts = None
     if args.transcripts is not None:
         from captioner.app.transcript import TranscriptWriter
