@@ -74,3 +74,17 @@ def test_two_engines_on_one_device_each_caption_their_own_connection(tmp_path, s
         assert all(w in words for w in expected[label]), (label, session.captions)
         streams = {s["streams"] for s in session.statuses if s["connections"]}
         assert streams == {1}, (label, streams)
+
+
+def test_engines_sharing_a_gpu_without_mps_are_warned_about(tmp_path, monkeypatch):
+    from captioner.app.commands.serve import shared_gpu_warning
+    from captioner.gpu.mps import mps_running
+
+    monkeypatch.setenv("CUDA_MPS_PIPE_DIRECTORY", str(tmp_path))
+    assert not mps_running()
+    line = shared_gpu_warning(["cuda:0", "cuda:1", "cuda:0", "cuda:1"])
+    assert "cuda:0, cuda:1 will run 2 engines without NVIDIA MPS" in line and "nvidia-cuda-mps-control -d" in line
+    assert shared_gpu_warning(["cuda:0", "cuda:1"]) == ""  # one engine a GPU: nothing shares
+    assert shared_gpu_warning(["cpu", "cpu"]) == ""  # MPS is a GPU's matter
+    (tmp_path / "control").touch()  # the daemon's pipe, as `nvidia-cuda-mps-control -d` leaves it
+    assert mps_running() and shared_gpu_warning(["cuda:0", "cuda:0"]) == ""

@@ -332,7 +332,10 @@ class Pipeline:
     its process; "inline": the worker thread, the captioner remade after a failed step;
     "none": a bare :class:`LiveCaptioner` on the worker thread, nothing restarted. "auto" (the
     default): "process" on a GPU, "inline" on the CPU, "none" with a ``recognizer_factory``
-    (which must then be picklable for "process").
+    (which must then be picklable for "process"). ``standby``: whether "process" keeps a loaded
+    standby beside the model's process (a restart in about a second, for a second copy of the
+    model's memory: on an H200 about 30 GiB with its arenas grown); without one, a failed process
+    is replaced by a fresh one, loaded then.
     """
 
     def __init__(
@@ -348,6 +351,7 @@ class Pipeline:
         inbox_items: int = INBOX_ITEMS,
         progress=None,
         isolation: str = "auto",
+        standby: bool = True,
     ) -> None:
         if isolation not in ("auto", "process", "inline", "none"):
             raise ValueError(f"unknown isolation {isolation!r}: use 'auto', 'process', 'inline' or 'none'")
@@ -376,6 +380,7 @@ class Pipeline:
         self._stopping = threading.Event()
         self._started = False
         self.isolation = isolation
+        self.standby = standby
         self.backend = None
 
     # -- lifecycle (owner thread) -----------------------------------------------------------------
@@ -393,7 +398,7 @@ class Pipeline:
             spec = HostSpec(self.model, self.device, language=self.language, task=self.task, config=self.config,
                             recognizer_factory=self._factory, language_check=self._factory is None,
                             progress=self._progress)
-            return SupervisedCaptioner(spec, isolation=isolation)
+            return SupervisedCaptioner(spec, isolation=isolation, standby=self.standby)
 
         def make_captioner() -> LiveCaptioner:
             backend = recognizer = None

@@ -58,8 +58,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where the model runs; all: one worker per GPU, new connections to the least loaded")
     parser.add_argument("--engines-per-device", type=int, default=1, metavar="N",
                         help="engines (each a process with its own model and worker thread) on each device, "
-                             "new connections to the least loaded (default 1; docs/serve.md: one engine's "
-                             "thread is the bound of a served GPU, not the GPU)")
+                             "new connections to the least loaded (default 1: one engine's thread is the bound "
+                             "of a served GPU, not the GPU; several on a GPU need NVIDIA MPS running "
+                             "(nvidia-cuda-mps-control -d) and go without standby processes; docs/serve.md)")
     parser.add_argument("--token-file", metavar="PATH",
                         help="file holding the bearer token clients must send (its first line)")
     parser.add_argument("--certfile", metavar="PEM", help="TLS certificate chain (serve wss://)")
@@ -130,6 +131,19 @@ def serve_devices(device: str | None, engines_per_device: int = 1) -> list[str |
     return devices * engines_per_device
 
 
+def shared_gpu_warning(devices: list[str | None]) -> str:
+    """A line for an operator who put several engines on a GPU without MPS ("" when none is due):
+    the engines' processes then take turns on the GPU, and each step is slower."""
+    from captioner.gpu.mps import mps_pipe_directory, mps_running
+
+    shared = sorted({d for d in devices if d and d.startswith("cuda") and devices.count(d) > 1})
+    if not shared or mps_running():
+        return ""
+    return (f"{', '.join(shared)} will run {devices.count(shared[0])} engines without NVIDIA MPS (no control pipe "
+            f"in {mps_pipe_directory()}): they take turns on the GPU and each step is slower; start "
+            "`nvidia-cuda-mps-control -d` first (docs/serve.md)")
+
+
 def check_arguments(args) -> tuple[str | None, object]:
     from captioner.serve.server import is_loopback
 
@@ -170,6 +184,9 @@ def run(args) -> int:
 
         return run_ray(args, token)
     devices = serve_devices(args.device, args.engines_per_device)
+    warning = shared_gpu_warning(devices)
+    if warning:
+        print(f"captioner: {warning}", file=sys.stderr, flush=True)
     if args.transcripts is not None:
         # Only once the device is known to exist: a refused device leaves nothing behind.
         Path(args.transcripts).mkdir(parents=True, exist_ok=True)
@@ -181,8 +198,12 @@ def run(args) -> int:
     from captioner.serve.server import CaptionServer, ServerThread
 
     def make_pipeline(device):
+        # Several engines on a device go without standbys: each standby is a second copy of its
+        # engine's GPU memory (about 30 GiB on an H200), and with two engines and two standbys the
+        # VRAM floor refused streams at 798 (docs/serve.md). A failed engine then reloads while
+        # the others serve.
         return Pipeline([], model=args.model, language=args.language, device=device, config=server_engine_config(),
-                        isolation=args.isolation)
+                        isolation=args.isolation, standby=args.engines_per_device == 1)
 
     samplers: dict = {}  # one per device, shared by the engines on it (a sampler started twice is a no-op)
 
