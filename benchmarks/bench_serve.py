@@ -325,7 +325,9 @@ def baseline(clips, assign: list[int], held: dict[int, float], seconds: float, m
     # them on the server, so it is off here.
     config = server_engine_config()
     config.admission.time_budget = "off"
-    pipelines = [Pipeline([], model=model, device=device, isolation=isolation, config=config) for _ in range(engines)]
+    # As the server makes them: several engines on a device without standbys (serve.py).
+    pipelines = [Pipeline([], model=model, device=device, isolation=isolation, config=config, standby=engines == 1)
+                 for _ in range(engines)]
     for pipeline in pipelines:
         pipeline.start()
     owner: dict[str, object] = {}  # stream -> its pipeline
