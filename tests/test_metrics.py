@@ -90,3 +90,27 @@ def test_busy_port_is_user_error(exporter):
 def test_bad_port_is_user_error():
     with pytest.raises(UserError):
         MetricsExporter(70000)
+
+
+def _status(device: str, streams: tuple[str, ...], step_ms: float) -> PipelineStatus:
+    return PipelineStatus(time_s=2.0, provider="CUDAExecutionProvider", model="tiny.en", device_name=device,
+                          streams=streams, step_latency_ms=step_ms, dropped_frames=len(streams))
+
+
+def test_a_servers_engines_and_gpus_each_have_their_series(exporter):
+    """Two engines (named, as a server names them) and two GPUs: one series each, labelled by
+    engine and by GPU; a GPU whose figures are N/A has none while the other keeps its own."""
+    exporter.update_status(_status("cuda:0", ("a", "b", "c"), 40.0), engine="0")
+    exporter.update_status(_status("cuda:0", ("d", "e"), 35.0), engine="1")
+    exporter.update_telemetry(TelemetrySample(time_s=1.0, gpu_index=0, gpu_name="NVIDIA H200", temperature_c=41.0))
+    exporter.update_telemetry(TelemetrySample(time_s=1.1, gpu_index=1, gpu_name="NVIDIA H200", temperature_c=47.0))
+    families = scrape(exporter.port)
+    assert {s.labels["engine"]: s.value for s in families["captioner_streams"]} == {"0": 3, "1": 2}
+    assert {s.labels["engine"]: s.value for s in families["captioner_step_latency_ms"]} == {"0": 40.0, "1": 35.0}
+    assert {s.labels["engine"] for s in families["captioner_pipeline_info"]} == {"0", "1"}
+    assert {s.labels["gpu"]: s.value for s in families["DCGM_FI_DEV_GPU_TEMP"]} == {"0": 41.0, "1": 47.0}
+    exporter.update_telemetry(TelemetrySample(time_s=2.0, gpu_index=1, cpu_pct=5.0))  # GPU 1 off the bus
+    families = scrape(exporter.port)
+    assert {s.labels["gpu"]: s.value for s in families["DCGM_FI_DEV_GPU_TEMP"]} == {"0": 41.0}
+    assert families["captioner_host_cpu_percent"][0].value == 5.0  # the host's figures: the newest sample's
+

@@ -5,9 +5,12 @@ back, not the GPU: docs/serve.md.)"""
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import threading
+import time
+import urllib.request
 
 import pytest
 from serve_helpers import TOKEN, stream_recording
@@ -15,6 +18,26 @@ from serve_helpers import TOKEN, stream_recording
 from captioner.app.commands.serve import serve_devices
 from captioner.errors import UserError
 from captioner.serve import protocol
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _scraped_streams(port: int) -> dict[str, float]:
+    """``captioner_streams`` by its ``engine`` label, as Prometheus would scrape it ({} before the
+    exporter answers)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return {}
+    return {sample.labels.get("engine", ""): sample.value for family in text_string_to_metric_families(text)
+            if family.name == "captioner_streams" for sample in family.samples}
 
 
 def _env() -> dict:
@@ -45,8 +68,9 @@ def test_two_engines_on_one_device_each_caption_their_own_connection(tmp_path, s
     each gets its own recording's words, and both close normally."""
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
+    metrics_port = _free_port()
     command = [sys.executable, "-m", "captioner", "serve", "--port", "0", "--model", "tiny.en", "--device", "cpu",
-               "--engines-per-device", "2", "--token-file", str(token_file)]
+               "--engines-per-device", "2", "--token-file", str(token_file), "--metrics-port", str(metrics_port)]
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
     try:
         port = int(server.stdout.readline())
@@ -60,6 +84,12 @@ def test_two_engines_on_one_device_each_caption_their_own_connection(tmp_path, s
         threads = [threading.Thread(target=run, args=(label,)) for label in clips]
         for thread in threads:
             thread.start()
+        # While both stream: the Prometheus exporter has one series per engine, one stream each.
+        per_engine: dict[str, float] = {}
+        deadline = time.monotonic() + 60
+        while per_engine != {"0": 1.0, "1": 1.0} and time.monotonic() < deadline:
+            time.sleep(0.5)
+            per_engine = _scraped_streams(metrics_port)
         for thread in threads:
             thread.join(240)
     finally:
@@ -67,6 +97,7 @@ def test_two_engines_on_one_device_each_caption_their_own_connection(tmp_path, s
         server.wait(60)
     err = server.stderr.read()
     assert "served 2 connection(s)" in err, err
+    assert per_engine == {"0": 1.0, "1": 1.0}, per_engine
     expected = {"A": ("full", "hour"), "B": ("country", "ask")}
     for label, session in sessions.items():
         assert session.close_code == protocol.CLOSE_NORMAL, (label, session.close_code, session.close_reason)

@@ -8,6 +8,11 @@ Caption latency is a histogram, observed once per caption update.
 Values are read at scrape time from the newest sample/status (a custom collector), so a figure
 that is N/A is simply absent from the scrape instead of a stale or fake number.
 
+A server with several engines (``serve --device all``, ``--engines-per-device``) hands each
+engine's status with its name: the pipeline figures then carry an ``engine`` label, one series
+per engine; GPU figures come one series per GPU (the DCGM ``gpu`` label). The desktop app's one
+pipeline has no ``engine`` label.
+
 Lost inputs: ``captioner_inputs_lost`` is how many inputs are away now, and
 ``captioner_input_lost_total{stream}`` counts each stream's losses, from the statuses handed to
 :meth:`MetricsExporter.update_status` (a stream counts once each time it turns up lost; a loss
@@ -64,70 +69,95 @@ class _Collector:
         return []  # values appear and disappear with availability; skip registration-time checks
 
     def collect(self) -> Iterator[Any]:
-        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-
-        sample, status = self._exporter.snapshot()
+        samples, statuses = self._exporter.snapshots()
         input_losses = self._exporter.input_losses()
-        if sample is not None and sample.gpu_name is not None:
-            labels = ["gpu", "modelName"]
-            values = [str(sample.gpu_index if sample.gpu_index is not None else 0), sample.gpu_name]
-            for name, help_text, attr, scale in _DCGM_GAUGES:
-                value = getattr(sample, attr)
-                if value is None:
-                    continue
-                family = GaugeMetricFamily(name, help_text, labels=labels)
-                family.add_metric(values, float(value) * scale)
-                yield family
-            if sample.vram_used_bytes is not None and sample.vram_total_bytes is not None:
-                family = GaugeMetricFamily("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", labels=labels)
-                family.add_metric(values, (sample.vram_total_bytes - sample.vram_used_bytes) / MIB)
-                yield family
-            if sample.vram_process_bytes is not None:
-                family = GaugeMetricFamily(
-                    "captioner_process_vram_bytes", "GPU memory used by this process (bytes).", labels=labels
-                )
-                family.add_metric(values, float(sample.vram_process_bytes))
-                yield family
-        if sample is not None:
+        yield from _gpu_families([s for s in samples if s.gpu_name is not None])
+        if samples:
+            from prometheus_client.core import GaugeMetricFamily
+
+            host = samples[-1]  # the host's figures are the same in every sample: the newest
             for name, help_text, attr in (
                 ("captioner_host_cpu_percent", "Host CPU load, all cores (%).", "cpu_pct"),
                 ("captioner_process_cpu_percent", "This process's CPU use (% of one core).", "process_cpu_pct"),
             ):
-                value = getattr(sample, attr)
+                value = getattr(host, attr)
                 if value is not None:
                     yield GaugeMetricFamily(name, help_text, value=float(value))
-        if status is not None:
-            info = GaugeMetricFamily(
-                "captioner_pipeline_info", "Provider, model and device of the pipeline.",
-                labels=["provider", "model", "device", "state"],
-            )
-            info.add_metric([status.provider, status.model, status.device_name, status.state], 1.0)
-            yield info
-            yield GaugeMetricFamily("captioner_streams", "Streams being captioned.", value=float(len(status.streams)))
-            for name, help_text, attr in _STATUS_GAUGES:
-                value = getattr(status, attr)
-                if value is not None:
-                    yield GaugeMetricFamily(name, help_text, value=float(value))
-            dropped = CounterMetricFamily("captioner_dropped_frames", "Audio frames dropped since the start.")
-            dropped.add_metric([], float(status.dropped_frames))
-            yield dropped
-            yield GaugeMetricFamily("captioner_inputs_lost", "Inputs whose device stopped and is waited for.",
-                                    value=float(len(status.lost_inputs)))
-            if status.input_levels_dbfs:
-                levels = GaugeMetricFamily(
-                    "captioner_input_level_dbfs", "Audio input level per stream (dBFS).", labels=["stream"]
-                )
-                for i, level in enumerate(status.input_levels_dbfs):
-                    stream = status.streams[i] if i < len(status.streams) else str(i)
-                    levels.add_metric([stream], float(level))
-                yield levels
+        if statuses:
+            yield from _pipeline_families(statuses)
         if input_losses:
+            from prometheus_client.core import CounterMetricFamily
+
             # The family is "captioner_input_lost"; Prometheus names its sample ..._total.
             losses = CounterMetricFamily("captioner_input_lost", "Times an input's device stopped, per stream.",
                                          labels=["stream"])
             for stream, count in sorted(input_losses.items()):
                 losses.add_metric([stream], float(count))
             yield losses
+
+
+def _gpu_families(samples: list[TelemetrySample]) -> Iterator[Any]:
+    """The DCGM-named gauges, one series per GPU sampled (absent where a figure is N/A)."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    labels = ["gpu", "modelName"]
+    keyed = [([str(s.gpu_index if s.gpu_index is not None else 0), s.gpu_name], s) for s in samples]
+
+    def family(name: str, help_text: str, values: list[tuple[list[str], float | None]]):
+        present = [(key, value) for key, value in values if value is not None]
+        if not present:
+            return None
+        built = GaugeMetricFamily(name, help_text, labels=labels)
+        for key, value in present:
+            built.add_metric(key, float(value))
+        return built
+
+    built = [family(name, help_text, [(key, None if getattr(s, attr) is None else getattr(s, attr) * scale)
+                                      for key, s in keyed])
+             for name, help_text, attr, scale in _DCGM_GAUGES]
+    built.append(family("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).",
+                        [(key, None if s.vram_used_bytes is None or s.vram_total_bytes is None
+                          else (s.vram_total_bytes - s.vram_used_bytes) / MIB) for key, s in keyed]))
+    built.append(family("captioner_process_vram_bytes", "GPU memory used by this process (bytes).",
+                        [(key, s.vram_process_bytes) for key, s in keyed]))
+    yield from (f for f in built if f is not None)
+
+
+def _pipeline_families(statuses: dict[str, PipelineStatus]) -> Iterator[Any]:
+    """The pipeline figures of each engine: labelled ``engine`` when the engines are named (a
+    server's), unlabelled for the desktop app's one pipeline."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    named = any(statuses)
+    engine = ["engine"] if named else []
+
+    def per_engine(family_type, name: str, help_text: str, values, extra: list[str] = ()):
+        family = family_type(name, help_text, labels=engine + list(extra))
+        added = False
+        for key, status in statuses.items():
+            for labels, value in values(status):
+                if value is not None:
+                    family.add_metric(([key] if named else []) + list(labels), float(value))
+                    added = True
+        return family if added else None
+
+    families = [
+        per_engine(GaugeMetricFamily, "captioner_pipeline_info", "Provider, model and device of the pipeline.",
+                   lambda st: [([st.provider, st.model, st.device_name, st.state], 1.0)],
+                   ["provider", "model", "device", "state"]),
+        per_engine(GaugeMetricFamily, "captioner_streams", "Streams being captioned.",
+                   lambda st: [([], len(st.streams))]),
+        *(per_engine(GaugeMetricFamily, name, help_text, lambda st, attr=attr: [([], getattr(st, attr))])
+          for name, help_text, attr in _STATUS_GAUGES),
+        per_engine(CounterMetricFamily, "captioner_dropped_frames", "Audio frames dropped since the start.",
+                   lambda st: [([], st.dropped_frames)]),
+        per_engine(GaugeMetricFamily, "captioner_inputs_lost", "Inputs whose device stopped and is waited for.",
+                   lambda st: [([], len(st.lost_inputs))]),
+        per_engine(GaugeMetricFamily, "captioner_input_level_dbfs", "Audio input level per stream (dBFS).",
+                   lambda st: [([st.streams[i] if i < len(st.streams) else str(i)], level)
+                               for i, level in enumerate(st.input_levels_dbfs)], ["stream"]),
+    ]
+    yield from (f for f in families if f is not None)
 
 
 class MetricsExporter:
@@ -146,8 +176,8 @@ class MetricsExporter:
         self.requested_port = port
         self.registry = CollectorRegistry(auto_describe=False)
         self._lock = threading.Lock()
-        self._sample: TelemetrySample | None = None
-        self._status: PipelineStatus | None = None
+        self._samples: dict[int, TelemetrySample] = {}  # by GPU index
+        self._statuses: dict[str, PipelineStatus] = {}  # by engine name ("": the app's one pipeline)
         self._input_losses: dict[str, int] = {}
         self.registry.register(_Collector(self))
         self._latency = Histogram(
@@ -183,22 +213,32 @@ class MetricsExporter:
             thread.join(timeout=5.0)
 
     def snapshot(self) -> tuple[TelemetrySample | None, PipelineStatus | None]:
+        """The newest sample and the first engine's status (the desktop app has one of each)."""
+        samples, statuses = self.snapshots()
+        return (samples[-1] if samples else None), next(iter(statuses.values()), None)
+
+    def snapshots(self) -> tuple[list[TelemetrySample], dict[str, PipelineStatus]]:
+        """Each GPU's newest sample (oldest first) and each engine's newest status."""
         with self._lock:
-            return self._sample, self._status
+            return sorted(self._samples.values(), key=lambda s: s.time_s), dict(self._statuses)
 
     def update_telemetry(self, sample: TelemetrySample) -> None:
+        """The newest sample of its GPU (one sampler per GPU; a GPU that fell off the bus has its
+        figures absent, the others' stay)."""
         with self._lock:
-            self._sample = sample
+            self._samples[sample.gpu_index if sample.gpu_index is not None else 0] = sample
 
-    def update_status(self, status: PipelineStatus) -> None:
+    def update_status(self, status: PipelineStatus, engine: str = "") -> None:
+        """``engine``: the engine's name on a server of several (its series' ``engine`` label)."""
         with self._lock:
-            was_lost = set(self._status.lost_inputs) if self._status is not None else set()
+            previous = self._statuses.get(engine)
+            was_lost = set(previous.lost_inputs) if previous is not None else set()
             for stream in status.streams:
                 self._input_losses.setdefault(stream, 0)  # a counter starts at 0, before its first loss
             for stream in status.lost_inputs:
                 if stream not in was_lost:
                     self._input_losses[stream] = self._input_losses.get(stream, 0) + 1
-            self._status = status
+            self._statuses[engine] = status
 
     def input_losses(self) -> dict[str, int]:
         """Each stream seen so far, with how many times it was lost."""

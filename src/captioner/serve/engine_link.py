@@ -402,6 +402,18 @@ class EngineLink:
         return sum(len(w.leases) for w in self.workers)
 
 
+def export_metrics(metrics, link: EngineLink) -> None:
+    """Every engine's newest status and its GPU's newest telemetry to the Prometheus exporter
+    (``--metrics-port``); with several engines each is named by its index (the ``engine`` label)."""
+    named = len(link.workers) > 1
+    for worker in link.workers:
+        status, sample = worker.status(), worker.telemetry()
+        if status is not None:
+            metrics.update_status(status, engine=str(worker.index) if named else "")
+        if sample is not None:
+            metrics.update_telemetry(sample)
+
+
 def _relabelled(update: CaptionUpdate, label: str) -> CaptionUpdate:
     from dataclasses import replace
 

@@ -37,7 +37,7 @@ import numpy as np
 
 from captioner.errors import StreamRefused, UserError, one_line
 from captioner.serve import channel, protocol
-from captioner.serve.engine_link import EngineLink, Lease, status_fields
+from captioner.serve.engine_link import EngineLink, Lease, export_metrics, status_fields
 from captioner.serve.server import (
     END_TIMEOUT_S,
     OPEN_TIMEOUT_S,
@@ -450,13 +450,9 @@ class FrontendHub:
                     index = stream.lease.worker.index
                     listed[index] = listed.get(index, 0) + 1
             texts = {}
+            if self.metrics is not None:
+                export_metrics(self.metrics, self.link)
             for worker in self.link.workers:
-                if self.metrics is not None and worker.index == 0:
-                    status, sample = worker.status(), worker.telemetry()
-                    if status is not None:
-                        self.metrics.update_status(status)
-                    if sample is not None:
-                        self.metrics.update_telemetry(sample)
                 if listed.get(worker.index):
                     texts[worker.index] = protocol.status_message(status_fields(worker, listed[worker.index]))
             if texts:

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from captioner.errors import StreamRefused, UserError, one_line
 from captioner.serve import protocol
-from captioner.serve.engine_link import EngineLink, Lease, status_fields
+from captioner.serve.engine_link import EngineLink, Lease, export_metrics, status_fields
 from captioner.serve.protocol import ProtocolError, close_reason, peer, send_outbox
 
 POLL_PERIOD_S = 0.02
@@ -332,15 +332,11 @@ class CaptionServer:
         """One ``status`` message a second to every connection, about its own device."""
         while True:
             await asyncio.sleep(self.status_period_s)
+            if self.metrics is not None:
+                export_metrics(self.metrics, self.link)
             for worker in self.link.workers:
                 conns = [c for c in self._conns.values()
                          if c.lease is not None and c.lease.worker is worker and c.lease.seen]
-                if self.metrics is not None and worker.index == 0:
-                    status, sample = worker.status(), worker.telemetry()
-                    if status is not None:
-                        self.metrics.update_status(status)
-                    if sample is not None:
-                        self.metrics.update_telemetry(sample)
                 if not conns:
                     continue
                 message = protocol.status_message(status_fields(worker, len(conns)))
