@@ -613,6 +613,11 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
         "wer_committed_pct": round(100 * err_s / max(1, n_ref), 2), "wer_offline_pct": round(100 * err_o / max(1, n_ref), 2),
         "feature_pool_bytes_per_stream": round(extra.get("feature_pool_bytes", 0) / max(1, len(streams))),
         "feature_bytes_per_slot": round(extra.get("feature_pool_bytes", 0) / max(1, extra.get("stream_slots", 1))),
+        # The decoder's slots and the encoder's buffers (runtime.buffer_bytes): how much of the
+        # process's GPU memory is these rather than ONNX Runtime's arena.
+        "decoder_slots": int(extra.get("decoder_slots", 0)),
+        "decoder_slot_bytes": int(extra.get("decoder_slot_bytes", 0)),
+        "encoder_buffer_bytes": int(extra.get("encoder_buffer_bytes", 0)),
         "vram_growth_bytes_per_stream": None if peak is None or used_before is None
         else round((peak - used_before) / max(1, len(streams))),
         # How often each graph ran during the run and its wall time per run (the device's work

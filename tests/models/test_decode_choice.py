@@ -109,7 +109,10 @@ def test_tiny_en_tries_both_paths_and_its_words_do_not_change(tiny_en_cpu, speec
     # The engine's status says from how many rows the device decodes now: 3-15 rows untimed,
     # so from 16 whatever 2 rows keep.
     live = LiveCaptioner(recognizer=recognizer, backend=backend)
-    assert dict(live.status().extra)["device_decoding_from_rows"] == DEVICE_DECODING_MIN_BATCH
+    extra = dict(live.status().extra)
+    assert extra["device_decoding_from_rows"] == DEVICE_DECODING_MIN_BATCH
+    # ...and what its runtime's own buffers hold (tests/models/test_ragged_batch.py counts them).
+    assert extra["decoder_slot_bytes"] == shared.runtime.buffer_bytes()["decoder_slot_bytes"]
     # Asked for one path, a recognizer keeps no chooser: nothing is timed, nothing changes.
     assert WhisperRecognizer(shared.runtime, shared.tokenizer, xp=np, decode_on="host", choose_paths=True).decode_chooser is None
     assert DEVICE_DECODING_MIN_BATCH == recognizer.decode_chooser.min_device_rows

@@ -86,6 +86,30 @@ def test_ragged_prompts_decode_in_one_pass_with_each_rows_tokens(runtimes, tok, 
     assert (8, False) in buffers and (5, False) not in buffers
 
 
+def _ort_bytes(value) -> int:
+    itemsize = {"tensor(float)": 4, "tensor(float16)": 2, "tensor(int64)": 8}[value.data_type()]
+    return int(np.prod(value.shape())) * itemsize
+
+
+def test_the_buffers_bytes_are_the_slots_and_encoder_buffers(runtimes, tok, windows):
+    """``buffer_bytes`` (the engine status's ``decoder_slot_bytes`` and ``encoder_buffer_bytes``,
+    what a served GPU's memory is made of) counts every buffer each slot bound, by its own shape,
+    and each encoder buffer: worked out here again from the bound values themselves."""
+    rt = runtimes.fixed
+    decode(rt, tok, windows[:3], DecodingOptions(temperatures=(0.0,), sample_len=16, decode_on="host"))
+    slots = [slot for pool in rt._slots.values() for slot in pool]
+    assert slots
+    by_shape = sum(_ort_bytes(v) for slot in slots
+                   for v in (slot.tokens, slot.offset, slot.logits, *slot.buffers.values(),
+                             *((slot.attention,) if slot.attention is not None else ())))
+    encoder = sum(_ort_bytes(buffer.value) for buffer in rt._encoder_buffers.values())
+    counted = rt.buffer_bytes()
+    assert counted == {"decoder_slots": float(len(slots)), "decoder_slot_bytes": float(by_shape),
+                       "encoder_buffer_bytes": float(encoder)}
+    # tiny.en's cross K/V alone is 4 layers x 2 x 1,500 x 384 fp32 values a row: 18.4 MB.
+    assert counted["decoder_slot_bytes"] >= sum(slot.batch for slot in slots) * 4 * 2 * 1500 * 384 * 4
+
+
 def test_finished_rows_leave_the_batch(runtimes, tok, windows, alone):
     """Greedy passes on the device move the rows still decoding into a smaller bucket as rows
     finish (caches and cross K/V copied by row): the tokens stay each row's own."""

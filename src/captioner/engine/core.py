@@ -954,6 +954,9 @@ class Engine:
             ("host_s_per_stream_audio_s", self.host_cost.per_audio_s),
         ) + ((("update_interval_p99_s", interval_p99_s),) if interval_p99_s is not None else ()) \
           + ((("light_steps", float(self.light_steps)),) if self.light_recognizer is not None else ())
+        buffer_bytes = getattr(getattr(self.recognizer, "runtime", None), "buffer_bytes", None)
+        if buffer_bytes is not None:  # the decoder's slots and encoder buffers (where a GPU's memory goes)
+            capacity += tuple(buffer_bytes().items())
         chooser = getattr(self.recognizer, "decode_chooser", None)
         if chooser is not None:  # from how many rows the device decodes now (models/decode_choice.py)
             capacity += (("device_decoding_from_rows", float(chooser.device_from_rows())),)

@@ -198,17 +198,25 @@ class _Slot:
         rules on them where they are; ``None``: an OrtValue, fetched to the host. ``context``:
         the audio context whose cross K/V the slot holds (default: the 30 s one)."""
         context = context or rt._contexts[rt.dims.n_audio_ctx]
-        d, m, f = rt.dims, context.step_model, rt._float
+        d, f = rt.dims, rt._float
+        self.nbytes = 0
+        """Device memory of this slot's own buffers (what :meth:`WhisperRuntime.buffer_bytes` sums)."""
+        m = context.step_model
+
+        def zeros(shape: tuple[int, ...], dtype):
+            self.nbytes += int(np.prod(shape)) * np.dtype(dtype).itemsize
+            return m.zeros(shape, dtype)
+
         self.n_ctx = context.n_ctx
         self.graph_id = graph_id
         self.generation = 0
         self.owner: weakref.ref | None = None  # the DecoderState using these buffers now
         self.last_used = 0
         self.batch = batch
-        self.tokens = m.zeros((batch, 1), np.int64)
-        self.offset = m.zeros((batch,), np.int64)  # each row's position
+        self.tokens = zeros((batch, 1), np.int64)
+        self.offset = zeros((batch,), np.int64)  # each row's position
         self.position = np.zeros(batch, np.int64)  # host side of `offset`, reused every step
-        self.logits = m.zeros((batch, d.n_vocab), np.float32)
+        self.logits = zeros((batch, d.n_vocab), np.float32)
         self.step = m.binding()
         self.cross_binding = context.cross_kv.binding()
         self.step.bind("tokens", self.tokens)
@@ -218,13 +226,14 @@ class _Slot:
         if xp is not None:
             # A fixed address too, so the captured CUDA graph writes into it at every replay.
             self.device_logits = xp.zeros((batch, d.n_vocab), dtype=xp.float32)
+            self.nbytes += int(self.device_logits.nbytes)
             self.step.bind_output_array("logits", self.device_logits)
         else:
             self.step.bind_output_value("logits", self.logits)
         # Bound always, so the captured graph is the same whether a caller reads it or not.
         self.attention = None
         if rt.has_alignment:
-            self.attention = m.zeros((batch, len(rt.alignment_heads), 1, context.n_ctx), np.float32)
+            self.attention = zeros((batch, len(rt.alignment_heads), 1, context.n_ctx), np.float32)
             self.step.bind_output_value("alignment_attn", self.attention)
         self.buffers: dict[str, Any] = {}
         # Buffer shapes follow the step graph's declared inputs (the key layout differs between
@@ -232,10 +241,10 @@ class _Slot:
         shapes = _bound_shapes(m.input_shapes, batch, context.n_ctx)
         for i in range(d.n_text_layer):
             for kind in ("k", "v"):
-                cache = m.zeros(shapes[f"cache_{kind}_{i}"], f)
+                cache = zeros(shapes[f"cache_{kind}_{i}"], f)
                 self.step.bind(f"cache_{kind}_{i}", cache)
                 self.step.bind_output_value(f"new_cache_{kind}_{i}", cache)  # in place
-                cross = m.zeros(shapes[f"cross_{kind}_{i}"], f)
+                cross = zeros(shapes[f"cross_{kind}_{i}"], f)
                 self.step.bind(f"cross_{kind}_{i}", cross)
                 self.cross_binding.bind_output_value(f"cross_{kind}_{i}", cross)
                 self.buffers[f"cache_{kind}_{i}"] = cache
@@ -696,6 +705,18 @@ class WhisperRuntime:
             model = self._gather_rows[n_ctx] = ort_session.OrtModel(
                 Path("gather_rows.onnx"), self._gather_choice, model_bytes=build_gather_rows(tensors).SerializeToString())
         return model
+
+    def buffer_bytes(self) -> dict[str, float]:
+        """The fixed-cache decoder's own device buffers: its slots (each batch bucket's caches,
+        cross K/V and logits; up to MAX_SLOTS_PER_BATCH per bucket and greedy path) and the
+        encoder's output buffers. ONNX Runtime's arena (the graphs' working memory) is not in it.
+        On an H200 a served engine's process held about 30 GiB (docs/serve.md): this says how
+        much of it is these."""
+        slots = [slot for pool in self._slots.values() for slot in pool]
+        return {"decoder_slots": float(len(slots)),
+                "decoder_slot_bytes": float(sum(slot.nbytes for slot in slots)),
+                "encoder_buffer_bytes": float(sum(rows * n_ctx * self.dims.n_audio_state * np.dtype(self._float).itemsize
+                                                  for rows, n_ctx in self._encoder_buffers))}
 
     def _free_slot(self, batch: int, xp=None, n_ctx: int | None = None) -> _Slot:
         """A slot whose last state is gone (dropped by the caller), a new one while the pool for
