@@ -133,6 +133,34 @@ def test_the_threads_host_work_counts_against_the_interval_too():
     assert dict(live.status().extra)["host_s_per_stream_audio_s"] == 0.1
 
 
+@pytest.mark.parametrize("behind_s", [0.0, 2.5])
+def test_an_engine_already_behind_its_audio_takes_no_new_stream(behind_s):
+    """Three streams whose steps are cheap (a new one fits the prediction and the measured
+    interval), handed their audio ``behind_s`` after it was captured, as a server's backed-up
+    inbox hands it over: on time, a fourth is admitted; 2.5 s behind (over the 1.5 s limit, for
+    the median update of the last 2 s), it is refused in one line that says so, and the running
+    streams go on."""
+    live, clock, audio, updates, words = _speaking_captioner(3, 0.005, 0.01)
+    chunk = int(0.05 * 16000)
+    for at in range(0, audio.shape[0], chunk):
+        clock.advance(0.05)
+        for label in list(live.streams):
+            live.streams[label].accept_waveform(16000, audio[at:at + chunk], capture_ns=clock() - int(behind_s * 1e9))
+        updates += live.step()
+    lag_s = live.engine.measured_lag_s()
+    assert lag_s is not None and (lag_s > 1.5) is (behind_s > 1.5), lag_s
+    if behind_s > 1.5:
+        message = one_line_refusal(lambda: live.open_stream("X0"), "behind the audio")
+        assert "X0" in message and "1.50 s limit" in message
+        assert list(live.streams) == ["L0", "L1", "L2"]
+    else:
+        live.open_stream("X0")
+        assert list(live.streams) == ["L0", "L1", "L2", "X0"]
+    updates += finish_all(live, clock)
+    for label in ("L0", "L1", "L2"):
+        assert committed(updates, label) == keys(words) * 2, label
+
+
 def test_the_host_cost_is_measured_per_second_of_audio_whatever_the_clock():
     cost = HostCost(window_audio_s=20.0, alpha=0.3)
     cost.record(0.0, 0.0)

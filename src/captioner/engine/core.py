@@ -20,6 +20,7 @@ caller) and the worker thread that owns one GPU (:mod:`captioner.engine.worker`)
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections import deque
@@ -30,6 +31,7 @@ from typing import NamedTuple
 import numpy as np
 
 from captioner.engine.admission import (
+    LAG_WINDOW_S,
     Admission,
     AdmissionConfig,
     HostCost,
@@ -276,6 +278,7 @@ class Engine:
         self._frame_latency_ms: deque[float] = deque(maxlen=200)
         self._step_latency_ms: float | None = None
         self._lag_s = 0.0
+        self._lags: deque[tuple[int, float]] = deque(maxlen=4096)  # (update's end ns, its lag s)
         self._caption_latency_s: float | None = None
         self._busy: deque[tuple[int, float]] = deque()  # (end_ns, busy_s) for the RTF
         self._created_ns = clock_ns()
@@ -373,7 +376,7 @@ class Engine:
         if not readmit:
             base_s = self.config.scheduler.base_interval_s
             self.admission.check_time(name, rank, self.load_estimate(extra=(language, rank), with_host=True),
-                                      self.measured_interval_p99_s(), base_s)
+                                      self.measured_interval_p99_s(), base_s, self.measured_lag_s())
             self.admission.admitted(now_s)
         slot = self.features.acquire()
         self._streams[name] = _Stream(name, slot, self.vad.acquire(), self._make_policy(name),
@@ -441,6 +444,16 @@ class Engine:
         if self._interval_p99 is None or self._interval_p99[0] != self.steps:
             self._interval_p99 = (self.steps, float(np.percentile(self._intervals_s, 99)))
         return self._interval_p99[1]
+
+    def measured_lag_s(self) -> float | None:
+        """The median lag of the updates in the last :data:`LAG_WINDOW_S` of the engine's clock
+        (how long the newest audio of each had waited when its update was done), ``None`` with
+        fewer than 3 of them or no stream open."""
+        if not self._streams:
+            return None
+        since_ns = self.clock_ns() - int(LAG_WINDOW_S * 1e9)
+        recent = [lag for _, lag in itertools.takewhile(lambda item: item[0] >= since_ns, reversed(self._lags))]
+        return float(np.median(recent)) if len(recent) >= 3 else None
 
     def remove_stream(self, name: str) -> list[CaptionUpdate]:
         """Close a stream: its pending text is committed first."""
@@ -776,6 +789,7 @@ class Engine:
             captured = s.capture_ns_at((ready + s.frame_offset) * FRAME_SAMPLES)
             if captured is not None:
                 self._lag_s = max(0.0, (t1 - captured) / 1e9)
+                self._lags.append((t1, self._lag_s))
         decoded = _Decoded(streams, ends_s, hypotheses, [closing[s.name] for s in streams], unread)
         if defer:
             self._pending = decoded
