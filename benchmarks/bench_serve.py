@@ -316,7 +316,11 @@ def baseline(clips, assign: list[int], held: dict[int, float], seconds: float, m
     20 ms chunks were themselves the load, and the baseline never finished.)"""
     from captioner.engine.pipeline import Pipeline
     from captioner.errors import UserError
-    from captioner.serve.engine_link import NetworkSource, server_engine_config
+    from captioner.serve.engine_link import (
+        NetworkSource,
+        server_engine_config,
+        server_standby,
+    )
 
     audio = [looped(pcm16k(clip.wav), seconds or clip.duration_s)[0].astype(np.float32) / 32768.0
              for clip in clips]
@@ -325,9 +329,8 @@ def baseline(clips, assign: list[int], held: dict[int, float], seconds: float, m
     # them on the server, so it is off here.
     config = server_engine_config()
     config.admission.time_budget = "off"
-    # As the server makes them: several engines on a device without standbys (serve.py).
-    pipelines = [Pipeline([], model=model, device=device, isolation=isolation, config=config, standby=engines == 1)
-                 for _ in range(engines)]
+    pipelines = [Pipeline([], model=model, device=device, isolation=isolation, config=config,
+                          standby=server_standby(engines)) for _ in range(engines)]
     for pipeline in pipelines:
         pipeline.start()
     owner: dict[str, object] = {}  # stream -> its pipeline

@@ -69,7 +69,7 @@ class _Collector:
         return []  # values appear and disappear with availability; skip registration-time checks
 
     def collect(self) -> Iterator[Any]:
-        samples, statuses = self._exporter.snapshots()
+        samples, statuses = self._exporter.snapshot()
         input_losses = self._exporter.input_losses()
         yield from _gpu_families([s for s in samples if s.gpu_name is not None])
         if samples:
@@ -131,7 +131,7 @@ def _pipeline_families(statuses: dict[str, PipelineStatus]) -> Iterator[Any]:
     named = any(statuses)
     engine = ["engine"] if named else []
 
-    def per_engine(family_type, name: str, help_text: str, values, extra: list[str] = ()):
+    def per_engine(family_type, name: str, help_text: str, values, extra: tuple[str, ...] = ()):
         family = family_type(name, help_text, labels=engine + list(extra))
         added = False
         for key, status in statuses.items():
@@ -144,7 +144,7 @@ def _pipeline_families(statuses: dict[str, PipelineStatus]) -> Iterator[Any]:
     families = [
         per_engine(GaugeMetricFamily, "captioner_pipeline_info", "Provider, model and device of the pipeline.",
                    lambda st: [([st.provider, st.model, st.device_name, st.state], 1.0)],
-                   ["provider", "model", "device", "state"]),
+                   ("provider", "model", "device", "state")),
         per_engine(GaugeMetricFamily, "captioner_streams", "Streams being captioned.",
                    lambda st: [([], len(st.streams))]),
         *(per_engine(GaugeMetricFamily, name, help_text, lambda st, attr=attr: [([], getattr(st, attr))])
@@ -155,7 +155,7 @@ def _pipeline_families(statuses: dict[str, PipelineStatus]) -> Iterator[Any]:
                    lambda st: [([], len(st.lost_inputs))]),
         per_engine(GaugeMetricFamily, "captioner_input_level_dbfs", "Audio input level per stream (dBFS).",
                    lambda st: [([st.streams[i] if i < len(st.streams) else str(i)], level)
-                               for i, level in enumerate(st.input_levels_dbfs)], ["stream"]),
+                               for i, level in enumerate(st.input_levels_dbfs)], ("stream",)),
     ]
     yield from (f for f in families if f is not None)
 
@@ -212,12 +212,7 @@ class MetricsExporter:
         if thread is not None:
             thread.join(timeout=5.0)
 
-    def snapshot(self) -> tuple[TelemetrySample | None, PipelineStatus | None]:
-        """The newest sample and the first engine's status (the desktop app has one of each)."""
-        samples, statuses = self.snapshots()
-        return (samples[-1] if samples else None), next(iter(statuses.values()), None)
-
-    def snapshots(self) -> tuple[list[TelemetrySample], dict[str, PipelineStatus]]:
+    def snapshot(self) -> tuple[list[TelemetrySample], dict[str, PipelineStatus]]:
         """Each GPU's newest sample (oldest first) and each engine's newest status."""
         with self._lock:
             return sorted(self._samples.values(), key=lambda s: s.time_s), dict(self._statuses)

@@ -277,7 +277,6 @@ class Engine:
         self.light_steps = 0
         self._frame_latency_ms: deque[float] = deque(maxlen=200)
         self._step_latency_ms: float | None = None
-        self._lag_s = 0.0
         self._lags: deque[tuple[int, float]] = deque(maxlen=4096)  # (update's end ns, its lag s)
         self._caption_latency_s: float | None = None
         self._busy: deque[tuple[int, float]] = deque()  # (end_ns, busy_s) for the RTF
@@ -788,8 +787,7 @@ class Engine:
                 self._note_language(s, hyp)
             captured = s.capture_ns_at((ready + s.frame_offset) * FRAME_SAMPLES)
             if captured is not None:
-                self._lag_s = max(0.0, (t1 - captured) / 1e9)
-                self._lags.append((t1, self._lag_s))
+                self._lags.append((t1, max(0.0, (t1 - captured) / 1e9)))
         decoded = _Decoded(streams, ends_s, hypotheses, [closing[s.name] for s in streams], unread)
         if defer:
             self._pending = decoded
@@ -985,7 +983,7 @@ class Engine:
             caption_latency_s=self._caption_latency_s,
             queue_depth=queue_depth,
             dropped_frames=gaps,
-            lag_s=self._lag_s,
+            lag_s=self._lags[-1][1] if self._lags else 0.0,
             real_time_factor=rtf,
             input_levels_dbfs=tuple(round(s.level_dbfs, 1) for s in self._streams.values()),
             batch_size=self.last_batch_size,

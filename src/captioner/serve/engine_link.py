@@ -69,6 +69,14 @@ def server_engine_config():
                         warm_up=True)
 
 
+def server_standby(engines_per_device: int) -> bool:
+    """Whether a server's pipelines keep a loaded standby process (``Pipeline(standby=)``): only
+    with one engine a device. Each standby is another copy of its engine's GPU memory (about
+    30 GiB on an H200), and with two engines and two standbys the VRAM floor refused streams at
+    798 (docs/serve.md); with several engines a failed one reloads while the others serve."""
+    return engines_per_device == 1
+
+
 def batch_s_for(queue_depth: int) -> float:
     for limit, batch_s in BATCH_BY_QUEUE_DEPTH:
         if limit is None or queue_depth < limit:

@@ -30,7 +30,8 @@ FRONTENDS_AUTO_DOC = "half the CPU cores, 1 to 8"
 
 MAX_ENGINES_PER_DEVICE = 8
 """``--engines-per-device`` at most: each engine is a process with its own model copy, CUDA
-context and pools (on an H200 about 1 GiB with tiny.en), and one Python thread of host work."""
+context, buffers and pools (on an H200 about 30 GiB with tiny.en once warmed up, docs/serve.md),
+and one Python thread of host work."""
 
 
 def frontends_count(text: str, cpus: int | None = None) -> int:
@@ -193,17 +194,17 @@ def run(args) -> int:
 
     from captioner.engine.pipeline import Pipeline, telemetry_gpu_index
     from captioner.gpu.telemetry import TelemetrySampler
-    from captioner.serve.engine_link import EngineLink, server_engine_config
+    from captioner.serve.engine_link import (
+        EngineLink,
+        server_engine_config,
+        server_standby,
+    )
     from captioner.serve.hub import FrontendHub
     from captioner.serve.server import CaptionServer, ServerThread
 
     def make_pipeline(device):
-        # Several engines on a device go without standbys: each standby is a second copy of its
-        # engine's GPU memory (about 30 GiB on an H200), and with two engines and two standbys the
-        # VRAM floor refused streams at 798 (docs/serve.md). A failed engine then reloads while
-        # the others serve.
         return Pipeline([], model=args.model, language=args.language, device=device, config=server_engine_config(),
-                        isolation=args.isolation, standby=args.engines_per_device == 1)
+                        isolation=args.isolation, standby=server_standby(args.engines_per_device))
 
     samplers: dict = {}  # one per device, shared by the engines on it (a sampler started twice is a no-op)
 
