@@ -93,6 +93,14 @@ def percentile(values: list[float], q: float) -> float | None:
 TIMELINE_FIELDS = ("streams", "batch_size", "step_latency_ms", "lag_s", "real_time_factor", "queue_depth",
                    "caption_latency_s")
 """The fields of the server's status kept per second of the run (``server_timeline``)."""
+TIMELINE_GPU_FIELDS = ("vram_used_bytes", "vram_process_bytes")
+"""And from its ``gpu`` part: whether memory, not time, is what stops admission."""
+
+
+def timeline_line(message: dict) -> list:
+    """One status message as a ``server_timeline`` line (before its clock is made relative)."""
+    gpu = message.get("gpu") or {}
+    return [message["time_s"], *(message.get(k) for k in TIMELINE_FIELDS), *(gpu.get(k) for k in TIMELINE_GPU_FIELDS)]
 TIMELINE_EVERY = 50
 """Every this many clients records the status messages it gets (one would stop when it ends)."""
 
@@ -177,8 +185,7 @@ async def _one_connection(index: int, url: str, token: str | None, pcm: np.ndarr
                         record["last_status"] = now
                         # The server's state as it moves: one line per second, from a few clients.
                         if index % TIMELINE_EVERY == 0:
-                            record.setdefault("timeline", []).append(
-                                [message["time_s"], *(message.get(k) for k in TIMELINE_FIELDS)])
+                            record.setdefault("timeline", []).append(timeline_line(message))
                         continue
                     if message["type"] != "caption" or not message["text"].strip():
                         continue
@@ -704,7 +711,7 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
     result["host_cpu"] = {"cores": psutil.cpu_count(), "busy_pct_p50": percentile(host_busy_pct, 50),
                           "busy_pct_max": max(host_busy_pct, default=None),
                           "clients_cores": round(clients_cpu_s / wall_s, 2) if clients_cpu_s is not None else None}
-    result["server_timeline_fields"] = ["s", *TIMELINE_FIELDS]
+    result["server_timeline_fields"] = ["s", *TIMELINE_FIELDS, *TIMELINE_GPU_FIELDS]
     result["server_timeline"] = server_timeline(records.values())
     return result, {r["index"]: r["ready_mono_s"] for r in held}
 
