@@ -105,6 +105,27 @@ TIMELINE_EVERY = 50
 """Every this many clients records the status messages it gets (one would stop when it ends)."""
 
 
+def after_engine_s(latency_s: float, end_s: float, emitted_wall_s: float | None) -> float | None:
+    """Of an update's latency (``latency_s``: from when its last audio was due, real-time pace,
+    to when the client had it), the part after the engine made it: what the way back (the hub,
+    a front-end, the socket; in-process, the pipeline's drain) adds. The engine's side is
+    ``emitted_wall_s - end_s`` on the stream's own clock, which starts a chunk's length before its
+    first chunk reached the engine's source (the way in of that first chunk stays in the rest,
+    the way in of later chunks in the engine's side). Unlike served against in-process latency,
+    it does not move with how far behind the engine happened to be in each run (two runs of the
+    same thousand on an H200 differed by 1.5 s at p99, docs/serve.md). ``None`` without the
+    emission time."""
+    if emitted_wall_s is None:
+        return None
+    return latency_s - (emitted_wall_s - end_s) + CHUNK_S
+
+
+def ms_quantiles(values: list[float]) -> dict:
+    """p50 / p99 of seconds, in milliseconds, and how many."""
+    return {"p50": None if not values else round(1000 * float(np.percentile(values, 50)), 1),
+            "p99": None if not values else round(1000 * float(np.percentile(values, 99)), 1), "n": len(values)}
+
+
 def refusal_kind(reason: str) -> str:
     """A refusal's reason without its stream's name and numbers: refusals counted by cause."""
     text = re.sub(r"'[^']*'", "S", str(reason))
@@ -132,6 +153,7 @@ async def one_client(index: int, url: str, token: str | None, pcm: np.ndarray, s
     loop = asyncio.get_running_loop()
     await asyncio.sleep(max(0.0, start_at - loop.time()))
     record = {"index": index, "captions": [], "ready": False, "close": None, "reason": "", "latency": [],
+              "after_engine": [],
               "statuses": 0, "refusals": 0, "refusal_reasons": []}
     out[index] = record
     backoff_s = 0.5
@@ -192,7 +214,11 @@ async def _one_connection(index: int, url: str, token: str | None, pcm: np.ndarr
                     now = loop.time()
                     record["captions"].append(message)
                     # The audio this update ends with was sent at t0 + end_s (paced sending).
-                    record["latency"].append((message["kind"], now - (t0 + message["end_s"])))
+                    latency_s = now - (t0 + message["end_s"])
+                    record["latency"].append((message["kind"], latency_s))
+                    after_s = after_engine_s(latency_s, message["end_s"], message.get("emitted_wall_s"))
+                    if after_s is not None:
+                        record["after_engine"].append(after_s)
 
             receiver = asyncio.create_task(receive())
             step = int(CHUNK_S * 16000)
@@ -342,6 +368,7 @@ def baseline(clips, assign: list[int], held: dict[int, float], seconds: float, m
         pipeline.start()
     owner: dict[str, object] = {}  # stream -> its pipeline
     latency: dict[str, list[float]] = {"partial": [], "final": []}
+    after_engine: list[float] = []
     step = int(CHUNK_S * 16000)
     first_ready_s = min(held.values(), default=0.0)
     waiting = sorted(held, key=held.__getitem__)  # not started yet, in the order they were let in
@@ -357,7 +384,11 @@ def baseline(clips, assign: list[int], held: dict[int, float], seconds: float, m
         for pipeline in pipelines:
             for u in pipeline.drain_captions():
                 if u.text.strip():
-                    latency[u.kind].append(now - (started[u.stream] + u.end_s))
+                    latency_s = now - (started[u.stream] + u.end_s)
+                    latency[u.kind].append(latency_s)
+                    after_s = after_engine_s(latency_s, u.end_s, u.emitted_wall_s)
+                    if after_s is not None:
+                        after_engine.append(after_s)
 
     while (waiting or sending) and time.monotonic() < deadline:
         now = time.monotonic()
@@ -398,6 +429,7 @@ def baseline(clips, assign: list[int], held: dict[int, float], seconds: float, m
     drain()
     result = {kind: {"p50_s": percentile(v, 50), "p99_s": percentile(v, 99), "n": len(v)}
               for kind, v in latency.items()}
+    result["after_engine_ms"] = ms_quantiles(after_engine)
     result["refused"] = refused + sum(len(pipeline.refused_streams) for pipeline in pipelines)
     result["engines"] = engines
     result["wall_s"] = round(time.monotonic() - first_s, 1)
@@ -524,6 +556,7 @@ def main(argv: list[str] | None = None) -> int:
                 local_p99 = local[kind]["p99_s"]
                 if served_p99 is not None and local_p99 is not None:
                     result.setdefault("p99_over_in_process_ms", {})[kind] = round(1000 * (served_p99 - local_p99), 1)
+            result["serving_added_p99_ms"] = serving_added_p99_ms(result, local)
     combined = _combined(runs)
     text = json.dumps(combined, indent=2)
     print(text)
@@ -532,6 +565,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         args.json.write_text(text + "\n")
     return 0 if not any(r["failed"] for r in runs) else 1
+
+
+def serving_added_p99_ms(served: dict, local: dict) -> float | None:
+    """What the server adds to an update's latency at p99, apart from the engine: its audio's way
+    in (front-end to the engine's inbox, the hub's count; 0 with one process, where the WebSocket
+    loop hands audio straight to the source) plus the way back, less the in-process pipeline's
+    own way back. p99s added: a bound, not a quantile of sums."""
+    back, local_back = served.get("after_engine_ms", {}).get("p99"), local.get("after_engine_ms", {}).get("p99")
+    if back is None or local_back is None:
+        return None
+    inbound = served.get("frontend_to_engine_ms", {}).get("p99") or 0.0
+    return round(back + inbound - local_back, 1)
 
 
 def _combined(runs: list[dict]) -> dict:
@@ -666,6 +711,8 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
         "failures": sorted({f"{r['close']}: {r['reason']}"[:120] for r in failed})[:5],
         "latency_served": {kind: {"p50_s": percentile(v, 50), "p99_s": percentile(v, 99), "n": len(v)}
                            for kind, v in latency.items()},
+        # The served updates' way back after the engine made them (see after_engine_s).
+        "after_engine_ms": ms_quantiles([v for r in held for v in r["after_engine"]]),
         "server_cpu": {"cores_total": round(cpu_s / wall_s, 3),
                        "cores_per_connection": round(cpu_s / wall_s / max(1, connections), 4),
                        # CPU seconds per second of audio taken in, per connection: comparable
