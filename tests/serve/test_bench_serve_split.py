@@ -1,0 +1,56 @@
+"""benchmarks/bench_serve.py's split of each update's latency at the engine: the way back after
+the engine made an update, in the served run and in the in-process baseline, and what serving
+adds apart from how far behind the engine was (the figure issue 13's target is read from)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bench_loader import load_benchmark
+
+bench_serve = load_benchmark("bench_serve")
+
+
+def test_after_engine_is_the_latency_less_the_engines_side():
+    # An update of the audio up to 3.0 s, made by the engine 0.4 s after that audio reached it
+    # (emitted at 3.4 s of its stream clock, which starts a chunk before the first chunk's
+    # arrival), had by the client 0.55 s after the audio was due: 0.05 s on the way back, plus
+    # the chunk the clock starts early.
+    assert bench_serve.after_engine_s(0.55, 3.0, 3.4) == pytest.approx(0.55 - 0.4 + bench_serve.CHUNK_S)
+    assert bench_serve.after_engine_s(0.55, 3.0, None) is None
+
+
+def test_serving_added_is_the_way_in_and_back_less_in_process_way_back():
+    served = {"after_engine_ms": {"p99": 30.0}, "frontend_to_engine_ms": {"p50": 20.0, "p99": 35.0}}
+    assert bench_serve.serving_added_p99_ms(served, {"after_engine_ms": {"p99": 12.0}}) == 53.0
+    # One process: the WebSocket loop hands audio straight to the engine's source.
+    assert bench_serve.serving_added_p99_ms({"after_engine_ms": {"p99": 30.0}},
+                                            {"after_engine_ms": {"p99": 12.0}}) == 18.0
+    assert bench_serve.serving_added_p99_ms({"after_engine_ms": {"p99": None}},
+                                            {"after_engine_ms": {"p99": 12.0}}) is None
+
+
+@pytest.mark.slow
+def test_a_real_run_splits_every_update(tmp_path):
+    """Two clients of real recordings through a real server with two front-ends, then the same
+    streams in-process: every captioned update is split, and the way back is never negative
+    (the engine's side can not end after the client had the update) nor the whole latency."""
+    out = tmp_path / "serve.json"
+    code = bench_serve.main(["--clients", "2", "--ramp", "4", "--frontends", "2", "--json", str(out)])
+    assert code == 0
+    result = json.loads(out.read_text())
+    assert result["held"] == 2
+    served_updates = sum(v["n"] for v in result["latency_served"].values())
+    assert result["after_engine_ms"]["n"] == served_updates > 0
+    local = result["latency_in_process"]
+    assert local["after_engine_ms"]["n"] == sum(local[k]["n"] for k in ("partial", "final")) > 0
+    for split, whole in ((result["after_engine_ms"], result["latency_served"]),
+                         (local["after_engine_ms"], local)):
+        assert split["p50"] >= -5.0  # the clocks' granularity: the pacing loop sleeps 5 ms
+        assert split["p50"] < 1000 * max(whole["partial"]["p50_s"], whole["final"]["p50_s"])
+    assert "p99" in result["frontend_to_engine_ms"]
+    assert result["serving_added_p99_ms"] == pytest.approx(
+        result["after_engine_ms"]["p99"] + result["frontend_to_engine_ms"]["p99"] - local["after_engine_ms"]["p99"],
+        abs=0.11)
