@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -111,3 +112,36 @@ def test_gpu_names_empty_without_nvml():
     assert isinstance(names, list)
     if not NvmlReader(0).available:
         assert names == []
+
+
+def test_process_tree_counts_the_processes_this_one_started(tmp_path):
+    # A child that starts a grandchild, as a served engine's host process does under the server:
+    # the GPU memory of both is the server's, not only what the sampling process holds.
+    import subprocess
+    import sys
+
+    from captioner.gpu.telemetry import process_tree_pids
+
+    ready = tmp_path / "grandchild.pid"
+    script = ("import subprocess, sys, time, pathlib\n"
+              "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+              f"pathlib.Path({str(ready)!r}).write_text(str(g.pid))\n"
+              "time.sleep(60)\n")
+    child = subprocess.Popen([sys.executable, "-c", script])
+    grandchild = None
+    try:
+        deadline = time.monotonic() + 30
+        while not ready.exists() or not ready.read_text():
+            assert time.monotonic() < deadline, "the grandchild did not start"
+            time.sleep(0.05)
+        grandchild = int(ready.read_text())
+        pids = process_tree_pids(os.getpid())
+        assert {os.getpid(), child.pid, grandchild} <= pids
+        assert process_tree_pids(child.pid) == {child.pid, grandchild}
+    finally:
+        if grandchild is not None:
+            os.kill(grandchild, 9)
+        child.kill()
+        child.wait()
+    # A process that is gone has no children to list: its own pid only, nothing raised.
+    assert process_tree_pids(child.pid) == {child.pid}

@@ -144,6 +144,7 @@ class TelemetrySample:
     vram_used_bytes: int | None = None
     vram_total_bytes: int | None = None
     vram_process_bytes: int | None = None
+    """Held by this process and those it started (a GPU engine runs in a child process)."""
     cpu_pct: float | None = None
     process_cpu_pct: float | None = None
 
