@@ -273,7 +273,8 @@ def _client_process(args: tuple) -> tuple[dict, float]:
 
 class ServerProcess:
     def __init__(self, model: str, device: str, token_file: Path, max_streams: int | None,
-                 isolation: str | None = None, frontends: int = 1, engines_per_device: int = 1) -> None:
+                 isolation: str | None = None, frontends: int = 1, engines_per_device: int = 1,
+                 flush_ms: float | None = None) -> None:
         import psutil
 
         command = [sys.executable, "-m", "captioner", "serve", "--port", "0", "--model", model, "--device", device,
@@ -281,6 +282,8 @@ class ServerProcess:
                    "--engines-per-device", str(engines_per_device)]
         if isolation:
             command += ["--isolation", isolation]
+        if flush_ms is not None:
+            command += ["--frontend-flush-ms", f"{flush_ms:g}"]
         if max_streams:
             command += ["--max-streams", str(max_streams)]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -462,6 +465,19 @@ def steady_cpu(samples: list[tuple[float, float]], start_s: float, ramp_s: float
 
 # -- main ------------------------------------------------------------------------------------------
 
+def _flush_list(text: str | None) -> list[float | None]:
+    """``--flush-ms``: the server's default (``[None]``) or a list of milliseconds 1..100."""
+    if text is None:
+        return [None]
+    try:
+        values = [float(v) for v in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or any(not 1.0 <= v <= 100.0 for v in values):
+        raise SystemExit(f"--flush-ms must be a comma-separated list of 1..100, not {text!r}")
+    return values
+
+
 def _frontends_list(text: str) -> list[int]:
     try:
         values = [int(v) for v in text.split(",")]
@@ -496,6 +512,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frontends", default="1", metavar="K[,K...]",
                         help="serve --frontends; several (e.g. 1,2): one server run each, one after the "
                              "other with the same clients, reported side by side (default 1)")
+    parser.add_argument("--flush-ms", default=None, metavar="MS[,MS...]",
+                        help="serve --frontend-flush-ms; several (e.g. 25,10): one server run each for every "
+                             "--frontends value, reported side by side (default: the server's own)")
     parser.add_argument("--retry-s", type=float, default=0.0,
                         help="a client refused at capacity (1013) tries again with backoff for this long "
                              "after its first attempt, as the app's client does (default 0: no retry)")
@@ -508,6 +527,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 1 <= args.clients <= MAX_CLIENTS:
         raise SystemExit(f"--clients must be 1..{MAX_CLIENTS}")
     frontends = _frontends_list(args.frontends)
+    flushes = _flush_list(args.flush_ms)
     speech = args.speech if (args.speech / "manifest.tsv").exists() else HERE.parent / "tests" / "data" / "speech"
     clips = english_clips(speech)
     clip_audio = {}
@@ -528,9 +548,9 @@ def main(argv: list[str] | None = None) -> int:
     token_file = Path(tempfile.mkdtemp(prefix="bench-serve-")) / "token"
     token_file.write_text(token)
     runs, held_any = [], {}
-    for count in frontends:
+    for count, flush_ms in [(count, flush_ms) for count in frontends for flush_ms in flushes]:
         result, held_indices = serve_run(args, count, clips, clip_audio, repeats, assign, audio_s, client_timeout_s,
-                                         token, token_file)
+                                         token, token_file, flush_ms)
         runs.append(result)
         held_any.update(held_indices)
         if args.json is not None:  # what was served is kept even if a later run runs out of time
@@ -585,7 +605,8 @@ def _combined(runs: list[dict]) -> dict:
 
 
 def _side_by_side(runs: list[dict]) -> str:
-    rows = [("frontends", lambda r: r["frontends"]), ("held / refused / failed",
+    rows = [("frontends", lambda r: r["frontends"]), ("front-end flush ms", lambda r: r.get("frontend_flush_ms") or "default"),
+            ("held / refused / failed",
             lambda r: f"{r['held']} / {r['refused']} / {r['failed']}"),
             ("CPU ms per conn per audio-s: hub", lambda r: r["server_cpu"].get("hub_ms_per_connection_audio_s")),
             ("  front-ends", lambda r: r["server_cpu"].get("frontends_ms_per_connection_audio_s")),
@@ -607,18 +628,19 @@ def _side_by_side(runs: list[dict]) -> str:
 
 
 def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s: float, client_timeout_s: float,
-              token: str, token_file: Path) -> tuple[dict, set[int]]:
-    """One server (``--frontends frontends``), the clients against it, what they saw and what it cost."""
+              token: str, token_file: Path, flush_ms: float | None = None) -> tuple[dict, set[int]]:
+    """One server (``--frontends frontends``, ``--frontend-flush-ms flush_ms``), the clients against it,
+    what they saw and what it cost."""
     started = time.monotonic()
     server = ServerProcess(args.model, args.device, token_file, args.max_streams, args.isolation, frontends,
-                           args.engines_per_device)
-    print(f"server (--frontends {frontends}) up in {time.monotonic() - started:.1f} s on port {server.port}; "
+                           args.engines_per_device, flush_ms)
+    print(f"server (--frontends {frontends}{f', flush {flush_ms:g} ms' if flush_ms else ''}) up in {time.monotonic() - started:.1f} s on port {server.port}; "
           f"{args.clients} clients, {audio_s:.0f} s of audio each, {args.ramp:g}/s", file=sys.stderr, flush=True)
     url = f"ws://127.0.0.1:{server.port}"
     profiler = None
     if args.py_spy is not None:  # its own process, not the server's child: its CPU is not counted
         out = args.py_spy
-        if "," in args.frontends:  # one profile per run
+        if "," in args.frontends or (args.flush_ms and "," in args.flush_ms):  # one profile per run
             out = out.with_name(f"{out.stem}-fe{frontends}-{time.strftime('%H%M%S')}{out.suffix}")
         profiler = _py_spy(server.process.pid, out)
     (hub0, fronts0), wall0 = server.cpu_split(), time.monotonic()
@@ -699,7 +721,8 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
     steady_fronts = steady_cpu([(t, f) for t, _, f in cpu_samples], wall0, args.clients / args.ramp, audio_s,
                                connections)
     result = {
-        "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "frontends": frontends, "engines_per_device": args.engines_per_device,
+        "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "frontends": frontends, "frontend_flush_ms": flush_ms,
+        "engines_per_device": args.engines_per_device,
         "model": args.model, "device": args.device, "clients": args.clients, "audio_s_per_client": round(audio_s, 1),
         "held": len(held), "refused": len(refused), "failed": len(failed),
         "held_after_refusals": sum(1 for r in held if r["refusals"]),

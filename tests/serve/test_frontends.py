@@ -298,7 +298,8 @@ def test_cli_sigterm_commits_and_closes_1001(tmp_path, speech_clips):
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
     command = [sys.executable, "-m", "captioner", "serve", "--port", "0", "--model", "tiny.en", "--device", "cpu",
-               "--frontends", "2", "--token-file", str(token_file), "--transcripts", str(tmp_path / "t")]
+               "--frontends", "2", "--frontend-flush-ms", "5", "--token-file", str(token_file),
+               "--transcripts", str(tmp_path / "t")]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
@@ -325,10 +326,20 @@ def test_cli_sigterm_commits_and_closes_1001(tmp_path, speech_clips):
     assert session.close_code == protocol.CLOSE_GOING_AWAY, (session.close_code, session.close_reason, err)
     words = session.committed.lower()
     assert "full" in words and "hour" in words, session.captions
-    assert "2 front-end processes" in err and "served 1 connection(s)" in err, err
+    assert "2 front-end processes (audio to the engines every 5 ms)" in err and "served 1 connection(s)" in err, err
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE], "front-ends ended"
     written = " ".join(f.read_text(encoding="utf-8") for f in Path(tmp_path / "t").glob("*.txt"))
     assert "full" in written.lower() and "hour" in written.lower(), written
+
+
+def test_cli_refuses_a_bad_flush_period_in_one_line():
+    for value in ("0", "101", "soon"):
+        done = subprocess.run([sys.executable, "-m", "captioner", "serve", "--frontends", "2", "--port", "0",
+                               "--frontend-flush-ms", value], capture_output=True, text=True, timeout=60,
+                              env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)))
+        assert done.returncode == 2, done.stderr
+        assert "--frontend-flush-ms must be a number of milliseconds from 1 to 100" in done.stderr
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 
 def test_cli_refuses_a_bad_frontends_count(tmp_path):

@@ -370,6 +370,9 @@ class Pipeline:
         self._inbox: queue.Queue[InboxItem] = queue.Queue(maxsize=inbox_items)
         self._captions: deque[CaptionUpdate] = deque()
         self._captions_lock = threading.Lock()
+        self.on_captions: Callable[[], None] | None = None
+        """Called (on the worker's or the transcript writer's thread) each time caption updates
+        reach the outbox: a server's loop drains them then, not on its next polling round."""
         self._status: PipelineStatus | None = None
         self._status_lock = threading.Lock()
         self._worker: Worker | None = None
@@ -670,6 +673,9 @@ class Pipeline:
     def _to_outbox(self, updates: list[CaptionUpdate]) -> None:
         with self._captions_lock:
             self._captions.extend(updates)
+        ring = self.on_captions
+        if updates and ring is not None:
+            ring()
 
     def _publish(self, status: PipelineStatus) -> None:
         with self._status_lock:

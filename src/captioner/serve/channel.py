@@ -6,7 +6,7 @@ Both ends are asyncio code of the same package version on the same machine, star
 itself, so pickle is safe here: nothing from the network is ever unpickled (a client's audio is
 bytes inside a frame, its text a string).
 
-Frames, front-end -> hub, one every :data:`FLUSH_S` (25 ms) while there is something to say:
+Frames, front-end -> hub, one every :data:`FLUSH_S` (10 ms by default) while there is something to say:
 ``(events, audio_index, audio_f32)``. ``audio_f32`` is the float32 samples of every connection
 that sent audio since the last frame, concatenated (converted from int16 in the front-end, in one
 NumPy call); ``audio_index`` says whose they are, in order: ``(sid, n_samples, capture_ns)``.
@@ -38,10 +38,11 @@ import asyncio
 import pickle
 import struct
 
-FLUSH_S = 0.025
-"""How often a front-end sends its batch (at most 25 ms added to a stream's audio on its way in).
-The hub's cost is per frame and per stream in it: a client sending 100 ms messages is one push a
-100 ms whatever this period, and 40 frames a second per front-end cost little more than 20."""
+FLUSH_S = 0.010
+"""How often a front-end sends its batch by default (``serve --frontend-flush-ms``): at most this
+long added to a stream's audio on its way in. The hub's cost is per frame and per stream in it: a
+client sending 100 ms messages is one push a 100 ms whatever this period. At 25 ms it was most of
+what the server added to a caption on an H200 (front-end to engine p50 26 ms, docs/serve.md)."""
 FLUSH_BYTES = 1 << 20
 """...or sooner, once this much audio is waiting."""
 STREAM_LIMIT_BYTES = 64 << 20

@@ -76,7 +76,7 @@ class _Conn:
 
 class FrontEnd:
     """The front-end's server. ``config``: what the hub sent (host, port, token, TLS files,
-    max_ahead_s); ``writer``/``reader``: the channel to the hub."""
+    max_ahead_s, flush_s); ``writer``/``reader``: the channel to the hub."""
 
     def __init__(self, index: int, config: dict, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.index = index
@@ -85,6 +85,7 @@ class FrontEnd:
         self.token = config.get("token")
         self.tls_files = config.get("tls_files")
         self.max_ahead_s = config.get("max_ahead_s", protocol.MAX_AHEAD_S)
+        self.flush_s = config.get("flush_s", channel.FLUSH_S)
         self._reader, self._writer = reader, writer
         self.conns: dict[int, _Conn] = {}
         self._sids = itertools.count(1)
@@ -131,7 +132,7 @@ class FrontEnd:
 
     async def _flusher(self) -> None:
         while True:
-            await asyncio.sleep(channel.FLUSH_S)
+            await asyncio.sleep(self.flush_s)
             self.flush()
             try:
                 await self._writer.drain()

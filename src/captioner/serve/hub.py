@@ -2,7 +2,8 @@
 
 K front-end processes (:mod:`captioner.serve.frontend`) listen on the same host:port
 (``SO_REUSEPORT``) and do each connection's network work; each talks to the hub over one
-local channel (:mod:`captioner.serve.channel`) in batches, every 25 ms. The hub keeps what must be
+local channel (:mod:`captioner.serve.channel`) in batches, every 10 ms by default
+(``--frontend-flush-ms``). The hub keeps what must be
 decided in one place: admission (the :class:`~captioner.serve.engine_link.EngineLink` and its
 pipelines, as in the single-process server: refusals 1013, a language the model lacks 1008),
 each stream's life, its captions, the status messages, ``--transcripts`` and the metrics. Per
@@ -16,7 +17,7 @@ one's place (at most :data:`MAX_RESTARTS_PER_MIN` a minute). The hub that ends (
 front-ends, which close their connections with 1011.
 
 Tasks on the hub's loop: one reader per front-end, one task per stream (opened, ended, closed),
-the pump (captions from the engine, every 20 ms, then one frame to each front-end) and the status
+the pump (captions from the engines as soon as one rings, then one frame to each front-end) and the status
 task (one ``status`` text per device a second, to every front-end).
 """
 
@@ -37,7 +38,13 @@ import numpy as np
 
 from captioner.errors import StreamRefused, UserError, one_line
 from captioner.serve import channel, protocol
-from captioner.serve.engine_link import EngineLink, Lease, export_metrics, status_fields
+from captioner.serve.engine_link import (
+    CaptionBell,
+    EngineLink,
+    Lease,
+    export_metrics,
+    status_fields,
+)
 from captioner.serve.server import (
     END_TIMEOUT_S,
     OPEN_TIMEOUT_S,
@@ -107,7 +114,7 @@ class FrontendHub:
                  token: str | None = None, tls_files: tuple[str, str] | None = None,
                  max_ahead_s: float = protocol.MAX_AHEAD_S, transcripts: Callable[[str], object] | None = None,
                  metrics=None, status_period_s: float = protocol.STATUS_PERIOD_S,
-                 log: Callable[[str], None] = lambda line: None) -> None:
+                 flush_s: float = channel.FLUSH_S, log: Callable[[str], None] = lambda line: None) -> None:
         if not token and not is_loopback(host):
             raise UserError(f"refusing to serve on {host} without a token: anyone who can reach it could use "
                             "the GPU; give --token-file, or bind 127.0.0.1")
@@ -121,6 +128,8 @@ class FrontendHub:
         self.tls_files = tls_files
         self.scheme = "wss" if tls_files else "ws"
         self.max_ahead_s = max_ahead_s
+        self.flush_s = flush_s
+        """How often each front-end sends its batch (``--frontend-flush-ms``)."""
         self.metrics = metrics
         self.status_period_s = status_period_s
         self.log = log
@@ -167,7 +176,8 @@ class FrontendHub:
             theirs.close()  # the child's end: its death then reads as the end of the channel here
         reader, writer = await channel.open_channel(ours)
         writer.write(channel.encode({"host": self.host, "port": self.port, "token": self.token,
-                                     "tls_files": self.tls_files, "max_ahead_s": self.max_ahead_s}))
+                                     "tls_files": self.tls_files, "max_ahead_s": self.max_ahead_s,
+                                     "flush_s": self.flush_s}))
         return _Frontend(index, process, reader, writer)
 
     async def _wait_listening(self, fe: _Frontend) -> str:
@@ -426,6 +436,8 @@ class FrontendHub:
     # -- engine side ---------------------------------------------------------------------------------
     async def _pump(self) -> None:
         """Captions and stream states from the engine to the front-ends, one frame each per round."""
+        bell = CaptionBell(asyncio.get_running_loop())
+        self.link.ring_on_captions(bell.ring)
         while True:
             for lease, update in self.link.poll():
                 stream = self._by_lease.get(lease.key)
@@ -437,7 +449,7 @@ class FrontendHub:
                 if self._transcripts is not None and update.kind == "final" and update.text.strip():
                     self._transcripts.items.put((stream.conn_id, f"{stream.label} via {stream.peer}", update))
             self._flush()
-            await asyncio.sleep(POLL_PERIOD_S)
+            await bell.wait(POLL_PERIOD_S)
 
     async def _status(self) -> None:
         """One ``status`` text per device a second, to every front-end (each sends it to its

@@ -26,11 +26,18 @@ from urllib.parse import urlsplit
 
 from captioner.errors import StreamRefused, UserError, one_line
 from captioner.serve import protocol
-from captioner.serve.engine_link import EngineLink, Lease, export_metrics, status_fields
+from captioner.serve.engine_link import (
+    CaptionBell,
+    EngineLink,
+    Lease,
+    export_metrics,
+    status_fields,
+)
 from captioner.serve.protocol import ProtocolError, close_reason, peer, send_outbox
 
 POLL_PERIOD_S = 0.02
-"""How often the pump drains the engine's captions: well under a caption's own latency."""
+"""How often the pump goes round when no engine rings (:class:`~captioner.serve.engine_link.CaptionBell`):
+the streams' states follow the engines' status; captions go out as soon as they are made."""
 OPEN_TIMEOUT_S = 120.0
 """How long a stream may wait for the engine to list it (a first model step on a slow CPU)."""
 END_TIMEOUT_S = 300.0
@@ -313,6 +320,8 @@ class CaptionServer:
     # -- engine side -------------------------------------------------------------------------------
     async def _pump(self) -> None:
         """Captions and stream states from the engine to the connections' outboxes."""
+        bell = CaptionBell(asyncio.get_running_loop())
+        self.link.ring_on_captions(bell.ring)
         while True:
             for lease, update in self.link.poll():
                 conn = self._by_lease.get(lease.key)
@@ -326,7 +335,7 @@ class CaptionServer:
                     self.metrics.observe_caption(update)
                 if self._transcripts is not None and update.kind == "final" and update.text.strip():
                     self._transcripts.items.put((conn.id, f"{conn.params.label} via {conn.peer}", update))
-            await asyncio.sleep(POLL_PERIOD_S)
+            await bell.wait(POLL_PERIOD_S)
 
     async def _status(self) -> None:
         """One ``status`` message a second to every connection, about its own device."""

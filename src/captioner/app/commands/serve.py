@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 from captioner.errors import UserError
+from captioner.serve.channel import FLUSH_S
 
 DEFAULT_PORT = 8765
 SERVE_ISOLATION = "auto"
@@ -27,6 +28,8 @@ connections refused that way, docs/serve.md)."""
 
 MAX_FRONTENDS = 64
 FRONTENDS_AUTO_DOC = "half the CPU cores, 1 to 8"
+FRONTEND_FLUSH_MS = 1000.0 * FLUSH_S
+FRONTEND_FLUSH_MS_RANGE = (1.0, 100.0)
 
 MAX_ENGINES_PER_DEVICE = 8
 """``--engines-per-device`` at most: each engine is a process with its own model copy, CUDA
@@ -46,6 +49,18 @@ def frontends_count(text: str, cpus: int | None = None) -> int:
     if not 1 <= count <= MAX_FRONTENDS:
         raise UserError(f"--frontends must be auto or a whole number 1..{MAX_FRONTENDS}, not {text!r}")
     return count
+
+
+def frontend_flush_ms(text: str) -> float:
+    """``--frontend-flush-ms``: milliseconds within FRONTEND_FLUSH_MS_RANGE."""
+    low, high = FRONTEND_FLUSH_MS_RANGE
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not low <= value <= high:
+        raise UserError(f"--frontend-flush-ms must be a number of milliseconds from {low:g} to {high:g}, not {text!r}")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -79,6 +94,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="processes doing the network work (WebSocket, checks, audio conversion), all on "
                              "--port, feeding this process's engines in batches (default 1: the network loop "
                              f"in this process; auto: {FRONTENDS_AUTO_DOC}; docs/serve.md)")
+    parser.add_argument("--frontend-flush-ms", type=str, default=str(FRONTEND_FLUSH_MS), metavar="MS",
+                        help="with --frontends K > 1: how often each front-end sends its connections' audio "
+                             f"to the engines in one batch (default {FRONTEND_FLUSH_MS:g}; shorter: less latency, "
+                             "more frames for this process)")
     parser.add_argument("--ray", action="store_true",
                         help="run as a Ray Serve application instead (needs captioner[cluster]; docs/cluster.md)")
     parser.add_argument("--replicas", type=int, default=None, metavar="N",
@@ -162,6 +181,7 @@ def check_arguments(args) -> tuple[str | None, object]:
     args.frontends = frontends_count(str(args.frontends))
     if args.ray and args.frontends > 1:
         raise UserError("--frontends is for the plain server: with --ray, Ray Serve's proxy spreads the connections")
+    args.frontend_flush_ms = frontend_flush_ms(str(args.frontend_flush_ms))
     if args.ray and args.engines_per_device != 1:
         raise UserError("--engines-per-device is for the plain server: with --ray, give more --replicas")
     return token, context
@@ -229,7 +249,8 @@ def run(args) -> int:
     if args.frontends > 1:
         server = FrontendHub(link, args.host, args.port, frontends=args.frontends, token=token,
                              tls_files=(args.certfile, args.keyfile) if context is not None else None,
-                             transcripts=transcripts, metrics=metrics, log=log)
+                             transcripts=transcripts, metrics=metrics, flush_s=args.frontend_flush_ms / 1000.0,
+                             log=log)
     else:
         server = CaptionServer(link, args.host, args.port, token=token, ssl_context=context, transcripts=transcripts,
                                metrics=metrics, log=log)
@@ -247,7 +268,8 @@ def run(args) -> int:
             raise UserError(f"cannot listen on {args.host}:{args.port}: {error.strerror or error}") from None
         print(f"captioner: serving {args.model} on {thread.url}/v1/listen"
               + (" (token required)" if token else "")
-              + (f", {args.frontends} front-end processes" if args.frontends > 1 else "")
+              + (f", {args.frontends} front-end processes (audio to the engines every {args.frontend_flush_ms:g} ms)"
+                 if args.frontends > 1 else "")
               + "; Ctrl-C stops", file=sys.stderr, flush=True)
         if args.port == 0:
             print(port, flush=True)  # for scripts that asked for a free port
