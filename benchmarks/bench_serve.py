@@ -465,27 +465,25 @@ def steady_cpu(samples: list[tuple[float, float]], start_s: float, ramp_s: float
 
 # -- main ------------------------------------------------------------------------------------------
 
-def _flush_list(text: str | None) -> list[float | None]:
-    """``--flush-ms``: the server's default (``[None]``) or a list of milliseconds 1..100."""
-    if text is None:
-        return [None]
+def _value_list(flag: str, text: str, kind: type, low: float, high: float) -> list:
+    """A comma-separated list of ``kind`` values, each from ``low`` to ``high``; otherwise the
+    benchmark ends with one line naming ``flag``."""
     try:
-        values = [float(v) for v in text.split(",")]
+        values = [kind(v) for v in text.split(",")]
     except ValueError:
         values = []
-    if not values or any(not 1.0 <= v <= 100.0 for v in values):
-        raise SystemExit(f"--flush-ms must be a comma-separated list of 1..100, not {text!r}")
+    if not values or any(not low <= v <= high for v in values):
+        raise SystemExit(f"{flag} must be a comma-separated list of {low:g}..{high:g}, not {text!r}")
     return values
+
+
+def _flush_list(text: str | None) -> list[float | None]:
+    """``--flush-ms``: the server's default (``[None]``) or a list of milliseconds 1..100."""
+    return [None] if text is None else _value_list("--flush-ms", text, float, 1.0, 100.0)
 
 
 def _frontends_list(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",")]
-    except ValueError:
-        values = []
-    if not values or any(not 1 <= v <= 64 for v in values):
-        raise SystemExit(f"--frontends must be a comma-separated list of 1..64, not {text!r}")
-    return values
+    return _value_list("--frontends", text, int, 1, 64)
 
 
 def main(argv: list[str] | None = None) -> int:
