@@ -95,14 +95,14 @@ TIMELINE_FIELDS = ("streams", "batch_size", "step_latency_ms", "lag_s", "real_ti
 """The fields of the server's status kept per second of the run (``server_timeline``)."""
 TIMELINE_GPU_FIELDS = ("vram_used_bytes", "vram_process_bytes")
 """And from its ``gpu`` part: whether memory, not time, is what stops admission."""
+TIMELINE_EVERY = 50
+"""Every this many clients records the status messages it gets (one would stop when it ends)."""
 
 
 def timeline_line(message: dict) -> list:
     """One status message as a ``server_timeline`` line (before its clock is made relative)."""
     gpu = message.get("gpu") or {}
     return [message["time_s"], *(message.get(k) for k in TIMELINE_FIELDS), *(gpu.get(k) for k in TIMELINE_GPU_FIELDS)]
-TIMELINE_EVERY = 50
-"""Every this many clients records the status messages it gets (one would stop when it ends)."""
 
 
 def after_engine_s(latency_s: float, end_s: float, emitted_wall_s: float | None) -> float | None:
@@ -122,8 +122,8 @@ def after_engine_s(latency_s: float, end_s: float, emitted_wall_s: float | None)
 
 def ms_quantiles(values: list[float]) -> dict:
     """p50 / p99 of seconds, in milliseconds, and how many."""
-    return {"p50": None if not values else round(1000 * float(np.percentile(values, 50)), 1),
-            "p99": None if not values else round(1000 * float(np.percentile(values, 99)), 1), "n": len(values)}
+    p50, p99 = (round(1000 * float(q), 1) for q in np.percentile(values, [50, 99])) if values else (None, None)
+    return {"p50": p50, "p99": p99, "n": len(values)}
 
 
 def refusal_kind(reason: str) -> str:
@@ -478,12 +478,16 @@ def _value_list(flag: str, text: str, kind: type, low: float, high: float) -> li
 
 
 def _flush_list(text: str | None) -> list[float | None]:
-    """``--flush-ms``: the server's default (``[None]``) or a list of milliseconds 1..100."""
-    return [None] if text is None else _value_list("--flush-ms", text, float, 1.0, 100.0)
+    """``--flush-ms``: the server's default (``[None]``) or a list of milliseconds in its range."""
+    from captioner.app.commands.serve import FRONTEND_FLUSH_MS_RANGE
+
+    return [None] if text is None else _value_list("--flush-ms", text, float, *FRONTEND_FLUSH_MS_RANGE)
 
 
 def _frontends_list(text: str) -> list[int]:
-    return _value_list("--frontends", text, int, 1, 64)
+    from captioner.app.commands.serve import MAX_FRONTENDS
+
+    return _value_list("--frontends", text, int, 1, MAX_FRONTENDS)
 
 
 def main(argv: list[str] | None = None) -> int:
