@@ -91,7 +91,8 @@ class CaptionUpdate:
     committed text, appended and never changed again. ``start_s``/``end_s`` are the audio the
     text covers, in seconds of that stream's clock. ``emitted_audio_s`` is how much audio of the
     stream had been captured when the update was made; ``emitted_wall_s`` is wall time since the
-    stream started, so their difference shows how far processing runs behind capture.
+    stream started when the engine handed the update out (not earlier: a step's caller sees it
+    no sooner), so their difference shows how far processing runs behind capture.
     """
 
     stream: str

@@ -258,7 +258,7 @@ class _Recorder:
 
         self.replies: list[tuple] = []
 
-    def poll(self):
+    def poll(self, hand_out=None):
         out, self.replies = self.replies, []
         return out
 

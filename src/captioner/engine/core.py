@@ -856,18 +856,21 @@ class Engine:
     def _emitted(self, folded: list[tuple[_Stream, list[CaptionUpdate]]], later_ns: int) -> list[CaptionUpdate]:
         """The updates of a fold, dated ``later_ns`` after it (when the caller gets them: a fold
         held back runs during the next step, whose end returns them)."""
-        updates: list[CaptionUpdate] = []
-        shift_s = later_ns / 1e9
-        for s, mine in folded:
-            if shift_s and s.start_ns is not None:
-                mine = [replace(u, emitted_wall_s=u.emitted_wall_s + shift_s) for u in mine]
-            updates += mine
-            # This stream's own updates (a scan of the whole step's list per stream grew with
-            # the square of the batch).
-            finals = [u for u in mine if u.kind == "final"]
-            if finals:
+        return self.dated_later([u for _, mine in folded for u in mine], later_ns)
+
+    def dated_later(self, updates: list[CaptionUpdate], later_ns: int) -> list[CaptionUpdate]:
+        """``updates`` dated ``later_ns`` (the clock's nanoseconds) after they were made, for a
+        caller that gets them only then; the caption latency follows the newest final among
+        them. An update's ``emitted_wall_s`` is when it could first be seen: a date taken
+        before the caller has it makes every latency measured from it look shorter."""
+        if later_ns:
+            shift_s = later_ns / 1e9
+            updates = [replace(u, emitted_wall_s=u.emitted_wall_s + shift_s) for u in updates]
+        for u in reversed(updates):
+            if u.kind == "final":
                 # Audio end of the newest committed text -> when it was committed.
-                self._caption_latency_s = max(0.0, finals[-1].emitted_wall_s - finals[-1].end_s)
+                self._caption_latency_s = max(0.0, u.emitted_wall_s - u.end_s)
+                break
         return updates
 
     def flush(self) -> list[CaptionUpdate]:

@@ -328,34 +328,54 @@ class LiveCaptioner:
             raise ValueError("this LiveCaptioner is closed")
 
     # -- work ------------------------------------------------------------------------------------
-    def step(self) -> list[CaptionUpdate]:
+    def step(self, hand_out: Callable[[list[CaptionUpdate]], None] | None = None) -> list[CaptionUpdate]:
         """Feed the audio accepted so far to the engine and run the model work that falls due;
-        streams that were finished and have nothing left are committed and closed."""
+        streams that were finished and have nothing left are committed and closed.
+
+        A backlog is worked through in several ticks, each with its own model step. Without
+        ``hand_out``, every tick's updates are returned at the end, each dated then
+        (``emitted_wall_s``: nobody could see it before). With ``hand_out``, each tick's updates
+        are passed to it as soon as they exist, and ``step`` returns none: a caller that sends
+        captions on (the worker, a model host) gets the first tick's out while the next one runs.
+        On an H200 serving a thousand streams a step ran several ticks of a few hundred
+        milliseconds each (docs/serve.md)."""
         self._check_open()
-        updates: list[CaptionUpdate] = []
+        made: list[tuple[int, list[CaptionUpdate]]] = []  # (clock when made, updates), kept for the end
+
+        def out(updates: list[CaptionUpdate]) -> None:
+            if not updates:
+                return
+            if hand_out is not None:
+                hand_out(updates)
+            else:
+                made.append((self.clock_ns(), updates))
+
         # Only streams with audio waiting are visited, and after the first slice only those that
         # still have some: at real-time pace every stream has one block, and a second pass over
         # all of them to find nothing cost as much as the first.
         waiting = [s for s in self._streams.values() if s._pending]
         if not waiting:
             # No audio, no tick: a step's text work held back for the next one is done now.
-            updates += self.engine.flush()
+            out(self.engine.flush())
         feed_samples = max(FRAME_SAMPLES, int(self.feed_s * SAMPLE_RATE_HZ) // FRAME_SAMPLES * FRAME_SAMPLES)
         while waiting:
             blocks = [block for s in waiting for block in s._take_upto(feed_samples)]
             self._feed_language_check(blocks)
             self.engine.push(blocks)
-            updates += self.engine.tick()
+            out(self.engine.tick())
             waiting = [s for s in waiting if s._pending]
         ended = [s for s in self._streams.values() if s._finishing and not s._pending]
         if ended:  # their last updates in one model step
-            updates += self.engine.remove_streams([s.label for s in ended])
+            out(self.engine.remove_streams([s.label for s in ended]))
         for stream in ended:
             stream._done = True
             if stream._language_watch is not None and self._language_check is not None:
                 self._language_check.end(stream._language_watch)
             del self._streams[stream.label]
-        return updates
+        if not made:
+            return []
+        end_ns = self.clock_ns()
+        return [u for made_ns, updates in made for u in self.engine.dated_later(updates, end_ns - made_ns)]
 
     def _feed_language_check(self, blocks: list[AudioBlock | BlockSlice]) -> None:
         check = self._language_check

@@ -382,15 +382,28 @@ class SupervisedCaptioner:
             self._start_standby()
         return []
 
-    def step(self) -> list[CaptionUpdate]:
+    def step(self, hand_out: Callable[[list[CaptionUpdate]], None] | None = None) -> list[CaptionUpdate]:
+        """The host's updates since the last step, after the model work that is due. With
+        ``hand_out``, as :meth:`LiveCaptioner.step <captioner.engine.live.LiveCaptioner.step>`:
+        a host on this thread passes each tick's updates to it as soon as they are made."""
         self._flush_audio()
-        updates = self._take(self._host.poll())
+        early = None
+        if hand_out is not None:
+            def early(message: tuple) -> None:
+                updates = self._take([message])
+                if updates:
+                    hand_out(updates)
+
+        updates = self._take(self._host.poll(early))
         why = self._host_failure()
         while why is not None:
             self._restart(why)
-            updates += self._take(self._host.poll())
+            updates += self._take(self._host.poll(early))
             why = self._host_failure()
         self._check_standby()
+        if hand_out is not None and updates:
+            hand_out(updates)
+            return []
         return updates
 
     def notices(self) -> list:

@@ -145,7 +145,7 @@ class _InputClock:
 
 class Worker(threading.Thread):
     """Owns one :class:`LiveCaptioner` (made on this thread, so it is the thread that works the
-    GPU). ``inbox`` carries :data:`InboxItem` values; ``deliver`` gets each step's updates;
+    GPU). ``inbox`` carries :data:`InboxItem` values; ``deliver`` gets each tick's updates;
     ``publish_status`` a :class:`PipelineStatus` a few times a second. ``clock_ns`` is the
     sources' capture clock (a simulated one in tests), which times a lost input's silence.
 
@@ -211,7 +211,9 @@ class Worker(threading.Thread):
             for item in self._take(wait_s):
                 self._apply(live, item)
             self._fill_lost(live)
-            self._emit(live.step())
+            # Each tick's captions leave as it ends: a backlog's later ticks do not hold them.
+            live.step(hand_out=self._deliver)
+            self._emit([])
             now_s = time.monotonic()
             if now_s >= next_status_s:
                 self._publish_status(self._status(live))

@@ -40,6 +40,7 @@ import queue
 import signal
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from captioner.errors import StreamRefused, UserError, one_line
@@ -258,15 +259,25 @@ class HostCore:
         """The least time between two steps with the streams open now (:data:`STEP_SPACING_MAX_S`)."""
         return min(STEP_SPACING_MAX_S, STEP_SPACING_PER_STREAM_S * len(self.live.streams))
 
-    def _work(self) -> list[tuple]:
+    def _work(self, hand_out: Callable[[tuple], None] | None = None) -> list[tuple]:
         stepped, self._unstepped = set(self._unstepped), {}
         self._last_work_s = time.monotonic()
         before = set(self.live.streams)
         # A stream's chunks that came together (a step's spacing of audio, a network's jitter)
         # are fed in one tick: a second tick of the few such streams was a model step of a few rows.
         self.live.feed_s = max(self._feed_s, 2 * self._spacing_s())
-        updates = self.live.step()
-        out = self._updates(updates)
+        if hand_out is None:
+            updates = self.live.step()
+            out = self._updates(updates)
+        else:
+            updates, out = [], []
+
+            def tick_out(made: list[CaptionUpdate]) -> None:
+                updates.extend(made)
+                for message in self._updates(made):
+                    hand_out(message)
+
+            self.live.step(hand_out=tick_out)
         for label in before - set(self.live.streams):
             out.append(("done", label))
             self._base.pop(label, None)
@@ -295,10 +306,12 @@ class HostCore:
         """Whether audio was taken since the last step."""
         return bool(self._unstepped)
 
-    def step(self) -> list[tuple]:
+    def step(self, hand_out: Callable[[tuple], None] | None = None) -> list[tuple]:
         """Run the model work that is due; updates, checkpoints, ended streams and (when due)
-        the status go back."""
-        return self._work() + self.status_due()
+        the status go back. ``hand_out``: where each tick's ``("updates", …)`` message goes as
+        soon as it is made (:meth:`~captioner.engine.live.LiveCaptioner.step`) instead of
+        coming back with the rest."""
+        return self._work(hand_out) + self.status_due()
 
     def status_due(self) -> list[tuple]:
         """The status (and language notices), when a report is due: the host's heartbeat."""
@@ -390,11 +403,13 @@ class InlineHost:
         except Exception as error:
             self._fail(error)
 
-    def poll(self) -> list[tuple]:
+    def poll(self, hand_out: Callable[[tuple], None] | None = None) -> list[tuple]:
+        """The messages since the last poll, after the model work that is due; ``hand_out``
+        (see :meth:`HostCore.step`) gets each tick's updates while the step goes on."""
         if self.failed is None and self.core is not None:
             try:
                 # Spaced as a child's steps are: the worker polls every millisecond or so.
-                self._out += self.core.step() if self.core.step_due() else self.core.status_due()
+                self._out += self.core.step(hand_out) if self.core.step_due() else self.core.status_due()
             except Exception as error:
                 self._fail(error)
         out, self._out = self._out, []
@@ -475,13 +490,13 @@ def child_main(inbox, outbox, spec: HostSpec, parent_pid: int) -> None:
                     os._exit(0)
                 # Sent as soon as made, message by message: a backlog re-fed after a restart
                 # must not hold the captions, nor the heartbeat, until all of it is worked off.
-                out = core.apply(message) + core.status_due()
+                for item in core.apply(message) + core.status_due():
+                    outbox.send(item)
                 # Nothing more waiting and the step's spacing passed: the chunks taken are
                 # stepped now (otherwise the next poll waits out the spacing for more).
-                if not inbox.poll(0) and core.step_due():
-                    out += core.step()
+                out = core.step(outbox.send) if not inbox.poll(0) and core.step_due() else []
             else:
-                out = core.step()
+                out = core.step(outbox.send)
             for item in out:
                 outbox.send(item)
     except BaseException as error:  # a device fault, a failed step: the parent takes over
@@ -637,7 +652,9 @@ class ProcessHost:
         return self.process is not None and self.process.poll() is None and \
             time.monotonic() - self.last_heard_s < self._patience_s
 
-    def poll(self) -> list[tuple]:
+    def poll(self, hand_out: Callable[[tuple], None] | None = None) -> list[tuple]:
+        """The child's messages received so far. It sends each tick's updates as soon as they
+        are made, so ``hand_out`` (:meth:`InlineHost.poll`'s) has nothing to add here."""
         out = []
         while True:
             try:

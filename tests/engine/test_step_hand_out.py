@@ -1,0 +1,132 @@
+"""A step that works a backlog through in several ticks hands each tick's captions out as that
+tick ends, and dates them when they can first be seen.
+
+Issue 13: a served engine on an H200 worked its thousand streams' audio in steps of several
+ticks, each with a model step of a few hundred milliseconds. The first tick's captions waited
+for the last, yet were dated when the first was made: every latency measured from that date
+(the engine's caption latency, ``bench_serve``'s split at the engine) was short by up to the
+rest of the step."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from scripted import ScriptedRecognizer, finals, keys, phrase, render_speech
+from test_host_batching import SCRIPTS, ScriptFactory, _plain
+
+from captioner.engine.core import EngineConfig
+from captioner.engine.live import LiveCaptioner
+from captioner.engine.scheduler import SchedulerConfig
+from captioner.engine.simulate import ChargedRecognizer, SimClock, StepRecord
+from captioner.engine.supervisor import SupervisedCaptioner
+from captioner.engine.worker_process import HostCore, HostSpec
+from captioner.events import SAMPLE_RATE_HZ
+
+BACKLOG_S = 9.0
+STEP_COST_S = 0.2  # charged to the simulated clock by every model step
+
+
+def _backlogged() -> tuple[LiveCaptioner, SimClock, float, list[StepRecord]]:
+    """Three scripted speakers whose 9 s of audio arrive at once (a suspended laptop, a
+    lagging engine): one ``step`` works through them in 100 ms ticks."""
+    clock = SimClock()
+    recognizer = ScriptedRecognizer(dict(SCRIPTS))
+    config = EngineConfig(scheduler=SchedulerConfig(base_interval_s=0.5))
+    live = LiveCaptioner(recognizer=recognizer, clock_ns=clock, timer_ns=clock, config=config)
+    records: list[StepRecord] = []
+    live.engine.recognizer = ChargedRecognizer(recognizer, clock, STEP_COST_S, records)
+    start_s = clock() / 1e9  # the streams' sample 0: their first 100 ms arrive live...
+    audio = {label: render_speech(words, BACKLOG_S, seed=k) for k, (label, words) in enumerate(SCRIPTS.items())}
+    first = SAMPLE_RATE_HZ // 10
+    clock.advance(0.1)
+    for label, samples in audio.items():
+        live.open_stream(label)
+        live.streams[label].accept_waveform(SAMPLE_RATE_HZ, samples[:first], capture_ns=clock())
+    assert live.step() == []
+    clock.advance(BACKLOG_S - 0.1)  # ...the rest all at once
+    for label, samples in audio.items():
+        live.streams[label].accept_waveform(SAMPLE_RATE_HZ, samples[first:], capture_ns=clock())
+    records.clear()
+    return live, clock, start_s, records
+
+
+def _fields(updates) -> list[tuple]:
+    return [(u.stream, u.kind, u.text, u.segment, u.start_s, u.end_s, u.emitted_audio_s) for u in updates]
+
+
+def test_a_steps_updates_are_dated_when_the_step_returns_them():
+    live, clock, start_s, records = _backlogged()
+    updates = live.step()
+    returned_s = clock() / 1e9 - start_s
+    assert len(records) >= 5  # several ticks with a model step each, 0.2 s apiece
+    assert len(finals(updates)) >= 3
+    # Made over a second and more of the step's model work, every one is seen at its end.
+    assert [u.emitted_wall_s for u in updates] == pytest.approx([returned_s] * len(updates), abs=1e-6)
+    newest = finals(updates)[-1]
+    assert live.status().caption_latency_s == pytest.approx(returned_s - newest.end_s, abs=1e-6)
+
+
+def test_with_hand_out_each_ticks_updates_leave_as_the_tick_ends():
+    live, clock, start_s, records = _backlogged()
+    handed: list[tuple[float, list]] = []
+    assert live.step(hand_out=lambda updates: handed.append((clock() / 1e9 - start_s, updates))) == []
+    assert len(handed) >= 3 and all(updates for _, updates in handed)
+    previous_s = 0.0
+    for at_s, updates in handed:
+        for u in updates:  # dated by its own tick, after the tick before it
+            assert previous_s - 1e-9 <= u.emitted_wall_s <= at_s + 1e-9, (u, previous_s, at_s)
+        previous_s = at_s
+    assert handed[0][0] < handed[-1][0] - 2 * STEP_COST_S  # the first left well before the last
+    # The same captions as the step that returns them all, in the same order.
+    again, _, _, _ = _backlogged()
+    assert _fields([u for _, updates in handed for u in updates]) == _fields(again.step())
+
+
+def test_a_model_host_sends_each_ticks_updates_before_the_steps_other_messages():
+    """The host of a supervised captioner (a worker process on a GPU) sends a tick's
+    ``("updates", …)`` message as soon as the tick ends; the checkpoints and ended streams follow
+    with the step's return. Together they are what the step returned before."""
+
+    def run(hand_out: bool) -> list[tuple]:
+        core = HostCore(HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory()))
+        audio = {label: render_speech(words, BACKLOG_S, seed=k) for k, (label, words) in enumerate(SCRIPTS.items())}
+        out: list[tuple] = []
+        for label, samples in audio.items():
+            core.apply(("open", label, None, 0, 0, False, "live"))
+            core.apply(("audio", (label,), (0,), (time.monotonic_ns(),), (samples.shape[0],), samples))
+            core.apply(("finish", label))
+        sent: list[tuple] = []
+        returned = core.step(sent.append) if hand_out else core.step()
+        if hand_out:
+            assert len(sent) >= 3 and all(m[0] == "updates" for m in sent)
+            assert not [m for m in returned if m[0] == "updates"]
+        return _plain(sent + returned)
+
+    early, plain = run(True), run(False)
+    assert early == plain
+    assert {("done", label) for label in SCRIPTS} <= set(early)
+    for label, words in SCRIPTS.items():
+        said = [w for m in early if m[0] == "update" and m[1] == label and m[2] == "final" for w in keys(m[3])]
+        assert said == keys(" ".join(w.text for w in words)), label
+
+
+def test_a_supervised_captioner_passes_an_inline_hosts_ticks_on_as_they_end():
+    captioner = SupervisedCaptioner(HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory()), isolation="inline")
+    try:
+        for k, (label, words) in enumerate(SCRIPTS.items()):
+            stream = captioner.open_stream(label)
+            stream.accept_waveform(SAMPLE_RATE_HZ, render_speech(words, BACKLOG_S, seed=k))
+            stream.finish()
+        handed: list[list] = []
+        deadline_s = time.monotonic() + 30
+        while captioner.streams and time.monotonic() < deadline_s:
+            assert captioner.step(hand_out=handed.append) == []
+        assert not captioner.streams
+        assert max(len({u.stream for u in updates}) for updates in handed) <= len(SCRIPTS)
+        assert len(handed) >= 3
+        for label, words in SCRIPTS.items():
+            said = keys(" ".join(u.text for updates in handed for u in finals(updates, label)))
+            assert said == keys(" ".join(w.text for w in words)), label
+    finally:
+        captioner.close()
