@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from scripted import ScriptedRecognizer, finals, keys, phrase, render_speech
+from scripted import ScriptedRecognizer, finals, keys, render_speech
 from test_host_batching import SCRIPTS, ScriptFactory, _plain
 
 from captioner.engine.core import EngineConfig
@@ -91,7 +91,6 @@ def test_a_model_host_sends_each_ticks_updates_before_the_steps_other_messages()
     def run(hand_out: bool) -> list[tuple]:
         core = HostCore(HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory()))
         audio = {label: render_speech(words, BACKLOG_S, seed=k) for k, (label, words) in enumerate(SCRIPTS.items())}
-        out: list[tuple] = []
         for label, samples in audio.items():
             core.apply(("open", label, None, 0, 0, False, "live"))
             core.apply(("audio", (label,), (0,), (time.monotonic_ns(),), (samples.shape[0],), samples))
