@@ -479,6 +479,10 @@ def child_main(inbox, outbox, spec: HostSpec, parent_pid: int) -> None:
     except BaseException as error:
         outbox.send(("error", one_line(error), isinstance(error, UserError)))
         os._exit(3)
+    # A step's updates leave in one message at its end, dated then (HostCore.step without
+    # hand_out), not tick by tick: sent as each tick ended, a thousand streams' captions reached
+    # the hub on an H200 sooner (the way back's p99 234-330 -> 46-78 ms), but the engines fell
+    # further behind their audio (largest lag 0.56-0.81 -> 1.51-2.65 s, docs/serve.md).
     try:
         while True:
             wait_s = core.step_wait_s() if core.has_unstepped else _RECEIVE_WAIT_S
@@ -494,9 +498,9 @@ def child_main(inbox, outbox, spec: HostSpec, parent_pid: int) -> None:
                     outbox.send(item)
                 # Nothing more waiting and the step's spacing passed: the chunks taken are
                 # stepped now (otherwise the next poll waits out the spacing for more).
-                out = core.step(outbox.send) if not inbox.poll(0) and core.step_due() else []
+                out = core.step() if not inbox.poll(0) and core.step_due() else []
             else:
-                out = core.step(outbox.send)
+                out = core.step()
             for item in out:
                 outbox.send(item)
     except BaseException as error:  # a device fault, a failed step: the parent takes over
@@ -653,8 +657,8 @@ class ProcessHost:
             time.monotonic() - self.last_heard_s < self._patience_s
 
     def poll(self, hand_out: Callable[[tuple], None] | None = None) -> list[tuple]:
-        """The child's messages received so far. It sends each tick's updates as soon as they
-        are made, so ``hand_out`` (:meth:`InlineHost.poll`'s) has nothing to add here."""
+        """The child's messages received so far. ``hand_out`` (:meth:`InlineHost.poll`'s) has
+        nothing to do here: the child sends a step's updates at its end (see ``child_main``)."""
         out = []
         while True:
             try:

@@ -173,6 +173,11 @@ class NetworkSource:
         return taken
 
 
+LIVE_STATES = ("open", "closing")
+"""A lease's states while its connection is told the engine's status: the engine lists its
+stream (once it no longer does, the lease is done and its connection closes)."""
+
+
 @dataclass(eq=False)
 class Lease:
     """One connection's stream on one engine. ``label`` is the client's, ``key`` the engine's
@@ -244,6 +249,13 @@ class EngineWorker:
 
     def status(self) -> PipelineStatus | None:
         return self.pipeline.latest_status()
+
+    def scanned_status(self) -> PipelineStatus | None:
+        """The status the leases' states were last worked out from (the newest one before the
+        first :meth:`EngineLink.poll`). A status message told from a newer one could say a
+        stream had ended to the connection whose stream it is, before that connection was told
+        its stream is done and closed."""
+        return self.scanned[0] if self.scanned else self.status()
 
     def telemetry(self) -> TelemetrySample | None:
         return self.sampler.latest() if self.sampler is not None else None
@@ -471,7 +483,7 @@ def _relabelled(update: CaptionUpdate, label: str) -> CaptionUpdate:
 def status_fields(worker: EngineWorker, connections: int) -> dict:
     """The ``status`` message's fields for connections on ``worker``: the engine's status and
     the GPU's telemetry as the app's dashboard shows them (``null`` where not measured)."""
-    status = worker.status()
+    status = worker.scanned_status()
     sample = worker.telemetry()
     fields: dict = {
         "time_s": round(time.time(), 3),

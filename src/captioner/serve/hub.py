@@ -39,6 +39,7 @@ import numpy as np
 from captioner.errors import StreamRefused, UserError, one_line
 from captioner.serve import channel, protocol
 from captioner.serve.engine_link import (
+    LIVE_STATES,
     CaptionBell,
     EngineLink,
     Lease,
@@ -458,7 +459,7 @@ class FrontendHub:
             await asyncio.sleep(self.status_period_s)
             listed: dict[int, int] = {}
             for stream in self._by_lease.values():
-                if stream.lease.seen:
+                if stream.lease.state in LIVE_STATES:
                     index = stream.lease.worker.index
                     listed[index] = listed.get(index, 0) + 1
             texts = {}
