@@ -25,17 +25,23 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def replica_pids(url: str, asks: int = 40) -> set[int]:
-    """The replicas' processes, as their own route says (the proxy spreads the asks over them)."""
+def replica_streams(url: str, asks: int = 40) -> dict[int, int]:
+    """The replicas' processes and the streams each holds, as their own route says (the proxy
+    spreads the asks over them)."""
     import json
     import urllib.request
 
     http = url.replace("ws://", "http://") + "/v1/replica"
-    pids = set()
+    streams = {}
     for _ in range(asks):
         with urllib.request.urlopen(http, timeout=10) as response:
-            pids.add(json.load(response)["pid"])
-    return pids
+            answer = json.load(response)
+            streams[answer["pid"]] = answer["streams"]
+    return streams
+
+
+def replica_pids(url: str, asks: int = 40) -> set[int]:
+    return set(replica_streams(url, asks))
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +81,10 @@ def test_four_clients_two_replicas_one_killed(ray_served, speech_clips):
     try:
         time.sleep(4.0)
         updates += client.drain_captions()
-        os.kill(pids[0], signal.SIGKILL)  # a replica dies mid-stream
+        # A replica that holds streams dies mid-stream (the proxy may have put all four on one).
+        busy = [pid for pid, streams in sorted(replica_streams(url).items()) if streams]
+        assert busy, "no replica holds a stream"
+        os.kill(busy[0], signal.SIGKILL)
         killed_at_s = 4.0
         deadline = time.monotonic() + 300
         while not client.wait_exhausted(0.5) and time.monotonic() < deadline:
