@@ -129,3 +129,58 @@ def test_a_supervised_captioner_passes_an_inline_hosts_ticks_on_as_they_end():
             assert said == keys(" ".join(w.text for w in words)), label
     finally:
         captioner.close()
+
+
+def test_a_backlog_handed_over_in_one_block_keeps_the_streams_clock():
+    """A stream's first 9 s arrive as one block (its capture time is its last sample's): the
+    slices it is fed in carry their own capture times, so the stream's clock starts when its
+    first sample was captured, and no update is dated before the audio it covers existed."""
+    clock = SimClock()
+    recognizer = ScriptedRecognizer(dict(SCRIPTS))
+    live = LiveCaptioner(recognizer=recognizer, clock_ns=clock, timer_ns=clock,
+                         config=EngineConfig(scheduler=SchedulerConfig(base_interval_s=0.5)))
+    live.engine.recognizer = ChargedRecognizer(recognizer, clock, STEP_COST_S)
+    clock.advance(BACKLOG_S)
+    for k, (label, words) in enumerate(SCRIPTS.items()):
+        live.open_stream(label)
+        live.streams[label].accept_waveform(SAMPLE_RATE_HZ, render_speech(words, BACKLOG_S, seed=k),
+                                            capture_ns=clock())
+    updates = live.step()
+    assert len(finals(updates)) >= 3
+    for u in updates:
+        # The step returned after all 9 s were captured, and after its own model work.
+        assert u.emitted_wall_s >= BACKLOG_S, u
+        assert u.emitted_wall_s >= u.emitted_audio_s, u
+
+
+def test_an_inline_hosts_step_made_by_taking_audio_hands_its_captions_out_at_once():
+    """With few streams a host steps as it takes a stream's next chunk (``HostCore.apply``).
+    On the worker's thread those captions waited for the next ``step`` call, behind every
+    message the worker took meanwhile (up to 0.9 s with four streams on this CPU's tiny.en):
+    now they go to the latest ``hand_out`` at once."""
+    captioner = SupervisedCaptioner(HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory()), isolation="inline")
+    try:
+        handed: list[list] = []
+        audio = {label: render_speech(words, BACKLOG_S, seed=k) for k, (label, words) in enumerate(SCRIPTS.items())}
+        for label in SCRIPTS:
+            captioner.open_stream(label)
+        assert captioner.step(hand_out=handed.append) == []
+        during_audio = 0
+        for first in range(0, int(BACKLOG_S * SAMPLE_RATE_HZ), 1600):
+            before = len(handed)
+            for half in (first, first + 800):  # a stream's second chunk sends its first on
+                for label, samples in audio.items():
+                    captioner.streams[label].accept_waveform(SAMPLE_RATE_HZ, samples[half:half + 800])
+            during_audio += len(handed) - before
+            assert captioner.step(hand_out=handed.append) == []
+        for label in SCRIPTS:
+            captioner.streams[label].finish()
+        deadline_s = time.monotonic() + 30
+        while captioner.streams and time.monotonic() < deadline_s:
+            assert captioner.step(hand_out=handed.append) == []
+        assert during_audio >= 3  # captions of steps made while the worker handed audio over
+        for label, words in SCRIPTS.items():
+            said = keys(" ".join(u.text for updates in handed for u in finals(updates, label)))
+            assert said == keys(" ".join(w.text for w in words)), label
+    finally:
+        captioner.close()

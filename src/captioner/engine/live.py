@@ -167,7 +167,12 @@ class CaptionStream:
                 return block
             return BlockSlice(block.stream, block.first_sample + offset, block.capture_ns, block.samples[offset:])
         self._head_taken = offset + max_samples
-        return BlockSlice(block.stream, block.first_sample + offset, block.capture_ns,
+        # A block's capture time is its last sample's: this slice ends ``left - max_samples``
+        # samples before that. Dated with the block's time, a backlog's first slice moved the
+        # stream's clock origin late by the rest of the block, and every caption of the stream
+        # then looked that much quicker (and its lag that much shorter) than it was.
+        ends_early_ns = (left - max_samples) * 1_000_000_000 // SAMPLE_RATE_HZ
+        return BlockSlice(block.stream, block.first_sample + offset, block.capture_ns - ends_early_ns,
                           block.samples[offset:offset + max_samples])
 
 
