@@ -213,7 +213,7 @@ class Worker(threading.Thread):
             self._fill_lost(live)
             # Each tick's captions leave as it ends: a backlog's later ticks do not hold them.
             live.step(hand_out=self._deliver)
-            self._emit([])
+            self._tidy()
             now_s = time.monotonic()
             if now_s >= next_status_s:
                 self._publish_status(self._status(live))
@@ -342,6 +342,10 @@ class Worker(threading.Thread):
     def _emit(self, updates: list[CaptionUpdate]) -> None:
         if updates:
             self._deliver(updates)
+        self._tidy()
+
+    def _tidy(self) -> None:
+        """After a step: ended streams' clocks dropped, ``all_ended`` set when none is open."""
         live = self.captioner
         if live is not None and len(self._clocks) > len(live.streams):
             # A stream that has ended keeps no clock (a server opens and ends streams for days).

@@ -173,11 +173,6 @@ class NetworkSource:
         return taken
 
 
-LIVE_STATES = ("open", "closing")
-"""A lease's states while its connection is told the engine's status: the engine lists its
-stream (once it no longer does, the lease is done and its connection closes)."""
-
-
 @dataclass(eq=False)
 class Lease:
     """One connection's stream on one engine. ``label`` is the client's, ``key`` the engine's
@@ -197,6 +192,13 @@ class Lease:
     longer does)."""
     on_change: Callable[[Lease], None] | None = None
     opened_s: float = field(default_factory=time.monotonic)
+
+    @property
+    def live(self) -> bool:
+        """Whether its connection is told the engine's status: the engine lists its stream (once
+        it no longer does, the lease is done and its connection closes; a status told then would
+        say "no streams" to a connection still open)."""
+        return self.state in ("open", "closing")
 
     def push(self, pcm: bytes, capture_ns: int | None = None) -> bool:
         """Loop thread: ``capture_ns`` is when it was received (default: now)."""

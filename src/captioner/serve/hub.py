@@ -39,7 +39,6 @@ import numpy as np
 from captioner.errors import StreamRefused, UserError, one_line
 from captioner.serve import channel, protocol
 from captioner.serve.engine_link import (
-    LIVE_STATES,
     CaptionBell,
     EngineLink,
     Lease,
@@ -459,7 +458,7 @@ class FrontendHub:
             await asyncio.sleep(self.status_period_s)
             listed: dict[int, int] = {}
             for stream in self._by_lease.values():
-                if stream.lease.state in LIVE_STATES:
+                if stream.lease.live:
                     index = stream.lease.worker.index
                     listed[index] = listed.get(index, 0) + 1
             texts = {}

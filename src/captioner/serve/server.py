@@ -27,7 +27,6 @@ from urllib.parse import urlsplit
 from captioner.errors import StreamRefused, UserError, one_line
 from captioner.serve import protocol
 from captioner.serve.engine_link import (
-    LIVE_STATES,
     CaptionBell,
     EngineLink,
     Lease,
@@ -346,7 +345,7 @@ class CaptionServer:
                 export_metrics(self.metrics, self.link)
             for worker in self.link.workers:
                 conns = [c for c in self._conns.values()
-                         if c.lease is not None and c.lease.worker is worker and c.lease.state in LIVE_STATES]
+                         if c.lease is not None and c.lease.worker is worker and c.lease.live]
                 if not conns:
                     continue
                 message = protocol.status_message(status_fields(worker, len(conns)))
