@@ -283,6 +283,9 @@ class SupervisedCaptioner:
         # stream's second chunk steps the first" still holds.
         self._batch: dict[str, tuple[int, int, np.ndarray]] = {}
         self._standby: ProcessHost | None = None
+        self.on_host_message: Callable[[], None] | None = None
+        """Called (on a host's receiving thread) when a model process has sent something for
+        :meth:`step` to pick up: the worker sets it to wake itself (``Worker.wake``)."""
         self._host = self._start_host(spec, isolation)
         # "auto" means what the first host chose; later hosts load in the background, with no
         # progress shown for a session that is already captioning.
@@ -292,9 +295,16 @@ class SupervisedCaptioner:
     # -- hosts ------------------------------------------------------------------------------------
     def _new_host(self, spec: HostSpec, isolation: str):
         host = ProcessHost(spec) if isolation == "process" else InlineHost(spec)
+        if isolation == "process":
+            host.on_message = self._host_spoke
         self._generation = spec.generation + 1
         host.start()
         return host
+
+    def _host_spoke(self) -> None:
+        wake = self.on_host_message
+        if wake is not None:
+            wake()
 
     def _start_host(self, spec: HostSpec, isolation: str):
         """A host, loaded and ready (raises when it cannot be made)."""
@@ -386,7 +396,6 @@ class SupervisedCaptioner:
         """The host's updates since the last step, after the model work that is due. With
         ``hand_out``, as :meth:`LiveCaptioner.step <captioner.engine.live.LiveCaptioner.step>`:
         a host on this thread passes each tick's updates to it as soon as they are made."""
-        self._flush_audio()
         early = None
         if hand_out is not None:
             def early(message: tuple) -> None:
@@ -394,7 +403,14 @@ class SupervisedCaptioner:
                 if updates:
                     hand_out(updates)
 
-        updates = self._take(self._host.poll(early))
+        updates = []
+        if self._host.kind == "process":
+            # A model process's captions are taken before the audio goes: the flush waits for
+            # room in the queue to that process while it steps, and they would wait with it (an
+            # inline host steps in its poll, which must see this audio first).
+            updates = self._take(self._host.poll(early))
+        self._flush_audio()
+        updates += self._take(self._host.poll(early))
         why = self._host_failure()
         while why is not None:
             self._restart(why)

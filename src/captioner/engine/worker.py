@@ -91,8 +91,16 @@ class InputBack:
     label: str
 
 
+@dataclass(frozen=True, slots=True)
+class Wake:
+    """Nothing to apply: the captioner has something for the worker's next step to pick up
+    (a model process sent its captions) while the worker may be asleep on this inbox."""
+
+
+WAKE = Wake()
+
 Command = OpenStream | CloseStream | SetLanguage | SwapModel | InputLost | InputBack
-InboxItem = RawChunk | SourceEnd | OpenStream | CloseStream | SetLanguage | SwapModel | InputLost | InputBack
+InboxItem = RawChunk | SourceEnd | OpenStream | CloseStream | SetLanguage | SwapModel | InputLost | InputBack | Wake
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,10 +196,13 @@ class Worker(threading.Thread):
         self._clocks: dict[str, _InputClock] = {}
         self._opened = 0
         self._dropped_frames_seen = 0
+        self._wake_pending = False  # a WAKE is in the inbox: more would only lengthen it
 
     def run(self) -> None:
         try:
             self.captioner = self._make_captioner()
+            if hasattr(self.captioner, "on_host_message"):  # its model runs in another process
+                self.captioner.on_host_message = self.wake
             self.ready.set()
             self._loop()
         except BaseException as error:  # reported to the owner, who decides what to show
@@ -225,6 +236,18 @@ class Worker(threading.Thread):
         self._emit(live.close())
         self._publish_status(self._status(live, state="stopped"))
 
+    def wake(self) -> None:
+        """Any thread: the worker steps soon even if no audio comes, so that what its
+        captioner has waiting (a model process's captions) is handed out now rather than when
+        the next chunk or the next status report wakes it."""
+        if self._wake_pending:
+            return
+        self._wake_pending = True
+        try:
+            self._inbox.put_nowait(WAKE)
+        except queue.Full:  # a full inbox: the worker is busy taking it, and steps anyway
+            self._wake_pending = False
+
     def _take(self, wait_s: float) -> list:
         """Up to MAX_ITEMS_PER_STEP items: blocks up to ``wait_s`` for the first one."""
         items = []
@@ -240,7 +263,9 @@ class Worker(threading.Thread):
         return items
 
     def _apply(self, live: LiveCaptioner, item) -> None:
-        if isinstance(item, RawChunk):
+        if item is WAKE:
+            self._wake_pending = False  # what comes after this one wakes the worker again
+        elif isinstance(item, RawChunk):
             stream = live.streams.get(item.stream)
             clock = self._clocks.get(item.stream)
             if stream is None or clock is None:  # audio of a stream closed meanwhile is dropped on purpose
