@@ -1,8 +1,8 @@
 """A stream that ends commits its last words (slow: the real tiny.en on the CPU).
 
 The last two recordings of bench_hot_restart's talk, joined with 1.5 s pauses, are replayed
-through the pipeline from a file; when the file ends, the stream's committed text must end with
-what an offline transcription hears at the end of the last recording. (Two, not the bench's
+through the pipeline from a file; when the file ends, the stream's committed text must reach the
+end of the last recording and hold most of what an offline transcription hears there. (Two, not the bench's
 four: the windows decoded at the end start after the last commit, inside the last recording, as
 they do with four; the first two only doubled the replay of each policy.) Before the fix, the last sentence
 was decoded every update as ``... fat<|5.28|><|5.28|> mutton pieces ...`` then end-of-text, and
@@ -29,6 +29,7 @@ pytestmark = pytest.mark.slow
 CLIPS = ("en_ls_1089-134686-0001", "en_ls_1089-134686-0000")
 PAUSE_S = 1.5
 LAST_WORDS = 6
+END_SLACK_S = 0.5  # the recording's own silence after its last word, and a word's timing
 
 
 def _words(text: str) -> list[str]:
@@ -47,10 +48,11 @@ def talk(speech_clips, tmp_path_factory):
     for clip in CLIPS:
         parts += [read_audio_16k(speech_clips[clip].wav), np.zeros(int(PAUSE_S * 16_000), np.float32)]
     path = tmp_path_factory.mktemp("last_words") / "talk.wav"
-    sf.write(path, np.concatenate(parts), 16_000)
+    audio = np.concatenate(parts)
+    sf.write(path, audio, 16_000)
     offline = _words(transcribe(str(speech_clips[CLIPS[-1]].wav), model="tiny.en", device="cpu").text)
     assert len(offline) >= LAST_WORDS
-    return path, offline
+    return path, offline, audio.shape[0] / 16_000 - PAUSE_S
 
 
 POLICIES = {
@@ -65,7 +67,7 @@ POLICIES = {
 
 @pytest.mark.parametrize("policy", sorted(POLICIES))
 def test_the_end_of_a_file_commits_its_last_words(cpu_model, talk, policy):
-    path, offline = talk
+    path, offline, last_recording_end_s = talk
     config = EngineConfig(policy=POLICIES[policy])
     pipeline = Pipeline([FileSource(path, stream="talk", realtime=False)], config=config,
                         recognizer_factory=lambda: cpu_model)
@@ -81,11 +83,14 @@ def test_the_end_of_a_file_commits_its_last_words(cpu_model, talk, policy):
     tail = finals[-2 * LAST_WORDS:]
     expected = offline[-LAST_WORDS:]
     # tiny.en spells a word differently with more or less context ("flour fattened" offline,
-    # "flower-fat and" streamed), so most, not all, of the last words must match, and the very
-    # last one must be among the last committed.
+    # "flower-fat and" streamed; the very last, "sauce", is heard as "loss" in some windows, and
+    # which window the end falls in depends on the threads' timing), so most, not all, of the last
+    # words must match, and what was committed must reach the end of the speech: before the fix it
+    # stopped at "fat", about 4 s before it.
     heard = [w for w in expected if w in tail]
     said = f"{policy}: expected {' '.join(expected)!r}, committed ... {' '.join(finals[-4 * LAST_WORDS:])!r}"
     assert len(heard) >= LAST_WORDS - 2, said
-    assert expected[-1] in finals[-3:], said
+    committed_until_s = max(u.end_s for u in updates if u.kind == "final" and u.text.strip())
+    assert committed_until_s >= last_recording_end_s - END_SLACK_S, (committed_until_s, said)
     # Every word shown as a partial at the end was committed: nothing is left on screen.
     assert updates[-1].kind != "partial" or updates[-1].text == ""
