@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 from scripted import finals, keys, render_speech
-from test_host_batching import SCRIPTS, ScriptFactory, _plain
+from test_host_batching import SCRIPTS, ScriptFactory, _plain, _Recorder
 
 from captioner.audio.source import RawChunk, SourceEnd
 from captioner.engine.supervisor import SupervisedCaptioner
@@ -103,41 +103,27 @@ def test_a_model_process_sends_a_steps_captions_before_its_checkpoints_and_statu
     assert run(True) == run(False)
 
 
-class _OrderHost:
-    """A model process's side as the supervisor sees it, keeping the order of sends and polls."""
+class _ProcessRecorder(_Recorder):
+    """A model process's side as the supervisor sees it: what it is sent, and when it is polled."""
 
     kind = "process"
-    failed = None
-
-    def __init__(self) -> None:
-        self.calls: list[str] = []
-        self.streams_open = 0
-
-    def send(self, message, wait=True, chunks=1):
-        self.calls.append(message[0])
 
     def poll(self, hand_out=None):
-        self.calls.append("poll")
-        return []
+        self.sent.append((("poll",), 0))
+        return super().poll(hand_out)
 
     def check(self, heartbeat_timeout_s, load_timeout_s):
         return None
-
-    def stop(self, wait=True):
-        pass
-
-    def close(self, timeout_s):
-        return []
 
 
 def test_a_supervisor_takes_a_model_processs_captions_before_sending_it_audio():
     supervisor = SupervisedCaptioner(HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory()),
                                      isolation="inline")
     supervisor._host.stop()
-    host = supervisor._host = _OrderHost()
+    host = supervisor._host = _ProcessRecorder()
     stream = supervisor.open_stream("x")
     stream.accept_waveform(SAMPLE_RATE_HZ, np.full(1600, 0.01, np.float32))
-    host.calls.clear()
+    host.sent.clear()
     supervisor.step()
     # The send of a step's audio may wait for room while the process steps: captions first.
-    assert host.calls == ["poll", "audio", "poll"]
+    assert [message[0] for message, _ in host.sent] == ["poll", "audio", "poll"]

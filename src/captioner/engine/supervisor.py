@@ -295,8 +295,6 @@ class SupervisedCaptioner:
     # -- hosts ------------------------------------------------------------------------------------
     def _new_host(self, spec: HostSpec, isolation: str):
         host = ProcessHost(spec) if isolation == "process" else InlineHost(spec)
-        if isolation == "process":
-            host.on_message = self._host_spoke
         self._generation = spec.generation + 1
         host.start()
         return host
@@ -324,6 +322,8 @@ class SupervisedCaptioner:
             raise RuntimeError(f"the captioning worker could not start: {why}")
         self._info: HostInfo = host.info
         self.recognizer = _RecognizerInfo(self._info)
+        if host.kind == "process":  # the host in use, not a standby: only its captions matter
+            host.on_message = self._host_spoke
         return host
 
     def _start_standby(self) -> None:
