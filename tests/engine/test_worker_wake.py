@@ -6,7 +6,9 @@ and on this CPU with two clients p50 22 / max 102 ms: the worker slept on its in
 next chunk or status report, and nothing woke it for what the model process sent. The model
 process also worked out a step's checkpoints and status before it sent the step's captions
 (2.5 ms at p50 on the H200), and the worker sent its audio, which waits for room in the queue
-to a busy model process, before it looked for captions."""
+to a busy model process, before it looked for captions. Once woken, a worker still took in every
+item of its inbox (up to 200) and stepped before it passed the captions on, and a send that
+waited for room held them too."""
 
 from __future__ import annotations
 
@@ -127,3 +129,83 @@ def test_a_supervisor_takes_a_model_processs_captions_before_sending_it_audio():
     supervisor.step()
     # The send of a step's audio may wait for room while the process steps: captions first.
     assert [message[0] for message, _ in host.sent] == ["poll", "audio", "poll"]
+
+
+def _speak_and_wait(worker: Worker, live: SupervisedCaptioner, label: str = "a") -> None:
+    """``label``'s speech to the model process, on this thread, until its captions wait in the
+    serving side's queue (nobody is told: the test says when they "arrive")."""
+    live.on_host_message = None
+    worker._apply(live, OpenStream(label))
+    worker._apply(live, RawChunk(label, SAMPLE_RATE_HZ, 0, time.monotonic_ns(), render_speech(SCRIPTS[label], SPEECH_S)))
+    worker._apply(live, SourceEnd(label))
+    live.step(hand_out=lambda updates: None)  # the audio goes; nothing has come back yet
+    deadline_s = time.monotonic() + 30
+    while not any(m[0] == "updates" and finals(m[1], label) for m in list(live._host._incoming.queue)):
+        assert time.monotonic() < deadline_s, "the model process sent no captions"
+        time.sleep(0.01)
+
+
+def _worker_on_this_thread(delivered: list, note) -> tuple[Worker, SupervisedCaptioner, queue.Queue]:
+    inbox: queue.Queue = queue.Queue(maxsize=1000)
+
+    def deliver(updates) -> None:
+        delivered.extend(updates)
+        note()
+
+    worker = Worker(lambda: SupervisedCaptioner(HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory()),
+                                                isolation="process", standby=False),
+                    inbox, deliver, lambda status: None, status_period_s=STATUS_PERIOD_S)
+    live = worker.captioner = worker._make_captioner()
+    worker._attach(live)
+    return worker, live, inbox
+
+
+def test_a_busy_worker_hands_out_a_model_processs_captions_after_the_item_in_hand():
+    delivered: list = []
+    seen_b_samples: list[int] = []  # how much of b's audio the worker had taken when captions went out
+    worker, live, inbox = _worker_on_this_thread(
+        delivered, lambda: seen_b_samples.append(live.streams["b"].ring_samples if "b" in live.streams else -1))
+    try:
+        _speak_and_wait(worker, live)
+        inbox.put(OpenStream("b"))
+        chunk_samples = SAMPLE_RATE_HZ // 10
+        for k in range(30):  # 3 s of b's audio came in before a's captions did
+            inbox.put(RawChunk("b", SAMPLE_RATE_HZ, k * chunk_samples, time.monotonic_ns(),
+                               np.zeros(chunk_samples, np.float32)))
+        worker.wake()  # a's captions "arrive" now, behind b's audio in the inbox
+        worker._turn(live, 0.0)
+        assert finals(delivered, "a"), "a's captions did not come out"
+        # Out after the item in hand (b's opening), not after b's 30 chunks and a step.
+        assert seen_b_samples[0] == 0, seen_b_samples
+    finally:
+        live.close()
+
+
+def test_a_send_that_waits_for_room_hands_out_what_the_model_process_sent_meanwhile():
+    delivered: list = []
+    worker, live, inbox = _worker_on_this_thread(delivered, lambda: None)
+    host = live._host
+    try:
+        _speak_and_wait(worker, live)
+        worker._apply(live, OpenStream("b"))
+        live.step(hand_out=worker._deliver)
+        _speak_and_wait(worker, live, "c")
+        # The queue to the model process is full: the next send waits for room, which comes
+        # only once the captions that arrived meanwhile have gone out.
+        delivered.clear()
+        full = host._put_chunks
+        host._put_chunks = host._sent_chunks + host.queue_limit()
+
+        def deliver(updates) -> None:
+            delivered.extend(updates)
+            host._put_chunks = full  # room again
+
+        live.hand_out_now = deliver
+        sender = threading.Thread(target=live._send, args=(("finish", "b"),), daemon=True)
+        sender.start()
+        sender.join(10.0)
+        host._put_chunks = full  # a send still waiting gets its room: the test ends either way
+        sender.join(10.0)
+        assert finals(delivered, "c"), "the captions waited with the send"
+    finally:
+        live.close()

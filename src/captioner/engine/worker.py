@@ -197,12 +197,13 @@ class Worker(threading.Thread):
         self._opened = 0
         self._dropped_frames_seen = 0
         self._wake_pending = False  # a WAKE is in the inbox: more would only lengthen it
+        self._host_spoke = False  # a model process sent something since the worker last looked
+        self._take_waiting: Callable[[], None] = lambda: None
 
     def run(self) -> None:
         try:
             self.captioner = self._make_captioner()
-            if hasattr(self.captioner, "on_host_message"):  # its model runs in another process
-                self.captioner.on_host_message = self.wake
+            self._attach(self.captioner)
             self.ready.set()
             self._loop()
         except BaseException as error:  # reported to the owner, who decides what to show
@@ -212,19 +213,21 @@ class Worker(threading.Thread):
         finally:
             self.ready.set()
 
+    def _attach(self, captioner) -> None:
+        """A captioner whose model may run in another process says when that process has sent
+        something (``on_host_message``) and takes it when asked (``take_waiting``)."""
+        if hasattr(captioner, "on_host_message"):
+            captioner.on_host_message = self.wake
+            captioner.hand_out_now = self._deliver
+            self._take_waiting = captioner.take_waiting
+
     def _loop(self) -> None:
         live = self.captioner
         assert live is not None
         next_status_s = 0.0
         while True:
             stopping = self.stop_event.is_set()
-            wait_s = 0.0 if stopping else max(0.0, next_status_s - time.monotonic())
-            for item in self._take(wait_s):
-                self._apply(live, item)
-            self._fill_lost(live)
-            # Each tick's captions leave as it ends: a backlog's later ticks do not hold them.
-            live.step(hand_out=self._deliver)
-            self._tidy()
+            self._turn(live, 0.0 if stopping else max(0.0, next_status_s - time.monotonic()))
             now_s = time.monotonic()
             if now_s >= next_status_s:
                 self._publish_status(self._status(live))
@@ -236,10 +239,24 @@ class Worker(threading.Thread):
         self._emit(live.close())
         self._publish_status(self._status(live, state="stopped"))
 
+    def _turn(self, live: LiveCaptioner, wait_s: float) -> None:
+        """What the inbox holds (waiting up to ``wait_s`` for it), then a step."""
+        for item in self._take(wait_s):
+            self._apply(live, item)
+            if self._host_spoke:  # its captions go now, not after the rest of these items
+                self._host_spoke = False
+                self._take_waiting()
+        self._fill_lost(live)
+        # Each tick's captions leave as it ends: a backlog's later ticks do not hold them.
+        live.step(hand_out=self._deliver)
+        self._tidy()
+
     def wake(self) -> None:
         """Any thread: the worker steps soon even if no audio comes, so that what its
         captioner has waiting (a model process's captions) is handed out now rather than when
-        the next chunk or the next status report wakes it."""
+        the next chunk or the next status report wakes it; a worker busy with its inbox takes
+        it after the item in hand."""
+        self._host_spoke = True
         if self._wake_pending:
             return
         self._wake_pending = True
