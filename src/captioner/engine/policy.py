@@ -204,7 +204,11 @@ class _State:
     previous_tail: list[Word] = field(default_factory=list)  # uncommitted words of the last hypothesis
     partial_text: str = ""
     segment: int = 0
-    history: deque = field(default_factory=lambda: deque(maxlen=200))  # committed words before the buffer
+    # The texts (not the Words) of the committed words before the buffer, as many as a prompt
+    # takes: a served model process holds this for hundreds of streams, and a named tuple is a
+    # container that the cyclic GC walks in every full collection (a str is not). As Words, 200
+    # a stream, they were most of what a GPU model process held at 333 streams (docs/serve.md).
+    history: deque[str] = field(default_factory=deque)
     language: str = ""
     prefix: tuple[int, ...] = ()  # tokens of committed words at the buffer's start (see forced_prefix)
     prefix_start_s: float = float("nan")  # the window start those tokens' timestamps count from
@@ -216,7 +220,7 @@ class LocalAgreementPolicy:
     def __init__(self, stream: str, config: PolicyConfig | None = None, start_s: float = 0.0) -> None:
         self.stream = stream
         self.config = config or PolicyConfig()
-        self._s = _State(buffer_start_s=start_s)
+        self._s = _State(buffer_start_s=start_s, history=deque(maxlen=self.config.prompt_words))
         self.committed_words_total = 0
 
     # -- what the worker asks -------------------------------------------------------------------
@@ -240,8 +244,7 @@ class LocalAgreementPolicy:
 
     def prompt_text(self) -> str:
         """Recent committed text that precedes the buffer: the next window's prompt."""
-        words = list(self._s.history)[-self.config.prompt_words:]
-        return join_words(words)
+        return "".join(self._s.history).strip()
 
     def forced_prefix(self, window_start_s: float) -> tuple[int, ...]:
         """Tokens the next window's text is forced to begin with: those of the committed words at
@@ -393,7 +396,7 @@ class LocalAgreementPolicy:
         out = s.committed[:len(s.committed) - keep]
         if not out:
             return
-        s.history.extend(out)
+        s.history.extend(w.text for w in out)
         s.buffer_start_s = max(s.buffer_start_s, out[-1].end_s)
         s.committed = s.committed[len(out):]
         s.prefix = ()
@@ -562,7 +565,7 @@ class LocalAgreementPolicy:
             return False
         # Committed words of the cut segments leave the buffer and become prompt history.
         n_out = max(0, min(len(s.committed), cut_index + offset))
-        s.history.extend(s.committed[:n_out])
+        s.history.extend(w.text for w in s.committed[:n_out])
         del s.committed[:n_out]
         s.buffer_start_s = cut_s
         s.prefix = ()  # its timestamps counted from the old start
@@ -570,7 +573,7 @@ class LocalAgreementPolicy:
 
     def _close(self, at_s: float, keep_segment: bool = False) -> None:
         s = self._s
-        s.history.extend(s.committed)
+        s.history.extend(w.text for w in s.committed)
         s.committed = []
         s.previous_tail = []
         s.partial_text = ""

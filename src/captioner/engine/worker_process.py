@@ -45,6 +45,7 @@ from dataclasses import dataclass, field, replace
 
 from captioner.errors import StreamRefused, UserError, one_line
 from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ, CaptionUpdate
+from captioner.heap import freeze_start_up
 
 FAULT_ENV = "CAPTIONER_FAULT_INJECT"
 STATUS_PERIOD_S = 0.25
@@ -491,6 +492,7 @@ def child_main(inbox, outbox, spec: HostSpec, parent_pid: int) -> None:
                                                                                  float(fraction))))
         core = HostCore(spec)
         core.send_updates = outbox.send  # at the step's end: its checkpoints cost 2.5 ms at p50 (H200)
+        freeze_start_up()  # the model and its runtime: no later collection walks them again
         outbox.send(("ready", core.info()))
     except BaseException as error:
         outbox.send(("error", one_line(error), isinstance(error, UserError)))

@@ -214,6 +214,7 @@ def run(args) -> int:
 
     from captioner.engine.pipeline import Pipeline, telemetry_gpu_index
     from captioner.gpu.telemetry import TelemetrySampler
+    from captioner.heap import freeze_start_up
     from captioner.serve.engine_link import (
         EngineLink,
         server_engine_config,
@@ -258,6 +259,7 @@ def run(args) -> int:
     thread = None
     try:
         link.start()
+        freeze_start_up()  # the engines are up: later collections walk only what serving makes
         if metrics is not None:
             print(f"captioner: Prometheus metrics on http://127.0.0.1:{metrics.start()}/metrics",
                   file=sys.stderr, flush=True)
