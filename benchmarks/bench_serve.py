@@ -9,7 +9,9 @@ server's own ``NetworkSource`` and measured the same way,
 ``--baseline``), the server process's CPU per connection, and the committed WER (pooled, the
 normalisation of benchmarks/wer.py; per client too, with the worst three, so a stream that got
 nothing shows). ``--py-spy FILE`` profiles the server and its children (the model's process, the
-front-ends) and, into FILE-baseline, this process during the baseline.
+front-ends) and, into FILE-baseline, this process during the baseline. ``--gc-log`` reports every
+process's garbage-collection pauses (``gc_pauses``: the server, its front-ends and model
+processes, the client processes; the baseline's in ``latency_in_process``).
 
 Bounded: at most ``--clients`` connections (``MAX_CLIENTS``), opened at ``--ramp`` per second,
 each streaming ``--seconds`` of audio (its recording looped), and the whole run ends by
@@ -46,6 +48,7 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
+import gc_pauses  # noqa: E402
 from wer import DEFAULT_SPEECH, _normalisers, load_clips, score, word_edits  # noqa: E402
 
 MAX_CLIENTS = 4096
@@ -436,6 +439,7 @@ def baseline(clips, assign: list[int], held: dict[int, float], seconds: float, m
     result["refused"] = refused + sum(len(pipeline.refused_streams) for pipeline in pipelines)
     result["engines"] = engines
     result["wall_s"] = round(time.monotonic() - first_s, 1)
+    result["from_unix_s"] = round(time.time() - (time.monotonic() - first_s), 3)  # the engines loaded
     result["feeding"] = f"one thread, {CHUNK_S * 1000:.0f} ms messages at real-time pace, NetworkSource"
     return result
 
@@ -524,6 +528,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="profile the server process and its children (the model's process, the "
                              "front-ends) while the clients run (py-spy record --pid --subprocesses, "
                              "speedscope format, all threads, idle included) into FILE")
+    parser.add_argument("--gc-log", action="store_true",
+                        help="log every process's garbage-collection pauses (the server, its front-ends and model "
+                             "processes, the clients, the baseline) and report them per process (gc_pauses)")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     if not 1 <= args.clients <= MAX_CLIENTS:
@@ -550,9 +557,14 @@ def main(argv: list[str] | None = None) -> int:
     token_file = Path(tempfile.mkdtemp(prefix="bench-serve-")) / "token"
     token_file.write_text(token)
     runs, held_any = [], {}
-    for count, flush_ms in [(count, flush_ms) for count in frontends for flush_ms in flushes]:
+    gc_folder = Path(tempfile.mkdtemp(prefix="bench-serve-gc-")) if args.gc_log else None
+    for k, (count, flush_ms) in enumerate([(count, flush_ms) for count in frontends for flush_ms in flushes]):
+        if gc_folder is not None:
+            gc_pauses.enable(gc_folder / f"served-{k}")
         result, held_indices = serve_run(args, count, clips, clip_audio, repeats, assign, audio_s, client_timeout_s,
                                          token, token_file, flush_ms)
+        if gc_folder is not None:
+            result["gc_pauses"] = gc_pauses.summary(gc_folder / f"served-{k}", result["from_unix_s"])
         runs.append(result)
         held_any.update(held_indices)
         if args.json is not None:  # what was served is kept even if a later run runs out of time
@@ -565,12 +577,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.py_spy is not None:  # this process (the baseline's pipeline) and its model's process
             profiler = _py_spy(os.getpid(), args.py_spy.with_name(f"{args.py_spy.stem}-baseline{args.py_spy.suffix}"))
         try:
+            if gc_folder is not None:
+                gc_pauses.enable(gc_folder / "baseline")
             local = baseline(clips, assign, held_any, args.seconds, args.model, args.device, client_timeout_s,
                              args.isolation or SERVE_ISOLATION, args.engines_per_device)
         finally:
             if profiler is not None:
                 profiler.send_signal(2)
                 profiler.wait(60)
+        if gc_folder is not None:
+            local["gc_pauses"] = gc_pauses.summary(gc_folder / "baseline", local["from_unix_s"])
         for result in runs:
             result["latency_in_process"] = local
             for kind in ("partial", "final"):
@@ -636,6 +652,7 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
     started = time.monotonic()
     server = ServerProcess(args.model, args.device, token_file, args.max_streams, args.isolation, frontends,
                            args.engines_per_device, flush_ms)
+    up_unix_s = time.time()  # its engines loaded, its start-up frozen: what gc_pauses counts from
     print(f"server (--frontends {frontends}{f', flush {flush_ms:g} ms' if flush_ms else ''}) up in {time.monotonic() - started:.1f} s on port {server.port}; "
           f"{args.clients} clients, {audio_s:.0f} s of audio each, {args.ramp:g}/s", file=sys.stderr, flush=True)
     url = f"ws://127.0.0.1:{server.port}"
@@ -785,6 +802,7 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
                           "clients_cores": round(clients_cpu_s / wall_s, 2) if clients_cpu_s is not None else None}
     result["server_timeline_fields"] = ["s", *TIMELINE_FIELDS, *TIMELINE_GPU_FIELDS]
     result["server_timeline"] = server_timeline(records.values())
+    result["from_unix_s"] = round(up_unix_s, 3)
     return result, {r["index"]: r["ready_mono_s"] for r in held}
 
 

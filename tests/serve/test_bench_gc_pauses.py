@@ -1,0 +1,30 @@
+"""benchmarks/gc_pauses.py: bench_serve --gc-log's record of every process's garbage-collection
+pauses (on an H200 at 1,000 connections: up to 120 ms in the serving process, docs/serve.md)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+
+from bench_loader import BENCHMARKS, load_benchmark
+
+gc_pauses = load_benchmark("gc_pauses")
+
+
+def test_a_process_started_after_enable_logs_its_collections(tmp_path):
+    folder = tmp_path / "gc"
+    # A parent that enables the log, and a child it starts as the server starts its own: a
+    # fresh interpreter that imports the log through its path, with a full collection of
+    # 400,000 containers (several milliseconds on any machine).
+    parent = (f"import sys, subprocess; sys.path.insert(0, {str(BENCHMARKS)!r}); from pathlib import Path; "
+              f"import gc_pauses; gc_pauses.enable(Path({str(folder)!r})); "
+              "subprocess.run([sys.executable, '-c', 'import gc; x = [[i] for i in range(400000)]; gc.collect()'], "
+              "check=True)")
+    subprocess.run([sys.executable, "-c", parent], check=True, timeout=120)
+    processes = [p for entries in gc_pauses.summary(folder).values() for p in entries]
+    child = [p for p in processes if p["full"] >= 1]
+    assert child and child[0]["full_ms_max"] >= gc_pauses.LOGGED_MS and child[0]["pauses"] >= child[0]["full"]
+    # Counted from a moment on: nothing after the run.
+    later = gc_pauses.summary(folder, time.time() + 60)
+    assert all(p["pauses"] == 0 and p["full"] == 0 for entries in later.values() for p in entries)
