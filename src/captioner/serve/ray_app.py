@@ -113,6 +113,7 @@ def build_app(model: str = "tiny.en", language: str | None = None, token: str | 
         def __init__(self) -> None:
             from captioner.engine.pipeline import Pipeline, telemetry_gpu_index
             from captioner.gpu.telemetry import TelemetrySampler
+            from captioner.heap import freeze_start_up
             from captioner.serve.engine_link import EngineLink, server_engine_config
             from captioner.serve.server import CaptionServer
 
@@ -124,6 +125,7 @@ def build_app(model: str = "tiny.en", language: str | None = None, token: str | 
                                    lambda d: TelemetrySampler(gpu_index=telemetry_gpu_index(d)),
                                    max_streams_per_device=max_streams)
             self.link.start()
+            freeze_start_up()  # its model is loaded here (inline): later collections skip it
             # The proxy is the public face; the token is checked here, before the upgrade.
             self.server = CaptionServer(self.link, "127.0.0.1", 0, token=None,
                                         log=lambda line: print(f"captioner: {line}", file=sys.stderr, flush=True))
