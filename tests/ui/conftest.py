@@ -3,6 +3,7 @@ window-manager features it lacks are the only messages ignored)."""
 
 from __future__ import annotations
 
+import gc
 import os
 
 import pytest
@@ -18,6 +19,19 @@ def pytest_collection_modifyitems(config, items):
         if str(item.fspath).startswith(here):
             item.add_marker(pytest.mark.qt_log_level_fail("WARNING"))
             item.add_marker(pytest.mark.qt_log_ignore(OFFSCREEN_NOTES))
+
+
+@pytest.fixture(autouse=True)
+def _qt_garbage_collected_on_this_thread():
+    """Each test's garbage is collected here, on the GUI thread, before and after it. Left to the
+    cyclic GC, a Qt object in a cycle is destroyed by whichever thread's allocation sets off the
+    collection: in one run (2026-12-04) the engine's worker thread, loading a model at the start of
+    the next test, did, and QObject's destructor there waited for the interpreter lock while the
+    GUI thread waited on Qt (gdb: the worker in QObject::~QObject -> take_gil; the test hung until
+    its timeout). The app itself needs the same rule (docs/ui.md: to do)."""
+    gc.collect()
+    yield
+    gc.collect()
 
 
 @pytest.fixture
