@@ -19,33 +19,30 @@ from pathlib import Path
 LOGGED_MS = 1.0
 ENV = "CAPTIONER_BENCH_GC_LOG"
 SITE = Path(__file__).resolve().parent / "gc_log"  # its sitecustomize.py calls log_this_process
-_logger: list = []  # this process's callback, once installed
+_state: dict = {}  # this process's log: its folder and open file, once log_this_process ran
 
 
 def log_this_process(folder: str) -> None:
     """This process's collections of LOGGED_MS or more, appended to ``folder/<pid>.txt`` as
     ``unix_s generation ms collected`` (the first line: ``# `` and the command line). A second
     call points the same logger at another folder."""
-    state = {"folder": folder, "file": None, "started": 0.0}
-    if _logger:
-        _logger[0].update(state)
+    installed = bool(_state)
+    _state.update(folder=folder, file=None, started=0.0)
+    if not installed:
+        gc.callbacks.append(_on_collection)
+
+
+def _on_collection(phase: str, info: dict) -> None:
+    if phase == "start":
+        _state["started"] = time.perf_counter()
         return
-    _logger.append(state)
-
-    def on_collection(phase: str, info: dict) -> None:
-        if phase == "start":
-            state["started"] = time.perf_counter()
-            return
-        ms = (time.perf_counter() - state["started"]) * 1e3
-        if ms < LOGGED_MS:
-            return
-        out = state["file"]
-        if out is None or out.name != os.path.join(state["folder"], f"{os.getpid()}.txt"):
-            out = state["file"] = open(os.path.join(state["folder"], f"{os.getpid()}.txt"), "a", buffering=1)
-            out.write(f"# {_command_line()}\n")
-        out.write(f"{time.time():.3f} {info['generation']} {ms:.2f} {info['collected']}\n")
-
-    gc.callbacks.append(on_collection)
+    ms = (time.perf_counter() - _state["started"]) * 1e3
+    if ms < LOGGED_MS:
+        return
+    if _state["file"] is None:
+        _state["file"] = open(os.path.join(_state["folder"], f"{os.getpid()}.txt"), "a", buffering=1)
+        _state["file"].write(f"# {_command_line()}\n")
+    _state["file"].write(f"{time.time():.3f} {info['generation']} {ms:.2f} {info['collected']}\n")
 
 
 def _command_line() -> str:

@@ -288,8 +288,8 @@ class SupervisedCaptioner:
         :meth:`step` to pick up: the worker sets it to wake itself (``Worker.wake``)."""
         self.hand_out_now: Callable[[list[CaptionUpdate]], None] | None = None
         """Where captions taken outside :meth:`step` go (:meth:`take_waiting`): the worker sets
-        it to its delivery."""
-        self._holding = False  # a step or the close collects updates to return: none goes out past them
+        it to its delivery. ``None`` while a step or the close collects updates to return: none
+        may go out past them."""
         self._host = self._start_host(spec, isolation)
         # "auto" means what the first host chose; later hosts load in the background, with no
         # progress shown for a session that is already captioning.
@@ -404,13 +404,13 @@ class SupervisedCaptioner:
         model process's are passed on as each poll takes them, so that those
         :meth:`take_waiting` takes while the audio's send waits come after them, in order."""
         if hand_out is None:  # collected and returned: nothing may be handed out past them
-            held, self._holding = self._holding, True
+            now, self.hand_out_now = self.hand_out_now, None
             try:
                 updates: list[CaptionUpdate] = []
                 self._step(updates.extend, None)
                 return updates
             finally:
-                self._holding = held
+                self.hand_out_now = now
 
         def out(updates: list[CaptionUpdate]) -> None:
             if updates:
@@ -444,7 +444,7 @@ class SupervisedCaptioner:
         work through the audio it had taken in and to step (25 ms at p99 with 1,000
         connections, docs/serve.md). A failure among the messages is kept by the host for the
         next step to act on."""
-        if self._host.kind != "process" or self.hand_out_now is None or self._holding:
+        if self._host.kind != "process" or self.hand_out_now is None:
             return
         updates = self._take(self._host.poll())
         if updates:
@@ -482,7 +482,7 @@ class SupervisedCaptioner:
         if self._closed:
             return []
         updates: list[CaptionUpdate] = []
-        self._holding = True  # returned in order: the close's sends hand nothing out meanwhile
+        self.hand_out_now = None  # returned in order: the close's sends hand nothing out meanwhile
         try:
             for stream in list(self._streams.values()):
                 stream.finish()
