@@ -28,9 +28,14 @@ def _qt_garbage_collected_on_this_thread():
     collection: in one run (2026-12-04) the engine's worker thread, loading a model at the start of
     the next test, did, and QObject's destructor there waited for the interpreter lock while the
     GUI thread waited on Qt (gdb: the worker in QObject::~QObject -> take_gil; the test hung until
-    its timeout). The app itself needs the same rule (docs/ui.md: to do)."""
+    its timeout). The app's windows follow the same rule while they live (captioner/ui/collector.py);
+    after the test its windows, closed by pytest-qt, are deleted here, which gives automatic
+    collection back to the tests that follow."""
+    from PySide6.QtCore import QCoreApplication, QEvent
+
     gc.collect()
     yield
+    QCoreApplication.sendPostedEvents(None, QEvent.Type.DeferredDelete)
     gc.collect()
 
 

@@ -44,6 +44,7 @@ from captioner.events import CaptionUpdate, PipelineStatus, TelemetrySample
 from captioner.trace import load_trace, save_trace
 from captioner.ui.banner import Banner
 from captioner.ui.caption_view import DEFAULT_FONT_PT, CaptionView
+from captioner.ui.collector import GuiThreadCollector
 from captioner.ui.controls import AUDIO_FILE_FILTER, DEFAULT_INPUT, ControlPanel
 from captioner.ui.dashboard import Dashboard
 from captioner.ui.history import HistoryPanel
@@ -85,6 +86,8 @@ class MainWindow(QMainWindow):
 
     def __init__(self, settings_store: QSettings | None = None, parent=None) -> None:
         super().__init__(parent)
+        # No thread but this one may destroy a Qt object: garbage is collected here (collector.py).
+        self.collector = GuiThreadCollector(self)
         self.setWindowTitle("captioner")
         self.setObjectName("mainWindow")
         self._store = settings_store
