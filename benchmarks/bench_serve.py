@@ -49,6 +49,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 import gc_pauses  # noqa: E402
+from captioner.serve.loop_lag import LoopLag, lateness_quantiles_ms  # noqa: E402
 from wer import DEFAULT_SPEECH, _normalisers, load_clips, score, word_edits  # noqa: E402
 
 MAX_CLIENTS = 4096
@@ -121,6 +122,10 @@ def after_engine_s(latency_s: float, end_s: float, emitted_wall_s: float | None)
     if emitted_wall_s is None:
         return None
     return latency_s - (emitted_wall_s - end_s) + CHUNK_S
+
+
+def _late_dict(quantiles: tuple[float, float, float] | None) -> dict | None:
+    return dict(zip(("p50", "p99", "max"), quantiles)) if quantiles else None
 
 
 def ms_quantiles(values: list[float]) -> dict:
@@ -250,26 +255,33 @@ async def _one_connection(index: int, url: str, token: str | None, pcm: np.ndarr
 
 
 async def run_clients(indices: list[int], url: str, token: str | None, audio: dict[int, np.ndarray],
-                      ramp_per_s: float, timeout_s: float, retry_s: float = 0.0) -> dict:
+                      ramp_per_s: float, timeout_s: float, retry_s: float = 0.0, lag: LoopLag | None = None) -> dict:
+    """The clients ``indices``, each from its start time to its close, or until ``timeout_s``.
+    ``lag``: notes how late this loop ran meanwhile (a late client loop dates its captions late,
+    and that would count as the server's way back)."""
     loop = asyncio.get_running_loop()
     start = loop.time() + 0.5
     out: dict = {}
+    watcher = asyncio.create_task(lag.watch()) if lag is not None else None
     tasks = [asyncio.create_task(one_client(i, url, token, audio[i], start + i / ramp_per_s, out, retry_s))
              for i in indices]
     done, pending = await asyncio.wait(tasks, timeout=timeout_s)
     for task in pending:
         task.cancel()
+    if watcher is not None:
+        watcher.cancel()
     return out
 
 
-def _client_process(args: tuple) -> tuple[dict, float]:
-    """One client process's records and the CPU seconds it used (the clients share the
-    server's host: what they take is not the server's)."""
+def _client_process(args: tuple) -> tuple[dict, float, list[float]]:
+    """One client process's records, the CPU seconds it used (the clients share the server's
+    host: what they take is not the server's) and how late its loop ran (ms, every 10 ms)."""
     indices, url, token, clip_audio, assign, ramp, timeout_s, retry_s = args
     audio = {i: clip_audio[assign[i]] for i in indices}
     cpu0 = time.process_time()
-    records = asyncio.run(run_clients(indices, url, token, audio, ramp, timeout_s, retry_s))
-    return records, time.process_time() - cpu0
+    lag = LoopLag()
+    records = asyncio.run(run_clients(indices, url, token, audio, ramp, timeout_s, retry_s, lag))
+    return records, time.process_time() - cpu0, list(lag.late_ms)
 
 
 # -- the server process ------------------------------------------------------------------------
@@ -686,13 +698,16 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
             with multiprocessing.get_context("spawn").Pool(args.client_processes) as pool:
                 parts = pool.map(_client_process, [(s, url, token, clip_audio, assign, args.ramp, client_timeout_s,
                                                     args.retry_s) for s in shares])
-            records = {k: v for part, _ in parts for k, v in part.items()}
-            clients_cpu_s = sum(cpu_s for _, cpu_s in parts)
+            records = {k: v for part, _, _ in parts for k, v in part.items()}
+            clients_cpu_s = sum(cpu_s for _, cpu_s, _ in parts)
+            clients_late_ms = [ms for _, _, late_ms in parts for ms in late_ms]
         else:
             audio = {i: clip_audio[assign[i]] for i in range(args.clients)}
+            lag = LoopLag()
             records = asyncio.run(run_clients(list(range(args.clients)), url, token, audio, args.ramp,
-                                              client_timeout_s, args.retry_s))
+                                              client_timeout_s, args.retry_s, lag))
             clients_cpu_s = None  # in this process, beside the sampler: not told apart
+            clients_late_ms = list(lag.late_ms)
         hub1, fronts1 = server.cpu_split()
         wall_s = time.monotonic() - wall0
     finally:
@@ -755,6 +770,8 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
                            for kind, v in latency.items()},
         # The served updates' way back after the engine made them (see after_engine_s).
         "after_engine_ms": ms_quantiles([v for r in held for v in r["after_engine"]]),
+        # Of which the clients' own loops may account for this much (they date what they receive).
+        "client_loop_late_ms": _late_dict(lateness_quantiles_ms(clients_late_ms)),
         "server_cpu": {"cores_total": round(cpu_s / wall_s, 3),
                        "cores_per_connection": round(cpu_s / wall_s / max(1, connections), 4),
                        # CPU seconds per second of audio taken in, per connection: comparable
@@ -792,6 +809,9 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
         found = re.search(r"audio waited p50 ([\d.]+) / p99 ([\d.]+) ms", line)
         if found:  # --frontends > 1: front-end -> the engine's inbox, the hub's own count
             result["frontend_to_engine_ms"] = {"p50": float(found[1]), "p99": float(found[2])}
+        found = re.search(r"the serving loop ran late p50 ([\d.]+) / p99 ([\d.]+) / max ([\d.]+) ms", line)
+        if found:  # the server's (hub's) own loop, every 10 ms
+            result["server_loop_late_ms"] = _late_dict(tuple(float(v) for v in found.groups()))
     if failed:
         result["server_log_tail"] = [line.rstrip() for line in server.err[-30:]]
     if args.isolation:

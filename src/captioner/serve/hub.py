@@ -45,6 +45,7 @@ from captioner.serve.engine_link import (
     export_metrics,
     status_fields,
 )
+from captioner.serve.loop_lag import LoopLag
 from captioner.serve.server import (
     END_TIMEOUT_S,
     OPEN_TIMEOUT_S,
@@ -147,6 +148,8 @@ class FrontendHub:
         """Per frame with audio: how long its oldest audio waited between its front-end taking it
         in and the engine's inbox (the front-end's batching, the channel, the hub's loop)."""
         self.counts = {"accepted": 0, "refused": 0, "closed": 0}
+        self.loop_lag = LoopLag()
+        """How late the hub's loop ran its work (the summary line when `serve` ends)."""
         self.bound = threading.Event()
         """Set once every front-end listens (``port`` is then the real one, for port 0)."""
 
@@ -493,7 +496,8 @@ class FrontendHub:
         try:
             await self._start_frontends()
             self._tasks += [asyncio.create_task(self._pump(), name="captioner-hub-pump"),
-                            asyncio.create_task(self._status(), name="captioner-hub-status")]
+                            asyncio.create_task(self._status(), name="captioner-hub-status"),
+                            asyncio.create_task(self.loop_lag.watch(), name="captioner-hub-loop-lag")]
             self.bound.set()
             await stop.wait()
             await self.stop_all()

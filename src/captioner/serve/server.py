@@ -33,6 +33,7 @@ from captioner.serve.engine_link import (
     export_metrics,
     status_fields,
 )
+from captioner.serve.loop_lag import LoopLag
 from captioner.serve.protocol import ProtocolError, close_reason, peer, send_outbox
 
 POLL_PERIOD_S = 0.02
@@ -147,6 +148,8 @@ class CaptionServer:
         self._stopping = False
         self._tasks: list[asyncio.Task] = []
         self.counts = {"accepted": 0, "refused": 0, "closed": 0}
+        self.loop_lag = LoopLag()
+        """How late this server's loop ran its work (the summary line when `serve` ends)."""
         self.bound = threading.Event()
         """Set once the socket is listening (``port`` is then the real one, for port 0)."""
 
@@ -360,7 +363,8 @@ class CaptionServer:
         if self._transcripts is not None and not self._transcripts.is_alive():
             self._transcripts.start()
         self._tasks = [asyncio.create_task(self._pump(), name="captioner-serve-pump"),
-                       asyncio.create_task(self._status(), name="captioner-serve-status")]
+                       asyncio.create_task(self._status(), name="captioner-serve-status"),
+                       asyncio.create_task(self.loop_lag.watch(), name="captioner-serve-loop-lag")]
 
     def stop_background(self) -> None:
         for task in self._tasks:

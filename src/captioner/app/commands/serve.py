@@ -289,7 +289,10 @@ def run(args) -> int:
             metrics.stop()
     c = server.counts
     inbound = server.inbound_delay_ms() if args.frontends > 1 else None
+    late = server.loop_lag.quantiles_ms()
     print(f"captioner: served {c['accepted']} connection(s), refused {c['refused']}"
           + (f"; audio waited p50 {inbound[0]} / p99 {inbound[1]} ms between the front-ends and the engine"
-             if inbound else ""), file=sys.stderr, flush=True)
+             if inbound else "")
+          + (f"; the serving loop ran late p50 {late[0]} / p99 {late[1]} / max {late[2]} ms" if late else ""),
+          file=sys.stderr, flush=True)
     return 0
