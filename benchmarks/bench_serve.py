@@ -812,6 +812,9 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
         found = re.search(r"the serving loop ran late p50 ([\d.]+) / p99 ([\d.]+) / max ([\d.]+) ms", line)
         if found:  # the server's (hub's) own loop, every 10 ms
             result["server_loop_late_ms"] = _late_dict(tuple(float(v) for v in found.groups()))
+        found = re.search(r"the front-ends' loops p50 ([\d.]+) / p99 ([\d.]+) / max ([\d.]+) ms", line)
+        if found:  # --frontends > 1: each front-end's loop, every 10 ms
+            result["frontend_loop_late_ms"] = _late_dict(tuple(float(v) for v in found.groups()))
     if failed:
         result["server_log_tail"] = [line.rstrip() for line in server.err[-30:]]
     if args.isolation:

@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 import numpy as np
 
 from captioner.serve import channel, protocol
+from captioner.serve.loop_lag import LoopLag
 from captioner.serve.protocol import ProtocolError, close_reason, peer, send_outbox
 
 _INT16_SCALE = np.float32(1.0 / 32768.0)
@@ -41,6 +42,8 @@ MAX_OUTBOX = 10_000
 SHUTDOWN_S = 20.0
 """How long the connections left at ``exit`` may take to send what they hold and close."""
 HUB_GONE = (protocol.CLOSE_INTERNAL, "the server's engine process ended")
+LATE_REPORT_S = 1.0
+"""How often this loop's lateness since the last report goes to the hub (about 100 numbers)."""
 STOPPING = (protocol.CLOSE_GOING_AWAY, "the server is shutting down")
 
 
@@ -129,6 +132,15 @@ class FrontEnd:
         self._events, self._audio, self._audio_bytes = [], {}, 0
         if not self._writer.is_closing():
             self._writer.write(channel.encode(frame))
+
+    async def _report_lateness(self, lag: LoopLag) -> None:
+        """Every second, how late this loop woke since the last report (the hub sums up every
+        front-end's in its last line: a caption's way back passes through this loop too)."""
+        while True:
+            await asyncio.sleep(LATE_REPORT_S)
+            if lag.late_ms:
+                self._event(("late", list(lag.late_ms)))
+                lag.late_ms.clear()
 
     async def _flusher(self) -> None:
         while True:
@@ -296,9 +308,13 @@ class FrontEnd:
         self._event(("listening", server.sockets[0].getsockname()[1] if server.sockets else self.port))
         self.flush()
         flusher = asyncio.create_task(self._flusher())
+        lag = LoopLag(kept=10_000)
+        watchers = [asyncio.create_task(lag.watch()), asyncio.create_task(self._report_lateness(lag))]
         try:
             await self._from_hub()
         finally:
+            for watcher in watchers:
+                watcher.cancel()
             self.stopping = True
             server.close(close_connections=False)  # no new connection; each one left ends below
             for conn in list(self.conns.values()):
