@@ -337,6 +337,13 @@ class ServerProcess:
                 hub += t.user + t.system
         return hub, fronts
 
+    def own_cpu_s(self) -> float:
+        """CPU seconds so far of the serve process alone (its loop, the engines' workers and
+        their reader threads: everything that shares its interpreter lock). Near one core, the
+        lock is the limit, whatever the cores left."""
+        times = self.ps.cpu_times()
+        return times.user + times.system
+
     def rss_bytes(self) -> int:
         return self.ps.memory_info().rss
 
@@ -677,7 +684,8 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
     (hub0, fronts0), wall0 = server.cpu_split(), time.monotonic()
     peak_rss = server.rss_bytes()
     sampling = threading.Event()
-    cpu_samples: list[tuple[float, float, float]] = []  # (wall, hub CPU s, front-ends CPU s), once a second
+    # (wall, hub CPU s, front-ends CPU s, the serve process's own CPU s), once a second
+    cpu_samples: list[tuple[float, float, float, float]] = []
 
     import psutil
 
@@ -688,7 +696,7 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
         nonlocal peak_rss
         while not sampling.wait(1.0):
             peak_rss = max(peak_rss, server.rss_bytes())
-            cpu_samples.append((time.monotonic(), *server.cpu_split()))
+            cpu_samples.append((time.monotonic(), *server.cpu_split(), server.own_cpu_s()))
             host_busy_pct.append(psutil.cpu_percent(interval=None))
 
     threading.Thread(target=sample_rss, daemon=True).start()
@@ -750,10 +758,11 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
         close_codes[str(r.get("close"))] = close_codes.get(str(r.get("close")), 0) + 1
     connection_audio_s = max(1.0, audio_s * max(1, len(held)))
     connections = len(held) + len(failed)
-    steady = steady_cpu([(t, h + f) for t, h, f in cpu_samples], wall0, args.clients / args.ramp, audio_s, connections)
-    steady_hub = steady_cpu([(t, h) for t, h, _ in cpu_samples], wall0, args.clients / args.ramp, audio_s, connections)
-    steady_fronts = steady_cpu([(t, f) for t, _, f in cpu_samples], wall0, args.clients / args.ramp, audio_s,
-                               connections)
+    ramp_s = args.clients / args.ramp
+    steady = steady_cpu([(t, h + f) for t, h, f, _ in cpu_samples], wall0, ramp_s, audio_s, connections)
+    steady_hub = steady_cpu([(t, h) for t, h, _, _ in cpu_samples], wall0, ramp_s, audio_s, connections)
+    steady_fronts = steady_cpu([(t, f) for t, _, f, _ in cpu_samples], wall0, ramp_s, audio_s, connections)
+    steady_own = steady_cpu([(t, o) for t, _, _, o in cpu_samples], wall0, ramp_s, audio_s, connections)
     result = {
         "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "frontends": frontends, "frontend_flush_ms": flush_ms,
         "engines_per_device": args.engines_per_device,
@@ -784,6 +793,9 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
                        **steady,
                        "hub_cores_steady": steady_hub.get("cores_steady"),
                        "frontends_cores_steady": steady_fronts.get("cores_steady"),
+                       # The serve process alone, its threads under one interpreter lock: near 1.0 the lock
+                       # is the likely limit (native code running without it can take this past 1).
+                       "serve_process_cores_steady": steady_own.get("cores_steady"),
                        "peak_rss_mib": round(peak_rss / 2**20)},
         "committed_wer": round(errors / units, 4) if units else None,
         # Where the errors are: each held client's own WER, how its connection closed, and the
