@@ -24,6 +24,8 @@ other with the same clients, and reports them side by side, the server's CPU spl
     python benchmarks/bench_serve.py --clients 4 --device cpu            # here, 2 cores
     python benchmarks/bench_serve.py --silence --clients 150 --seconds 30 --ramp 50 --no-baseline \
         --frontends 1,2,2,1                                             # the network side's cost
+    python benchmarks/bench_serve.py --clients 150 --speakers 4 --seconds 40 --ramp 50 --frontends 2 \
+        --isolation process                                             # 4 captioned among 146 silent
     python benchmarks/bench_serve.py --clients 1000 --device cuda:0 --seconds 60 --ramp 50 \
         --client-processes 8 --frontends 1,4 --json serve-h200.json      # an H200
 """
@@ -53,6 +55,8 @@ from captioner.serve.loop_lag import LoopLag, lateness_quantiles_ms  # noqa: E40
 from wer import DEFAULT_SPEECH, _normalisers, load_clips, score, word_edits  # noqa: E402
 
 MAX_CLIENTS = 4096
+SILENT = -1
+"""The clip of a client that sends silence (``--silence``, or not one of the ``--speakers``)."""
 CHUNK_S = 0.1
 GAP_S = 1.0  # silence between loops of a recording: a pause closes the segment
 
@@ -126,6 +130,20 @@ def after_engine_s(latency_s: float, end_s: float, emitted_wall_s: float | None)
 
 def _late_dict(quantiles: tuple[float, float, float] | None) -> dict | None:
     return dict(zip(("p50", "p99", "max"), quantiles)) if quantiles else None
+
+
+def silent_samples(clips, seconds: float) -> int:
+    """A silent client's audio: ``seconds``, or as long as the longest recording."""
+    return int(16000 * (seconds or max(clip.duration_s for clip in clips)))
+
+
+def speaker_clips(clients: int, n_clips: int, speakers: int | None) -> list[int]:
+    """Each client's clip: the recordings in turn, or, with ``speakers``, that many clients spread
+    evenly over the ramp speak (the recordings in turn) and the others send silence."""
+    if speakers is None:
+        return [i % n_clips for i in range(clients)]
+    speaking = {min(clients - 1, (j * clients) // speakers): j for j in range(speakers)}
+    return [speaking[i] % n_clips if i in speaking else SILENT for i in range(clients)]
 
 
 def ms_quantiles(values: list[float]) -> dict:
@@ -380,8 +398,9 @@ def baseline(clips, assign: list[int], held: dict[int, float], seconds: float, m
         server_standby,
     )
 
-    audio = [looped(pcm16k(clip.wav), seconds or clip.duration_s)[0].astype(np.float32) / 32768.0
-             for clip in clips]
+    audio = {k: looped(pcm16k(clip.wav), seconds or clip.duration_s)[0].astype(np.float32) / 32768.0
+             for k, clip in enumerate(clips)}
+    audio[SILENT] = np.zeros(silent_samples(clips, seconds), np.float32)
     # The server's engine (its update interval, warmed up), with the streams the server held
     # admitted as they come: the engine's time budget (and its growth limit) already chose
     # them on the server, so it is off here.
@@ -530,6 +549,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--silence", action="store_true",
                         help="clients send silence (the model never runs): what the front end and the "
                              "per-stream feature work cost per connection")
+    parser.add_argument("--speakers", type=int, default=None, metavar="N",
+                        help="only N of the clients, spread over the ramp, send speech; the others send "
+                             "silence: the way back of a few captions under the network load of many")
     parser.add_argument("--isolation", choices=("inline", "process", "auto"), default=None,
                         help="where the server's model runs (serve --isolation; default: serve's own)")
     parser.add_argument("--engines-per-device", type=int, default=1, metavar="N",
@@ -554,6 +576,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if not 1 <= args.clients <= MAX_CLIENTS:
         raise SystemExit(f"--clients must be 1..{MAX_CLIENTS}")
+    if args.speakers is not None and not 1 <= args.speakers <= args.clients:
+        raise SystemExit("--speakers must be 1..--clients")
     frontends = _frontends_list(args.frontends)
     flushes = _flush_list(args.flush_ms)
     speech = args.speech if (args.speech / "manifest.tsv").exists() else HERE.parent / "tests" / "data" / "speech"
@@ -564,9 +588,10 @@ def main(argv: list[str] | None = None) -> int:
         clip_audio[k], repeats[k] = looped(pcm16k(clip.wav), args.seconds or clip.duration_s)
         if args.silence:
             clip_audio[k] = np.zeros(int(16000 * (args.seconds or clip.duration_s)), "<i2")
+    clip_audio[SILENT], repeats[SILENT] = np.zeros(silent_samples(clips, args.seconds), "<i2"), 0
     if args.silence:
         args.baseline = False
-    assign = [i % len(clips) for i in range(args.clients)]
+    assign = speaker_clips(args.clients, len(clips), args.speakers)
     audio_s = max(len(clip_audio[k]) for k in set(assign)) / 16000
     client_timeout_s = min(args.timeout, args.clients / args.ramp + args.retry_s + audio_s + 180.0)
 
@@ -748,6 +773,8 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
     per_client: list[tuple[float, str, str, object]] = []  # (WER, reference, committed, close code)
     for r in held if not args.silence else []:
         k = assign[r["index"]]
+        if k == SILENT:
+            continue
         committed = " ".join(c["text"] for c in r["captions"] if c["kind"] == "final")
         reference = " ".join([clips[k].reference] * repeats[k])
         e, n = score(reference, committed, "en", normalisers)[:2] if normalisers else plain_errors(reference, committed)

@@ -57,3 +57,13 @@ def test_a_real_run_splits_every_update(tmp_path):
     assert result["serving_added_p99_ms"] == pytest.approx(
         result["after_engine_ms"]["p99"] + result["frontend_to_engine_ms"]["p99"] - local["after_engine_ms"]["p99"],
         abs=0.11)
+
+
+def test_speakers_are_spread_over_the_ramp_and_the_rest_send_silence():
+    every = bench_serve.speaker_clips(6, 4, None)
+    assert every == [0, 1, 2, 3, 0, 1]
+    mixed = bench_serve.speaker_clips(150, 11, 4)
+    speaking = [i for i, k in enumerate(mixed) if k != bench_serve.SILENT]
+    assert speaking == [0, 37, 75, 112]  # one early, the others through the ramp
+    assert [mixed[i] for i in speaking] == [0, 1, 2, 3]  # the recordings in turn
+    assert bench_serve.speaker_clips(3, 2, 3) == [0, 1, 0]
