@@ -41,6 +41,20 @@ def test_cpu_meter_sees_this_process_burn_cpu_and_not_idle():
     assert idle_process_pct < 15.0
 
 
+def test_cpu_meter_measures_nothing_over_too_short_an_interval():
+    # Over a few milliseconds one clock tick of CPU time reads as hundreds of percent: the
+    # sampler's first reading, at once after the meter was made, spiked to 380 % on two cores.
+    meter = CpuMeter()
+    burn_cpu(0.01)
+    assert meter.read() == (None, None)  # nothing measured yet
+    time.sleep(0.15)
+    measured = meter.read()  # the whole time since the meter was made
+    host_pct, process_pct = measured
+    assert host_pct is not None and process_pct is not None and 0.0 <= process_pct <= 100.0 * os.cpu_count()
+    burn_cpu(0.01)
+    assert meter.read() == measured  # too soon again: the last measurement, not a new spike
+
+
 def test_cpu_meter_reads_process_cpu_in_percent_of_one_core():
     meter = CpuMeter()
     cpu_start_s, wall_start_s = time.process_time(), time.monotonic()

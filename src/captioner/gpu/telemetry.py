@@ -48,6 +48,13 @@ def process_tree_pids(pid: int) -> set[int]:
 # Host CPU
 
 
+CPU_MIN_INTERVAL_S = 0.1
+"""The shortest interval a CPU share is worked out over. The kernel counts a process's CPU time in
+clock ticks (10 ms on most Linux systems), so over a few milliseconds one tick reads as hundreds
+of percent: the sampler's first reading, right after the meter was made, showed the app at
+380 % of a core on two cores."""
+
+
 class CpuMeter:
     """Host load and this process's CPU share between successive :meth:`read` calls, by psutil.
 
@@ -69,11 +76,17 @@ class CpuMeter:
         except (psutil.Error, OSError):
             self._process = None
         self._last_read_s = time.monotonic()
+        self._last: tuple[float | None, float | None] = (None, None)  # the last measured reading
 
     def read(self) -> tuple[float | None, float | None]:
-        """Returns ``(host_pct, process_pct)`` since the previous call (``None`` if unknown)."""
+        """Returns ``(host_pct, process_pct)`` since the previous call (``None`` if unknown).
+        A call sooner than :data:`CPU_MIN_INTERVAL_S` after the last measured one measures
+        nothing: it repeats that measurement (both ``None`` before the first), and the next one
+        covers the whole time since."""
         now_s = time.monotonic()
-        elapsed_s, self._last_read_s = now_s - self._last_read_s, now_s
+        if now_s - self._last_read_s < CPU_MIN_INTERVAL_S:
+            return self._last
+        self._last_read_s = now_s
         try:
             host_pct: float | None = float(psutil.cpu_percent(interval=None))
         except (psutil.Error, OSError):
@@ -82,9 +95,8 @@ class CpuMeter:
             process_pct = None if self._process is None else float(self._process.cpu_percent(interval=None))
         except (psutil.Error, OSError):
             process_pct = None
-        if elapsed_s <= 0:  # no time between readings: psutil says 0.0, but nothing was measured
-            return None, None
-        return host_pct, process_pct
+        self._last = (host_pct, process_pct)
+        return self._last
 
 
 # ---------------------------------------------------------------------------------------------

@@ -417,6 +417,10 @@ class Dashboard(QWidget):
         self.rtf_line = pg.InfiniteLine(pos=1.0, angle=0, movable=False, label="real time",
                                         labelOpts={"position": 0.35, "anchors": [(0.5, 1.0), (0.5, 1.0)]})
         self.plots["rtf"].addItem(self.rtf_line)
+        # Room above the line for its label: auto-ranged up to the line itself, the plot cut the
+        # label off. An undrawn line at 1.3 takes the range up to there (a fifth of the height
+        # above the line when the curve starts near 0).
+        self.plots["rtf"].addItem(pg.InfiniteLine(pos=1.3, angle=0, movable=False, pen=pg.mkPen(None)))
         for spec in PLOTS:
             self._title_values[spec.key] = NA
             self.value_labels[spec.key].setText(NA)
