@@ -25,14 +25,10 @@ import threading
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_serve import percentile  # noqa: E402
+
 VARIANTS = ("gui-thread", "automatic")
-
-
-def _percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))], 3)
 
 
 def summary(log: list[tuple[str, int, float]]) -> dict:
@@ -40,8 +36,8 @@ def summary(log: list[tuple[str, int, float]]) -> dict:
     by_generation = {}
     for generation in (0, 1, 2):
         times_ms = [ms for _, g, ms in log if g == generation]
-        by_generation[str(generation)] = {"n": len(times_ms), "p50_ms": _percentile(times_ms, 0.5),
-                                          "p99_ms": _percentile(times_ms, 0.99),
+        by_generation[str(generation)] = {"n": len(times_ms), "p50_ms": percentile(times_ms, 50),
+                                          "p99_ms": percentile(times_ms, 99),
                                           "max_ms": round(max(times_ms), 3) if times_ms else None}
     threads: dict[str, int] = {}
     for name, _, _ in log:

@@ -586,12 +586,10 @@ def main(argv: list[str] | None = None) -> int:
     repeats = {}
     for k, clip in enumerate(clips):
         clip_audio[k], repeats[k] = looped(pcm16k(clip.wav), args.seconds or clip.duration_s)
-        if args.silence:
-            clip_audio[k] = np.zeros(int(16000 * (args.seconds or clip.duration_s)), "<i2")
     clip_audio[SILENT], repeats[SILENT] = np.zeros(silent_samples(clips, args.seconds), "<i2"), 0
     if args.silence:
         args.baseline = False
-    assign = speaker_clips(args.clients, len(clips), args.speakers)
+    assign = [SILENT] * args.clients if args.silence else speaker_clips(args.clients, len(clips), args.speakers)
     audio_s = max(len(clip_audio[k]) for k in set(assign)) / 16000
     client_timeout_s = min(args.timeout, args.clients / args.ramp + args.retry_s + audio_s + 180.0)
 
@@ -771,7 +769,7 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
         normalisers = None
     errors = units = 0
     per_client: list[tuple[float, str, str, object]] = []  # (WER, reference, committed, close code)
-    for r in held if not args.silence else []:
+    for r in held:
         k = assign[r["index"]]
         if k == SILENT:
             continue
@@ -848,12 +846,12 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
         found = re.search(r"audio waited p50 ([\d.]+) / p99 ([\d.]+) ms", line)
         if found:  # --frontends > 1: front-end -> the engine's inbox, the hub's own count
             result["frontend_to_engine_ms"] = {"p50": float(found[1]), "p99": float(found[2])}
-        found = re.search(r"the serving loop ran late p50 ([\d.]+) / p99 ([\d.]+) / max ([\d.]+) ms", line)
-        if found:  # the server's (hub's) own loop, every 10 ms
-            result["server_loop_late_ms"] = _late_dict(tuple(float(v) for v in found.groups()))
-        found = re.search(r"the front-ends' loops p50 ([\d.]+) / p99 ([\d.]+) / max ([\d.]+) ms", line)
-        if found:  # --frontends > 1: each front-end's loop, every 10 ms
-            result["frontend_loop_late_ms"] = _late_dict(tuple(float(v) for v in found.groups()))
+        # How late the server's (hub's) own loop and, with --frontends > 1, each front-end's ran.
+        for said, key in (("the serving loop ran late", "server_loop_late_ms"),
+                          ("the front-ends' loops", "frontend_loop_late_ms")):
+            found = re.search(re.escape(said) + r" p50 ([\d.]+) / p99 ([\d.]+) / max ([\d.]+) ms", line)
+            if found:
+                result[key] = _late_dict(tuple(float(v) for v in found.groups()))
     if failed:
         result["server_log_tail"] = [line.rstrip() for line in server.err[-30:]]
     if args.isolation:

@@ -45,7 +45,7 @@ from captioner.serve.engine_link import (
     export_metrics,
     status_fields,
 )
-from captioner.serve.loop_lag import KEPT, LoopLag, lateness_quantiles_ms
+from captioner.serve.loop_lag import LoopLag
 from captioner.serve.server import (
     END_TIMEOUT_S,
     OPEN_TIMEOUT_S,
@@ -150,8 +150,8 @@ class FrontendHub:
         self.counts = {"accepted": 0, "refused": 0, "closed": 0}
         self.loop_lag = LoopLag()
         """How late the hub's loop ran its work (the summary line when `serve` ends)."""
-        self._frontends_late_ms: deque[float] = deque(maxlen=KEPT)
-        """How late the front-ends' loops woke, as they report it every second."""
+        self.frontends_lag = LoopLag()
+        """How late the front-ends' loops woke, as each reports it every second (not watched here)."""
         self.bound = threading.Event()
         """Set once every front-end listens (``port`` is then the real one, for port 0)."""
 
@@ -272,7 +272,7 @@ class FrontendHub:
             elif kind == "refused":
                 self.counts["refused"] += 1
             elif kind == "late":
-                self._frontends_late_ms.extend(event[1])
+                self.frontends_lag.late_ms.extend(event[1])
 
     def _frontend_ended(self, fe: _Frontend) -> None:
         """Its channel closed: every stream of it ends as if its client had left."""
@@ -487,11 +487,6 @@ class FrontendHub:
             return None
         p50, p99 = np.percentile(waits, [50, 99])
         return round(float(p50), 1), round(float(p99), 1)
-
-    def frontends_late_ms(self) -> tuple[float, float, float] | None:
-        """p50, p99 and the largest of how late the front-ends' loops woke (the last 100,000
-        wakes of them all), or ``None`` before their first report."""
-        return lateness_quantiles_ms(list(self._frontends_late_ms))
 
     def streams_on(self, frontend_index: int) -> list[str]:
         """The labels of the streams held through front-end ``frontend_index`` now (tests, logs)."""

@@ -289,13 +289,12 @@ def run(args) -> int:
             metrics.stop()
     c = server.counts
     inbound = server.inbound_delay_ms() if args.frontends > 1 else None
-    late = server.loop_lag.quantiles_ms()
-    fronts_late = server.frontends_late_ms() if args.frontends > 1 else None
+    lateness = [("the serving loop ran late", server.loop_lag.quantiles_ms())]
+    if args.frontends > 1:
+        lateness.append(("the front-ends' loops", server.frontends_lag.quantiles_ms()))
     print(f"captioner: served {c['accepted']} connection(s), refused {c['refused']}"
           + (f"; audio waited p50 {inbound[0]} / p99 {inbound[1]} ms between the front-ends and the engine"
              if inbound else "")
-          + (f"; the serving loop ran late p50 {late[0]} / p99 {late[1]} / max {late[2]} ms" if late else "")
-          + (f"; the front-ends' loops p50 {fronts_late[0]} / p99 {fronts_late[1]} / max {fronts_late[2]} ms"
-             if fronts_late else ""),
+          + "".join(f"; {said} p50 {q[0]} / p99 {q[1]} / max {q[2]} ms" for said, q in lateness if q),
           file=sys.stderr, flush=True)
     return 0
