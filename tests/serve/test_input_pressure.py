@@ -93,3 +93,58 @@ def test_a_full_inbox_and_dropped_audio_refuse_new_streams_until_the_worker_keep
     finally:
         recognizer.release.set()
         link.stop()
+
+
+def test_framed_audio_that_waits_a_second_in_the_inbox_refuses_new_streams():
+    """With front-ends a connection's audio comes one item per frame, so an inbox far from full
+    can hold seconds of it: the link refuses by how long the oldest audio has waited."""
+    words = phrase("hello there this is a test", 0.3)
+    recognizer = HeldRecognizer({})
+    holder: dict = {}
+
+    def make_pipeline(device):
+        def factory():
+            return cpu_backend(), recognizer
+        holder["pipeline"] = Pipeline([], config=EngineConfig(), recognizer_factory=factory, inbox_items=3000)
+        return holder["pipeline"]
+
+    link = EngineLink(["cpu"], make_pipeline, drop_holdoff_s=HOLDOFF_S)
+    link.start()
+    try:
+        first = link.open("first", None, 16000)
+        recognizer.script[first.key] = words
+        link.poll()
+        worker = link.workers[0]
+        speech = render_speech(words, 4.0)
+        # Framed as a front-end frames it (whole 10 ms frames), 100 ms a frame, until the model's
+        # first step starts and is held there.
+        first_sample = 0
+        while not recognizer.entered.is_set() and first_sample < speech.shape[0]:
+            piece = speech[first_sample:first_sample + 1600]
+            link.push_framed(worker, [(first, first_sample, time.monotonic_ns(), 0, 1600)], piece)
+            first_sample += 1600
+            recognizer.entered.wait(0.02)
+        assert recognizer.entered.is_set(), "the model never stepped"
+        # Two more frames while the worker is held: two items in an inbox of 3000.
+        for _ in range(2):
+            link.push_framed(worker, [(first, first_sample, time.monotonic_ns(), 0, 1600)],
+                             np.zeros(1600, np.float32))
+            first_sample += 1600
+        assert holder["pipeline"].inbox_fill < 0.01
+        assert first.source.stats().dropped_blocks == 0
+        time.sleep(1.1)
+        with pytest.raises(StreamRefused, match=r"takes its audio in \d\.\d s late") as refused:
+            link.open("second", None, 16000)
+        assert "\n" not in str(refused.value)
+        recognizer.release.set()
+        deadline = time.monotonic() + 20
+        while holder["pipeline"].inbox_wait_s > 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        third = link.open("third", None, 16000)
+        assert third.state == "opening"
+        assert first.source.stats().delivered_samples == first_sample
+        link.close(first)
+        link.close(third)
+    finally:
+        recognizer.release.set()
+        link.stop()

@@ -57,6 +57,7 @@ from captioner.events import (
     SAMPLE_RATE_HZ,
     AudioBlock,
     CaptionUpdate,
+    FramedAudio,
     PipelineStatus,
 )
 from captioner.languages import language_code
@@ -257,6 +258,15 @@ class LiveCaptioner:
     def pending_s(self) -> float:
         """The largest backlog of any stream: audio accepted but not yet captioned."""
         return max((s.pending_s for s in self._streams.values()), default=0.0)
+
+    def accept_framed(self, audio: FramedAudio) -> None:
+        """Several streams' audio at once, already whole 16 kHz frames on each stream's clock (a
+        server's front-ends frame it). A stream that is not open, or finished, is left out: its
+        audio may have been sent before the close that ended it."""
+        for label, first, capture_ns, samples in audio.pieces():
+            stream = self._streams.get(label)
+            if stream is not None and not stream._finishing:
+                stream.accept_waveform(SAMPLE_RATE_HZ, samples, capture_ns=capture_ns, first_sample=first)
 
     # -- streams ---------------------------------------------------------------------------------
     def open_stream(self, label: str, language: str | None = None, *,

@@ -52,7 +52,7 @@ from captioner.engine.worker import (
     Worker,
 )
 from captioner.errors import StreamRefused, UserError, one_line
-from captioner.events import MIN_FREE_VRAM_FRACTION, CaptionUpdate, PipelineStatus
+from captioner.events import MIN_FREE_VRAM_FRACTION, CaptionUpdate, FramedAudio, PipelineStatus
 from captioner.languages import language_code
 
 INBOX_ITEMS = 3000
@@ -495,6 +495,23 @@ class Pipeline:
         it is deep)."""
         return self._inbox.qsize() / max(1, self._inbox.maxsize)
 
+    @property
+    def inbox_wait_s(self) -> float:
+        """How long the oldest audio in the worker's inbox has waited since it was captured (0
+        when none is at its head; any thread). A server's framed audio is one item per front-end
+        frame, so how full the inbox is says little about how late its audio is."""
+        try:
+            head = self._inbox.queue[0]  # a peek: an estimate, read without the queue's lock
+        except IndexError:
+            return 0.0
+        if type(head) is FramedAudio:
+            captured_ns = min(head.capture_ns)
+        elif type(head) is RawChunk:
+            captured_ns = head.capture_ns
+        else:
+            return 0.0
+        return max(0.0, (time.monotonic_ns() - captured_ns) / 1e9)
+
     def wait_exhausted(self, timeout_s: float | None = None) -> bool:
         """Block until every stream has ended and been committed (finite sources only)."""
         if self._worker is None:
@@ -616,6 +633,15 @@ class Pipeline:
         source.start(self._sink_for(source))
         with self._sources_lock:
             self.sources.append(source)
+
+    def push_framed(self, item: FramedAudio) -> bool:
+        """Several streams' audio, already framed (a server's front-ends frame it), into the
+        inbox without waiting; False when the inbox is full (the item is dropped)."""
+        try:
+            self._inbox.put_nowait(item)
+            return True
+        except queue.Full:
+            return False
 
     def remove_source(self, label: str) -> None:
         """Stop a source; what its stream shows is committed."""

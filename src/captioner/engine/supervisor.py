@@ -40,7 +40,7 @@ from captioner.engine.admission import parse_priority
 from captioner.engine.policy import normalize_word
 from captioner.engine.worker_process import HostInfo, HostSpec, InlineHost, ProcessHost
 from captioner.errors import UserError
-from captioner.events import SAMPLE_RATE_HZ, CaptionUpdate, PipelineStatus
+from captioner.events import SAMPLE_RATE_HZ, CaptionUpdate, FramedAudio, PipelineStatus
 from captioner.languages import language_code
 
 REPLAY_S = 30.0
@@ -381,6 +381,29 @@ class SupervisedCaptioner:
         self._streams[label] = stream
         self._send(("open", label, code, 0, 0, False, priority))
         return stream
+
+    def accept_framed(self, audio: FramedAudio) -> None:
+        """As :meth:`LiveCaptioner.accept_framed`: the audio, already framed, goes to the host
+        as it came, one message (no ingest here; each stream keeps a view of it for a re-feed)."""
+        streams = self._streams
+        kept = []
+        for piece in audio.pieces():
+            stream = streams.get(piece[0])
+            if stream is not None and not stream.finishing:
+                stream.keep(piece[1], piece[2], piece[3], self._replay_samples)
+                kept.append(piece)
+        if not kept:
+            return
+        self._flush_audio()  # a stream's audio framed here before goes first
+        if len(kept) == len(audio.streams):
+            labels, firsts, stamps, lengths, samples = (audio.streams, audio.firsts, audio.capture_ns,
+                                                        audio.lengths, audio.samples)
+        else:
+            labels, firsts, stamps, pieces = zip(*kept)
+            lengths = tuple(piece.shape[0] for piece in pieces)
+            samples = np.concatenate(pieces)
+        self._host.streams_open = len(streams)
+        self._host.send(("audio", labels, firsts, stamps, lengths, samples), chunks=len(labels))
 
     def set_language(self, language: str | None) -> None:
         code = self.recognizer.check_language(language)

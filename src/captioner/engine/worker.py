@@ -29,11 +29,12 @@ import numpy as np
 from captioner.audio.source import RawChunk, SourceEnd
 from captioner.engine.live import LiveCaptioner
 from captioner.errors import StreamRefused, one_line
-from captioner.events import SAMPLE_RATE_HZ, CaptionUpdate, PipelineStatus
+from captioner.events import SAMPLE_RATE_HZ, CaptionUpdate, FramedAudio, PipelineStatus
 
 MAX_ITEMS_PER_STEP = 200
 """Inbox items taken before the captioner steps (about 4 s of 20 ms chunks): a backlog is
-worked through in slices, with status reports and commands in between."""
+worked through in slices, with status reports and commands in between. A :class:`FramedAudio`
+counts as one item per stream it carries."""
 
 REFUSALS_KEPT = 256
 """Streams refused at capacity that :attr:`Worker.refused` remembers (the latest): a server
@@ -100,7 +101,7 @@ class Wake:
 WAKE = Wake()
 
 Command = OpenStream | CloseStream | SetLanguage | SwapModel | InputLost | InputBack
-InboxItem = RawChunk | SourceEnd | OpenStream | CloseStream | SetLanguage | SwapModel | InputLost | InputBack | Wake
+InboxItem = RawChunk | FramedAudio | SourceEnd | OpenStream | CloseStream | SetLanguage | SwapModel | InputLost | InputBack | Wake
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,12 +270,17 @@ class Worker(threading.Thread):
         """Up to MAX_ITEMS_PER_STEP items: blocks up to ``wait_s`` for the first one."""
         items = []
         try:
-            items.append(self._inbox.get(timeout=wait_s) if wait_s > 0 else self._inbox.get_nowait())
+            item = self._inbox.get(timeout=wait_s) if wait_s > 0 else self._inbox.get_nowait()
         except queue.Empty:
             return items
-        while len(items) < MAX_ITEMS_PER_STEP:
+        taken = 0
+        while True:
+            items.append(item)
+            taken += len(item.streams) if type(item) is FramedAudio else 1
+            if taken >= MAX_ITEMS_PER_STEP:
+                break
             try:
-                items.append(self._inbox.get_nowait())
+                item = self._inbox.get_nowait()
             except queue.Empty:
                 break
         return items
@@ -298,6 +304,9 @@ class Worker(threading.Thread):
                 self._end_loss(item.stream, start_ns)
             first = clock.place(item)
             stream.accept_waveform(item.rate_hz, item.samples, capture_ns=item.capture_ns, first_sample=first)
+        elif type(item) is FramedAudio:
+            # A server's connections: no device behind them to lose, so no input clock to keep.
+            live.accept_framed(item)
         elif isinstance(item, SourceEnd):
             if item.error:
                 self.source_errors = {**self.source_errors, item.stream: item.error}

@@ -8,8 +8,11 @@ bytes inside a frame, its text a string).
 
 Frames, front-end -> hub, one every :data:`FLUSH_S` (10 ms by default) while there is something to say:
 ``(events, audio_index, audio_f32)``. ``audio_f32`` is the float32 samples of every connection
-that sent audio since the last frame, concatenated (converted from int16 in the front-end, in one
-NumPy call); ``audio_index`` says whose they are, in order: ``(sid, n_samples, capture_ns)``.
+that has whole 16 kHz frames since the last frame, concatenated (converted from int16 in one
+NumPy call, then resampled and framed per connection: :mod:`captioner.serve.gather`);
+``audio_index`` says whose they are, in order: ``(sid, first_sample, n_samples, capture_ns)``,
+``first_sample`` on the connection's 16 kHz clock (0 at its first audio) and ``n_samples`` whole
+frames.
 ``events`` (in order):
 
 - ``("open", sid, label, language, rate_hz, peer)``: a connection passed its handshake checks

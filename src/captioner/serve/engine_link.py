@@ -3,14 +3,16 @@ each connection a source of it.
 
 The server drives the engine the way the desktop app and ``captioner listen`` do, through the
 pipeline's worker and its typed messages (a connection's stream is opened with ``add_source``,
-its audio arrives as ``RawChunk``\\ s in the worker's inbox, ``remove_source`` commits and closes
-it), so whatever runs behind the pipeline (a worker thread today, a worker process tomorrow)
-serves the network clients too. This module is all the server knows of the engine.
+its audio arrives as ``RawChunk``\\ s in the worker's inbox, or with front-end processes as the
+``FramedAudio`` they framed, ``remove_source`` commits and closes it), so whatever runs behind
+the pipeline (a worker thread, a model process) serves the network clients too. This module is
+all the server knows of the engine.
 
-Threads: the asyncio loop thread calls :meth:`Lease.push`, :meth:`EngineLink.poll` and
-:meth:`EngineLink.least_loaded`; :meth:`EngineLink.open`, :meth:`EngineLink.close` and
-:meth:`EngineLink.start`/``stop`` may block (a full inbox, a model load) and run on other
-threads (``asyncio.to_thread``). The engine's work runs on each pipeline's own worker thread.
+Threads: the asyncio loop thread calls :meth:`Lease.push`, :meth:`EngineLink.push_framed`,
+:meth:`EngineLink.poll` and :meth:`EngineLink.least_loaded`; :meth:`EngineLink.open`,
+:meth:`EngineLink.close` and :meth:`EngineLink.start`/``stop`` may block (a full inbox, a model
+load) and run on other threads (``asyncio.to_thread``). The engine's work runs on each
+pipeline's own worker thread.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ import numpy as np
 
 from captioner.audio.source import RawChunk, SourceStats
 from captioner.errors import StreamRefused, UserError, one_line
-from captioner.events import CaptionUpdate, PipelineStatus, TelemetrySample
+from captioner.events import CaptionUpdate, FramedAudio, PipelineStatus, TelemetrySample
 
 _INT16_SCALE = np.float32(1.0 / 32768.0)
 
@@ -43,6 +45,10 @@ RESCAN_S = 1.0
 
 INBOX_REFUSE_FILL = 0.5
 """A new connection is refused while the engine's inbox is at least this full."""
+
+INBOX_REFUSE_WAIT_S = 1.0
+"""...or while the oldest audio in it has waited this long (front-ends' audio is one item per
+frame: an inbox far from full can hold seconds of every connection's audio)."""
 
 DROP_HOLDOFF_S = 10.0
 """...or for this long after a connection's audio was dropped at a full inbox."""
@@ -138,8 +144,8 @@ class NetworkSource:
             return self._flush(capture_ns)
 
     def push_samples(self, samples: np.ndarray, capture_ns: int) -> bool:
-        """Hub loop thread (``--frontends``): like :meth:`push`, for float32 samples a front-end
-        process converted already (a view into its batch: the whole batch was copied once)."""
+        """Like :meth:`push`, for float32 samples (``bench_serve``'s in-process baseline feeds the
+        engine so; a served connection's audio comes as int16, or framed by a front-end)."""
         with self._lock:
             if self._sink is None:
                 return False
@@ -148,6 +154,18 @@ class NetworkSource:
             if self._pending_samples < self.batch_samples:
                 return True
             return self._flush(capture_ns)
+
+    @property
+    def taking(self) -> bool:
+        """Whether its audio still goes to the engine (started, not stopped)."""
+        return self._sink is not None
+
+    def note_framed(self, n_samples: int, taken: bool) -> None:
+        """Hub loop thread: ``n_samples`` of this connection's audio went to the worker framed,
+        with others' (:meth:`EngineLink.push_framed`), or were dropped with them at a full inbox."""
+        self._next_sample += n_samples
+        if not taken:
+            self._dropped += 1
 
     def _flush(self, capture_ns: int) -> bool:
         """With the lock held: what is pending as one chunk into the inbox. The int16 -> float32
@@ -204,10 +222,6 @@ class Lease:
         """Loop thread: ``capture_ns`` is when it was received (default: now)."""
         return self.source.push(pcm, time.monotonic_ns() if capture_ns is None else capture_ns)
 
-    def push_samples(self, samples: np.ndarray, capture_ns: int) -> bool:
-        """Hub loop thread: float32 samples a front-end process received at ``capture_ns``."""
-        return self.source.push_samples(samples, capture_ns)
-
     def _set(self, state: str, reason: str = "") -> None:
         self.state, self.reason = state, reason
         if self.on_change is not None:
@@ -244,6 +258,10 @@ class EngineWorker:
         if fill >= INBOX_REFUSE_FILL:
             return (f"the server is taking in all the audio it can: its engine's input queue is "
                     f"{100 * fill:.0f}% full; try again in a few seconds")
+        wait_s = self.pipeline.inbox_wait_s
+        if wait_s >= INBOX_REFUSE_WAIT_S:
+            return (f"the server is taking in all the audio it can: its engine takes its audio in "
+                    f"{wait_s:.1f} s late; try again in a few seconds")
         if self.last_drop_s is not None and time.monotonic() - self.last_drop_s < holdoff_s:
             return (f"the server dropped audio {time.monotonic() - self.last_drop_s:.0f} s ago: it takes no "
                     "new stream until it keeps up; try again in a few seconds")
@@ -392,6 +410,28 @@ class EngineLink:
         live = getattr(worker.pipeline, "captioner", None)
         check = getattr(getattr(live, "recognizer", None), "check_language", None)
         return check(language) if check is not None else language  # UserError when the model lacks it
+
+    @staticmethod
+    def push_framed(worker: EngineWorker, pieces: list[tuple[Lease, int, int, int, int]], samples: np.ndarray) -> None:
+        """Hub loop thread (``--frontends``): several connections' audio, already whole 16 kHz
+        frames, into ``worker``'s inbox as one item; ``pieces``: ``(lease, first sample, capture_ns,
+        offset in samples, samples)`` each. Never waits: a full inbox drops it (counted per
+        connection; the engine fills the gap with silence). A connection that was stopped
+        meanwhile is left out (a stream's audio never follows its close)."""
+        pieces = [piece for piece in pieces if piece[0].source.taking]
+        if not pieces:
+            return
+        leases, firsts, stamps, offsets, lengths = zip(*pieces)
+        contiguous = offsets[0] == 0 and offsets[-1] + lengths[-1] == samples.shape[0] and all(
+            offsets[i + 1] == offsets[i] + lengths[i] for i in range(len(offsets) - 1))
+        if not contiguous:  # more than one engine, or a connection left out: this engine's part
+            samples = np.concatenate([samples[o:o + n] for o, n in zip(offsets, lengths)])
+        item = FramedAudio(tuple(lease.key for lease in leases), firsts, stamps, lengths, samples)
+        taken = worker.pipeline.push_framed(item)
+        for lease, n_samples in zip(leases, lengths):
+            lease.source.note_framed(n_samples, taken)
+        if not taken:
+            worker.note_drop()
 
     def close(self, lease: Lease) -> None:
         """The connection's audio has ended (or the connection is gone): what its stream shows

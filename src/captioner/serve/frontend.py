@@ -4,8 +4,9 @@ doing every connection's network work, and one channel to the hub (:mod:`caption
 
 What runs here, per connection: the HTTP upgrade, the token check (constant time), the query
 parameters, the message-size limit, the message checks, the too-fast-sender check, int16 ->
-float32 (once per batch for all connections, one NumPy call), and sending the ready, caption and
-status messages and the close. What the hub decides (a stream admitted or refused, its captions,
+float32 (once per batch for all connections, one NumPy call), the resampling and framing of each
+connection's audio into whole 16 kHz frames (:mod:`captioner.serve.gather`), and sending the
+ready, caption and status messages and the close. What the hub decides (a stream admitted or refused, its captions,
 when it is over and with which code) arrives as events; the connection is closed as the hub says.
 The protocol is the one of the single-process server (docs/protocol.md): a client cannot tell.
 
@@ -30,13 +31,11 @@ import time
 from http import HTTPStatus
 from urllib.parse import urlsplit
 
-import numpy as np
-
 from captioner.serve import channel, protocol
+from captioner.serve.gather import AudioGather
 from captioner.serve.loop_lag import LoopLag
 from captioner.serve.protocol import ProtocolError, close_reason, peer, send_outbox
 
-_INT16_SCALE = np.float32(1.0 / 32768.0)
 MAX_OUTBOX = 10_000
 """Messages waiting for a client that does not read: past this the connection is closed (1008)."""
 SHUTDOWN_S = 20.0
@@ -93,8 +92,7 @@ class FrontEnd:
         self.conns: dict[int, _Conn] = {}
         self._sids = itertools.count(1)
         self._events: list[tuple] = []
-        self._audio: dict[int, list] = {}  # sid -> [int16 messages, samples, capture_ns of the last]
-        self._audio_bytes = 0
+        self._audio = AudioGather()
         self.stopping = False
         self._end = STOPPING
 
@@ -105,31 +103,19 @@ class FrontEnd:
     def log(self, line: str) -> None:
         self._events.append(("log", line))
 
-    def _add_audio(self, sid: int, pcm: bytes, n_samples: int, capture_ns: int) -> None:
-        held = self._audio.get(sid)
-        if held is None:
-            self._audio[sid] = [[pcm], n_samples, capture_ns]
-        else:
-            held[0].append(pcm)
-            held[1] += n_samples
-            held[2] = capture_ns
-        self._audio_bytes += len(pcm)
-        if self._audio_bytes >= channel.FLUSH_BYTES:
+    def _add_audio(self, conn: _Conn, pcm: bytes, n_samples: int, capture_ns: int) -> None:
+        self._audio.add(conn.sid, conn.params.sample_rate_hz, pcm, n_samples, capture_ns)
+        if self._audio.bytes_held >= channel.FLUSH_BYTES:
             self.flush()
 
     def flush(self) -> None:
-        """What was gathered since the last frame, as one frame: every connection's audio
-        converted to float32 in one NumPy call."""
-        if not self._events and not self._audio:
+        """What was gathered since the last frame, as one frame: every connection's audio in
+        whole 16 kHz frames (:class:`AudioGather`), then the events."""
+        index, samples = self._audio.take()
+        if not self._events and not index:
             return
-        index, parts = [], []
-        for sid, (pieces, n_samples, capture_ns) in self._audio.items():
-            index.append((sid, n_samples, capture_ns))
-            parts.extend(pieces)
-        pcm = b"".join(parts)
-        samples = np.multiply(np.frombuffer(pcm, dtype="<i2"), _INT16_SCALE, dtype=np.float32).tobytes() if pcm else b""
         frame = (self._events, index, samples)
-        self._events, self._audio, self._audio_bytes = [], {}, 0
+        self._events = []
         if not self._writer.is_closing():
             self._writer.write(channel.encode(frame))
 
@@ -239,6 +225,9 @@ class FrontEnd:
                     got_end = receiver.result()
                 except ProtocolError as error:
                     got_end, code, reason = False, error.code, error.reason
+                # The connection's last partial frame goes in the same frame as its end or its
+                # leaving, ahead of it (the hub takes a frame's audio before its events).
+                self._audio.end(conn.sid, time.monotonic_ns())
                 if got_end:
                     self._event(("end", conn.sid))
                     code, reason = await conn.closing
@@ -255,6 +244,7 @@ class FrontEnd:
         finally:
             if not receiver.done():
                 receiver.cancel()
+            self._audio.end(conn.sid, time.monotonic_ns())  # any other way out: its ingest is let go
             conn.outbox.put_nowait(None)
             if code not in (None, protocol.CLOSE_NORMAL, protocol.CLOSE_GOING_AWAY):
                 sender.cancel()  # a refused client gets its code now, not its captions
@@ -271,7 +261,6 @@ class FrontEnd:
         from websockets.exceptions import ConnectionClosed
 
         rate = conn.params.sample_rate_hz
-        sid = conn.sid
         try:
             async for message in conn.ws:
                 n_samples = protocol.check_audio(message)
@@ -280,7 +269,7 @@ class FrontEnd:
                 now_ns = time.monotonic_ns()
                 conn.pace.add(n_samples / rate, now_ns / 1e9)
                 if n_samples:
-                    self._add_audio(sid, message, n_samples, now_ns)
+                    self._add_audio(conn, message, n_samples, now_ns)
         except ConnectionClosed as closed:
             for frame in (closed.rcvd, closed.sent):
                 if frame is not None and frame.code == protocol.CLOSE_TOO_BIG:

@@ -240,17 +240,21 @@ class FrontendHub:
         """One batch: the audio first (a stream's audio precedes its end), then the events."""
         events, index, audio = frame
         if index:
-            self._inbound_ms.append((time.monotonic_ns() - min(capture_ns for _, _, capture_ns in index)) / 1e6)
-            # One copy for the whole batch (the received bytes are read-only); each stream's
-            # chunk is a view of it.
-            samples = np.frombuffer(audio, dtype=np.float32).copy()
+            self._inbound_ms.append((time.monotonic_ns() - min(entry[3] for entry in index)) / 1e6)
+            # Whole 16 kHz frames already (the front-end framed them), read where they were
+            # received: every engine gets one item for the whole batch, each stream a view.
+            samples = np.frombuffer(audio, dtype=np.float32)
             streams = fe.streams
+            by_worker: dict = {}
             offset = 0
-            for sid, n_samples, capture_ns in index:
+            for sid, first, n_samples, capture_ns in index:
                 stream = streams.get(sid)
                 if stream is not None and stream.lease is not None:
-                    stream.lease.push_samples(samples[offset:offset + n_samples], capture_ns)
+                    by_worker.setdefault(stream.lease.worker, []).append(
+                        (stream.lease, first, capture_ns, offset, n_samples))
                 offset += n_samples
+            for worker, pieces in by_worker.items():
+                self.link.push_framed(worker, pieces, samples)
         for event in events:
             kind = event[0]
             if kind == "open":

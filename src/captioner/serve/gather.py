@@ -1,0 +1,97 @@
+"""A front-end's audio on its way to the hub: every connection's int16 messages since the last
+frame, converted to float32 in one NumPy call for all of them, then resampled and cut into whole
+10 ms frames at 16 kHz per connection (:class:`~captioner.audio.ingest.StreamIngest`, as the
+engine would), so the serving process only passes the frames on.
+
+Why here: per message, the ingest costs about 11 µs of Python (measured on this project's
+2-core machine), and in the serving process that is the one interpreter lock its loop and every
+engine's worker share; a front-end is a process of its own, one of several.
+
+One thread (the front-end's loop). Pure: no sockets, testable as it is.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from captioner.audio.ingest import StreamIngest
+from captioner.events import AudioBlock
+
+_INT16_SCALE = np.float32(1.0 / 32768.0)
+
+
+class _Held:
+    __slots__ = ("ingest", "rate_hz", "pieces", "n_samples", "capture_ns", "ending")
+
+    def __init__(self, sid: int, rate_hz: int) -> None:
+        self.ingest = StreamIngest(str(sid))
+        self.rate_hz = rate_hz
+        self.pieces: list[bytes] = []
+        self.n_samples = 0
+        self.capture_ns = 0
+        self.ending = False
+
+
+class AudioGather:
+    """Connections' audio between two frames to the hub."""
+
+    def __init__(self) -> None:
+        self._held: dict[int, _Held] = {}  # every connection that sent audio and has not ended
+        self._due: dict[int, _Held] = {}  # those with audio (or an end) since the last take, in order
+        self.bytes_held = 0
+        """int16 bytes received since the last :meth:`take` (a frame goes early past a limit)."""
+
+    def add(self, sid: int, rate_hz: int, pcm: bytes, n_samples: int, capture_ns: int) -> None:
+        """``pcm``: ``n_samples`` little-endian int16 samples at ``rate_hz`` received at ``capture_ns``."""
+        held = self._held.get(sid)
+        if held is None:
+            held = self._held[sid] = _Held(sid, rate_hz)
+        self._due[sid] = held
+        held.pieces.append(pcm)
+        held.n_samples += n_samples
+        held.capture_ns = capture_ns
+        self.bytes_held += len(pcm)
+
+    def end(self, sid: int, capture_ns: int) -> None:
+        """The connection's audio is over (its end, or it is gone): the next :meth:`take` hands
+        out what its ingest still holds, the last partial frame padded, and forgets it."""
+        held = self._held.get(sid)
+        if held is not None:
+            self._due[sid] = held
+            held.ending = True
+            held.capture_ns = max(held.capture_ns, capture_ns)
+
+    def take(self) -> tuple[list[tuple[int, int, int, int]], bytes]:
+        """What was gathered as ``(index, samples)``: per connection with whole frames now
+        ``(sid, first_sample, n_samples, capture_ns)`` on its 16 kHz clock, and the float32 bytes
+        of all of them in that order."""
+        if not self._due:
+            return [], b""
+        due, self._due = self._due, {}
+        parts = [piece for held in due.values() for piece in held.pieces]
+        pcm = parts[0] if len(parts) == 1 else b"".join(parts)
+        converted = np.multiply(np.frombuffer(pcm, dtype="<i2"), _INT16_SCALE, dtype=np.float32)
+        index: list[tuple[int, int, int, int]] = []
+        blocks: list[np.ndarray] = []
+        offset = 0
+        for sid, held in due.items():
+            block = None
+            if held.n_samples:
+                block = held.ingest.accept(held.rate_hz, converted[offset:offset + held.n_samples], held.capture_ns)
+                offset += held.n_samples
+                held.pieces, held.n_samples = [], 0
+            if held.ending:
+                tail = held.ingest.flush(held.capture_ns)
+                if tail is not None:
+                    # Frames follow each other on the clock: the tail continues the block.
+                    block = tail if block is None else AudioBlock(
+                        block.stream, block.first_sample, tail.capture_ns, np.concatenate((block.samples, tail.samples)))
+                del self._held[sid]
+            if block is not None:
+                index.append((sid, block.first_sample, block.n_samples, block.capture_ns))
+                blocks.append(block.samples)
+        self.bytes_held = 0
+        if not blocks:
+            return [], b""
+        return index, (blocks[0] if len(blocks) == 1 else np.concatenate(blocks)).tobytes()
+
