@@ -118,3 +118,21 @@ def test_framed_audio_holds_whole_frames_per_stream():
     assert [(s, f, c, p[0], p.shape[0]) for s, f, c, p in audio.pieces()] == [("a", 320, 5, 0.0, 160),
                                                                              ("b", 0, 6, 160.0, 320)]
     assert not audio.samples.flags.writeable
+
+
+def test_a_streams_replay_ring_does_not_pin_the_whole_frame():
+    """Each stream keeps its part for a re-feed as its own copy: a view would keep every stream's
+    audio of that front-end frame alive for as long as the longest ring (up to 30 s)."""
+    captioner = _captioner("inline")()
+    try:
+        for label in ("a", "b"):
+            captioner.open_stream(label)
+        frame = np.arange(3200, dtype=np.float32) / 3200
+        audio = FramedAudio(("a", "b"), (0, 0), (1, 2), (1600, 1600), frame)
+        captioner.accept_framed(audio)
+        for label, start in (("a", 0), ("b", 1600)):
+            (first, capture_ns, kept), = captioner.streams[label].ring
+            assert first == 0 and not np.shares_memory(kept, audio.samples)
+            np.testing.assert_array_equal(kept, frame[start:start + 1600])
+    finally:
+        captioner.close()

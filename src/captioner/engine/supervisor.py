@@ -384,13 +384,16 @@ class SupervisedCaptioner:
 
     def accept_framed(self, audio: FramedAudio) -> None:
         """As :meth:`LiveCaptioner.accept_framed`: the audio, already framed, goes to the host
-        as it came, one message (no ingest here; each stream keeps a view of it for a re-feed)."""
+        as it came, one message (no ingest here; each stream keeps a copy of its part for a
+        re-feed)."""
         streams = self._streams
         kept = []
         for piece in audio.pieces():
             stream = streams.get(piece[0])
             if stream is not None and not stream.finishing:
-                stream.keep(piece[1], piece[2], piece[3], self._replay_samples)
+                # A copy, not a view: a view would keep the whole frame (every stream's audio of
+                # its front-end) alive for as long as the longest of their rings, up to 30 s.
+                stream.keep(piece[1], piece[2], piece[3].copy(), self._replay_samples)
                 kept.append(piece)
         if not kept:
             return
