@@ -16,6 +16,7 @@ elsewhere. :func:`feed` hands audio over in chunks on a simulated clock, steppin
 from __future__ import annotations
 
 import functools
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
@@ -274,3 +275,21 @@ def keys(text_or_words) -> list[str]:
     if isinstance(text_or_words, str):
         return [normalize_word(t) for t in text_or_words.split()]
     return [normalize_word(w.text) for w in text_or_words]
+
+
+class Delivered:
+    """What a worker hands out (its ``deliver``), on the worker's thread, read on the test's."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._updates: list[CaptionUpdate] = []
+
+    def __call__(self, updates: list[CaptionUpdate]) -> None:
+        with self._lock:
+            self._updates.extend(updates)
+
+    def said(self, labels: Iterable[str]) -> dict[str, list[str]]:
+        """Each stream's committed words so far, normalised."""
+        with self._lock:
+            updates = list(self._updates)
+        return {label: keys(" ".join(u.text for u in finals(updates, label))) for label in labels}

@@ -10,13 +10,12 @@ it is given really holds it, so a block at the wrong place on a stream's clock l
 from __future__ import annotations
 
 import queue
-import threading
 import time
 
 import numpy as np
 import pytest
 import soxr
-from scripted import finals, keys, render_speech
+from scripted import Delivered, keys, render_speech
 from test_host_batching import SCRIPTS, ScriptFactory
 
 from captioner.engine.supervisor import SupervisedCaptioner
@@ -54,13 +53,7 @@ def _framed(index, data: bytes, labels: dict[int, str]) -> FramedAudio:
 @pytest.mark.parametrize("isolation", ["process", "inline", "none"])
 def test_framed_audio_of_three_connections_is_captioned_word_for_word(isolation):
     inbox: queue.Queue = queue.Queue(maxsize=1000)
-    delivered: list = []
-    lock = threading.Lock()
-
-    def deliver(updates) -> None:
-        with lock:
-            delivered.extend(updates)
-
+    deliver = Delivered()
     worker = Worker(_captioner(isolation), inbox, deliver, lambda status: None)
     worker.start()
     try:
@@ -93,8 +86,7 @@ def test_framed_audio_of_three_connections_is_captioned_word_for_word(isolation)
         deadline_s = time.monotonic() + 60
         wanted = {label: keys(words) for label, words in SCRIPTS.items()}
         while time.monotonic() < deadline_s:
-            with lock:
-                said = {label: keys(" ".join(u.text for u in finals(delivered, label))) for label in SCRIPTS}
+            said = deliver.said(SCRIPTS)
             if said == wanted and worker.all_ended.is_set():
                 break
             time.sleep(0.05)

@@ -17,7 +17,7 @@ import threading
 import time
 
 import numpy as np
-from scripted import finals, keys, render_speech
+from scripted import Delivered, finals, keys, render_speech
 from test_host_batching import SCRIPTS, ScriptFactory, _plain, _Recorder
 
 from captioner.audio.source import RawChunk, SourceEnd
@@ -32,13 +32,7 @@ STATUS_PERIOD_S = 120.0  # the worker's only timer: without a wake it sleeps thi
 
 def test_a_model_processs_captions_wake_a_worker_asleep_on_its_inbox():
     inbox: queue.Queue = queue.Queue(maxsize=1000)
-    delivered: list = []
-    lock = threading.Lock()
-
-    def deliver(updates) -> None:
-        with lock:
-            delivered.extend(updates)
-
+    deliver = Delivered()
     worker = Worker(lambda: SupervisedCaptioner(HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory()),
                                                 isolation="process", standby=False),
                     inbox, deliver, lambda status: None, status_period_s=STATUS_PERIOD_S)
@@ -55,8 +49,7 @@ def test_a_model_processs_captions_wake_a_worker_asleep_on_its_inbox():
         # while the worker has nothing else to wake it.
         deadline_s = time.monotonic() + 30
         while time.monotonic() < deadline_s:
-            with lock:
-                said = {label: keys(" ".join(u.text for u in finals(delivered, label))) for label in SCRIPTS}
+            said = deliver.said(SCRIPTS)
             if all(said[label] == keys(" ".join(w.text for w in words)) for label, words in SCRIPTS.items()):
                 break
             time.sleep(0.05)

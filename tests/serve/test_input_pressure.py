@@ -45,24 +45,32 @@ class HeldRecognizer(ScriptedRecognizer):
         return super().decode(requests)
 
 
-def test_a_full_inbox_and_dropped_audio_refuse_new_streams_until_the_worker_keeps_up():
-    words = phrase("hello there this is a test", 0.3)
+WORDS = phrase("hello there this is a test", 0.3)
+
+
+def _held_link(inbox_items: int):
+    """A real link whose one engine's model steps wait for the test, and its first stream."""
     recognizer = HeldRecognizer({})
     holder: dict = {}
 
     def make_pipeline(device):
         def factory():
             return cpu_backend(), recognizer
-        holder["pipeline"] = Pipeline([], config=EngineConfig(), recognizer_factory=factory, inbox_items=16)
+        holder["pipeline"] = Pipeline([], config=EngineConfig(), recognizer_factory=factory, inbox_items=inbox_items)
         return holder["pipeline"]
 
     link = EngineLink(["cpu"], make_pipeline, drop_holdoff_s=HOLDOFF_S)
     link.start()
+    first = link.open("first", None, 16000)
+    recognizer.script[first.key] = WORDS
+    link.poll()
+    return link, recognizer, holder["pipeline"], first
+
+
+def test_a_full_inbox_and_dropped_audio_refuse_new_streams_until_the_worker_keeps_up():
+    link, recognizer, pipeline, first = _held_link(inbox_items=16)
     try:
-        first = link.open("first", None, 16000)
-        recognizer.script[first.key] = words
-        link.poll()
-        speech = np.clip(np.rint(render_speech(words, 4.0) * 32767), -32768, 32767).astype("<i2")
+        speech = np.clip(np.rint(render_speech(WORDS, 4.0) * 32767), -32768, 32767).astype("<i2")
         # Speech until the model's first step starts (and is held there).
         for start in range(0, speech.shape[0], 1600):
             first.push(speech[start:start + 1600].tobytes())
@@ -72,14 +80,14 @@ def test_a_full_inbox_and_dropped_audio_refuse_new_streams_until_the_worker_keep
         # The worker is held in its step: a connection's audio fills the inbox, then is dropped.
         taken = [first.push(np.zeros(1600, "<i2").tobytes()) for _ in range(40)]
         assert not all(taken)
-        assert holder["pipeline"].inbox_fill >= 0.5
+        assert pipeline.inbox_fill >= 0.5
         with pytest.raises(StreamRefused) as refused:
             link.open("second", None, 16000)
         assert "\n" not in str(refused.value) and "try again" in str(refused.value)
         # The step goes on, the worker drains its inbox; the hold-off after the drop still refuses.
         recognizer.release.set()
         deadline = time.monotonic() + 20
-        while holder["pipeline"].inbox_fill > 0 and time.monotonic() < deadline:
+        while pipeline.inbox_fill > 0 and time.monotonic() < deadline:
             link.poll()
             time.sleep(0.02)
         if time.monotonic() - link.workers[0].last_drop_s < HOLDOFF_S - 0.2:
@@ -98,24 +106,10 @@ def test_a_full_inbox_and_dropped_audio_refuse_new_streams_until_the_worker_keep
 def test_framed_audio_that_waits_a_second_in_the_inbox_refuses_new_streams():
     """With front-ends a connection's audio comes one item per frame, so an inbox far from full
     can hold seconds of it: the link refuses by how long the oldest audio has waited."""
-    words = phrase("hello there this is a test", 0.3)
-    recognizer = HeldRecognizer({})
-    holder: dict = {}
-
-    def make_pipeline(device):
-        def factory():
-            return cpu_backend(), recognizer
-        holder["pipeline"] = Pipeline([], config=EngineConfig(), recognizer_factory=factory, inbox_items=3000)
-        return holder["pipeline"]
-
-    link = EngineLink(["cpu"], make_pipeline, drop_holdoff_s=HOLDOFF_S)
-    link.start()
+    link, recognizer, pipeline, first = _held_link(inbox_items=3000)
     try:
-        first = link.open("first", None, 16000)
-        recognizer.script[first.key] = words
-        link.poll()
         worker = link.workers[0]
-        speech = render_speech(words, 4.0)
+        speech = render_speech(WORDS, 4.0)
         # Framed as a front-end frames it (whole 10 ms frames), 100 ms a frame, until the model's
         # first step starts and is held there.
         first_sample = 0
@@ -130,7 +124,7 @@ def test_framed_audio_that_waits_a_second_in_the_inbox_refuses_new_streams():
             link.push_framed(worker, [(first, first_sample, time.monotonic_ns(), 0, 1600)],
                              np.zeros(1600, np.float32))
             first_sample += 1600
-        assert holder["pipeline"].inbox_fill < 0.01
+        assert pipeline.inbox_fill < 0.01
         assert first.source.stats().dropped_blocks == 0
         time.sleep(1.1)
         with pytest.raises(StreamRefused, match=r"takes its audio in \d\.\d s late") as refused:
@@ -138,7 +132,7 @@ def test_framed_audio_that_waits_a_second_in_the_inbox_refuses_new_streams():
         assert "\n" not in str(refused.value)
         recognizer.release.set()
         deadline = time.monotonic() + 20
-        while holder["pipeline"].inbox_wait_s > 0 and time.monotonic() < deadline:
+        while pipeline.inbox_wait_s > 0 and time.monotonic() < deadline:
             time.sleep(0.02)
         third = link.open("third", None, 16000)
         assert third.state == "opening"
