@@ -162,7 +162,9 @@ class NetworkSource:
 
     def note_framed(self, n_samples: int, taken: bool) -> None:
         """Hub loop thread: ``n_samples`` of this connection's audio went to the worker framed,
-        with others' (:meth:`EngineLink.push_framed`), or were dropped with them at a full inbox."""
+        with others' (:meth:`EngineLink.push_framed`), or were dropped with them at a full inbox.
+        Framed audio is at 16 kHz whatever the client sends, so for such a connection
+        ``delivered_samples`` counts 16 kHz samples."""
         self._next_sample += n_samples
         if not taken:
             self._dropped += 1
