@@ -178,7 +178,11 @@ def test_an_inline_hosts_step_made_by_taking_audio_hands_its_captions_out_at_onc
         deadline_s = time.monotonic() + 30
         while captioner.streams and time.monotonic() < deadline_s:
             assert captioner.step(hand_out=handed.append) == []
-        assert during_audio >= 3  # captions of steps made while the worker handed audio over
+        # Captions of steps made while the worker handed audio over. How many of those steps
+        # make captions follows the engine's measured step time (its interval and riders adapt
+        # to it): 1 to 6 in twelve runs on this machine, and 1 made it fail at ">= 3" under CI's
+        # load. Without the change every caption waited for a step call: none.
+        assert during_audio >= 1
         for label, words in SCRIPTS.items():
             said = keys(" ".join(u.text for updates in handed for u in finals(updates, label)))
             assert said == keys(" ".join(w.text for w in words)), label

@@ -53,7 +53,7 @@ def test_two_connections_interleaved_come_out_as_their_own_ingest(rate_hz):
         index, data = gather.take()
         samples = np.frombuffer(data, dtype=np.float32)
         offset = 0
-        for sid, first, n_samples, capture_ns in index:
+        for sid, first, n_samples, _capture_ns in index:
             assert n_samples > 0 and n_samples % FRAME_SAMPLES == 0  # whole frames only
             expected_first = sum(piece.shape[0] for _, piece in got[sid])
             assert first == expected_first  # one clock per connection, no gap, no overlap

@@ -52,7 +52,12 @@ from captioner.engine.worker import (
     Worker,
 )
 from captioner.errors import StreamRefused, UserError, one_line
-from captioner.events import MIN_FREE_VRAM_FRACTION, CaptionUpdate, FramedAudio, PipelineStatus
+from captioner.events import (
+    MIN_FREE_VRAM_FRACTION,
+    CaptionUpdate,
+    FramedAudio,
+    PipelineStatus,
+)
 from captioner.languages import language_code
 
 INBOX_ITEMS = 3000
