@@ -142,3 +142,42 @@ def test_framed_audio_that_waits_a_second_in_the_inbox_refuses_new_streams():
     finally:
         recognizer.release.set()
         link.stop()
+
+
+class SlowRecognizer(ScriptedRecognizer):
+    """A model on the worker's own thread that takes 1.5 s a step (a CPU's pace)."""
+
+    def decode(self, requests):
+        time.sleep(1.5)
+        return super().decode(requests)
+
+
+def test_a_model_on_the_workers_thread_taking_seconds_a_step_is_its_pace_not_a_backlog():
+    """Inline on a CPU the worker leaves its inbox for a whole model step, so audio there waits
+    that long every step: that refuses no one (it did, from the first served connection, while
+    the wait was measured alone)."""
+    words = phrase("hello there this is a test of a slow model on the worker thread", 0.3)
+    recognizer = SlowRecognizer({})
+    pipeline = Pipeline([], config=EngineConfig(), recognizer_factory=lambda: (cpu_backend(), recognizer))
+    link = EngineLink(["cpu"], lambda device: pipeline, drop_holdoff_s=HOLDOFF_S)
+    link.start()
+    try:
+        first = link.open("first", None, 16000)
+        recognizer.script[first.key] = words
+        worker = link.workers[0]
+        speech = render_speech(words, 7.0)
+        started_s = time.monotonic()
+        waits, pressures = [], []
+        for first_sample in range(0, speech.shape[0], 1600):  # 100 ms a frame, in real time
+            while time.monotonic() < started_s + first_sample / 16000:
+                time.sleep(0.005)
+            link.push_framed(worker, [(first, first_sample, time.monotonic_ns(), 0, 1600)],
+                             speech[first_sample:first_sample + 1600])
+            waits.append(pipeline.inbox_wait_s)
+            if pipeline.worker_away_s >= 1.4:  # after the first slow step
+                pressures.append(worker.input_pressure(HOLDOFF_S))
+        assert max(waits) >= 1.2, "the model's steps never kept audio waiting: nothing was tested"
+        assert pressures and set(pressures) == {""}
+        link.close(first)
+    finally:
+        link.stop()

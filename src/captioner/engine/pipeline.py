@@ -501,6 +501,11 @@ class Pipeline:
         return self._inbox.qsize() / max(1, self._inbox.maxsize)
 
     @property
+    def worker_away_s(self) -> float:
+        """How long the worker's recent steps kept it from its inbox, the longest (any thread)."""
+        return self._worker.away_s if self._worker is not None else 0.0
+
+    @property
     def inbox_wait_s(self) -> float:
         """How long the oldest audio in the worker's inbox has waited since it was captured (0
         when none is at its head; any thread). A server's framed audio is one item per front-end

@@ -21,6 +21,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
@@ -35,6 +36,9 @@ MAX_ITEMS_PER_STEP = 200
 """Inbox items taken before the captioner steps (about 4 s of 20 ms chunks): a backlog is
 worked through in slices, with status reports and commands in between. A :class:`FramedAudio`
 counts as one item per stream it carries."""
+
+STEPS_KEPT = 32
+"""Recent steps whose longest is :attr:`Worker.away_s`."""
 
 REFUSALS_KEPT = 256
 """Streams refused at capacity that :attr:`Worker.refused` remembers (the latest): a server
@@ -199,6 +203,10 @@ class Worker(threading.Thread):
         self._dropped_frames_seen = 0
         self._wake_pending = False  # a WAKE is in the inbox: more would only lengthen it
         self._host_spoke = False  # a model process sent something since the worker last looked
+        self._steps_s: deque[float] = deque(maxlen=STEPS_KEPT)
+        self.away_s = 0.0
+        """The longest of the worker's recent steps: how long its inbox normally waits for it (a
+        model on the worker's own thread takes seconds a step on a CPU). Any thread may read it."""
         self._take_waiting: Callable[[], None] = lambda: None
 
     def run(self) -> None:
@@ -249,7 +257,10 @@ class Worker(threading.Thread):
                 self._take_waiting()
         self._fill_lost(live)
         # Each tick's captions leave as it ends: a backlog's later ticks do not hold them.
+        started_s = time.monotonic()
         live.step(hand_out=self._deliver)
+        self._steps_s.append(time.monotonic() - started_s)
+        self.away_s = max(self._steps_s)
         self._tidy()
 
     def wake(self) -> None:

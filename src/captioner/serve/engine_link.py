@@ -47,8 +47,10 @@ INBOX_REFUSE_FILL = 0.5
 """A new connection is refused while the engine's inbox is at least this full."""
 
 INBOX_REFUSE_WAIT_S = 1.0
-"""...or while the oldest audio in it has waited this long (front-ends' audio is one item per
-frame: an inbox far from full can hold seconds of every connection's audio)."""
+"""...or while the oldest audio in it has waited this much longer than the worker's recent steps
+took (front-ends' audio is one item per frame: an inbox far from full can hold seconds of every
+connection's audio; a model on the worker's thread leaves its inbox for a whole step, seconds on
+a CPU, and that is its pace, not a backlog)."""
 
 DROP_HOLDOFF_S = 10.0
 """...or for this long after a connection's audio was dropped at a full inbox."""
@@ -261,7 +263,7 @@ class EngineWorker:
             return (f"the server is taking in all the audio it can: its engine's input queue is "
                     f"{100 * fill:.0f}% full; try again in a few seconds")
         wait_s = self.pipeline.inbox_wait_s
-        if wait_s >= INBOX_REFUSE_WAIT_S:
+        if wait_s - self.pipeline.worker_away_s >= INBOX_REFUSE_WAIT_S:
             return (f"the server is taking in all the audio it can: its engine takes its audio in "
                     f"{wait_s:.1f} s late; try again in a few seconds")
         if self.last_drop_s is not None and time.monotonic() - self.last_drop_s < holdoff_s:
