@@ -39,6 +39,12 @@ def check_ingest_rate(rate_hz: object) -> int:
     return rate
 
 
+def pcm16_to_float32(pcm: bytes) -> np.ndarray:
+    """Little-endian int16 PCM bytes as float32 in [-1, 1): one NumPy call, however many
+    messages were joined into ``pcm``."""
+    return np.multiply(np.frombuffer(pcm, dtype="<i2"), np.float32(_INT16_SCALE), dtype=np.float32)
+
+
 def to_float_mono(samples: object) -> np.ndarray:
     """``[n]`` or ``[n, channels]`` float32/float64/int16 -> ``[n]`` float32 (int16 scaled by
     1/32768, channels averaged); a one-line ``ValueError`` for any other shape or dtype, and for

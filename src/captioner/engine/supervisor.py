@@ -383,30 +383,15 @@ class SupervisedCaptioner:
         return stream
 
     def accept_framed(self, audio: FramedAudio) -> None:
-        """As :meth:`LiveCaptioner.accept_framed`: the audio, already framed, goes to the host
-        as it came, one message (no ingest here; each stream keeps a copy of its part for a
-        re-feed)."""
-        streams = self._streams
-        kept = []
-        for piece in audio.pieces():
-            stream = streams.get(piece[0])
+        """As :meth:`LiveCaptioner.accept_framed`: the audio, already framed, skips the ingest and
+        goes to the host in one message, as a batch of chunks does."""
+        for label, first, capture_ns, samples in audio.pieces():
+            stream = self._streams.get(label)
             if stream is not None and not stream.finishing:
-                # A copy, not a view: a view would keep the whole frame (every stream's audio of
-                # its front-end) alive for as long as the longest of their rings, up to 30 s.
-                stream.keep(piece[1], piece[2], piece[3].copy(), self._replay_samples)
-                kept.append(piece)
-        if not kept:
-            return
-        self._flush_audio()  # a stream's audio framed here before goes first
-        if len(kept) == len(audio.streams):
-            labels, firsts, stamps, lengths, samples = (audio.streams, audio.firsts, audio.capture_ns,
-                                                        audio.lengths, audio.samples)
-        else:
-            labels, firsts, stamps, pieces = zip(*kept)
-            lengths = tuple(piece.shape[0] for piece in pieces)
-            samples = np.concatenate(pieces)
-        self._host.streams_open = len(streams)
-        self._host.send(("audio", labels, firsts, stamps, lengths, samples), chunks=len(labels))
+                # A copy, not a view: in the ring a view would keep the whole frame (every stream's
+                # audio of its front-end) alive for as long as the longest of their rings, 30 s.
+                self._audio(stream, first, capture_ns, samples.copy())
+        self._flush_audio()
 
     def set_language(self, language: str | None) -> None:
         code = self.recognizer.check_language(language)

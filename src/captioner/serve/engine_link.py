@@ -26,12 +26,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from captioner.audio.ingest import pcm16_to_float32
 from captioner.audio.source import RawChunk, SourceStats
 from captioner.errors import StreamRefused, UserError, one_line
 from captioner.events import CaptionUpdate, FramedAudio, PipelineStatus, TelemetrySample
-
-_INT16_SCALE = np.float32(1.0 / 32768.0)
-
 
 BATCH_BY_QUEUE_DEPTH = ((300, 0.0), (1500, 0.5), (None, 1.0))
 """How much of a connection's audio is handed to the worker at once, by the depth of the
@@ -183,7 +181,7 @@ class NetworkSource:
             samples = first if len(self._pending) == 1 else np.concatenate(self._pending)
         else:
             pcm = first if len(self._pending) == 1 else b"".join(self._pending)
-            samples = np.multiply(np.frombuffer(pcm, dtype="<i2"), _INT16_SCALE, dtype=np.float32)
+            samples = pcm16_to_float32(pcm)
         self._pending, self._pending_samples = [], 0
         chunk = RawChunk(self.stream, self.rate_hz, self._next_sample, capture_ns, samples)
         self._next_sample += samples.shape[0]
@@ -426,9 +424,8 @@ class EngineLink:
         if not pieces:
             return
         leases, firsts, stamps, offsets, lengths = zip(*pieces)
-        contiguous = offsets[0] == 0 and offsets[-1] + lengths[-1] == samples.shape[0] and all(
-            offsets[i + 1] == offsets[i] + lengths[i] for i in range(len(offsets) - 1))
-        if not contiguous:  # more than one engine, or a connection left out: this engine's part
+        # The pieces are in order and apart: as long as the frame, they are all of it.
+        if sum(lengths) != samples.shape[0]:  # more than one engine, or a connection left out
             samples = np.concatenate([samples[o:o + n] for o, n in zip(offsets, lengths)])
         item = FramedAudio(tuple(lease.key for lease in leases), firsts, stamps, lengths, samples)
         taken = worker.pipeline.push_framed(item)

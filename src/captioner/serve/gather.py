@@ -14,10 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from captioner.audio.ingest import StreamIngest
-from captioner.events import AudioBlock
-
-_INT16_SCALE = np.float32(1.0 / 32768.0)
+from captioner.audio.ingest import StreamIngest, pcm16_to_float32
 
 
 class _Held:
@@ -70,28 +67,24 @@ class AudioGather:
         due, self._due = self._due, {}
         parts = [piece for held in due.values() for piece in held.pieces]
         pcm = parts[0] if len(parts) == 1 else b"".join(parts)
-        converted = np.multiply(np.frombuffer(pcm, dtype="<i2"), _INT16_SCALE, dtype=np.float32)
+        converted = pcm16_to_float32(pcm)
         index: list[tuple[int, int, int, int]] = []
         blocks: list[np.ndarray] = []
         offset = 0
         for sid, held in due.items():
-            block = None
+            out = []  # this connection's blocks: its new whole frames, then its padded tail
             if held.n_samples:
-                block = held.ingest.accept(held.rate_hz, converted[offset:offset + held.n_samples], held.capture_ns)
+                out.append(held.ingest.accept(held.rate_hz, converted[offset:offset + held.n_samples], held.capture_ns))
                 offset += held.n_samples
                 held.pieces, held.n_samples = [], 0
             if held.ending:
-                tail = held.ingest.flush(held.capture_ns)
-                if tail is not None:
-                    # Frames follow each other on the clock: the tail continues the block.
-                    block = tail if block is None else AudioBlock(
-                        block.stream, block.first_sample, tail.capture_ns, np.concatenate((block.samples, tail.samples)))
+                out.append(held.ingest.flush(held.capture_ns))
                 del self._held[sid]
-            if block is not None:
-                index.append((sid, block.first_sample, block.n_samples, block.capture_ns))
-                blocks.append(block.samples)
+            out = [block for block in out if block is not None]
+            if out:  # frames follow each other on the clock: one entry from the first block on
+                index.append((sid, out[0].first_sample, sum(b.n_samples for b in out), out[-1].capture_ns))
+                blocks.extend(block.samples for block in out)
         self.bytes_held = 0
         if not blocks:
             return [], b""
         return index, (blocks[0] if len(blocks) == 1 else np.concatenate(blocks)).tobytes()
-
