@@ -128,3 +128,24 @@ def test_a_streams_replay_ring_does_not_pin_the_whole_frame():
             np.testing.assert_array_equal(kept, frame[start:start + 1600])
     finally:
         captioner.close()
+
+
+def test_framed_items_go_to_the_host_with_the_steps_batch():
+    """Each front-end frame is an inbox item; the audio of a whole drain goes to the model's host
+    in one message at the step, as chunks do, not one message per frame."""
+    captioner = _captioner("inline")()
+    try:
+        for label in ("a", "b"):
+            captioner.open_stream(label)
+        sent = []
+        send = captioner._host.send
+        captioner._host.send = lambda message, **kw: (sent.append(message[0]), send(message, **kw))[1]
+        for label, seed in (("a", 1), ("b", 2)):
+            captioner.accept_framed(FramedAudio((label,), (0,), (seed,), (1600,), np.zeros(1600, np.float32)))
+        assert sent == []
+        captioner.step()
+        assert sent.count("audio") == 1
+        (first, _, kept), = captioner.streams["b"].ring
+        assert first == 0 and kept.shape == (1600,)
+    finally:
+        captioner.close()
