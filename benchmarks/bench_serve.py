@@ -307,7 +307,7 @@ def _client_process(args: tuple) -> tuple[dict, float, list[float]]:
 class ServerProcess:
     def __init__(self, model: str, device: str, token_file: Path, max_streams: int | None,
                  isolation: str | None = None, frontends: int = 1, engines_per_device: int = 1,
-                 flush_ms: float | None = None) -> None:
+                 flush_ms: float | None = None, switch_ms: float | None = None) -> None:
         import psutil
 
         command = [sys.executable, "-m", "captioner", "serve", "--port", "0", "--model", model, "--device", device,
@@ -317,6 +317,8 @@ class ServerProcess:
             command += ["--isolation", isolation]
         if flush_ms is not None:
             command += ["--frontend-flush-ms", f"{flush_ms:g}"]
+        if switch_ms is not None:
+            command += ["--gil-switch-ms", f"{switch_ms:g}"]
         if max_streams:
             command += ["--max-streams", str(max_streams)]
         self.process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -526,6 +528,13 @@ def _flush_list(text: str | None) -> list[float | None]:
     return [None] if text is None else _value_list("--flush-ms", text, float, *FRONTEND_FLUSH_MS_RANGE)
 
 
+def _switch_list(text: str | None) -> list[float | None]:
+    """``--switch-ms``: the server's default (``[None]``) or a list of milliseconds in its range."""
+    from captioner.app.commands.serve import GIL_SWITCH_MS_RANGE
+
+    return [None] if text is None else _value_list("--switch-ms", text, float, *GIL_SWITCH_MS_RANGE)
+
+
 def _frontends_list(text: str) -> list[int]:
     from captioner.app.commands.serve import MAX_FRONTENDS
 
@@ -562,6 +571,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--flush-ms", default=None, metavar="MS[,MS...]",
                         help="serve --frontend-flush-ms; several (e.g. 25,10): one server run each for every "
                              "--frontends value, reported side by side (default: the server's own)")
+    parser.add_argument("--switch-ms", default=None, metavar="MS[,MS...]",
+                        help="serve --gil-switch-ms; several (e.g. 5,1): one server run each, side by side, "
+                             "against one baseline")
     parser.add_argument("--retry-s", type=float, default=0.0,
                         help="a client refused at capacity (1013) tries again with backoff for this long "
                              "after its first attempt, as the app's client does (default 0: no retry)")
@@ -580,6 +592,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("--speakers must be 1..--clients")
     frontends = _frontends_list(args.frontends)
     flushes = _flush_list(args.flush_ms)
+    switches = _switch_list(args.switch_ms)
     speech = args.speech if (args.speech / "manifest.tsv").exists() else HERE.parent / "tests" / "data" / "speech"
     clips = english_clips(speech)
     clip_audio = {}
@@ -600,11 +613,12 @@ def main(argv: list[str] | None = None) -> int:
     token_file.write_text(token)
     runs, held_any = [], {}
     gc_folder = Path(tempfile.mkdtemp(prefix="bench-serve-gc-")) if args.gc_log else None
-    for k, (count, flush_ms) in enumerate([(count, flush_ms) for count in frontends for flush_ms in flushes]):
+    variants = [(count, flush_ms, switch_ms) for count in frontends for flush_ms in flushes for switch_ms in switches]
+    for k, (count, flush_ms, switch_ms) in enumerate(variants):
         if gc_folder is not None:
             gc_pauses.enable(gc_folder / f"served-{k}")
         result, held_indices = serve_run(args, count, clips, clip_audio, repeats, assign, audio_s, client_timeout_s,
-                                         token, token_file, flush_ms)
+                                         token, token_file, flush_ms, switch_ms)
         if gc_folder is not None:
             result["gc_pauses"] = gc_pauses.summary(gc_folder / f"served-{k}", result["from_unix_s"])
         runs.append(result)
@@ -666,6 +680,7 @@ def _combined(runs: list[dict]) -> dict:
 
 def _side_by_side(runs: list[dict]) -> str:
     rows = [("frontends", lambda r: r["frontends"]), ("front-end flush ms", lambda r: r.get("frontend_flush_ms") or "default"),
+            ("GIL switch ms", lambda r: r.get("gil_switch_ms") or "default"),
             ("held / refused / failed",
             lambda r: f"{r['held']} / {r['refused']} / {r['failed']}"),
             ("CPU ms per conn per audio-s: hub", lambda r: r["server_cpu"].get("hub_ms_per_connection_audio_s")),
@@ -683,25 +698,30 @@ def _side_by_side(runs: list[dict]) -> str:
             ("front-end -> engine p50 / p99 ms", lambda r: "{p50} / {p99}".format(
                 **r.get("frontend_to_engine_ms", {"p50": "-", "p99": "-"}))),
             ("status delay p50 / p99 ms", lambda r: f"{r['status_delay_ms']['p50']} / {r['status_delay_ms']['p99']}"),
+            ("serving loop late p50 / p99 / max ms", lambda r: " / ".join(
+                str(v) for v in (r.get("server_loop_late_ms") or {"-": "-"}).values())),
+            ("serving_added_p99_ms", lambda r: r.get("serving_added_p99_ms", "-")),
             ("committed WER", lambda r: r["committed_wer"])]
     return "\n".join(f"{name:34s}" + "".join(f"{str(get(r)):>22s}" for r in runs) for name, get in rows)
 
 
 def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s: float, client_timeout_s: float,
-              token: str, token_file: Path, flush_ms: float | None = None) -> tuple[dict, set[int]]:
-    """One server (``--frontends frontends``, ``--frontend-flush-ms flush_ms``), the clients against it,
-    what they saw and what it cost."""
+              token: str, token_file: Path, flush_ms: float | None = None,
+              switch_ms: float | None = None) -> tuple[dict, set[int]]:
+    """One server (``--frontends frontends``, ``--frontend-flush-ms flush_ms``, ``--gil-switch-ms
+    switch_ms``), the clients against it, what they saw and what it cost."""
     started = time.monotonic()
     server = ServerProcess(args.model, args.device, token_file, args.max_streams, args.isolation, frontends,
-                           args.engines_per_device, flush_ms)
+                           args.engines_per_device, flush_ms, switch_ms)
     up_unix_s = time.time()  # its engines loaded, its start-up frozen: what gc_pauses counts from
-    print(f"server (--frontends {frontends}{f', flush {flush_ms:g} ms' if flush_ms else ''}) up in {time.monotonic() - started:.1f} s on port {server.port}; "
+    print(f"server (--frontends {frontends}{f', flush {flush_ms:g} ms' if flush_ms else ''}"
+          f"{f', GIL switch {switch_ms:g} ms' if switch_ms else ''}) up in {time.monotonic() - started:.1f} s on port {server.port}; "
           f"{args.clients} clients, {audio_s:.0f} s of audio each, {args.ramp:g}/s", file=sys.stderr, flush=True)
     url = f"ws://127.0.0.1:{server.port}"
     profiler = None
     if args.py_spy is not None:  # its own process, not the server's child: its CPU is not counted
         out = args.py_spy
-        if "," in args.frontends or (args.flush_ms and "," in args.flush_ms):  # one profile per run
+        if "," in args.frontends or any(a and "," in a for a in (args.flush_ms, args.switch_ms)):  # one per run
             out = out.with_name(f"{out.stem}-fe{frontends}-{time.strftime('%H%M%S')}{out.suffix}")
         profiler = _py_spy(server.process.pid, out)
     (hub0, fronts0), wall0 = server.cpu_split(), time.monotonic()
@@ -790,6 +810,7 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
     steady_own = steady_cpu([(t, o) for t, _, _, o in cpu_samples], wall0, ramp_s, audio_s, connections)
     result = {
         "date": time.strftime("%Y-%m-%d %H:%M", time.gmtime()), "frontends": frontends, "frontend_flush_ms": flush_ms,
+        "gil_switch_ms": switch_ms,
         "engines_per_device": args.engines_per_device,
         "model": args.model, "device": args.device, "clients": args.clients, "audio_s_per_client": round(audio_s, 1),
         "held": len(held), "refused": len(refused), "failed": len(failed),

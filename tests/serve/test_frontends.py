@@ -299,7 +299,7 @@ def test_cli_sigterm_commits_and_closes_1001(tmp_path, speech_clips):
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)
     command = [sys.executable, "-m", "captioner", "serve", "--port", "0", "--model", "tiny.en", "--device", "cpu",
-               "--frontends", "2", "--frontend-flush-ms", "5", "--token-file", str(token_file),
+               "--frontends", "2", "--frontend-flush-ms", "5", "--gil-switch-ms", "2", "--token-file", str(token_file),
                "--transcripts", str(tmp_path / "t")]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
     server = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
@@ -328,6 +328,7 @@ def test_cli_sigterm_commits_and_closes_1001(tmp_path, speech_clips):
     words = session.committed.lower()
     assert "full" in words and "hour" in words, session.captions
     assert "2 front-end processes (audio to the engines every 5 ms)" in err and "served 1 connection(s)" in err, err
+    assert "interpreter lock switched every 2 ms" in err, err  # read back from sys.getswitchinterval()
     assert re.search(r"the serving loop ran late p50 [\d.]+ / p99 [\d.]+ / max [\d.]+ ms; "
                      r"the front-ends' loops p50 [\d.]+ / p99 [\d.]+ / max [\d.]+ ms", err), err
     assert not [c for c in children if c.is_running() and c.status() != psutil.STATUS_ZOMBIE], "front-ends ended"
@@ -342,6 +343,16 @@ def test_cli_refuses_a_bad_flush_period_in_one_line():
                               env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)))
         assert done.returncode == 2, done.stderr
         assert "--frontend-flush-ms must be a number of milliseconds from 1 to 100" in done.stderr
+        assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_cli_refuses_a_bad_switch_interval_in_one_line():
+    for value in ("0", "51", "often"):
+        done = subprocess.run([sys.executable, "-m", "captioner", "serve", "--port", "0", "--gil-switch-ms", value],
+                              capture_output=True, text=True, timeout=60,
+                              env=dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p)))
+        assert done.returncode == 2, done.stderr
+        assert "--gil-switch-ms must be a number of milliseconds from 0.1 to 50" in done.stderr
         assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
 
 

@@ -30,6 +30,12 @@ MAX_FRONTENDS = 64
 FRONTENDS_AUTO_DOC = "half the CPU cores, 1 to 8"
 FRONTEND_FLUSH_MS = 1000.0 * FLUSH_S
 FRONTEND_FLUSH_MS_RANGE = (1.0, 100.0)
+GIL_SWITCH_MS = 5.0
+"""How long one thread of the serving process may keep the interpreter lock while another waits
+for it (``sys.setswitchinterval``; CPython's own default). The serving loop, every engine's worker
+and the threads that talk to the model processes share that one lock: each time the loop comes
+back from a socket call it may wait this long per thread ahead of it (docs/serve.md)."""
+GIL_SWITCH_MS_RANGE = (0.1, 50.0)
 
 MAX_ENGINES_PER_DEVICE = 8
 """``--engines-per-device`` at most: each engine is a process with its own model copy, CUDA
@@ -60,6 +66,18 @@ def frontend_flush_ms(text: str) -> float:
         value = float("nan")
     if not low <= value <= high:
         raise UserError(f"--frontend-flush-ms must be a number of milliseconds from {low:g} to {high:g}, not {text!r}")
+    return value
+
+
+def gil_switch_ms(text: str) -> float:
+    """``--gil-switch-ms``: milliseconds within GIL_SWITCH_MS_RANGE."""
+    low, high = GIL_SWITCH_MS_RANGE
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not low <= value <= high:
+        raise UserError(f"--gil-switch-ms must be a number of milliseconds from {low:g} to {high:g}, not {text!r}")
     return value
 
 
@@ -98,6 +116,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --frontends K > 1: how often each front-end sends its connections' audio "
                              f"to the engines in one batch (default {FRONTEND_FLUSH_MS:g}; shorter: less latency, "
                              "more frames for this process)")
+    parser.add_argument("--gil-switch-ms", type=str, default=str(GIL_SWITCH_MS), metavar="MS",
+                        help="how long a thread of this process may hold the interpreter lock while another "
+                             f"waits (default {GIL_SWITCH_MS:g}; shorter: the network loop waits less behind the "
+                             "engines' threads, at the cost of more switches)")
     parser.add_argument("--ray", action="store_true",
                         help="run as a Ray Serve application instead (needs captioner[cluster]; docs/cluster.md)")
     parser.add_argument("--replicas", type=int, default=None, metavar="N",
@@ -182,6 +204,7 @@ def check_arguments(args) -> tuple[str | None, object]:
     if args.ray and args.frontends > 1:
         raise UserError("--frontends is for the plain server: with --ray, Ray Serve's proxy spreads the connections")
     args.frontend_flush_ms = frontend_flush_ms(str(args.frontend_flush_ms))
+    args.gil_switch_ms = gil_switch_ms(str(args.gil_switch_ms))
     if args.ray and args.engines_per_device != 1:
         raise UserError("--engines-per-device is for the plain server: with --ray, give more --replicas")
     return token, context
@@ -205,6 +228,7 @@ def run(args) -> int:
 
         return run_ray(args, token)
     devices = serve_devices(args.device, args.engines_per_device)
+    sys.setswitchinterval(args.gil_switch_ms / 1000.0)  # this process only: the model's own are apart
     warning = shared_gpu_warning(devices)
     if warning:
         print(f"captioner: {warning}", file=sys.stderr, flush=True)
@@ -272,6 +296,8 @@ def run(args) -> int:
               + (" (token required)" if token else "")
               + (f", {args.frontends} front-end processes (audio to the engines every {args.frontend_flush_ms:g} ms)"
                  if args.frontends > 1 else "")
+              + (f", interpreter lock switched every {sys.getswitchinterval() * 1000:g} ms"
+                 if args.gil_switch_ms != GIL_SWITCH_MS else "")
               + "; Ctrl-C stops", file=sys.stderr, flush=True)
         if args.port == 0:
             print(port, flush=True)  # for scripts that asked for a free port
