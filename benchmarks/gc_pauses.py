@@ -18,6 +18,11 @@ from pathlib import Path
 
 LOGGED_MS = 1.0
 ENV = "CAPTIONER_BENCH_GC_LOG"
+TYPES_ENV = "CAPTIONER_BENCH_GC_TYPES"
+"""Set to N (ms): a full collection of N ms or more after the process froze its start-up, and
+longer than any before it, also writes what the collector walked, type by type, to ``<pid>.types``
+(a diagnosis: listing the objects pauses the process again, so not for runs whose latency is
+reported)."""
 SITE = Path(__file__).resolve().parent / "gc_log"  # its sitecustomize.py calls log_this_process
 _state: dict = {}  # this process's log: its folder and open file, once log_this_process ran
 
@@ -43,6 +48,32 @@ def _on_collection(phase: str, info: dict) -> None:
         _state["file"] = open(os.path.join(_state["folder"], f"{os.getpid()}.txt"), "a", buffering=1)
         _state["file"].write(f"# {_command_line()}\n")
     _state["file"].write(f"{time.time():.3f} {info['generation']} {ms:.2f} {info['collected']}\n")
+    if info["generation"] == 2 and gc.get_freeze_count():
+        try:
+            wanted_ms = max(float(os.environ.get(TYPES_ENV, "inf")), _state.get("types_ms", 0.0))
+        except ValueError:
+            wanted_ms = float("inf")
+        if ms >= wanted_ms:
+            _state["types_ms"] = ms
+            _write_types(ms)
+
+
+def _write_types(ms: float) -> None:
+    """What a full collection walks: the tracked objects of each generation (frozen ones are not
+    walked), the 30 commonest types of them with how many items their containers hold."""
+    counts: dict[str, list[int]] = {}
+    walked = 0
+    for obj in gc.get_objects():
+        walked += 1
+        entry = counts.setdefault(type(obj).__qualname__, [0, 0])
+        entry[0] += 1
+        if isinstance(obj, (list, tuple, dict, set, frozenset)) or type(obj).__name__ == "deque":
+            entry[1] += len(obj)
+    with open(os.path.join(_state["folder"], f"{os.getpid()}.types"), "w") as out:
+        out.write(f"# {_command_line()}\n# full collection {ms:.1f} ms; tracked, not frozen: {walked}; "
+                  f"frozen: {gc.get_freeze_count()}; generations {gc.get_count()}\n")
+        for name, (n, items) in sorted(counts.items(), key=lambda kv: -kv[1][0])[:30]:
+            out.write(f"{n:10d} {items:12d} {name}\n")
 
 
 def _command_line() -> str:

@@ -28,3 +28,21 @@ def test_a_process_started_after_enable_logs_its_collections(tmp_path):
     # Counted from a moment on: nothing after the run.
     later = gc_pauses.summary(folder, time.time() + 60)
     assert all(p["pauses"] == 0 and p["full"] == 0 for entries in later.values() for p in entries)
+
+
+def test_the_types_a_long_full_collection_walked_are_written_beside_the_log(tmp_path):
+    folder = tmp_path / "gc"
+    # A frozen start-up, then 200,000 lists made while "serving": the collection that walks them
+    # names them, and the summary reads past the types file.
+    child = ("import gc; gc.freeze(); x = [[i] for i in range(200000)]; gc.collect()")
+    parent = (f"import sys, os, subprocess; sys.path.insert(0, {str(BENCHMARKS)!r}); from pathlib import Path; "
+              f"import gc_pauses; gc_pauses.enable(Path({str(folder)!r})); os.environ[gc_pauses.TYPES_ENV] = '0'; "
+              f"subprocess.run([sys.executable, '-c', {child!r}], check=True)")
+    subprocess.run([sys.executable, "-c", parent], check=True, timeout=120)
+    written = list(folder.glob("*.types"))
+    assert len(written) == 1
+    lines = written[0].read_text().splitlines()
+    assert lines[0].startswith("# ") and "tracked, not frozen" in lines[1]
+    count, items, name = lines[2].split()
+    assert name == "list" and int(count) >= 200_000 and int(items) >= 200_000
+    assert any(p["full"] >= 1 for entries in gc_pauses.summary(folder).values() for p in entries)
