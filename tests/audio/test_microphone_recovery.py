@@ -112,6 +112,37 @@ def test_a_frozen_server_is_noticed_and_stop_elsewhere_does_not_hold_anyone(own_
 
 
 @pytest.mark.pulse
+def test_a_question_left_waiting_on_a_frozen_server_holds_the_others_for_a_while_only(
+        pulse_server, own_server, monkeypatch):
+    """A question a frozen server leaves unanswered makes the next ones give up at once, so no
+    threads pile up on it; but only for ``STUCK_HOLD_S``: one that never ends (libpulse wedged)
+    must not leave every later question, on any server, unanswered for good."""
+    from captioner.audio import pulse
+
+    own_server.freeze()
+    try:
+        assert pulse.list_sources(0.5) == []  # no answer: the exchange is left waiting
+        stuck = [t for t, _ in pulse._stuck_exchanges if t.is_alive()]  # noqa: SLF001
+        assert len(stuck) == 1
+        monkeypatch.setenv("PULSE_SERVER", pulse_server.server)  # a server that answers
+        asked_s = time.monotonic()
+        assert pulse.list_sources(3.0) == [] and time.monotonic() - asked_s < 0.5, "held: no second thread"
+        monkeypatch.setattr(pulse, "STUCK_HOLD_S", 0.2)
+        time.sleep(0.3)
+        names = {s.name for s in pulse.list_sources(5.0)}
+        assert "captioner_test.monitor" in names, names
+        assert stuck[0].is_alive(), "the first question still waits on the frozen server"
+        monkeypatch.setattr(pulse, "MAX_STUCK_EXCHANGES", 1)
+        assert pulse.list_sources(5.0) == [], "no more questions past the limit of waiting ones"
+    finally:
+        own_server.thaw()
+        stuck_threads = [t for t, _ in pulse._stuck_exchanges]  # noqa: SLF001
+        for thread in stuck_threads:
+            thread.join(30)
+        assert not any(t.is_alive() for t in stuck_threads), "answered once the server is back"
+
+
+@pytest.mark.pulse
 def test_a_rescan_between_resolving_and_opening_reopens_the_same_device(pulse_server, sinks):
     source = MicrophoneSource(pulse_server.sinks[1].device, stream="Meeting")
     assert refresh_portaudio()  # PortAudio's indices are renumbered: the choice is re-found by name

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -34,9 +35,19 @@ class PulseSource:
     is_monitor: bool
 
 
+STUCK_HOLD_S = 30.0
+"""How long an exchange given up on makes further questions wait for it to end (``None`` at once
+meanwhile). A server that stalled answers it when it comes back, and the exchange ends. One that
+never ends (libpulse wedged on a connection the server dropped: seen once in CI, where every later
+question then went unanswered and no microphone could be found again) holds nobody past this..."""
+MAX_STUCK_EXCHANGES = 4
+"""...unless this many are still waiting: no more threads and sockets for a server that does
+not answer."""
+
 _stuck_lock = threading.Lock()
-_stuck_exchanges: list[threading.Thread] = []
-"""Exchanges given up on while still waiting for the server; cleared as they finish."""
+_stuck_exchanges: list[tuple[threading.Thread, float]] = []
+"""Exchanges given up on while still waiting for the server, each with when (monotonic s);
+cleared as they finish."""
 
 
 def _ask_server(question: Callable[[Any], _Answer], timeout_s: float) -> _Answer | None:
@@ -46,11 +57,14 @@ def _ask_server(question: Callable[[Any], _Answer], timeout_s: float) -> _Answer
     pulsectl's own connect timeout always waits the whole timeout, even once connected, and its
     queries have none, so a server that accepts and then stalls would block them for good.
     While an abandoned exchange still waits on the server, further questions get ``None`` at
-    once instead of piling up threads and sockets on a server that does not answer.
+    once instead of piling up threads and sockets on a server that does not answer, for at most
+    :data:`STUCK_HOLD_S` (see there).
     """
+    now_s = time.monotonic()
     with _stuck_lock:
-        _stuck_exchanges[:] = [t for t in _stuck_exchanges if t.is_alive()]
-        if _stuck_exchanges:
+        _stuck_exchanges[:] = [(t, since_s) for t, since_s in _stuck_exchanges if t.is_alive()]
+        holding = [since_s for _, since_s in _stuck_exchanges if now_s - since_s < STUCK_HOLD_S]
+        if holding or len(_stuck_exchanges) >= MAX_STUCK_EXCHANGES:
             return None
     answers: list[_Answer] = []
 
@@ -75,7 +89,7 @@ def _ask_server(question: Callable[[Any], _Answer], timeout_s: float) -> _Answer
     worker.join(timeout_s)
     if worker.is_alive():
         with _stuck_lock:
-            _stuck_exchanges.append(worker)
+            _stuck_exchanges.append((worker, time.monotonic()))
         return None
     return answers[0] if answers else None
 
