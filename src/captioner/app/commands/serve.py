@@ -57,28 +57,25 @@ def frontends_count(text: str, cpus: int | None = None) -> int:
     return count
 
 
-def frontend_flush_ms(text: str) -> float:
-    """``--frontend-flush-ms``: milliseconds within FRONTEND_FLUSH_MS_RANGE."""
-    low, high = FRONTEND_FLUSH_MS_RANGE
+def _milliseconds(flag: str, text: str, low: float, high: float) -> float:
+    """``flag``'s value: a number of milliseconds from ``low`` to ``high``, else a one-line refusal."""
     try:
         value = float(text)
     except ValueError:
         value = float("nan")
     if not low <= value <= high:
-        raise UserError(f"--frontend-flush-ms must be a number of milliseconds from {low:g} to {high:g}, not {text!r}")
+        raise UserError(f"{flag} must be a number of milliseconds from {low:g} to {high:g}, not {text!r}")
     return value
+
+
+def frontend_flush_ms(text: str) -> float:
+    """``--frontend-flush-ms``: milliseconds within FRONTEND_FLUSH_MS_RANGE."""
+    return _milliseconds("--frontend-flush-ms", text, *FRONTEND_FLUSH_MS_RANGE)
 
 
 def gil_switch_ms(text: str) -> float:
     """``--gil-switch-ms``: milliseconds within GIL_SWITCH_MS_RANGE."""
-    low, high = GIL_SWITCH_MS_RANGE
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not low <= value <= high:
-        raise UserError(f"--gil-switch-ms must be a number of milliseconds from {low:g} to {high:g}, not {text!r}")
-    return value
+    return _milliseconds("--gil-switch-ms", text, *GIL_SWITCH_MS_RANGE)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
