@@ -521,18 +521,9 @@ def _value_list(flag: str, text: str, kind: type, low: float, high: float) -> li
     return values
 
 
-def _flush_list(text: str | None) -> list[float | None]:
-    """``--flush-ms``: the server's default (``[None]``) or a list of milliseconds in its range."""
-    from captioner.app.commands.serve import FRONTEND_FLUSH_MS_RANGE
-
-    return [None] if text is None else _value_list("--flush-ms", text, float, *FRONTEND_FLUSH_MS_RANGE)
-
-
-def _switch_list(text: str | None) -> list[float | None]:
-    """``--switch-ms``: the server's default (``[None]``) or a list of milliseconds in its range."""
-    from captioner.app.commands.serve import GIL_SWITCH_MS_RANGE
-
-    return [None] if text is None else _value_list("--switch-ms", text, float, *GIL_SWITCH_MS_RANGE)
+def _ms_list(flag: str, text: str | None, low_high: tuple[float, float]) -> list[float | None]:
+    """A ``serve`` millisecond option's values: the server's default (``[None]``) or a list in its range."""
+    return [None] if text is None else _value_list(flag, text, float, *low_high)
 
 
 def _frontends_list(text: str) -> list[int]:
@@ -591,8 +582,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.speakers is not None and not 1 <= args.speakers <= args.clients:
         raise SystemExit("--speakers must be 1..--clients")
     frontends = _frontends_list(args.frontends)
-    flushes = _flush_list(args.flush_ms)
-    switches = _switch_list(args.switch_ms)
+    from captioner.app.commands.serve import (
+        FRONTEND_FLUSH_MS_RANGE,
+        GIL_SWITCH_MS_RANGE,
+    )
+
+    flushes = _ms_list("--flush-ms", args.flush_ms, FRONTEND_FLUSH_MS_RANGE)
+    switches = _ms_list("--switch-ms", args.switch_ms, GIL_SWITCH_MS_RANGE)
     speech = args.speech if (args.speech / "manifest.tsv").exists() else HERE.parent / "tests" / "data" / "speech"
     clips = english_clips(speech)
     clip_audio = {}

@@ -32,7 +32,11 @@ def log_this_process(folder: str) -> None:
     ``unix_s generation ms collected`` (the first line: ``# `` and the command line). A second
     call points the same logger at another folder."""
     installed = bool(_state)
-    _state.update(folder=folder, file=None, started=0.0)
+    try:
+        types_from_ms = float(os.environ.get(TYPES_ENV, "inf"))
+    except ValueError:
+        types_from_ms = float("inf")
+    _state.update(folder=folder, file=None, started=0.0, types_from_ms=types_from_ms)
     if not installed:
         gc.callbacks.append(_on_collection)
 
@@ -48,14 +52,10 @@ def _on_collection(phase: str, info: dict) -> None:
         _state["file"] = open(os.path.join(_state["folder"], f"{os.getpid()}.txt"), "a", buffering=1)
         _state["file"].write(f"# {_command_line()}\n")
     _state["file"].write(f"{time.time():.3f} {info['generation']} {ms:.2f} {info['collected']}\n")
-    if info["generation"] == 2 and gc.get_freeze_count():
-        try:
-            wanted_ms = max(float(os.environ.get(TYPES_ENV, "inf")), _state.get("types_ms", 0.0))
-        except ValueError:
-            wanted_ms = float("inf")
-        if ms >= wanted_ms:
-            _state["types_ms"] = ms
-            _write_types(ms)
+    # The longest full collection so far past the threshold: its objects are listed (it rises).
+    if info["generation"] == 2 and gc.get_freeze_count() and ms >= _state["types_from_ms"]:
+        _state["types_from_ms"] = ms
+        _write_types(ms)
 
 
 def _write_types(ms: float) -> None:

@@ -427,3 +427,16 @@ def test_tls_through_the_frontends(tls_certificate):
     finally:
         thread.stop()
         link.stop()
+
+
+def test_a_switch_interval_with_ray_is_refused_not_ignored():
+    import argparse
+
+    from captioner.app.commands.serve import add_arguments, check_arguments
+    from captioner.errors import UserError
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    with pytest.raises(UserError, match="--gil-switch-ms is for the plain server"):
+        check_arguments(parser.parse_args(["--ray", "--gil-switch-ms", "1"]))
+    check_arguments(parser.parse_args(["--ray"]))  # the default is no choice: nothing to refuse

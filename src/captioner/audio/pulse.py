@@ -38,8 +38,9 @@ class PulseSource:
 STUCK_HOLD_S = 30.0
 """How long an exchange given up on makes further questions wait for it to end (``None`` at once
 meanwhile). A server that stalled answers it when it comes back, and the exchange ends. One that
-never ends (libpulse wedged on a connection the server dropped: seen once in CI, where every later
-question then went unanswered and no microphone could be found again) holds nobody past this..."""
+never ends (the likely reading of two CI runs where, after a frozen server, every later question
+went unanswered and no microphone could be found again; docs/reliability.md) holds nobody past
+this..."""
 MAX_STUCK_EXCHANGES = 4
 """...unless this many are still waiting: no more threads and sockets for a server that does
 not answer."""
@@ -63,7 +64,7 @@ def _ask_server(question: Callable[[Any], _Answer], timeout_s: float) -> _Answer
     now_s = time.monotonic()
     with _stuck_lock:
         _stuck_exchanges[:] = [(t, since_s) for t, since_s in _stuck_exchanges if t.is_alive()]
-        holding = [since_s for _, since_s in _stuck_exchanges if now_s - since_s < STUCK_HOLD_S]
+        holding = any(now_s - since_s < STUCK_HOLD_S for _, since_s in _stuck_exchanges)
         if holding or len(_stuck_exchanges) >= MAX_STUCK_EXCHANGES:
             return None
     answers: list[_Answer] = []

@@ -202,6 +202,8 @@ def check_arguments(args) -> tuple[str | None, object]:
         raise UserError("--frontends is for the plain server: with --ray, Ray Serve's proxy spreads the connections")
     args.frontend_flush_ms = frontend_flush_ms(str(args.frontend_flush_ms))
     args.gil_switch_ms = gil_switch_ms(str(args.gil_switch_ms))
+    if args.ray and args.gil_switch_ms != GIL_SWITCH_MS:
+        raise UserError("--gil-switch-ms is for the plain server: with --ray, each replica is Ray's process")
     if args.ray and args.engines_per_device != 1:
         raise UserError("--engines-per-device is for the plain server: with --ray, give more --replicas")
     return token, context
