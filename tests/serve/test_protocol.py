@@ -86,3 +86,24 @@ def test_loopback_and_urls():
     for bad in ("http://h:1", "h:8765", "ws://", "ws://h:port"):
         with pytest.raises(UserError):
             stream_url(bad, "Me", None)
+
+
+def test_a_caption_message_made_from_its_fields_is_the_update_as_jsonl_writes_it():
+    """The hub hands a front-end an update's values; the message the front-end makes of them
+    with the client's label is the update's ``transcribe --format jsonl`` record, relabelled,
+    with ``type`` in front. Checked through pickle, as the values travel."""
+    import json
+    import pickle
+    from dataclasses import replace
+
+    from captioner.events import CaptionUpdate
+
+    update = CaptionUpdate("engine-key-7", "partial", "ask not what your country", 1.23456, 3.9876543,
+                           4.1, 1796489160.123456, segment=2, language="en",
+                           words=(("ask", 1.23456, 1.5), ("not", 1.5, 1.7777777)))
+    fields = pickle.loads(pickle.dumps(protocol.caption_fields(update), protocol=pickle.HIGHEST_PROTOCOL))
+    message = protocol.caption_message("Me", fields)
+    expected = {"type": "caption", **replace(update, stream="Me").to_json_dict()}
+    assert json.loads(message) == expected
+    assert message == json.dumps(expected)
+    assert json.loads(message)["words"] == [["ask", 1.235, 1.5], ["not", 1.5, 1.778]]

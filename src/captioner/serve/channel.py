@@ -26,7 +26,8 @@ Frames, hub -> front-end: a list of events, in order:
 
 - ``("admit", sid, worker_index)`` / ``("refuse", sid, code, reason)``: the answer to ``open``
 - ``("ready", sid, text)``: the engine lists the stream: the ``ready`` message, sent first
-- ``("send", sid, text)``: a caption message
+- ``("caption", sid, fields)``: a caption update's values (``protocol.caption_fields``); the
+  front-end makes the message (``protocol.caption_message`` with the connection's label)
 - ``("close", sid, code, reason)``: after what was sent before it, close the connection so
 - ``("status", {worker_index: text})``: once a second, the ``status`` message for each device
 - ``("stopping",)``: take no new connection (1001); ``("exit",)``: close what is left (1001), end

@@ -22,7 +22,7 @@ import itertools
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -452,8 +452,9 @@ class EngineLink:
 
     def poll(self) -> list[tuple[Lease, CaptionUpdate]]:
         """Loop thread, a few dozen times a second: the caption updates made since the last call,
-        each with its lease (the update's ``stream`` is the client's label again); the leases'
-        states move on as the engine's status shows (their ``on_change`` is called)."""
+        each with its lease (the update as the engine made it: its ``stream`` is the lease's key,
+        :func:`relabelled` gives the client's label); the leases' states move on as the engine's
+        status shows (their ``on_change`` is called)."""
         out: list[tuple[Lease, CaptionUpdate]] = []
         for worker in self.workers:
             pipeline = worker.pipeline
@@ -466,7 +467,7 @@ class EngineLink:
             for update in updates:
                 lease = worker.leases.get(update.stream)
                 if lease is not None:
-                    out.append((lease, _relabelled(update, lease.label)))
+                    out.append((lease, update))
             if error is not None and not worker.failed:
                 worker.failed = one_line(error)
             # The leases' states and batch sizes follow from the status, the refusals and a
@@ -517,9 +518,10 @@ def export_metrics(metrics, link: EngineLink) -> None:
             metrics.update_telemetry(sample)
 
 
-def _relabelled(update: CaptionUpdate, label: str) -> CaptionUpdate:
-    from dataclasses import replace
-
+def relabelled(update: CaptionUpdate, label: str) -> CaptionUpdate:
+    """``update`` as of the stream the client named ``label`` (:meth:`EngineLink.poll` hands out
+    the engine's own, whose ``stream`` is the lease's key: a copy per caption, at a thousand
+    streams, is made only where the label is written, as in a transcript)."""
     return replace(update, stream=label)
 
 

@@ -147,10 +147,10 @@ class FrontEnd:
                 return
             for event in events:
                 kind = event[0]
-                if kind == "send":
+                if kind == "caption":
                     conn = self.conns.get(event[1])
                     if conn is not None:
-                        conn.put(event[2])
+                        conn.put(protocol.caption_message(conn.params.label, event[2]))
                 elif kind == "status":
                     texts = event[1]
                     for conn in self.conns.values():

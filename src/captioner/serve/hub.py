@@ -43,6 +43,7 @@ from captioner.serve.engine_link import (
     EngineLink,
     Lease,
     export_metrics,
+    relabelled,
     status_fields,
 )
 from captioner.serve.loop_lag import LoopLag
@@ -454,11 +455,13 @@ class FrontendHub:
                 stream = self._by_lease.get(lease.key)
                 if stream is None:
                     continue
-                self._send(stream.fe, ("send", stream.sid, protocol.caption_message(update.to_json_dict())))
+                # The values, not the message: its front-end makes the JSON (caption_fields).
+                self._send(stream.fe, ("caption", stream.sid, protocol.caption_fields(update)))
                 if self.metrics is not None and update.text.strip():
                     self.metrics.observe_caption(update)
                 if self._transcripts is not None and update.kind == "final" and update.text.strip():
-                    self._transcripts.items.put((stream.conn_id, f"{stream.label} via {stream.peer}", update))
+                    self._transcripts.items.put((stream.conn_id, f"{stream.label} via {stream.peer}",
+                                                 relabelled(update, stream.label)))
             self._flush()
             await bell.wait(POLL_PERIOD_S)
 

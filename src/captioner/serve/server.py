@@ -31,6 +31,7 @@ from captioner.serve.engine_link import (
     EngineLink,
     Lease,
     export_metrics,
+    relabelled,
     status_fields,
 )
 from captioner.serve.loop_lag import LoopLag
@@ -330,14 +331,14 @@ class CaptionServer:
                 conn = self._by_lease.get(lease.key)
                 if conn is None:
                     continue
-                fields = update.to_json_dict()
-                conn.outbox.put_nowait(protocol.caption_message(fields))
+                conn.outbox.put_nowait(protocol.caption_message(conn.params.label, protocol.caption_fields(update)))
                 if conn.outbox.qsize() == MAX_OUTBOX + 1:  # once: the close is on its way
                     asyncio.create_task(conn.ws.close(protocol.CLOSE_POLICY, "the client does not read its captions"))
                 if self.metrics is not None and update.text.strip():
                     self.metrics.observe_caption(update)
                 if self._transcripts is not None and update.kind == "final" and update.text.strip():
-                    self._transcripts.items.put((conn.id, f"{conn.params.label} via {conn.peer}", update))
+                    self._transcripts.items.put((conn.id, f"{conn.params.label} via {conn.peer}",
+                                                 relabelled(update, conn.params.label)))
             await bell.wait(POLL_PERIOD_S)
 
     async def _status(self) -> None:
