@@ -2,7 +2,7 @@
 
 K front-end processes (:mod:`captioner.serve.frontend`) listen on the same host:port
 (``SO_REUSEPORT``) and do each connection's network work; each talks to the hub over one
-local channel (:mod:`captioner.serve.channel`) in batches, every 10 ms by default
+local channel (:mod:`captioner.serve.channel`) in batches, every 5 ms by default
 (``--frontend-flush-ms``). The hub keeps what must be
 decided in one place: admission (the :class:`~captioner.serve.engine_link.EngineLink` and its
 pipelines, as in the single-process server: refusals 1013, a language the model lacks 1008),
