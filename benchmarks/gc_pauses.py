@@ -111,7 +111,9 @@ def role(command_line: str) -> str:
 
 def summary(folder: Path, from_unix_s: float = 0.0) -> dict[str, list[dict]]:
     """Per role (server, model process, front-end, client process, benchmark), one entry per
-    process: full collections (count, longest, total ms) and pauses of any generation (count,
+    process: full collections (count, longest, total ms, and each one's ms and how many
+    unreachable objects it freed: a long one that freed thousands was cyclic garbage made while
+    serving, one that freed few walked a large live heap) and pauses of any generation (count,
     longest, how many of 20 ms and of 50 ms or more), those from ``from_unix_s`` on (after the
     start-up: its own collection, which the freeze makes, is not serving's)."""
     out: dict[str, list[dict]] = {}
@@ -121,9 +123,11 @@ def summary(folder: Path, from_unix_s: float = 0.0) -> dict[str, list[dict]]:
         rows = [row for row in (line.split() for line in lines if line and not line.startswith("#"))
                 if len(row) == 4 and float(row[0]) >= from_unix_s]
         pauses = [float(r[2]) for r in rows]
-        full = [float(r[2]) for r in rows if r[1] == "2"]
+        full_rows = [r for r in rows if r[1] == "2"]
+        full = [float(r[2]) for r in full_rows]
         out.setdefault(role(head), []).append({
             "pid": int(path.stem), "pauses": len(pauses), "pause_ms_max": max(pauses, default=0.0),
             "pauses_20ms": sum(p >= 20 for p in pauses), "pauses_50ms": sum(p >= 50 for p in pauses),
-            "full": len(full), "full_ms_max": max(full, default=0.0), "full_ms_total": round(sum(full), 1)})
+            "full": len(full), "full_ms_max": max(full, default=0.0), "full_ms_total": round(sum(full), 1),
+            "full_ms_and_freed": [[float(r[2]), int(r[3])] for r in full_rows]})
     return out

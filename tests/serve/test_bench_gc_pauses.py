@@ -46,3 +46,20 @@ def test_the_types_a_long_full_collection_walked_are_written_beside_the_log(tmp_
     count, items, name = lines[2].split()
     assert name == "list" and int(count) >= 200_000 and int(items) >= 200_000
     assert any(p["full"] >= 1 for entries in gc_pauses.summary(folder).values() for p in entries)
+
+
+def test_each_full_collection_says_how_much_garbage_it_freed(tmp_path):
+    """A long full collection either walks a large live heap or frees cyclic garbage; the
+    summary tells them apart by what each one freed."""
+    folder = tmp_path / "gc"
+    child = ("import gc; gc.freeze(); live = [[i] for i in range(200000)]; gc.collect()\n"
+             "keep = []\nfor _ in range(100000):\n    a = []; a.append(a); keep.append(a)\n"
+             "del a, keep; gc.collect()")  # 100,000 lists that only refer to themselves: cycles
+    parent = (f"import sys, subprocess; sys.path.insert(0, {str(BENCHMARKS)!r}); from pathlib import Path; "
+              f"import gc_pauses; gc_pauses.enable(Path({str(folder)!r})); "
+              f"subprocess.run([sys.executable, '-c', {child!r}], check=True)")
+    subprocess.run([sys.executable, "-c", parent], check=True, timeout=120)
+    entries = [p for ps in gc_pauses.summary(folder).values() for p in ps if p["full_ms_and_freed"]]
+    freed = sorted(n for p in entries for _, n in p["full_ms_and_freed"])
+    assert freed and freed[-1] >= 100_000
+    assert all(len(p["full_ms_and_freed"]) == p["full"] for p in entries)
