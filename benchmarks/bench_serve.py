@@ -703,6 +703,8 @@ def _side_by_side(runs: list[dict]) -> str:
             ("status delay p50 / p99 ms", lambda r: f"{r['status_delay_ms']['p50']} / {r['status_delay_ms']['p99']}"),
             ("serving loop late p50 / p99 / max ms", lambda r: " / ".join(
                 str(v) for v in (r.get("server_loop_late_ms") or {"-": "-"}).values())),
+            ("outbox -> front-end p50 / p99 / max ms", lambda r: " / ".join(
+                str(v) for v in (r.get("outbox_to_frontend_ms") or {"-": "-"}).values())),
             ("serving_added_p99_ms", lambda r: r.get("serving_added_p99_ms", "-")),
             ("committed WER", lambda r: r["committed_wer"])]
     return "\n".join(f"{name:34s}" + "".join(f"{str(get(r)):>22s}" for r in runs) for name, get in rows)
@@ -871,8 +873,11 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
         if found:  # --frontends > 1: front-end -> the engine's inbox, the hub's own count
             result["frontend_to_engine_ms"] = {"p50": float(found[1]), "p99": float(found[2])}
         # How late the server's (hub's) own loop and, with --frontends > 1, each front-end's ran.
+        # And, with --frontends > 1, each caption's way from its engine's outbox to its front-end:
+        # the part of the served way back in the server (the in-process one ends at the outbox).
         for said, key in (("the serving loop ran late", "server_loop_late_ms"),
-                          ("the front-ends' loops", "frontend_loop_late_ms")):
+                          ("the front-ends' loops", "frontend_loop_late_ms"),
+                          ("captions from the engine's outbox to the front-ends", "outbox_to_frontend_ms")):
             found = re.search(re.escape(said) + r" p50 ([\d.]+) / p99 ([\d.]+) / max ([\d.]+) ms", line)
             if found:
                 result[key] = _late_dict(tuple(float(v) for v in found.groups()))

@@ -54,6 +54,10 @@ def test_a_real_run_splits_every_update(tmp_path):
     # How late the hub's loop, the front-ends' and the clients' ran: each woke every 10 ms meanwhile.
     for late in (result["server_loop_late_ms"], result["frontend_loop_late_ms"], result["client_loop_late_ms"]):
         assert 0.0 <= late["p50"] <= late["p99"] <= late["max"]
+    # The captions' way from their engine's outbox to the front-ends: a part of the served way back.
+    inside = result["outbox_to_frontend_ms"]
+    assert 0.0 <= inside["p50"] <= inside["p99"] <= inside["max"]
+    assert inside["p50"] <= result["after_engine_ms"]["p50"] + 5.0
     assert result["serving_added_p99_ms"] == pytest.approx(
         result["after_engine_ms"]["p99"] + result["frontend_to_engine_ms"]["p99"] - local["after_engine_ms"]["p99"],
         abs=0.11)

@@ -68,3 +68,22 @@ def test_the_engines_pipeline_rings_when_captions_reach_its_outbox():
     assert first.drain_captions() == [update] and second.drain_captions() == []
     second._deliver([])  # a step with nothing to say rings nobody
     assert rings == ["engine-worker"]
+
+
+def test_a_wait_says_when_the_ring_it_heard_came():
+    """The pump dates the captions it drains by the ring that woke it (the way back's measure
+    from the engine's outbox); a wait that ran out dates nothing."""
+    async def scenario() -> tuple[int, int, int, int]:
+        bell = CaptionBell(asyncio.get_running_loop())
+        before_ns = time.monotonic_ns()
+        bell.ring()
+        await asyncio.sleep(0.05)
+        bell.ring()  # the second ring of the same batch: the first one dates it
+        await bell.wait(WAIT_S)
+        heard_ns, after_ns = bell.heard_ns, time.monotonic_ns()
+        await bell.wait(0.05)  # nothing rang
+        return before_ns, heard_ns, after_ns, bell.heard_ns
+
+    before_ns, heard_ns, after_ns, unrung = asyncio.run(scenario())
+    assert before_ns <= heard_ns <= before_ns + 40_000_000 < after_ns
+    assert unrung == 0

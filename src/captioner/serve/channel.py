@@ -20,14 +20,18 @@ frames.
 - ``("gone", sid, code, reason)``: the connection is over without ``end``: the client left
   (``code`` None) or the front-end closed it for breaking the protocol (its code and reason)
 - ``("log", line)``, ``("refused",)``: a log line, a connection refused before any stream
+- ``("late", [ms, ...])``, ``("back", [ms, ...])``: every second, how late the front-end's loop
+  woke, and how long each caption took from its engine's outbox to that loop
 - ``("listening", port)`` / ``("failed", message)``: the front-end's start
 
 Frames, hub -> front-end: a list of events, in order:
 
 - ``("admit", sid, worker_index)`` / ``("refuse", sid, code, reason)``: the answer to ``open``
 - ``("ready", sid, text)``: the engine lists the stream: the ``ready`` message, sent first
-- ``("caption", sid, fields)``: a caption update's values (``protocol.caption_fields``); the
-  front-end makes the message (``protocol.caption_message`` with the connection's label)
+- ``("caption", sid, fields, rung_ns)``: a caption update's values (``protocol.caption_fields``);
+  the front-end makes the message (``protocol.caption_message`` with the connection's label).
+  ``rung_ns``: when its engine rang the hub for it (``time.monotonic_ns``, one clock for every
+  process of the machine; 0: not rung), for the way back's measure
 - ``("close", sid, code, reason)``: after what was sent before it, close the connection so
 - ``("status", {worker_index: text})``: once a second, the ``status`` message for each device
 - ``("stopping",)``: take no new connection (1001); ``("exit",)``: close what is left (1001), end

@@ -294,11 +294,16 @@ class CaptionBell:
         self._loop = loop
         self._event = asyncio.Event()
         self._rung = False
+        self._rung_ns = 0
+        self.heard_ns = 0
+        """When the ring that the last :meth:`wait` heard came (``time.monotonic_ns``; 0: it ran
+        out instead): when the oldest update the pump drains next reached its outbox."""
 
     def ring(self) -> None:
         """Any thread: updates are waiting."""
         if self._rung:
             return
+        self._rung_ns = time.monotonic_ns()
         self._rung = True
         try:
             self._loop.call_soon_threadsafe(self._event.set)
@@ -313,6 +318,7 @@ class CaptionBell:
         except asyncio.TimeoutError:
             pass
         self._event.clear()
+        self.heard_ns = self._rung_ns if self._rung else 0
         self._rung = False
 
 

@@ -93,6 +93,7 @@ class FrontEnd:
         self.conns: dict[int, _Conn] = {}
         self._sids = itertools.count(1)
         self._events: list[tuple] = []
+        self._back_ms: list[float] = []  # captions' engine outbox -> this loop, since the last report
         self._audio = AudioGather()
         self.stopping = False
         self._end = STOPPING
@@ -121,13 +122,17 @@ class FrontEnd:
             self._writer.write(channel.encode(frame))
 
     async def _report_lateness(self, lag: LoopLag) -> None:
-        """Every second, how late this loop woke since the last report (the hub sums up every
-        front-end's in its last line: a caption's way back passes through this loop too)."""
+        """Every second, how late this loop woke since the last report, and how long each caption
+        took from its engine's outbox to this loop (the hub sums up every front-end's in its last
+        line: a caption's way back passes through this loop too)."""
         while True:
             await asyncio.sleep(LATE_REPORT_S)
             if lag.late_ms:
                 self._event(("late", list(lag.late_ms)))
                 lag.late_ms.clear()
+            if self._back_ms:
+                self._event(("back", self._back_ms))
+                self._back_ms = []
 
     async def _flusher(self) -> None:
         while True:
@@ -152,6 +157,8 @@ class FrontEnd:
                     conn = self.conns.get(event[1])
                     if conn is not None:
                         conn.put(protocol.caption_message(conn.params.label, event[2]))
+                    if event[3]:  # the engine's ring for it: 0 when the hub's pump went round unrung
+                        self._back_ms.append((time.monotonic_ns() - event[3]) / 1e6)
                 elif kind == "status":
                     texts = event[1]
                     for conn in self.conns.values():

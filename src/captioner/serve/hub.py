@@ -153,6 +153,9 @@ class FrontendHub:
         """How late the hub's loop ran its work (the summary line when `serve` ends)."""
         self.frontends_lag = LoopLag()
         """How late the front-ends' loops woke, as each reports it every second (not watched here)."""
+        self.outbox_to_frontends_ms: deque[float] = deque(maxlen=100_000)
+        """Captions from their engine's outbox to the front-end's loop, as the front-ends report it
+        (the served way back's part in this server; the in-process pipeline's ends at the outbox)."""
         self.bound = threading.Event()
         """Set once every front-end listens (``port`` is then the real one, for port 0)."""
 
@@ -278,6 +281,8 @@ class FrontendHub:
                 self.counts["refused"] += 1
             elif kind == "late":
                 self.frontends_lag.late_ms.extend(event[1])
+            elif kind == "back":
+                self.outbox_to_frontends_ms.extend(event[1])
 
     def _frontend_ended(self, fe: _Frontend) -> None:
         """Its channel closed: every stream of it ends as if its client had left."""
@@ -451,12 +456,13 @@ class FrontendHub:
         bell = CaptionBell(asyncio.get_running_loop())
         self.link.ring_on_captions(bell.ring)
         while True:
+            rung_ns = bell.heard_ns  # when the oldest of these reached its engine's outbox
             for lease, update in self.link.poll():
                 stream = self._by_lease.get(lease.key)
                 if stream is None:
                     continue
                 # The values, not the message: its front-end makes the JSON (caption_fields).
-                self._send(stream.fe, ("caption", stream.sid, protocol.caption_fields(update)))
+                self._send(stream.fe, ("caption", stream.sid, protocol.caption_fields(update), rung_ns))
                 if self.metrics is not None and update.text.strip():
                     self.metrics.observe_caption(update)
                 if self._transcripts is not None and update.kind == "final" and update.text.strip():

@@ -244,6 +244,7 @@ def run(args) -> int:
         server_standby,
     )
     from captioner.serve.hub import FrontendHub
+    from captioner.serve.loop_lag import lateness_quantiles_ms
     from captioner.serve.server import CaptionServer, ServerThread
 
     def make_pipeline(device):
@@ -317,6 +318,8 @@ def run(args) -> int:
     lateness = [("the serving loop ran late", server.loop_lag.quantiles_ms())]
     if args.frontends > 1:
         lateness.append(("the front-ends' loops", server.frontends_lag.quantiles_ms()))
+        lateness.append(("captions from the engine's outbox to the front-ends",
+                         lateness_quantiles_ms(list(server.outbox_to_frontends_ms))))
     print(f"captioner: served {c['accepted']} connection(s), refused {c['refused']}"
           + (f"; audio waited p50 {inbound[0]} / p99 {inbound[1]} ms between the front-ends and the engine"
              if inbound else "")
