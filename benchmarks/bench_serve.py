@@ -872,9 +872,9 @@ def serve_run(args, frontends: int, clips, clip_audio, repeats, assign, audio_s:
         found = re.search(r"audio waited p50 ([\d.]+) / p99 ([\d.]+) ms", line)
         if found:  # --frontends > 1: front-end -> the engine's inbox, the hub's own count
             result["frontend_to_engine_ms"] = {"p50": float(found[1]), "p99": float(found[2])}
-        # How late the server's (hub's) own loop and, with --frontends > 1, each front-end's ran.
-        # And, with --frontends > 1, each caption's way from its engine's outbox to its front-end:
-        # the part of the served way back in the server (the in-process one ends at the outbox).
+        # How late the server's (hub's) own loop ran and, with --frontends > 1, each front-end's,
+        # and each caption's way from its engine's outbox to its front-end: the served way back's
+        # part inside the server (the in-process one ends at the outbox).
         for said, key in (("the serving loop ran late", "server_loop_late_ms"),
                           ("the front-ends' loops", "frontend_loop_late_ms"),
                           ("captions from the engine's outbox to the front-ends", "outbox_to_frontend_ms")):

@@ -121,7 +121,7 @@ class FrontEnd:
         if not self._writer.is_closing():
             self._writer.write(channel.encode(frame))
 
-    async def _report_lateness(self, lag: LoopLag) -> None:
+    async def _report_measures(self, lag: LoopLag) -> None:
         """Every second, how late this loop woke since the last report, and how long each caption
         took from its engine's outbox to this loop (the hub sums up every front-end's in its last
         line: a caption's way back passes through this loop too)."""
@@ -310,7 +310,7 @@ class FrontEnd:
         self.flush()
         flusher = asyncio.create_task(self._flusher())
         lag = LoopLag(kept=10_000)
-        watchers = [asyncio.create_task(lag.watch()), asyncio.create_task(self._report_lateness(lag))]
+        watchers = [asyncio.create_task(lag.watch()), asyncio.create_task(self._report_measures(lag))]
         try:
             await self._from_hub()
         finally:
