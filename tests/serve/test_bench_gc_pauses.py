@@ -33,8 +33,9 @@ def test_a_process_started_after_enable_logs_its_collections(tmp_path):
 def test_the_types_a_long_full_collection_walked_are_written_beside_the_log(tmp_path):
     folder = tmp_path / "gc"
     # A frozen start-up, then 200,000 lists made while "serving": the collection that walks them
-    # names them, and the summary reads past the types file.
-    child = ("import gc; gc.freeze(); x = [[i] for i in range(200000)]; gc.collect()")
+    # names them, and the summary reads past the types file. The lists are made with the
+    # collector off: an automatic full collection half-way would be the one censused.
+    child = ("import gc; gc.freeze(); gc.disable(); x = [[i] for i in range(200000)]; gc.enable(); gc.collect()")
     parent = (f"import sys, os, subprocess; sys.path.insert(0, {str(BENCHMARKS)!r}); from pathlib import Path; "
               f"import gc_pauses; gc_pauses.enable(Path({str(folder)!r})); os.environ[gc_pauses.TYPES_ENV] = '0'; "
               f"subprocess.run([sys.executable, '-c', {child!r}], check=True)")
