@@ -4,8 +4,8 @@ A collection stops every thread of its process for its length; a full one walks 
 object the process holds. On an H200 serving 1,000 connections they took up to 120 ms in the
 serving process and 90-111 ms in each model process (docs/serve.md, "pauses of the garbage
 collector"). :func:`enable` makes every Python process started afterwards from this one (and
-this one) append each collection of :data:`LOGGED_MS` or more to ``<pid>.txt`` in a folder;
-:func:`summary` reads the folder back, process by process.
+this one) append each full collection, and each younger one of :data:`LOGGED_MS` or more, to
+``<pid>.txt`` in a folder; :func:`summary` reads the folder back, process by process.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _on_collection(phase: str, info: dict) -> None:
         _state["started"] = time.perf_counter()
         return
     ms = (time.perf_counter() - _state["started"]) * 1e3
-    if ms < LOGGED_MS:
+    if ms < LOGGED_MS and info["generation"] != 2:  # every full one: their count is what tuning moves
         return
     if _state["file"] is None:
         _state["file"] = open(os.path.join(_state["folder"], f"{os.getpid()}.txt"), "a", buffering=1)
@@ -113,16 +113,17 @@ def summary(folder: Path, from_unix_s: float = 0.0) -> dict[str, list[dict]]:
     """Per role (server, model process, front-end, client process, benchmark), one entry per
     process: full collections (count, longest, total ms, and each one's ms and how many
     unreachable objects it freed: a long one that freed thousands was cyclic garbage made while
-    serving, one that freed few walked a large live heap) and pauses of any generation (count,
-    longest, how many of 20 ms and of 50 ms or more), those from ``from_unix_s`` on (after the
-    start-up: its own collection, which the freeze makes, is not serving's)."""
+    serving, one that freed few walked a large live heap) and pauses of 1 ms or more of any
+    generation (count, longest, how many of 20 ms and of 50 ms or more), those from
+    ``from_unix_s`` on (after the start-up: its own collection, which the freeze makes, is not
+    serving's)."""
     out: dict[str, list[dict]] = {}
     for path in sorted(folder.glob("*.txt")):
         lines = path.read_text().splitlines()
         head = lines[0][2:] if lines and lines[0].startswith("# ") else ""
         rows = [row for row in (line.split() for line in lines if line and not line.startswith("#"))
                 if len(row) == 4 and float(row[0]) >= from_unix_s]
-        pauses = [float(r[2]) for r in rows]
+        pauses = [float(r[2]) for r in rows if float(r[2]) >= LOGGED_MS]
         full_rows = [r for r in rows if r[1] == "2"]
         full = [float(r[2]) for r in full_rows]
         out.setdefault(role(head), []).append({
