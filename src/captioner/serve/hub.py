@@ -56,6 +56,7 @@ from captioner.serve.server import (
     _TranscriptThread,
     is_loopback,
 )
+from captioner.serve.stream_flags import END_ASKED, ENDED, GONE, OPENED, StreamFlags
 
 START_TIMEOUT_S = 60.0
 """How long a front-end may take to start and listen (a fresh interpreter importing websockets)."""
@@ -92,7 +93,7 @@ class _Stream:
     """One connection's stream, as the hub sees it (hub loop thread)."""
 
     __slots__ = ("fe", "sid", "conn_id", "label", "language", "rate_hz", "peer", "lease", "ready",
-                 "opened", "ended", "end_asked", "gone", "closed_by")
+                 "flags", "closed_by")
 
     def __init__(self, fe: _Frontend, sid: int, conn_id: int, label: str, language: str | None, rate_hz: int,
                  peer: str) -> None:
@@ -100,10 +101,7 @@ class _Stream:
         self.label, self.language, self.rate_hz, self.peer = label, language, rate_hz, peer
         self.lease: Lease | None = None
         self.ready = ""  # the ready message, once the stream is admitted
-        self.opened = asyncio.Event()  # the engine listed the stream (or it ended first)
-        self.ended = asyncio.Event()  # done, refused or failed
-        self.end_asked = asyncio.Event()  # the client sent end
-        self.gone = asyncio.Event()  # the connection is over without end (or its front-end died)
+        self.flags = StreamFlags()  # OPENED, ENDED, END_ASKED, GONE
         self.closed_by: tuple = (None, "")  # the front-end's close code and reason then (None: the client left)
 
 
@@ -269,12 +267,12 @@ class FrontendHub:
             elif kind == "end":
                 stream = fe.streams.get(event[1])
                 if stream is not None:
-                    stream.end_asked.set()
+                    stream.flags.raise_flag(END_ASKED)
             elif kind == "gone":
                 stream = fe.streams.get(event[1])
                 if stream is not None:
                     stream.closed_by = event[2:]
-                    stream.gone.set()
+                    stream.flags.raise_flag(GONE)
             elif kind == "log":
                 self.log(f"front-end {fe.index}: {event[1]}")
             elif kind == "refused":
@@ -292,7 +290,7 @@ class FrontendHub:
             self.log(f"front-end {fe.index} (pid {fe.pid}) ended: its {len(fe.streams)} connection(s) "
                      "are closed, the other front-ends serve on")
         for stream in list(fe.streams.values()):
-            stream.gone.set()
+            stream.flags.raise_flag(GONE)
         asyncio.create_task(asyncio.to_thread(fe.process.wait))  # reaped, not left a zombie
         if not self._stopping:
             asyncio.create_task(self._restart(fe.index))
@@ -382,21 +380,19 @@ class FrontendHub:
         code: int | None = None
         reason = why = ""
         closed_by = None
-        waits = [asyncio.create_task(e.wait()) for e in (stream.end_asked, stream.gone, stream.ended)]
+        flags = stream.flags
         try:
-            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-            if stream.gone.is_set():
+            await flags.wait(END_ASKED | GONE | ENDED)
+            if flags.is_up(GONE):
                 code = None  # nothing to send: the connection is over
                 closed_by, why = stream.closed_by
-            elif stream.end_asked.is_set():
+            elif flags.is_up(END_ASKED):
                 code, reason = await self._finish(stream)
             else:
                 code, reason = CaptionServer._end_code(lease)
                 if self._stopping and code == protocol.CLOSE_NORMAL:  # committed by the stop
                     code, reason = _STOPPING
         finally:
-            for wait in waits:
-                wait.cancel()
             if code is not None:
                 self._send(fe, ("close", stream.sid, code, reason))
             await self._retire(stream)
@@ -410,16 +406,16 @@ class FrontendHub:
         if lease.state == "open" and stream.ready:
             self._send(stream.fe, ("ready", stream.sid, stream.ready))  # before any caption or status
         if lease.state != "opening":
-            stream.opened.set()
+            stream.flags.raise_flag(OPENED)
         if lease.state in ("done", "refused", "failed"):
-            stream.ended.set()
+            stream.flags.raise_flag(ENDED)
 
     async def _finish(self, stream: _Stream) -> tuple[int, str]:
         """After ``end``: the stream's open text is committed, its finals go out, then 1000."""
         try:
-            await asyncio.wait_for(stream.opened.wait(), OPEN_TIMEOUT_S)
+            await stream.flags.wait(OPENED, OPEN_TIMEOUT_S)
             await asyncio.to_thread(self.link.close, stream.lease)
-            await asyncio.wait_for(stream.ended.wait(), END_TIMEOUT_S)
+            await stream.flags.wait(ENDED, END_TIMEOUT_S)
         except asyncio.TimeoutError:
             return protocol.CLOSE_INTERNAL, "the engine did not finish the stream in time"
         return CaptionServer._end_code(stream.lease)
@@ -429,9 +425,9 @@ class FrontendHub:
         lease = stream.lease
         try:
             if lease is not None and lease.state in ("opening", "open"):
-                await asyncio.wait_for(stream.opened.wait(), OPEN_TIMEOUT_S)
+                await stream.flags.wait(OPENED, OPEN_TIMEOUT_S)
                 await asyncio.to_thread(self.link.close, lease)
-            await asyncio.wait_for(stream.ended.wait(), END_TIMEOUT_S)
+            await stream.flags.wait(ENDED, END_TIMEOUT_S)
         except asyncio.TimeoutError:
             pass
         finally:
@@ -445,10 +441,10 @@ class FrontendHub:
     async def _shutdown_one(self, stream: _Stream) -> None:
         """Commits the stream; its task closes it with 1001 once its finals are out."""
         try:
-            await asyncio.wait_for(stream.opened.wait(), SHUTDOWN_S)
+            await stream.flags.wait(OPENED, SHUTDOWN_S)
             await asyncio.to_thread(self.link.close, stream.lease)
         except asyncio.TimeoutError:
-            stream.gone.set()
+            stream.flags.raise_flag(GONE)
 
     # -- engine side ---------------------------------------------------------------------------------
     async def _pump(self) -> None:

@@ -36,6 +36,7 @@ from captioner.serve.engine_link import (
 )
 from captioner.serve.loop_lag import LoopLag
 from captioner.serve.protocol import ProtocolError, close_reason, peer, send_outbox
+from captioner.serve.stream_flags import ENDED, OPENED, StreamFlags
 
 POLL_PERIOD_S = 0.02
 """How often the pump goes round when no engine rings (:class:`~captioner.serve.engine_link.CaptionBell`):
@@ -62,7 +63,7 @@ def is_loopback(host: str) -> bool:
 class _Conn:
     """One connection: its stream's lease, its outbox and the events the pump sets (loop thread)."""
 
-    __slots__ = ("id", "ws", "params", "lease", "outbox", "opened", "ended", "pace", "peer", "ready")
+    __slots__ = ("id", "ws", "params", "lease", "outbox", "flags", "pace", "peer", "ready")
 
     def __init__(self, conn_id: int, ws, params: protocol.StreamParams, max_ahead_s: float) -> None:
         self.id = conn_id
@@ -70,8 +71,7 @@ class _Conn:
         self.params = params
         self.lease: Lease | None = None
         self.outbox: asyncio.Queue[str | None] = asyncio.Queue()
-        self.opened = asyncio.Event()  # the engine listed the stream (or it ended first)
-        self.ended = asyncio.Event()  # done, refused or failed
+        self.flags = StreamFlags()  # OPENED, ENDED
         self.pace = protocol.Pace(max_ahead_s)
         self.peer = ""
         self.ready = ""  # the ``ready`` message, sent once the engine has admitted the stream
@@ -81,9 +81,9 @@ class _Conn:
         if lease.state == "open" and self.ready:
             self.outbox.put_nowait(self.ready)  # before any caption or status: the pump queues those after
         if lease.state != "opening":
-            self.opened.set()
+            self.flags.raise_flag(OPENED)
         if lease.state in ("done", "refused", "failed"):
-            self.ended.set()
+            self.flags.raise_flag(ENDED)
 
 
 class _TranscriptThread(threading.Thread):
@@ -212,7 +212,7 @@ class CaptionServer:
             conn.outbox.put_nowait(conn.ready)
         code, reason = protocol.CLOSE_NORMAL, ""
         receiver = asyncio.create_task(self._receive(conn))
-        ended = asyncio.create_task(conn.ended.wait())
+        ended = conn.flags.when(ENDED)
         try:
             await asyncio.wait({receiver, ended}, return_when=asyncio.FIRST_COMPLETED)
             if receiver.done():
@@ -283,9 +283,9 @@ class CaptionServer:
         lease = conn.lease
         assert lease is not None
         try:
-            await asyncio.wait_for(conn.opened.wait(), OPEN_TIMEOUT_S)
+            await conn.flags.wait(OPENED, OPEN_TIMEOUT_S)
             await asyncio.to_thread(self.link.close, lease)
-            await asyncio.wait_for(conn.ended.wait(), END_TIMEOUT_S)
+            await conn.flags.wait(ENDED, END_TIMEOUT_S)
         except asyncio.TimeoutError:
             return protocol.CLOSE_INTERNAL, "the engine did not finish the stream in time"
         return self._end_code(lease)
@@ -306,9 +306,9 @@ class CaptionServer:
         lease = conn.lease
         try:
             if lease is not None and lease.state in ("opening", "open"):
-                await asyncio.wait_for(conn.opened.wait(), OPEN_TIMEOUT_S)
+                await conn.flags.wait(OPENED, OPEN_TIMEOUT_S)
                 await asyncio.to_thread(self.link.close, lease)
-            await asyncio.wait_for(conn.ended.wait(), END_TIMEOUT_S)
+            await conn.flags.wait(ENDED, END_TIMEOUT_S)
         except asyncio.TimeoutError:
             pass
         finally:
@@ -413,7 +413,7 @@ class CaptionServer:
     async def _shutdown_one(self, conn: _Conn) -> None:
         """Commits the stream; its handler sends the finals and closes with 1001 once it is done."""
         try:
-            await asyncio.wait_for(conn.opened.wait(), SHUTDOWN_S)
+            await conn.flags.wait(OPENED, SHUTDOWN_S)
             await asyncio.to_thread(self.link.close, conn.lease)
         except asyncio.TimeoutError:
             await conn.ws.close(protocol.CLOSE_GOING_AWAY, "the server is shutting down")
