@@ -86,3 +86,46 @@ def test_the_pump_works_out_the_leases_when_the_status_changes_not_on_every_poll
         assert not worker.leases
     finally:
         link.stop()
+
+
+def test_a_finished_connection_is_freed_without_the_cycle_collector():
+    """A server's connection holds its lease and the lease's callback holds the connection (the
+    hub's and the plain server's alike). Once the lease is done the link lets go of the callback,
+    so the connection is freed as it is dropped: a full collection of the serving process does
+    not find 19 objects of each closed connection (5,717 at the close of 300)."""
+    import gc
+    import weakref
+
+    def make_pipeline(device):
+        return Pipeline([], config=EngineConfig(),
+                        recognizer_factory=lambda: (cpu_backend(), ScriptedRecognizer({})))
+
+    class Connection:
+        lease = None
+
+        def changed(self, lease) -> None:
+            self.state = lease.state
+
+    link = EngineLink(["cpu"], make_pipeline)
+    link.start()
+    try:
+        conn = Connection()
+        conn.lease = link.open("c", None, 16000, conn.changed)
+        deadline = time.monotonic() + 30
+        while conn.lease.state != "open" and time.monotonic() < deadline:
+            link.poll()
+            time.sleep(0.005)
+        link.close(conn.lease)
+        while conn.lease.state != "done" and time.monotonic() < deadline:
+            link.poll()
+            time.sleep(0.005)
+        assert conn.state == "done" and conn.lease.on_change is None
+        gone = weakref.ref(conn)
+        gc.disable()  # freed by reference counting alone, or not at all
+        try:
+            del conn
+            assert gone() is None, "the connection and its lease are a cycle left for the collector"
+        finally:
+            gc.enable()
+    finally:
+        link.stop()
