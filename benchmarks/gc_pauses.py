@@ -13,6 +13,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -23,6 +24,10 @@ TYPES_ENV = "CAPTIONER_BENCH_GC_TYPES"
 longer than any before it, also writes what the collector walked, type by type, to ``<pid>.types``
 (a diagnosis: listing the objects pauses the process again, so not for runs whose latency is
 reported)."""
+COUNT_ENV = "CAPTIONER_BENCH_GC_COUNT_S"
+"""Set to N (seconds): every N s the process also appends ``unix_s objects`` to ``<pid>.count``,
+the tracked objects that are not frozen, which is what its next full collection walks (a
+diagnosis: counting them holds the interpreter for about a millisecond per 30,000)."""
 SITE = Path(__file__).resolve().parent / "gc_log"  # its sitecustomize.py calls log_this_process
 _state: dict = {}  # this process's log: its folder and open file, once log_this_process ran
 
@@ -39,6 +44,20 @@ def log_this_process(folder: str) -> None:
     _state.update(folder=folder, file=None, started=0.0, types_from_ms=types_from_ms)
     if not installed:
         gc.callbacks.append(_on_collection)
+        try:
+            count_every_s = float(os.environ.get(COUNT_ENV, "0"))
+        except ValueError:
+            count_every_s = 0.0
+        if count_every_s > 0:
+            threading.Thread(target=_count_objects, args=(count_every_s,), name="gc-count", daemon=True).start()
+
+
+def _count_objects(every_s: float) -> None:
+    while True:
+        time.sleep(every_s)
+        objects = len(gc.get_objects())
+        with open(os.path.join(_state["folder"], f"{os.getpid()}.count"), "a") as out:
+            out.write(f"{time.time():.3f} {objects}\n")
 
 
 def _on_collection(phase: str, info: dict) -> None:
@@ -116,7 +135,7 @@ def summary(folder: Path, from_unix_s: float = 0.0) -> dict[str, list[dict]]:
     serving, one that freed few walked a large live heap) and pauses of 1 ms or more of any
     generation (count, longest, how many of 20 ms and of 50 ms or more), those from
     ``from_unix_s`` on (after the start-up: its own collection, which the freeze makes, is not
-    serving's)."""
+    serving's); with ``COUNT_ENV``, the objects a full collection would walk (most, median, last)."""
     out: dict[str, list[dict]] = {}
     for path in sorted(folder.glob("*.txt")):
         lines = path.read_text().splitlines()
@@ -130,5 +149,17 @@ def summary(folder: Path, from_unix_s: float = 0.0) -> dict[str, list[dict]]:
             "pid": int(path.stem), "pauses": len(pauses), "pause_ms_max": max(pauses, default=0.0),
             "pauses_20ms": sum(p >= 20 for p in pauses), "pauses_50ms": sum(p >= 50 for p in pauses),
             "full": len(full), "full_ms_max": max(full, default=0.0), "full_ms_total": round(sum(full), 1),
-            "full_ms_and_freed": [[float(r[2]), int(r[3])] for r in full_rows]})
+            "full_ms_and_freed": [[float(r[2]), int(r[3])] for r in full_rows],
+            **_objects_counted(path.with_suffix(".count"), from_unix_s)})
     return out
+
+
+def _objects_counted(path: Path, from_unix_s: float) -> dict:
+    """``COUNT_ENV``'s counts from ``from_unix_s`` on: the most, the median and the last."""
+    if not path.exists():
+        return {}
+    counts = [int(row[1]) for row in (line.split() for line in path.read_text().splitlines())
+              if len(row) == 2 and float(row[0]) >= from_unix_s]
+    if not counts:
+        return {}
+    return {"objects_max": max(counts), "objects_median": sorted(counts)[len(counts) // 2], "objects_last": counts[-1]}

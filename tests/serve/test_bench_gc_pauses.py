@@ -64,3 +64,18 @@ def test_each_full_collection_says_how_much_garbage_it_freed(tmp_path):
     freed = sorted(n for p in entries for _, n in p["full_ms_and_freed"])
     assert freed and freed[-1] >= 100_000
     assert all(len(p["full_ms_and_freed"]) == p["full"] for p in entries)
+
+
+def test_the_objects_a_full_collection_would_walk_are_counted_while_the_process_runs(tmp_path):
+    folder = tmp_path / "gc"
+    # A frozen start-up, then 50,000 lists held for half a second and dropped: counted every
+    # 0.1 s, the most is at least those, and the last count (after the drop) far fewer.
+    child = ("import gc, time; gc.freeze(); x = [[i] for i in range(50000)]; time.sleep(0.5); del x; "
+             "time.sleep(0.3); gc.collect()")
+    parent = (f"import sys, os, subprocess; sys.path.insert(0, {str(BENCHMARKS)!r}); from pathlib import Path; "
+              f"import gc_pauses; os.environ[gc_pauses.COUNT_ENV] = '0.1'; gc_pauses.enable(Path({str(folder)!r})); "
+              f"subprocess.run([sys.executable, '-c', {child!r}], check=True)")
+    subprocess.run([sys.executable, "-c", parent], check=True, timeout=120)
+    counted = [p for entries in gc_pauses.summary(folder).values() for p in entries if p.get("objects_max", 0) >= 50_000]
+    assert len(counted) == 1
+    assert counted[0]["objects_last"] < 10_000 <= 50_000 <= counted[0]["objects_max"]
