@@ -323,6 +323,19 @@ class _InputWatch(threading.Thread):
                 continue
 
 
+def _live_sink_into(inbox: queue.Queue) -> Callable[[RawChunk | SourceEnd], bool]:
+    """The sink of every live source of a pipeline (the PortAudio callback, a connection's audio):
+    never waits. One for all, holding the inbox only (not the pipeline: no cycle through the
+    sources): a server's thousand streams share it rather than keep a closure each."""
+    def live_sink(item) -> bool:
+        try:
+            inbox.put_nowait(item)
+            return True
+        except queue.Full:
+            return False
+    return live_sink
+
+
 class Pipeline:
     """Owns the sources and threads of one captioning session.
 
@@ -373,6 +386,7 @@ class Pipeline:
         self._factory = recognizer_factory
         self._progress = progress
         self._inbox: queue.Queue[InboxItem] = queue.Queue(maxsize=inbox_items)
+        self._live_sink = _live_sink_into(self._inbox)
         self._captions: deque[CaptionUpdate] = deque()
         self._captions_lock = threading.Lock()
         self.on_captions: Callable[[], None] | None = None
@@ -476,13 +490,7 @@ class Pipeline:
         if getattr(source, "live", True) and isinstance(source, RecoverableSource) and self._watch is not None:
             return self._watch.feed_for(source)  # its end goes to the watch thread, not the worker
         if getattr(source, "live", True):
-            def live_sink(item) -> bool:  # the PortAudio callback: never wait
-                try:
-                    inbox.put_nowait(item)
-                    return True
-                except queue.Full:
-                    return False
-            return live_sink
+            return self._live_sink
 
         def replay_sink(item) -> bool:  # a replay thread: wait for room, never drop
             while not stopping.is_set():
