@@ -90,3 +90,15 @@ def test_a_thousand_waiting_streams_hold_a_few_objects_each():
 
     per_stream = asyncio.run(run())
     assert per_stream <= 15, per_stream  # 11 here: the flags, the task, its future and their links
+
+
+def test_a_lease_state_raises_opened_past_opening_and_ended_at_its_end():
+    flags = StreamFlags()
+    flags.follow_lease("opening")
+    assert not flags.is_up(OPENED | ENDED)
+    flags.follow_lease("open")
+    assert flags.is_up(OPENED) and not flags.is_up(ENDED)
+    for state in ("done", "refused", "failed"):
+        ended = StreamFlags()
+        ended.follow_lease(state)  # refused before it opened: opened too, so no wait hangs
+        assert ended.is_up(OPENED) and ended.is_up(ENDED)

@@ -12,6 +12,8 @@ source that can tell, and be opened again, is a :class:`RecoverableSource`: its 
 
 from __future__ import annotations
 
+import queue
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -128,3 +130,31 @@ class RecoverableSource(AudioSource, Protocol):
     def reopen(self) -> RecoverableSource | None:
         """A new, unstarted source with the same label on the same device once the device is
         there again, else ``None``. May take a moment (it asks the system), never long."""
+
+
+def live_sink_into(inbox: queue.Queue) -> Sink:
+    """A sink for live sources (the PortAudio callback, a connection's audio): never waits; False
+    when the inbox is full. It holds the inbox only, so one can serve every live source of an
+    owner (a server's thousand streams) without a closure each or a cycle through the owner."""
+    def live_sink(item: RawChunk | SourceEnd) -> bool:
+        try:
+            inbox.put_nowait(item)
+            return True
+        except queue.Full:
+            return False
+    return live_sink
+
+
+def replay_sink_into(inbox: queue.Queue, stopping: threading.Event,
+                     wait_s: float = 0.1) -> Sink:
+    """A sink for a replay thread: waits for room (looking at ``stopping`` every ``wait_s``),
+    never drops; False once ``stopping`` is set."""
+    def replay_sink(item: RawChunk | SourceEnd) -> bool:
+        while not stopping.is_set():
+            try:
+                inbox.put(item, timeout=wait_s)
+                return True
+            except queue.Full:
+                continue
+        return False
+    return replay_sink

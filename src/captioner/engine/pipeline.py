@@ -36,7 +36,13 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
-from captioner.audio.source import RawChunk, RecoverableSource, SourceEnd
+from captioner.audio.source import (
+    RawChunk,
+    RecoverableSource,
+    SourceEnd,
+    live_sink_into,
+    replay_sink_into,
+)
 from captioner.engine.core import EngineConfig
 from captioner.engine.live import LiveCaptioner
 from captioner.engine.supervisor import SupervisedCaptioner
@@ -323,19 +329,6 @@ class _InputWatch(threading.Thread):
                 continue
 
 
-def _live_sink_into(inbox: queue.Queue) -> Callable[[RawChunk | SourceEnd], bool]:
-    """The sink of every live source of a pipeline (the PortAudio callback, a connection's audio):
-    never waits. One for all, holding the inbox only (not the pipeline: no cycle through the
-    sources): a server's thousand streams share it rather than keep a closure each."""
-    def live_sink(item) -> bool:
-        try:
-            inbox.put_nowait(item)
-            return True
-        except queue.Full:
-            return False
-    return live_sink
-
-
 class Pipeline:
     """Owns the sources and threads of one captioning session.
 
@@ -386,7 +379,7 @@ class Pipeline:
         self._factory = recognizer_factory
         self._progress = progress
         self._inbox: queue.Queue[InboxItem] = queue.Queue(maxsize=inbox_items)
-        self._live_sink = _live_sink_into(self._inbox)
+        self._live_sink = live_sink_into(self._inbox)  # one for every live source
         self._captions: deque[CaptionUpdate] = deque()
         self._captions_lock = threading.Lock()
         self.on_captions: Callable[[], None] | None = None
@@ -485,22 +478,11 @@ class Pipeline:
         return "inline" if parse_device(wanted)[0] == "cpu" else "process"
 
     def _sink_for(self, source) -> Callable[[RawChunk | SourceEnd], bool]:
-        inbox = self._inbox
-        stopping = self._stopping
         if getattr(source, "live", True) and isinstance(source, RecoverableSource) and self._watch is not None:
             return self._watch.feed_for(source)  # its end goes to the watch thread, not the worker
         if getattr(source, "live", True):
             return self._live_sink
-
-        def replay_sink(item) -> bool:  # a replay thread: wait for room, never drop
-            while not stopping.is_set():
-                try:
-                    inbox.put(item, timeout=_WAIT_FOR_ROOM_S)
-                    return True
-                except queue.Full:
-                    continue
-            return False
-        return replay_sink
+        return replay_sink_into(self._inbox, self._stopping, _WAIT_FOR_ROOM_S)  # a replay thread
 
     @property
     def inbox_fill(self) -> float:

@@ -32,7 +32,7 @@ from urllib.parse import urlsplit, urlunsplit
 import numpy as np
 
 from captioner.audio.ingest import StreamIngest
-from captioner.audio.source import RawChunk, SourceEnd
+from captioner.audio.source import RawChunk, SourceEnd, live_sink_into, replay_sink_into
 from captioner.errors import UserError, one_line
 from captioner.events import (
     SAMPLE_RATE_HZ,
@@ -118,25 +118,9 @@ class _Link(threading.Thread):
 
     # -- the source's side ---------------------------------------------------------------------------
     def sink_for(self, live: bool):
-        inbox = self.inbox
-        stopping = self.owner._stopping
-
-        def live_sink(item) -> bool:
-            try:
-                inbox.put_nowait(item)
-                return True
-            except queue.Full:
-                return False
-
-        def replay_sink(item) -> bool:
-            while not stopping.is_set():
-                try:
-                    inbox.put(item, timeout=0.1)
-                    return True
-                except queue.Full:
-                    continue
-            return False
-        return live_sink if live else replay_sink
+        if live:
+            return live_sink_into(self.inbox)
+        return replay_sink_into(self.inbox, self.owner._stopping)
 
     # -- the link's thread ---------------------------------------------------------------------------
     def run(self) -> None:

@@ -405,10 +405,7 @@ class FrontendHub:
         """Hub loop thread (from the pump)."""
         if lease.state == "open" and stream.ready:
             self._send(stream.fe, ("ready", stream.sid, stream.ready))  # before any caption or status
-        if lease.state != "opening":
-            stream.flags.raise_flag(OPENED)
-        if lease.state in ("done", "refused", "failed"):
-            stream.flags.raise_flag(ENDED)
+        stream.flags.follow_lease(lease.state)
 
     async def _finish(self, stream: _Stream) -> tuple[int, str]:
         """After ``end``: the stream's open text is committed, its finals go out, then 1000."""

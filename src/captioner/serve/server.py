@@ -80,10 +80,7 @@ class _Conn:
         """Loop thread (from the pump)."""
         if lease.state == "open" and self.ready:
             self.outbox.put_nowait(self.ready)  # before any caption or status: the pump queues those after
-        if lease.state != "opening":
-            self.flags.raise_flag(OPENED)
-        if lease.state in ("done", "refused", "failed"):
-            self.flags.raise_flag(ENDED)
+        self.flags.follow_lease(lease.state)
 
 
 class _TranscriptThread(threading.Thread):

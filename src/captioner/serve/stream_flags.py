@@ -52,6 +52,14 @@ class StreamFlags:
                 waiting.append((flags, future))
         self._waiters = waiting or None
 
+    def follow_lease(self, state: str) -> None:
+        """The lease's new state (the pump's callback, both servers): OPENED once it is past
+        opening, ENDED once it is done, refused or failed."""
+        if state != "opening":
+            self.raise_flag(OPENED)
+        if state in ("done", "refused", "failed"):
+            self.raise_flag(ENDED)
+
     def when(self, flags: int) -> asyncio.Future:
         """A future of the running loop, done once any of ``flags`` is up (done already if one
         is). Cancelling it gives up that wait only."""
