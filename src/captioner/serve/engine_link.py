@@ -193,6 +193,10 @@ class NetworkSource:
         return taken
 
 
+ENDED_STATES = frozenset({"done", "refused", "failed"})
+"""A lease's last states: the engine no longer holds its stream, and its callback is let go."""
+
+
 @dataclass(eq=False)
 class Lease:
     """One connection's stream on one engine. ``label`` is the client's, ``key`` the engine's
@@ -219,6 +223,10 @@ class Lease:
         it no longer does, the lease is done and its connection closes; a status told then would
         say "no streams" to a connection still open)."""
         return self.state in ("open", "closing")
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED_STATES
 
     def push(self, pcm: bytes, capture_ns: int | None = None) -> bool:
         """Loop thread: ``capture_ns`` is when it was received (default: now)."""
@@ -444,7 +452,7 @@ class EngineLink:
         """The connection's audio has ended (or the connection is gone): what its stream shows
         is committed (blocks while the inbox is full: not on the loop thread). The lease turns
         ``done`` in :meth:`poll` once the engine no longer lists the stream."""
-        if lease.state in ("closing", "done", "refused", "failed"):
+        if lease.state == "closing" or lease.ended:
             return
         lease.state = "closing"
         lease.worker.pipeline.remove_source(lease.key)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 
+from captioner.serve.engine_link import ENDED_STATES
+
 OPENED = 1
 """The engine listed the stream (or it ended first)."""
 ENDED = 2
@@ -57,7 +59,7 @@ class StreamFlags:
         opening, ENDED once it is done, refused or failed."""
         if state != "opening":
             self.raise_flag(OPENED)
-        if state in ("done", "refused", "failed"):
+        if state in ENDED_STATES:
             self.raise_flag(ENDED)
 
     def when(self, flags: int) -> asyncio.Future:
