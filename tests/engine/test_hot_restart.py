@@ -30,6 +30,7 @@ from captioner.engine.core import EngineConfig
 from captioner.engine.pipeline import Pipeline
 from captioner.engine.policy import normalize_word
 from captioner.engine.scheduler import SchedulerConfig
+from captioner.engine.supervisor import SupervisedStream
 from captioner.engine.worker_process import FAULT_ENV, parse_fault
 from captioner.errors import UserError
 from captioner.events import SAMPLE_RATE_HZ
@@ -40,7 +41,10 @@ class RestartableScript(ScriptedRecognizer):
     """The scripted listener hears words by stream time; a restarted worker's engine counts its
     clock from the stream's checkpoint, and says so (``clock_starts_at``)."""
 
+    started_at_s = 0.0
+
     def clock_starts_at(self, label: str, start_s: float) -> None:
+        self.started_at_s = start_s
         self.script[label] = [ScriptWord(w.text, w.start_s - start_s, w.end_s - start_s)
                               for w in self.script[label]]
 
@@ -51,11 +55,13 @@ class ScriptFactory:
 
     def __init__(self, stream: str, words, backend_name: str = "cpu") -> None:
         self.stream, self.words, self.backend_name = stream, list(words), backend_name
+        self.made: list[RestartableScript] = []  # on the worker thread (inline) only
 
     def __call__(self):
         backend = cpu_backend() if self.backend_name == "cpu" else Backend(
             xp=np, name=self.backend_name, device_name="NumPy, named as a GPU")
-        return backend, RestartableScript({self.stream: self.words})
+        self.made.append(RestartableScript({self.stream: self.words}))
+        return backend, self.made[-1]
 
 
 def _talk(tmp_path: Path, duration_s: float):
@@ -112,6 +118,49 @@ def test_a_failed_step_restarts_the_worker_and_every_word_is_committed_once(tmp_
     finals = [u for u in updates if u.kind == "final"]
     assert all(a.end_s <= b.end_s + 0.5 for a, b in zip(finals, finals[1:]))
     assert finals[-1].end_s <= 30.0
+
+
+def test_a_restarted_host_prompts_its_first_window_as_the_failed_one_did(tmp_path, monkeypatch):
+    """The new host starts at the stream's checkpoint with the words committed before it as
+    its prompt history: its first window has the prompt the failed host's window from that
+    checkpoint had (a fresh engine started with none, and tiny.en then heard the same audio
+    another way than the fault-free run)."""
+    words, path = _talk(tmp_path, 30.0)
+    monkeypatch.setenv(FAULT_ENV, "step:12")
+    factory = ScriptFactory("talk", words)
+    pipeline = Pipeline([FileSource(path, stream="talk", realtime=False)], isolation="inline",
+                        recognizer_factory=factory)
+    updates, _ = _run(pipeline, 120)
+    assert _committed(updates) == keys(words) and pipeline.worker_restarts == 1
+    failed, successor = factory.made
+    checkpoint_s = successor.started_at_s
+    assert checkpoint_s > 0
+    # Windows start a frame (10 ms) into the audio, on each host's own clock.
+    before = [r for r in failed.requests if abs(r.start_s - checkpoint_s) < 0.015]
+    after = [r for r in successor.requests if abs(r.start_s) < 0.015]
+    assert before and after, "no window of the failed host started at the checkpoint"
+    assert after[0].prompt == before[0].prompt
+    # The prompt is the words committed before the checkpoint, the last of them at its end.
+    said_before = [w.text for w in words if w.end_s <= checkpoint_s]
+    assert keys(after[0].prompt) == keys(" ".join(said_before))[-len(keys(after[0].prompt)):]
+    assert len(keys(after[0].prompt)) >= 3
+
+
+def test_a_ring_that_overflows_moves_the_checkpoint_and_the_finals_it_passes_join_the_prompt():
+    """Speech with no pause for longer than the ring holds: the checkpoint is moved with the
+    ring's start, and the committed words it passes are added to the prompt history the host
+    last reported (no host reports one there: nothing is idle)."""
+    stream = SupervisedStream(None, "talk", None)
+    stream.reached(0, (" For", " a"))
+    stream.committed = [(SAMPLE_RATE_HZ, ["full", "hour"]), (3 * SAMPLE_RATE_HZ, ["he", "had"]),
+                        (5 * SAMPLE_RATE_HZ, ["paced"])]
+    for second in range(5):
+        stream.keep(second * SAMPLE_RATE_HZ, 0, np.zeros(SAMPLE_RATE_HZ, np.float32), 2 * SAMPLE_RATE_HZ)
+    assert stream.checkpoint == 3 * SAMPLE_RATE_HZ and [first for first, _, _ in stream.replay()] == [3 * SAMPLE_RATE_HZ, 4 * SAMPLE_RATE_HZ]
+    assert stream.history == (" For", " a", " full", " hour", " he", " had")
+    assert stream.committed == [(5 * SAMPLE_RATE_HZ, ["paced"])]  # heard again after a restart: the seam's
+    stream.reached(4 * SAMPLE_RATE_HZ, None)  # a host's checkpoint with nothing committed since its last
+    assert stream.history == (" For", " a", " full", " hour", " he", " had")
 
 
 @pytest.mark.parametrize("standby", [True, False])

@@ -24,7 +24,7 @@ import itertools
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -360,14 +360,15 @@ class Engine:
         return tuple(self._streams)
 
     def add_stream(self, name: str, language: str | None = None, priority: int | str = Priority.LIVE,
-                   readmit: bool = False) -> None:
+                   readmit: bool = False, history: Sequence[str] = ()) -> None:
         """A new stream (a no-op for one already open); ``language`` overrides the engine's;
         ``priority`` ranks it when compute is short (:class:`~captioner.engine.admission.Priority`).
 
         Raises :class:`~captioner.errors.StreamRefused` when admission says it does not fit
         (see :mod:`captioner.engine.admission`); nothing running changes then. ``readmit``: a
         stream this engine's predecessor held (a worker restart re-opens it): only memory can
-        refuse it."""
+        refuse it. ``history``: the words it committed before (:meth:`prompt_history`), which
+        prompt the first windows here as they would have there."""
         if name in self._streams:
             return
         rank = parse_priority(priority)
@@ -382,8 +383,18 @@ class Engine:
                                       self.measured_interval_p99_s(), base_s, self.measured_lag_s())
             self.admission.admitted(now_s)
         slot = self.features.acquire()
-        self._streams[name] = _Stream(name, slot, self.vad.acquire(), self._make_policy(name),
-                                      language=language, priority=rank)
+        policy = self._make_policy(name)
+        policy.resume(history)
+        self._streams[name] = _Stream(name, slot, self.vad.acquire(), policy, language=language, priority=rank)
+
+    def committed_words(self, name: str) -> int:
+        """How many words the stream has committed (a cheap test of whether its
+        :meth:`prompt_history` changed)."""
+        return self._streams[name].policy.committed_words_total
+
+    def prompt_history(self, name: str) -> tuple[str, ...]:
+        """The committed words (texts as decoded) that prompt the stream's next window."""
+        return self._streams[name].policy.history
 
     def _make_policy(self, name: str):
         factory = self.config.policy_factory or make_policy

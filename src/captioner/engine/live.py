@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
 import numpy as np
@@ -270,13 +270,15 @@ class LiveCaptioner:
 
     # -- streams ---------------------------------------------------------------------------------
     def open_stream(self, label: str, language: str | None = None, *,
-                    priority: int | str = Priority.LIVE, readmit: bool = False) -> CaptionStream:
+                    priority: int | str = Priority.LIVE, readmit: bool = False,
+                    history: Sequence[str] = ()) -> CaptionStream:
         """A new stream named ``label`` (unique among the open streams). ``language``: a code
         ("en", "de", …), "auto"/``None`` for the captioner's default. ``priority``: ``"live"``
         (a microphone, a meeting; the default), ``"replay"`` (a file) or an integer, higher
         served first when a model step cannot take every due stream. ``readmit``: the stream
         was captioned before by a captioner that failed (a restart re-opens it): only memory
-        can refuse it, not the time budget nor the growth limit.
+        can refuse it, not the time budget nor the growth limit; ``history``: the words that
+        captioner had committed (``engine.prompt_history``), the prompt of its next window.
 
         Raises :class:`~captioner.errors.StreamRefused` (a one-line ``ValueError``) when the
         engine is at capacity; the streams already open are not touched."""
@@ -287,7 +289,7 @@ class LiveCaptioner:
             raise ValueError(f"a stream labelled {label!r} is already open")
         code = self._checked_language(language)
         rank = parse_priority(priority)
-        self.engine.add_stream(label, language=code, priority=rank, readmit=readmit)
+        self.engine.add_stream(label, language=code, priority=rank, readmit=readmit, history=history)
         stream = CaptionStream(self, label, code, rank)
         if self._wants_language_check(language_code(language)):
             stream._language_watch = self._checker().watch(label)

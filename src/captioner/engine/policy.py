@@ -24,6 +24,7 @@ import functools
 import re
 import unicodedata
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -245,6 +246,16 @@ class LocalAgreementPolicy:
     def prompt_text(self) -> str:
         """Recent committed text that precedes the buffer: the next window's prompt."""
         return "".join(self._s.history).strip()
+
+    @property
+    def history(self) -> tuple[str, ...]:
+        """The committed words' texts (as decoded) that :meth:`prompt_text` is made of."""
+        return tuple(self._s.history)
+
+    def resume(self, history: Iterable[str]) -> None:
+        """Take ``history`` as the words committed before this stream's audio: a restarted
+        engine's stream then prompts its first windows as its predecessor's would have."""
+        self._s.history.extend(history)
 
     def forced_prefix(self, window_start_s: float) -> tuple[int, ...]:
         """Tokens the next window's text is forced to begin with: those of the committed words at

@@ -13,12 +13,14 @@ What it does, all on the worker thread:
   (16 kHz whole frames on the stream's clock) and kept in a ring, then sent to the host. The
   host reports a checkpoint whenever a stream has nothing open (a pause: everything it showed is
   committed): audio before it is dropped from the ring, which is bounded (``replay_s``, 30 s).
+  With it comes the stream's prompt history (its last committed words), kept here too.
 - **notices a failure**: an exception in the model step or a device fault (the host says so),
   a child process that died, or one not heard from for ``heartbeat_timeout_s``.
 - **restarts**: the failed host is killed and a fresh one takes over — on a GPU the standby
   process, loaded while the first one ran, so a restart waits for no model load. Each stream is
-  opened again at its checkpoint (its clock continues: caption times go on where they were) and
-  its ring is re-fed. Text the failed host committed after the checkpoint is heard again by the
+  opened again at its checkpoint (its clock continues: caption times go on where they were),
+  prompted by the words committed before it (as the failed host's next window would have
+  been), and its ring is re-fed. Text the failed host committed after the checkpoint is heard again by the
   new host; :class:`_Seam` drops it, so no final is shown twice and none is lost.
 - **falls back to the CPU** after ``max_failures`` failures within ``failure_window_s``, and
   says so: in the status message (the app's banner), in :meth:`worker_notices` (a line of
@@ -57,6 +59,9 @@ FAILURE_WINDOW_S = 60.0
 RESTART_NOTE_S = 10.0
 """How long the status message says that the worker was restarted."""
 CLOSE_TIMEOUT_S = 60.0
+HISTORY_WORDS = 64
+"""Most committed words kept as a stream's prompt history when no host said what it is (the
+policy's prompt takes its last ``prompt_words``, 40)."""
 MAX_BATCH_CHUNKS = 256
 """Most chunks sent to the host in one message (a worker step takes at most 200 inbox items)."""
 
@@ -168,6 +173,8 @@ class SupervisedStream:
         self.ring_samples = 0
         self.checkpoint = 0
         self.committed: list[tuple[int, list[str]]] = []  # (end sample, words) of finals since the checkpoint
+        self.history: tuple[str, ...] = ()
+        """The host's prompt history at the checkpoint: the words committed before it."""
         self.segment_max = -1
         self.finishing = False
         self.seam: _Seam | None = None
@@ -209,10 +216,17 @@ class SupervisedStream:
         while self.ring_samples - self.ring[0][2].shape[0] >= limit_samples and len(self.ring) > 1:
             dropped = self.ring.popleft()
             self.ring_samples -= dropped[2].shape[0]
+            # Speech on with no pause for the whole ring: the checkpoint is moved, not reached,
+            # and the finals it passes are the prompt's next words (as the host's, roughly).
+            passed = [" " + w for end, words in self.committed if end <= self.ring[0][0] for w in words]
+            self.history = (*self.history, *passed)[-HISTORY_WORDS:]
             self._move_checkpoint(self.ring[0][0])
 
-    def reached(self, sample: int) -> None:
-        """The host says: nothing is open before ``sample``."""
+    def reached(self, sample: int, history: tuple[str, ...] | None = None) -> None:
+        """The host says: nothing is open before ``sample``, and its prompt is ``history``
+        (``None``: as it said before)."""
+        if history is not None:
+            self.history = history
         while self.ring and self.ring[0][0] + self.ring[0][2].shape[0] <= sample:
             self.ring_samples -= self.ring.popleft()[2].shape[0]
         # Finals that end later stay: after a restart they are a failed host's, which had gone
@@ -379,7 +393,7 @@ class SupervisedCaptioner:
         parse_priority(priority)  # a bad one is the caller's one-line ValueError, here
         stream = SupervisedStream(self, label, code, priority)
         self._streams[label] = stream
-        self._send(("open", label, code, 0, 0, False, priority))
+        self._send(("open", label, code, 0, 0, False, priority, ()))
         return stream
 
     def accept_framed(self, audio: FramedAudio) -> None:
@@ -556,7 +570,7 @@ class SupervisedCaptioner:
             elif kind == "checkpoint":
                 stream = self._streams.get(message[1])
                 if stream is not None:
-                    stream.reached(message[2])
+                    stream.reached(message[2], message[3])
             elif kind == "opened":
                 stream = self._streams.get(message[1])
                 if stream is not None:
@@ -639,7 +653,7 @@ class SupervisedCaptioner:
     def _refeed(self, stream: SupervisedStream) -> None:
         segment_base = stream.segment_max + 1
         self._host.send(("open", stream.label, stream.language, stream.checkpoint, segment_base, True,
-                        stream.priority))
+                        stream.priority, stream.history))
         for first, capture_ns, samples in stream.replay():
             self._batch[stream.label] = (first, capture_ns, samples)
             self._flush_audio(wait=False)

@@ -12,15 +12,19 @@ worker thread and makes a new one after a failure.
 Both speak the same small messages, plain tuples that pickle cheaply:
 
 parent -> host
-    ``("open", label, language, base_sample, segment_base, readmit, priority)`` a stream whose clock starts at
-    16 kHz index ``base_sample`` of the supervisor's stream clock; ``("audio", labels,
+    ``("open", label, language, base_sample, segment_base, readmit, priority, history)`` a
+    stream whose clock starts at 16 kHz index ``base_sample`` of the supervisor's stream clock,
+    its first windows prompted by ``history`` (the texts of words committed before, ``()`` for
+    a new stream); ``("audio", labels,
     first_samples, capture_ns, lengths, samples)`` a chunk of 16 kHz float32 whole frames of
     each of ``labels`` (at most one each), joined in one array; ``("finish", label)``;
     ``("language", code)``; ``("model", name)``; ``("close",)``.
 host -> parent
     ``("ready", info)``; ``("updates", [CaptionUpdate])`` with times and segments already on
-    the supervisor's clock; ``("checkpoint", label, sample)`` the stream has nothing open and a
-    fresh engine fed from ``sample`` on would caption it as this one will; ``("done", label)``;
+    the supervisor's clock; ``("checkpoint", label, sample, history)`` the stream has nothing
+    open and a fresh engine fed from ``sample`` on and prompted by ``history`` would caption it
+    as this one will (``history`` is ``None`` when no word was committed since the stream's last
+    checkpoint: the one it sent then holds); ``("done", label)``;
     ``("status", PipelineStatus)`` (also the heartbeat); ``("notices", [LanguageNotice])``;
     ``("opened", label)`` the engine took the stream; ``("refused", label, text)`` the engine
     refused it at capacity;
@@ -171,6 +175,7 @@ class HostCore:
         self._feed_s = self.live.feed_s  # the captioner's own; raised with many streams (``_work``)
         self._base: dict[str, tuple[int, int]] = {}  # label -> (base sample, segment base)
         self._checkpoint: dict[str, int] = {}
+        self._history_sent: dict[str, int] = {}  # label -> its committed words when its history was sent
         self._unstepped: dict[str, int] = {}  # streams given audio since the last step -> its samples
         self._last_work_s = 0.0
         self._next_status_s = 0.0
@@ -226,9 +231,9 @@ class HostCore:
                 self._accept(label, first, capture_ns, samples[offset:offset + n_samples])
                 offset += n_samples
         elif kind == "open":
-            _, label, language, base_sample, segment_base, readmit, priority = message
+            _, label, language, base_sample, segment_base, readmit, priority, history = message
             try:
-                self.live.open_stream(label, language, readmit=readmit, priority=priority)
+                self.live.open_stream(label, language, readmit=readmit, priority=priority, history=history)
             except StreamRefused as refused:  # at capacity: this stream only; the host goes on
                 return [*out, ("refused", label, one_line(refused))]
             self._base[label] = (base_sample, segment_base)
@@ -291,6 +296,7 @@ class HostCore:
             out.append(("done", label))
             self._base.pop(label, None)
             self._checkpoint.pop(label, None)
+            self._history_sent.pop(label, None)
         # Only a stream given audio or an update can have come to a checkpoint.
         stepped.update(u.stream for u in updates)
         return out + self._checkpoints(stepped)
@@ -351,8 +357,9 @@ class HostCore:
     def _checkpoints(self, names: set[str]) -> list[tuple]:
         """A stream is at a checkpoint when the engine last saw it idle (no speech since its last
         update, nothing shown or committed in an open segment): its window then starts
-        ``lead_in_s`` before the audio end, and a fresh engine given the audio from there on
-        works exactly as this one. Only ``names`` are looked at."""
+        ``lead_in_s`` before the audio end, and a fresh engine given the audio from there on, and
+        the committed words as its prompt history, works exactly as this one (the same windows
+        and prompts, so the same words where the numbers agree). Only ``names`` are looked at."""
         out = []
         for view in self.live.engine.views(names=names):
             base = self._base.get(view.name)
@@ -362,8 +369,19 @@ class HostCore:
             sample = base[0] + start - start % FRAME_SAMPLES
             if sample > self._checkpoint.get(view.name, -1):
                 self._checkpoint[view.name] = sample
-                out.append(("checkpoint", view.name, sample))
+                out.append(("checkpoint", view.name, sample, self._history(view.name)))
         return out
+
+    def _history(self, label: str) -> tuple[str, ...] | None:
+        """A checkpoint's prompt history, or ``None`` when the stream committed nothing since
+        the last one sent: in a pause a stream reaches a checkpoint at every step, and with a
+        thousand served streams 40 words each time would be most of what goes to the parent."""
+        engine = self.live.engine
+        committed = engine.committed_words(label)
+        if self._history_sent.get(label) == committed:
+            return None
+        self._history_sent[label] = committed
+        return engine.prompt_history(label)
 
     def close(self) -> list[tuple]:
         return self._updates(self.live.close())
