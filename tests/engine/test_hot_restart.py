@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import soundfile as sf
-from scripted import ScriptedRecognizer, ScriptWord, keys, render_speech
+from scripted import ScriptedRecognizer, ScriptWord, keys, phrase, render_speech
 from test_engine_scripted import long_script
 
 from captioner.audio.file_source import FileSource
@@ -30,8 +30,8 @@ from captioner.engine.core import EngineConfig
 from captioner.engine.pipeline import Pipeline
 from captioner.engine.policy import normalize_word
 from captioner.engine.scheduler import SchedulerConfig
-from captioner.engine.supervisor import SupervisedStream
-from captioner.engine.worker_process import FAULT_ENV, parse_fault
+from captioner.engine.supervisor import SupervisedCaptioner, SupervisedStream
+from captioner.engine.worker_process import FAULT_ENV, HostSpec, parse_fault
 from captioner.errors import UserError
 from captioner.events import SAMPLE_RATE_HZ
 from captioner.gpu.backend import Backend, cpu_backend
@@ -146,19 +146,53 @@ def test_a_restarted_host_prompts_its_first_window_as_the_failed_one_did(tmp_pat
     assert len(keys(after[0].prompt)) >= 3
 
 
+@pytest.mark.parametrize("fault", ["step:8", "step:12"])
+def test_a_restart_after_sentences_with_no_checkpoint_between_them_shows_each_word_once(monkeypatch, fault):
+    """Audio in 1 s bursts (a client on a slow link, an engine behind its audio): a sentence's
+    segment closes with the next one's speech already in, so no checkpoint falls between them,
+    and the failed host's words since its checkpoint span several segments. The new host hears
+    them as as many segments of its own; the seam covers them all (it covered the first only,
+    and the second sentence was shown twice)."""
+    words = phrase("the birch canoe slid on the smooth planks", 1.0)
+    words += phrase("glue the sheet to the dark blue background", words[-1].end_s + 0.6)
+    words += phrase("it is easy to tell the depth of a well", words[-1].end_s + 0.6)
+    audio = render_speech(words, words[-1].end_s + 2.0)
+    monkeypatch.setenv(FAULT_ENV, fault)
+    spans: list[int] = []  # segments of the failed host's words since the checkpoint, at the restart
+    refeed = SupervisedCaptioner._refeed
+
+    def spy(self, stream):
+        spans.append(len({segment for _, _, segment in stream.committed}))
+        refeed(self, stream)
+
+    monkeypatch.setattr(SupervisedCaptioner, "_refeed", spy)
+    captioner = SupervisedCaptioner(HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory("s", words)),
+                                    isolation="inline")
+    stream, updates = captioner.open_stream("s"), []
+    try:
+        for first in range(0, audio.shape[0], SAMPLE_RATE_HZ):
+            stream.accept_waveform(SAMPLE_RATE_HZ, audio[first:first + SAMPLE_RATE_HZ])
+            updates += captioner.step()
+        stream.finish()
+    finally:
+        updates += captioner.close()
+    assert captioner.restarts == 1 and spans and spans[0] >= 2, spans
+    assert _committed(updates) == keys(words)
+
+
 def test_a_ring_that_overflows_moves_the_checkpoint_and_the_finals_it_passes_join_the_prompt():
     """Speech with no pause for longer than the ring holds: the checkpoint is moved with the
     ring's start, and the committed words it passes are added to the prompt history the host
     last reported (no host reports one there: nothing is idle)."""
     stream = SupervisedStream(None, "talk", None)
     stream.reached(0, (" For", " a"))
-    stream.committed = [(SAMPLE_RATE_HZ, ["full", "hour"]), (3 * SAMPLE_RATE_HZ, ["he", "had"]),
-                        (5 * SAMPLE_RATE_HZ, ["paced"])]
+    stream.committed = [(SAMPLE_RATE_HZ, ["full", "hour"], 0), (3 * SAMPLE_RATE_HZ, ["he", "had"], 0),
+                        (5 * SAMPLE_RATE_HZ, ["paced"], 0)]
     for second in range(5):
         stream.keep(second * SAMPLE_RATE_HZ, 0, np.zeros(SAMPLE_RATE_HZ, np.float32), 2 * SAMPLE_RATE_HZ)
     assert stream.checkpoint == 3 * SAMPLE_RATE_HZ and [first for first, _, _ in stream.replay()] == [3 * SAMPLE_RATE_HZ, 4 * SAMPLE_RATE_HZ]
     assert stream.history == (" For", " a", " full", " hour", " he", " had")
-    assert stream.committed == [(5 * SAMPLE_RATE_HZ, ["paced"])]  # heard again after a restart: the seam's
+    assert stream.committed == [(5 * SAMPLE_RATE_HZ, ["paced"], 0)]  # heard again after a restart: the seam's
     stream.reached(4 * SAMPLE_RATE_HZ, None)  # a host's checkpoint with nothing committed since its last
     assert stream.history == (" For", " a", " full", " hour", " he", " had")
 

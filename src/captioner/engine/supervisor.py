@@ -90,11 +90,16 @@ class _Seam:
     hears them again: the first of its captions that repeat them lose those words (worker
     thread). Words are compared as a reader would (:func:`normalize_word`); a committed word
     the new host does not hear again, or one it hears in addition, is stepped over; text that
-    does not follow the committed words at all ends the seam (it is new)."""
+    does not follow the committed words at all ends the seam (it is new).
 
-    def __init__(self, words: list[str], segment: int) -> None:
+    The committed words may span several of the failed host's segments (audio that came in
+    bursts, or a host behind its audio, closes a segment with the next one's speech already in:
+    no checkpoint falls between them), and the successor hears them as as many segments of its
+    own, numbered from ``first_segment``: a caption after the last of those is new."""
+
+    def __init__(self, words: list[str], first_segment: int, segments: int = 1) -> None:
         self.keys = [k for k in (normalize_word(w) for w in words) if k]
-        self.segment = segment
+        self.last_segment = first_segment + max(1, segments) - 1
 
     @property
     def open(self) -> bool:
@@ -120,8 +125,8 @@ class _Seam:
         return i, j, False
 
     def final(self, update: CaptionUpdate) -> CaptionUpdate | None:
-        if update.segment > self.segment:
-            self.keys = []  # the repeated segment closed: what follows is new
+        if update.segment > self.last_segment:
+            self.keys = []  # the repeated segments closed: what follows is new
             return update
         words = update.text.split()
         i, j, diverged = self._match(words)
@@ -129,7 +134,7 @@ class _Seam:
         return _without(update, words, i)
 
     def partial(self, update: CaptionUpdate) -> CaptionUpdate | None:
-        if update.segment > self.segment:
+        if update.segment > self.last_segment:
             return update
         words = update.text.split()
         i, _, _ = self._match(words)
@@ -172,7 +177,8 @@ class SupervisedStream:
         self.ring: deque[tuple[int, int, np.ndarray]] = deque()  # (first sample, capture_ns, 16 kHz)
         self.ring_samples = 0
         self.checkpoint = 0
-        self.committed: list[tuple[int, list[str]]] = []  # (end sample, words) of finals since the checkpoint
+        # (end sample, words, segment) of the finals since the checkpoint
+        self.committed: list[tuple[int, list[str], int]] = []
         self.history: tuple[str, ...] = ()
         """The host's prompt history at the checkpoint: the words committed before it."""
         self.segment_max = -1
@@ -218,7 +224,7 @@ class SupervisedStream:
             self.ring_samples -= dropped[2].shape[0]
             # Speech on with no pause for the whole ring: the checkpoint is moved, not reached,
             # and the finals it passes are the prompt's next words (as the host's, roughly).
-            passed = [" " + w for end, words in self.committed if end <= self.ring[0][0] for w in words]
+            passed = [" " + w for end, words, _ in self.committed if end <= self.ring[0][0] for w in words]
             self.history = (*self.history, *passed)[-HISTORY_WORDS:]
             self._move_checkpoint(self.ring[0][0])
 
@@ -235,7 +241,7 @@ class SupervisedStream:
 
     def _move_checkpoint(self, sample: int) -> None:
         self.checkpoint = max(self.checkpoint, sample)
-        self.committed = [(end, words) for end, words in self.committed if end > sample]
+        self.committed = [final for final in self.committed if final[0] > sample]
 
     def replay(self) -> list[tuple[int, int, np.ndarray]]:
         """The ring from the checkpoint on (the first block cut there)."""
@@ -602,7 +608,7 @@ class SupervisedCaptioner:
                         continue
                 stream.segment_max = max(stream.segment_max, update.segment)
                 if update.kind == "final":
-                    stream.committed.append((int(update.end_s * SAMPLE_RATE_HZ), update.text.split()))
+                    stream.committed.append((int(update.end_s * SAMPLE_RATE_HZ), update.text.split(), update.segment))
             out.append(update)
         return out
 
@@ -659,8 +665,9 @@ class SupervisedCaptioner:
             self._flush_audio(wait=False)
         if stream.finishing:
             self._host.send(("finish", stream.label), wait=False)
-        words = [w for _, ws in stream.committed for w in ws]
-        stream.seam = _Seam(words, segment_base) if words else None
+        words = [w for _, ws, _ in stream.committed for w in ws]
+        segments = len({segment for _, _, segment in stream.committed})
+        stream.seam = _Seam(words, segment_base, segments) if words else None
 
     def _note(self) -> str:
         if self.fallback is not None:
