@@ -95,11 +95,11 @@ class _Seam:
     The committed words may span several of the failed host's segments (audio that came in
     bursts, or a host behind its audio, closes a segment with the next one's speech already in:
     no checkpoint falls between them), and the successor hears them as as many segments of its
-    own, numbered from ``first_segment``: a caption after the last of those is new."""
+    own: a caption after ``last_segment`` is new."""
 
-    def __init__(self, words: list[str], first_segment: int, segments: int = 1) -> None:
+    def __init__(self, words: list[str], last_segment: int) -> None:
         self.keys = [k for k in (normalize_word(w) for w in words) if k]
-        self.last_segment = first_segment + max(1, segments) - 1
+        self.last_segment = last_segment
 
     @property
     def open(self) -> bool:
@@ -225,7 +225,8 @@ class SupervisedStream:
             # Speech on with no pause for the whole ring: the checkpoint is moved, not reached,
             # and the finals it passes are the prompt's next words (as the host's, roughly).
             passed = [" " + w for end, words, _ in self.committed if end <= self.ring[0][0] for w in words]
-            self.history = (*self.history, *passed)[-HISTORY_WORDS:]
+            if passed:  # most blocks pass no final: the history is not rebuilt for them
+                self.history = (*self.history, *passed)[-HISTORY_WORDS:]
             self._move_checkpoint(self.ring[0][0])
 
     def reached(self, sample: int, history: tuple[str, ...] | None = None) -> None:
@@ -666,8 +667,8 @@ class SupervisedCaptioner:
         if stream.finishing:
             self._host.send(("finish", stream.label), wait=False)
         words = [w for _, ws, _ in stream.committed for w in ws]
-        segments = len({segment for _, _, segment in stream.committed})
-        stream.seam = _Seam(words, segment_base, segments) if words else None
+        segments = len({segment for _, _, segment in stream.committed})  # the new host's from segment_base
+        stream.seam = _Seam(words, segment_base + segments - 1) if words else None
 
     def _note(self) -> str:
         if self.fallback is not None:
