@@ -135,3 +135,65 @@ def test_band_energy_same_on_cupy():
     change = spectral_change_db(backend.xp, backend.asarray(log_mel), speech_band(80), 4, 40.0)
     np.testing.assert_allclose(backend.asnumpy(change), spectral_change_db(np, log_mel, speech_band(80), 4, 40.0),
                                atol=1e-3)
+
+
+def _word_ends(audio: np.ndarray) -> list[int]:
+    """Frames where a loud stretch of ``audio`` (the energy test's speech) ends."""
+    vad = VoiceActivity()
+    frames = []
+    for i, e in enumerate(energies(audio)):
+        before = vad.last_voiced_frame
+        vad.push(np.array([e]))
+        if before >= 0 and before == i - 1 and vad.last_voiced_frame != i:
+            frames.append(i)
+    return frames
+
+
+def test_words_after_digital_silence_keep_their_first_frames(speech_clips):
+    """A telephone line (or a muted-between-words microphone) sends digital silence between words:
+    its spectrum never changes, and it must not count against the articulation of the word that
+    follows. Every 10 ms frame of a read recording under -45 dBFS is zeroed, as such a line does."""
+    from captioner.audio.file_source import read_audio_16k
+
+    audio = read_audio_16k(speech_clips["en_ls_1089-134691-0001"].wav).copy()
+    frames = audio[: audio.shape[0] // 160 * 160].reshape(-1, 160)
+    quiet = np.sqrt(np.mean(frames ** 2, axis=1)) < 10 ** (-45 / 20)
+    frames[quiet] = 0.0
+    audio = np.concatenate([np.zeros(SR // 2, np.float32), frames.reshape(-1), np.zeros(SR // 2, np.float32)])
+    assert quiet.sum() > 50  # the gate cut the recording into many bursts
+    energy_only, gated = VoiceActivity(), VoiceActivity()
+    want = energy_only.push(energies(audio))
+    got = gated.push(energies(audio), changes(audio))
+    assert gated.voiced_frames == energy_only.voiced_frames
+    assert np.array_equal(got, want)
+
+
+def test_a_held_vowel_inside_speech_is_speech_but_a_held_sound_alone_is_not(speech_clips):
+    """A filled pause or a drawn-out vowel holds its spectral shape as a note does: straight after
+    a word it is still speech (up to ``held_max_frames``); the same sound after a pause is not."""
+    from captioner.audio.file_source import read_audio_16k
+
+    speech = read_audio_16k(speech_clips["en_ls_1089-134691-0001"].wav)
+    end = (next(f for f in _word_ends(speech) if f > 50) - 3) * 160  # inside the word's last loud frames
+    # A vowel held still, at the level of the word before it: harmonics of 125 Hz under the
+    # formants of "ah" (700 and 1200 Hz), 0.4 s.
+    t = np.arange(int(0.4 * SR)) / SR
+    held = sum(np.sin(2 * np.pi * 125 * k * t) / (1 + ((125 * k - 700) / 150) ** 2 + ((125 * k - 1200) / 300) ** 2)
+               for k in range(1, 30))
+    level = np.sqrt(np.mean(speech[end - 1600:end] ** 2))
+    held = (held * level / np.sqrt(np.mean(held ** 2))).astype(np.float32)
+    room = lambda s: (np.random.default_rng(5).standard_normal(int(s * SR)) * 10 ** (-70 / 20)).astype(np.float32)
+    inside = np.concatenate([room(0.5), speech[:end], held, room(0.5)]).astype(np.float32)
+    alone = np.concatenate([room(0.5), speech[:end], room(1.0), held, room(0.5)]).astype(np.float32)
+    held_frames = held.shape[0] // 160
+    # The held sound fails the articulation count on its own (the premise of the test).
+    assert (changes(held) < VadConfig().change_db)[8:].mean() > 0.8
+    for audio, want_held in ((inside, True), (alone, False)):
+        energy_only, gated = VoiceActivity(), VoiceActivity()
+        energy_only.push(energies(audio))
+        gated.push(energies(audio), changes(audio))
+        lost = energy_only.voiced_frames - gated.voiced_frames
+        if want_held:
+            assert lost == 0, lost
+        else:
+            assert lost >= held_frames // 2, lost

@@ -54,6 +54,7 @@ def test_the_bank_matches_voice_activity_row_by_row_whatever_the_push_sizes(with
     config = bank.config
     assert bank.capacity >= n_streams
     position = [0] * n_streams
+    held_seen = False
     while min(position) < n_frames:
         # Pushes of the same length go together, as the engine groups them; lengths vary.
         size = int(rng.choice([1, 3, 10, 10, 10, 37]))
@@ -64,6 +65,7 @@ def test_the_bank_matches_voice_activity_row_by_row_whatever_the_push_sizes(with
         block = np.stack([energies[i][position[i]:position[i] + size] for i in group])
         change = np.stack([changes[i][position[i]:position[i] + size] for i in group]) if with_change else None
         got = bank.push([rows[i] for i in group], block, change)
+        held_seen |= bool(bank._held[[rows[i] for i in group]].any())
         for k, i in enumerate(group):
             want = singles[i].push(block[k], None if change is None else change[k])
             assert np.array_equal(got[k], want), (i, position[i])
@@ -74,6 +76,7 @@ def test_the_bank_matches_voice_activity_row_by_row_whatever_the_push_sizes(with
             assert bool(bank.speaking[rows[i]]) == singles[i].speaking
             position[i] += size
     if with_change:  # the articulation tests did drop loud frames, and not all of them
+        assert held_seen  # and held sounds inside speech were carried
         loud = VadBank(config)
         plain = [loud.acquire() for _ in range(n_streams)]
         loud.push(plain, np.stack(energies))

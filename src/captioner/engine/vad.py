@@ -22,10 +22,20 @@ Why the articulation tests: the energy test alone called 86 % of a minute of syn
 speech (their tones lie in the speech band and decay between onsets, so they rise above the
 floor), and Whisper heard " you" in it. Measured on 80-band log-mel frames: of the last 20
 frames, those whose shape changed by 1.5 dB or more (4 frames apart, 40 dB range) number at most
-6 on those chords, at least 13 on 98 % of the speech frames of every recording in
+6 on those chords, at least 13 on 98 % of the speech frames of every read recording in
 ``/work/shared/speech`` (English, German, Spanish, Mandarin); a melody with drums passes that
 count at its beats, but only 57 % of its loud frames do, against 98-100 % of speech's
 (docs/latency.md, "Music, fixed").
+
+Conversation adds two cases the count alone got wrong (docs/latency.md, "Conversation"):
+a telephone line sends digital silence between words, whose spectrum never changes, so the
+first 100 ms of every word after it failed the count (and, word after word, pulled the share
+of articulated frames under its bar: 2.2 s of a call-centre agent lost); and a filled pause or a
+drawn-out vowel ("uhhh", "so...") holds its shape for a few hundred milliseconds, as a note does.
+So a frame too quiet to be speech says nothing about articulation (it counts as articulated,
+as room noise, whose shape changes at random, always did), and a held sound that continues
+articulated speech without a break stays speech for up to ``held_max_frames``. A chord or a
+note after a pause still has to pass the count on its own.
 
 Levels are in dB of a full-scale 1 kHz sine's band energy (0 dB), so thresholds read like dBFS.
 """
@@ -116,6 +126,16 @@ class VadConfig:
     ``articulation_min_frames`` of the last ``articulation_frames`` (itself included; frames
     before the stream count as not articulated) were articulated: speech changes shape in
     nearly every frame, held notes and chords only at their onsets. 0: energy alone decides."""
+    held_max_frames: int = 50
+    """A loud frame that fails the articulation count is still speech-like when it continues,
+    without a quiet frame between, a run of loud frames that passed it, for at most this many
+    frames (a filled pause or a drawn-out vowel: held shapes of up to about half a second, on
+    the meeting recordings). Music must pass the count to start such a run."""
+    held_after_frames: int = 8
+    """...and when that run holds at least this many frames whose own shape changed: more than
+    the onset of a held note gives (its shape changes against the ``change_lag_frames`` before
+    it, spread by the 25 ms window), so a note after a pause is not carried by the quiet before
+    it, which counts as articulated."""
     articulated_share_frames: int = 100
     articulated_share_min: float = 0.8
     articulated_share_start: float = 1.0
@@ -149,6 +169,9 @@ class VoiceActivity:
                                                maxlen=self.config.articulation_frames)
         self.articulated_share = self.config.articulated_share_start
         """The recent share of loud frames that were articulated (see :class:`VadConfig`)."""
+        self._continues = False  # the current run of loud frames passed the articulation count
+        self._held = 0  # loud frames since, that failed it
+        self._run_articulated = 0  # frames of the current loud run whose shape changed
 
     def push(self, energy_db: np.ndarray, change_db: np.ndarray | None = None) -> np.ndarray:
         """Take the energies of the next frames (and their :func:`spectral_change_db`, or
@@ -159,7 +182,9 @@ class VoiceActivity:
         if change_db is None:
             articulated = np.ones(energy_db.shape[0], dtype=bool)
         else:
-            articulated = np.asarray(change_db, dtype=np.float64).ravel() >= cfg.change_db
+            # A frame under the absolute minimum (digital silence, a quiet room) holds no note.
+            changed = np.asarray(change_db, dtype=np.float64).ravel() >= cfg.change_db
+            articulated = changed | (energy_db < cfg.min_level_db)
         gated = change_db is not None and cfg.articulation_min_frames > 0
         flags = np.zeros(energy_db.shape[0], dtype=bool)
         minima = self._minima
@@ -179,7 +204,20 @@ class VoiceActivity:
                 articulate = sum(self._articulated) >= cfg.articulation_min_frames
                 if voiced:
                     self.articulated_share += (float(articulate) - self.articulated_share) / cfg.articulated_share_frames
-                voiced = voiced and articulate and self.articulated_share >= cfg.articulated_share_min
+                accepted = articulate and self.articulated_share >= cfg.articulated_share_min
+                if not voiced:
+                    self._continues, self._held, self._run_articulated = False, 0, 0
+                else:
+                    self._run_articulated += bool(changed[i])
+                    if accepted:
+                        self._continues, self._held = True, 0
+                    elif self._continues and self._run_articulated >= cfg.held_after_frames \
+                            and self._held < cfg.held_max_frames:
+                        # A held sound inside speech. It counts against the share all the same,
+                        # so music whose beats pass the count is not carried through its notes.
+                        self._held += 1
+                        accepted = True
+                voiced = voiced and accepted
             self._run = self._run + 1 if voiced else 0
             if voiced:
                 self.last_voiced_frame = index

@@ -48,6 +48,10 @@ class VadBank:
         """The articulation flags of each row's last ``articulation_frames - 1`` frames, oldest first."""
         self.articulated_share = np.zeros(0)
         """Each row's :attr:`VoiceActivity.articulated_share`."""
+        self._continues = np.zeros(0, bool)
+        self._held = np.zeros(0, np.int64)
+        self._run_articulated = np.zeros(0, np.int64)
+        """Each row's held-sound state (:class:`VoiceActivity`'s, see ``VadConfig.held_max_frames``)."""
         self._free: list[int] = []
 
     # -- rows ------------------------------------------------------------------------------------
@@ -77,6 +81,9 @@ class VadBank:
         self._levels = pad(self._levels, np.inf)
         self._articulated = pad(self._articulated, False)
         self.articulated_share = pad(self.articulated_share, self.config.articulated_share_start)
+        self._continues = pad(self._continues, False)
+        self._held = pad(self._held, 0)
+        self._run_articulated = pad(self._run_articulated, 0)
         self.capacity = old + extra
         self._free = sorted(self._free + list(range(old, self.capacity)))
 
@@ -92,6 +99,9 @@ class VadBank:
         self._levels[row] = np.inf
         self._articulated[row] = False
         self.articulated_share[row] = self.config.articulated_share_start
+        self._continues[row] = False
+        self._held[row] = 0
+        self._run_articulated[row] = 0
 
     def silence_frames(self, row: int) -> int:
         """Frames since the row's last speech-like frame (all seen frames if there was none)."""
@@ -147,7 +157,8 @@ class VadBank:
         if change_db is None:
             articulated = np.ones(energy.shape, bool)
         else:
-            articulated = np.asarray(change_db, dtype=np.float64).reshape(energy.shape) >= cfg.change_db
+            changed = np.asarray(change_db, dtype=np.float64).reshape(energy.shape) >= cfg.change_db
+            articulated = changed | (energy < cfg.min_level_db)
         keep = self._articulated.shape[1]
         history = np.concatenate([self._articulated[rows], articulated], axis=1)  # [B, keep + n]
         if change_db is not None and cfg.articulation_min_frames > 0:
@@ -155,15 +166,29 @@ class VadBank:
             counts = np.cumsum(np.concatenate([np.zeros((rows.shape[0], 1), np.int64), history], axis=1), axis=1)
             articulated_recently = counts[:, keep + 1:] - counts[:, :n]
             articulate = articulated_recently >= cfg.articulation_min_frames
-            # The share of loud frames that are articulated, frame by frame (an exponential average).
+            # The share of loud frames that are articulated, frame by frame (an exponential
+            # average), and the held sounds that continue articulated speech.
             share = self.articulated_share[rows]
-            shares = np.empty(energy.shape)
+            continues = self._continues[rows]
+            held = self._held[rows]
+            run_articulated = self._run_articulated[rows]
+            speechlike = np.empty(energy.shape, bool)
             for i in range(n):
-                share = np.where(voiced_all[:, i], share + (articulate[:, i].astype(np.float64) - share)
+                loud = voiced_all[:, i]
+                share = np.where(loud, share + (articulate[:, i].astype(np.float64) - share)
                                  / cfg.articulated_share_frames, share)
-                shares[:, i] = share
+                accepted = articulate[:, i] & (share >= cfg.articulated_share_min)
+                run_articulated = np.where(loud, run_articulated + changed[:, i], 0)
+                holding = loud & ~accepted & continues & (run_articulated >= cfg.held_after_frames) \
+                    & (held < cfg.held_max_frames)
+                speechlike[:, i] = accepted | holding
+                held = np.where(loud & ~accepted, held + holding, 0)
+                continues = loud & (accepted | continues)
             self.articulated_share[rows] = share
-            voiced_all &= articulate & (shares >= cfg.articulated_share_min)
+            self._continues[rows] = continues
+            self._held[rows] = held
+            self._run_articulated[rows] = run_articulated
+            voiced_all &= speechlike
         if keep:
             self._articulated[rows] = history[:, -keep:]
         voiced_count = voiced_count + voiced_all.sum(axis=1)
