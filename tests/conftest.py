@@ -12,7 +12,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
-# The full set of 20 recordings lives outside the repository (its README has the licences); a
+# The full set of 34 recordings lives outside the repository (its README has the licences); a
 # fresh clone has only the subset shipped in tests/data/speech (tests/data/speech/README.md).
 SHARED_SPEECH_DIR = REPO_ROOT.parent / "shared" / "speech"
 SHIPPED_SPEECH_DIR = Path(__file__).resolve().parent / "data" / "speech"
@@ -30,6 +30,13 @@ FULL_SPEECH_SET_IDS = frozenset({
     "en_timit_LDC93S1", "en_jfk_inaugural_excerpt", "en_ami_ES2011a_hs0_40-46s",
     "en_sonnet001_librivox", "de_simplicissimus_librivox", "es_capitan_veneno_librivox",
     "zh_BAC009S0764W0121", "zh_BAC009S0724W0121",
+    # Spontaneous English (shared/speech/README.md, "Spontaneous English"): three headset channels
+    # of one AMI meeting, a far-field meeting snippet, both sides of five phone calls.
+    "en_spont_ami_seriously_A_src0", "en_spont_ami_seriously_B_src1", "en_spont_ami_seriously_D_src3",
+    "en_spont_notsofar_example",
+    *(f"en_spont_hvb_{call}_{side}" for call in ("02e41649e7c441fd", "00d676d7058c49bb", "01cefd6f5c044a6f",
+                                                 "eb82ec7b5f0944ca", "3a20358e1bfc4a17")
+      for side in ("agent", "caller")),
 })
 
 # Tests whose assertions are about the whole full set (a pooled figure or a count measured on
@@ -38,7 +45,7 @@ FULL_SPEECH_SET_IDS = frozenset({
 # rather than marked in the test files so the rule for "full set only" stays in one place.
 NEEDS_FULL_SPEECH_SET = {
     "tests/models/test_transcribe.py::test_golden_transcripts_tiny_en":
-        "its word count and pooled WER bound are measured over the 15 English recordings of the full set",
+        "its word counts and pooled WER bounds are measured over the English recordings of the full set",
     # tiny.en compares 17 inputs and 414 tokens on the full set, 11 and 287 on the shipped subset.
     "tests/models/test_oracle.py::test_greedy_tokens_equal_ctranslate2":
         "its floor of 10 inputs and 300 tokens compared is set for the full set",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from bench_loader import load_benchmark
 from graph_fixtures import load_cpu_decoder, onnx_cache_dir  # noqa: F401 - session fixture
 
 from captioner.audio.file_source import read_audio_16k
@@ -27,9 +28,14 @@ GREEDY = DecodingOptions(temperatures=(0.0,))
 # window's decode 6-10x slower (1.2 s alone, 7-14 s with two), not faster.
 CT2_THREADS = 1
 
-# Pooled normalised WER of tiny.en over the 15 English recordings, measured with
-# benchmarks/wer.py (ours and CTranslate2 alike, see docs/accuracy.md), plus a margin.
-TINY_EN_WER_BOUND = 0.09
+# Pooled normalised WER bounds of tiny.en offline, each the figure measured with this test's
+# scoring (jiwer over Whisper's English normaliser) plus a margin: read speech (the 16 English
+# recordings that are not en_spont_*: 27 errors in 370 words, 7.3 %), spontaneous speech scored
+# against its references (five phone calls, both sides, and the far-field meeting snippet: 48 in
+# 494, 9.7 %), and the AMI headset channels by the words of their wearer that are missed
+# (substitutions and deletions: 24 of 235, 10.2 %; the other speakers' crosstalk, which Whisper
+# transcribes and the references leave out, is not counted: shared/speech/README.md).
+TINY_EN_WER_BOUND = {"read": 0.09, "spontaneous": 0.12, "crosstalk_missed": 0.14}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +67,9 @@ def _window(clip, n_mels=80, offset_s=0.0):
     return whisper_input_features(audio, n_mels)[None], len(audio) / 16000
 
 
-def _wer(reference: str, hypothesis: str, language: str = "en") -> tuple[int, int]:
+def _wer(reference: str, hypothesis: str, language: str = "en", insertions: bool = True) -> tuple[int, int]:
+    """(word errors, reference words) after Whisper's normaliser; ``insertions=False`` counts
+    only the reference words missed (substituted or deleted)."""
     import jiwer
     from whisper_normalizer.basic import BasicTextNormalizer
     from whisper_normalizer.english import EnglishTextNormalizer
@@ -70,27 +78,32 @@ def _wer(reference: str, hypothesis: str, language: str = "en") -> tuple[int, in
     ref = norm(reference.replace("\u2019", "'"))
     hyp = norm(hypothesis.replace("\u2019", "'"))
     out = jiwer.process_words(" ".join(ref.split()), " ".join(hyp.split()) or "")
-    return out.substitutions + out.deletions + out.insertions, len(ref.split())
+    return out.substitutions + out.deletions + out.insertions * insertions, len(ref.split())
 
 
 def test_golden_transcripts_tiny_en(offline_tiny_en, speech_clips):
     """The public API's transcription (shared with the tests comparing live captions with it:
-    the same call, decoded once a session) against the references."""
-    errors = words = 0
+    the same call, decoded once a session) against the references, read and spontaneous speech
+    bounded apart."""
+    kinds = load_benchmark("speech_kinds")
+    counts = {kind: [0, 0] for kind in TINY_EN_WER_BOUND}
     texts = {}
     for clip in speech_clips.values():
         if clip.language != "en":
             continue
         result = offline_tiny_en(clip)
         texts[clip.id] = result.text
-        e, n = _wer(clip.reference, result.text)
-        errors, words = errors + e, words + n
+        kind = "crosstalk_missed" if kinds.crosstalk(clip.id) else kinds.kind(clip.id)
+        e, n = _wer(clip.reference, result.text, insertions=kind != "crosstalk_missed")
+        counts[kind][0] += e
+        counts[kind][1] += n
         assert result.segments, clip.id
         assert all(0 <= s.start_s < s.end_s <= clip.duration_s + 0.02 for s in result.segments), clip.id
         starts = [s.start_s for s in result.segments]
         assert starts == sorted(starts), clip.id
-    assert words > 300
-    assert errors / words <= TINY_EN_WER_BOUND, f"WER {errors / words:.3f}"
+    rates = {kind: e / n for kind, (e, n) in counts.items()}
+    assert counts["read"][1] > 300 and counts["spontaneous"][1] > 400 and counts["crosstalk_missed"][1] > 200
+    assert all(rates[kind] <= bound for kind, bound in TINY_EN_WER_BOUND.items()), rates
     jfk = speech_clips["en_jfk_inaugural_excerpt"]
     text = texts[jfk.id]  # transcribed in the loop above: the same decoder, audio and options
     assert _wer(jfk.reference, text)[0] == 0, text
