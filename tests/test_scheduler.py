@@ -14,9 +14,9 @@ def test_due_needs_speech_and_interval():
     assert s.due([StreamView("Me", 2.0, 1.9, True), StreamView("Quiet", 9.0, 1.0, False)]) == []
 
 
-def test_closing_segment_is_due_at_once():
+def test_a_pausing_segment_is_due_at_once():
     s = Scheduler()
-    assert s.due([StreamView("Me", 2.0, 1.95, True, close_pending=True)]) == ["Me"]
+    assert s.due([StreamView("Me", 2.0, 1.95, True, pause_pending=True)]) == ["Me"]
 
 
 def test_interval_stretches_when_steps_are_slow_and_relaxes_after():
@@ -48,15 +48,15 @@ def test_a_full_step_takes_higher_priority_first_then_the_longest_wait():
     assert s.due(rest) == ["replay-a", "replay-b"]
 
 
-def test_a_closing_segment_goes_before_an_equal_priority_update_and_riders_only_fill_room():
+def test_a_pausing_segment_goes_before_an_equal_priority_update_and_riders_only_fill_room():
     s = Scheduler(SchedulerConfig(base_interval_s=1.0, max_batch=2))
     views = [
         StreamView("due", 5.0, 3.0, True),                       # 2.0 s waiting
-        StreamView("closing", 5.0, 4.9, True, close_pending=True),
+        StreamView("pausing", 5.0, 4.9, True, pause_pending=True),
         StreamView("rider", 5.0, 4.3, True),                     # 0.7 s: would ride along
     ]
-    assert s.due(views) == ["due", "closing"]
-    assert Scheduler(SchedulerConfig(base_interval_s=1.0, max_batch=3)).due(views) == ["due", "closing", "rider"]
+    assert s.due(views) == ["due", "pausing"]
+    assert Scheduler(SchedulerConfig(base_interval_s=1.0, max_batch=3)).due(views) == ["due", "pausing", "rider"]
 
 
 def test_riders_come_along_only_while_the_engine_has_spare_compute():
@@ -84,7 +84,7 @@ def test_under_load_a_step_that_would_be_mostly_fixed_cost_waits_to_be_fuller():
     assert s.due(due + quiet, load=1.0, step_cost=cost) == []
     late = [StreamView("d0", 5.0, 3.7, True)] + due[1:]                    # 1.3 s: 0.3 s late
     assert s.due(late + quiet, load=1.0, step_cost=cost) == ["d0", "d1", "d2"]
-    closing = due[:2] + [StreamView("d2", 5.0, 4.9, True, close_pending=True)]
+    closing = due[:2] + [StreamView("d2", 5.0, 4.9, True, pause_pending=True)]
     assert s.due(closing + quiet, load=1.0, step_cost=cost) == ["d0", "d1", "d2"]
     assert s.due(due + quiet, load=1.0, step_cost=(0.05, 0.3)) == ["d0", "d1", "d2"]   # CPU-like costs
     assert s.due(due + quiet, load=0.2, step_cost=cost)[:3] == ["d0", "d1", "d2"]      # spare compute: riders too
@@ -95,7 +95,7 @@ def test_under_load_a_step_that_would_be_mostly_fixed_cost_waits_to_be_fuller():
     assert never.due(due + quiet, load=1.0, step_cost=cost) == ["d0", "d1", "d2"]
 
 
-def test_fill_rows_and_a_bounded_wait_for_closing_segments():
+def test_fill_rows_and_a_bounded_wait_for_pausing_segments():
     """With ``fill_rows`` a step under load waits for that many rows whatever the fit says (here
     it puts every cost per row, as on the H200); a closing segment waits too, but only while its
     close has been pending less than ``fill_close_wait_s``."""
@@ -106,9 +106,9 @@ def test_fill_rows_and_a_bounded_wait_for_closing_segments():
     due = [StreamView(f"d{i}", 5.0, 3.9, True) for i in range(3)]          # 1.1 s: due, 0.1 s late
     all_per_row = (0.0, 0.0011)
     assert s.due(due + quiet, load=1.0, step_cost=all_per_row) == []
-    fresh_close = due[:2] + [StreamView("d2", 5.0, 4.9, True, close_pending=True, close_pending_s=0.05)]
+    fresh_close = due[:2] + [StreamView("d2", 5.0, 4.9, True, pause_pending=True, paused_s=0.05)]
     assert s.due(fresh_close + quiet, load=1.0, step_cost=all_per_row) == []
-    old_close = due[:2] + [StreamView("d2", 5.0, 4.9, True, close_pending=True, close_pending_s=0.15)]
+    old_close = due[:2] + [StreamView("d2", 5.0, 4.9, True, pause_pending=True, paused_s=0.15)]
     assert s.due(old_close + quiet, load=1.0, step_cost=all_per_row) == ["d0", "d1", "d2"]
     enough = [StreamView(f"d{i}", 5.0, 3.9, True) for i in range(192)]
     assert len(s.due(enough + quiet[:108], load=1.0, step_cost=all_per_row)) == 192

@@ -102,7 +102,7 @@ def test_close_commits_everything_and_restarts_buffer():
     run(p, [hyp([(0, 1.0, " good morning")])])
     out = p.update(hyp([(0, 1.5, " good morning everyone")]), 2.2, 2.2, close_segment=True, close_at_s=2.0)
     assert finals(out) == "good morning everyone"
-    assert out[-1].kind == "partial" and out[-1].text == ""
+    assert out[-1].kind == "final"  # a final takes the partial off the screen: no empty partial after it
     assert p.buffer_start_s == 2.0 and p.segment == 1
     assert p.prompt_text() == "good morning everyone"
     assert not p.has_pending_text
@@ -161,7 +161,7 @@ def test_rejected_closing_hypothesis_keeps_the_shown_partial():
     run(p, [hyp([(0, 1.0, " by the grave")])])
     out = p.update(hyp([(0, 2.0, " by the grave and thee thee thee")], rejected=True), 2.5, 2.5, close_segment=True)
     assert finals(out) == "by the grave"
-    assert out[-1].kind == "partial" and out[-1].text == ""
+    assert out[-1].kind == "final"
 
 
 def test_captions_carry_word_times_only_where_they_were_measured():

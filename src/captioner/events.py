@@ -120,7 +120,7 @@ class FramedAudio:
             offset += n_samples
 
 
-CaptionKind = Literal["partial", "final"]
+CaptionKind = Literal["partial", "final", "clear"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +128,11 @@ class CaptionUpdate:
     """One change to what a stream's captions show.
 
     ``partial`` replaces the stream's provisional text (it may still change); ``final`` is
-    committed text, appended and never changed again. ``start_s``/``end_s`` are the audio the
-    text covers, in seconds of that stream's clock. ``emitted_audio_s`` is how much audio of the
+    committed text, appended and never changed again, and takes the provisional text off the
+    screen (a ``partial`` after it in the same batch shows what is still provisional);
+    ``clear`` takes the provisional text back with nothing committed (its ``text`` is empty).
+    ``start_s``/``end_s`` are the audio the text covers, in seconds of that stream's clock: a
+    stream's finals never overlap and never go back. Times are to the millisecond. ``emitted_audio_s`` is how much audio of the
     stream had been captured when the update was made; ``emitted_wall_s`` is wall time since the
     stream started when the engine handed the update out (not earlier: a step's caller sees it
     no sooner), so their difference shows how far processing runs behind capture.

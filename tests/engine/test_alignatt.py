@@ -70,12 +70,23 @@ def test_a_word_that_looked_past_the_audio_stops_the_commit_even_if_later_ones_d
 def test_first_words_wait_for_context_after_them():
     config = PolicyConfig(kind="alignatt", first_context_s=1.5, first_words=3)
     policy = AlignAttPolicy("s", config)
-    out = policy.update(hyp(SPEECH[:4], end_s=1.9), 1.9, 1.9)
-    # "the" (ends 0.4) has 1.5 s after it; "quick" (0.8) only 1.1 s: it waits.
-    assert committed(out) == "the"
-    out = policy.update(hyp(SPEECH[:6], end_s=2.9), 2.9, 2.9)
-    # "quick", "brown" now have their 1.5 s; past the third first word only the margin counts.
-    assert committed(out) == "quick brown fox jumps over"
+    out = policy.update(hyp(SPEECH[:6], end_s=2.5), 2.5, 2.5)
+    # Speech is heard up to 2.4 s: "the" (ends 0.4) and "quick" (0.8) have 1.5 s of it after
+    # them; "brown" (1.2) only 1.2 s: it waits (the silence after the last word is no context).
+    assert committed(out) == "the quick"
+    out = policy.update(hyp(SPEECH, end_s=3.3), 3.3, 3.3)
+    # "brown" now has 1.8 s of speech after it; past the third first word only the margin counts.
+    assert committed(out) == "brown fox jumps over the"
+
+
+def test_a_sentence_ended_in_the_same_update_gives_the_next_words_the_first_words_rule():
+    """ "with that. What is the transfer": the words after "that." are a new sentence's first
+    words, whether "that." was committed before or in the same update."""
+    words = [("to", 0.1, 0.3), ("help", 0.4, 0.6), ("with", 0.7, 0.9), ("that.", 1.0, 1.3),
+             ("One", 1.5, 1.7), ("is", 1.8, 1.9), ("the", 2.0, 2.1), ("transfer", 2.2, 2.6), ("amount", 2.7, 3.3)]
+    policy = AlignAttPolicy("s", PolicyConfig(kind="alignatt", first_context_s=1.5, attend_margin_s=0.1, first_words=3))
+    out = policy.update(hyp(words, end_s=3.5), 3.5, 3.5)
+    assert committed(out) == "to help with that. One"  # "is" has 1.4 s of speech after it, not 1.5
 
 
 def test_a_committed_word_never_changes_though_later_hypotheses_disagree():
@@ -104,32 +115,41 @@ def test_a_sentence_end_ends_the_line():
     assert ends_sentence(Word(' done."', 0, 1)) and not ends_sentence(Word(" Mr", 0, 1))
 
 
-def test_a_pause_keeps_the_segment_open_while_its_first_words_lack_context():
-    config = PolicyConfig(kind="alignatt", first_context_s=2.5, hold_s=1.5)
+def test_a_pause_keeps_the_segment_and_its_audio_open_until_a_long_silence():
+    """A pause is no cut: the segment stays open (the next speech is decoded in the same window,
+    so words that lack context get it). Settling a pause the last update heard needs no model:
+    at ``hold_s`` the words shown are committed, at ``long_pause_s`` the segment closes."""
+    config = PolicyConfig(kind="alignatt", first_context_s=2.5, hold_s=1.5, long_pause_s=4.0)
     policy = AlignAttPolicy("s", config)
-    out = policy.update(hyp(SPEECH[:3], end_s=1.8), 1.8, 1.8, close_segment=True, close_at_s=1.5)
-    # Held: nothing committed, the words still shown, the buffer kept; the engine is told there
-    # is nothing pending, so it neither retries the close at every tick nor decodes silence.
+    out = policy.update(hyp(SPEECH[:3], end_s=1.8), 1.8, 1.8)
+    # The first words lack context: nothing committed, the words shown.
     assert committed(out) == "" and policy.partial_text == "the quick brown"
-    assert not policy.has_pending_text
-    policy.advance_idle(1.9)
-    assert policy.buffer_start_s == 0.0 and not policy.has_pending_text
+    assert policy.settles_at_s() == 1.5
+    assert policy.settle(0.6, 1.5, 1.8, 1.8) == [] and policy.has_uncommitted_text
     # Speech resumes in the same window: the first words now have context.
     out = policy.update(hyp(SPEECH, end_s=3.4), 3.4, 3.4)
-    # ("brown", ending at 1.2 s, still has only 2.2 s after it: the third first word waits.)
-    assert committed(out) == "the quick"
-    # If no speech comes, the hold ends (1.5 s after the last word) and the text is pending again:
-    # the engine closes the segment and everything is committed.
-    held = AlignAttPolicy("s", config)
-    held.update(hyp(SPEECH[:3], end_s=1.8), 1.8, 1.8, close_segment=True, close_at_s=1.5)
-    held.advance_idle(2.8)
-    assert held.has_pending_text and held.buffer_start_s == 0.0
-    out = held.update(hyp(SPEECH[:3], end_s=3.1), 3.1, 3.1, close_segment=True, close_at_s=2.8)
-    assert committed(out) == "the quick brown" and not held.has_pending_text
-    # A long silence after the last word commits all at once, as any close.
-    policy = AlignAttPolicy("s", config)
-    out = policy.update(hyp(SPEECH[:3], end_s=2.8), 2.8, 2.8, close_segment=True, close_at_s=2.5)
-    assert committed(out) == "the quick brown" and not policy.has_pending_text
+    assert policy.buffer_start_s == 0.0
+    # ("quick", ending at 0.8 s, has only 2.2 s of speech after it, up to 3.0 s: it waits.)
+    assert committed(out) == "the"
+    # A silence of hold_s commits what is shown, without a model step; the segment stays open...
+    out = policy.settle(1.5, 3.1, 4.5, 4.5)
+    assert committed(out) == "quick brown fox jumps over the lazy" and policy.partial_text == ""
+    assert policy.has_pending_text and policy.settles_at_s() == 4.0
+    # ...until a long silence closes it: its words become the prompt, the buffer starts anew.
+    assert policy.settle(2.0, 3.1, 5.0, 5.0) == [] and policy.has_pending_text
+    assert policy.settle(4.0, 6.7, 7.0, 7.0) == [] and not policy.has_pending_text
+    assert policy.buffer_start_s == 6.7 and policy.prompt_text().endswith("lazy")
+
+
+def test_a_rejected_hypothesis_closes_the_segment_at_the_pause():
+    """What the guards rejected must not stay in every window until a long silence."""
+    policy = AlignAttPolicy("s", no_first_context())
+    policy.update(hyp(SPEECH[:3], end_s=2.0), 2.0, 2.0)
+    assert policy.has_pending_text
+    policy.update(Hypothesis((), 0.0, 2.5, (), rejected=True, reason="no_speech"), 2.5, 2.5)
+    assert policy.settles_at_s() == 0.0
+    policy.settle(0.5, 2.2, 2.7, 2.7)
+    assert not policy.has_pending_text and policy.buffer_start_s == 2.2
 
 
 def test_text_whose_attention_follows_nothing_is_not_shown():
@@ -144,7 +164,7 @@ def test_text_whose_attention_follows_nothing_is_not_shown():
 
 def test_make_policy_names_the_kinds():
     assert type(make_policy("s", PolicyConfig(kind="alignatt"))) is AlignAttPolicy
-    assert type(make_policy("s")) is LocalAgreementPolicy
+    assert type(make_policy("s", PolicyConfig(kind="localagreement"))) is LocalAgreementPolicy
     with pytest.raises(ValueError, match="unknown streaming policy"):
         make_policy("s", PolicyConfig(kind="waitk"))
 
@@ -154,10 +174,10 @@ SENTENCES = phrase("and so my fellow americans.", 0.5) + phrase("ask not what yo
     + phrase("ask what you can do for your country.", 7.6)
 
 
-def run_engine(script, duration_s, kind="alignatt", audio=None, **recognizer_options):
+def run_engine(script, duration_s, kind="alignatt", audio=None, policy=None, **recognizer_options):
     recognizer = AttentiveScriptedRecognizer({"Me": script}, **recognizer_options)
     clock = SimClock()
-    live = LiveCaptioner(recognizer=recognizer, config=EngineConfig(policy=PolicyConfig(kind=kind)),
+    live = LiveCaptioner(recognizer=recognizer, config=EngineConfig(policy=PolicyConfig(kind=kind, **(policy or {}))),
                          clock_ns=clock, timer_ns=clock)
     live.open_stream("Me")
     samples = render_speech(script, duration_s) if audio is None else audio
@@ -197,10 +217,12 @@ def test_committed_words_never_change_and_context_fixes_a_mishearing():
 
 
 def test_commits_come_sooner_than_localagreement():
+    """One hypothesis against two agreeing ones (the first-words rule, which holds a sentence's
+    first words for their context whatever the policy, left out)."""
     duration_s = script_end_s(SENTENCES) + 2.0
     delays = {}
     for kind in ("alignatt", "localagreement"):
-        updates, _ = run_engine(SENTENCES, duration_s, kind=kind)
+        updates, _ = run_engine(SENTENCES, duration_s, kind=kind, policy={"first_context_s": 0.0})
         # per committed word: when it was committed minus when it ended
         per_word = [u.emitted_audio_s - u.end_s for u in finals(updates)]
         delays[kind] = float(np.median(per_word))

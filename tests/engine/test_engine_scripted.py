@@ -25,6 +25,7 @@ from scripted import (
 
 from captioner.engine.core import EngineConfig
 from captioner.engine.live import LiveCaptioner
+from captioner.engine.policy import PolicyConfig
 from captioner.engine.simulate import SimClock
 from captioner.events import FRAMES_PER_S, SAMPLE_RATE_HZ
 
@@ -68,12 +69,12 @@ def check_shown_text_follows_script(updates, script_keys: list[str], stream: str
             assert shown == script_keys[:len(shown)], (u, committed)
 
 
-TWO_PHRASES = phrase("the quick brown fox", 1.0) + phrase("jumps over the lazy dog", 3.5)
+TWO_PHRASES = phrase("the quick brown fox.", 1.0) + phrase("jumps over the lazy dog", 3.5)
 
 
 # -- segmenting -----------------------------------------------------------------------------------
 def test_two_phrases_split_by_a_pause_are_two_segments_in_order_with_their_audio_times():
-    """A pause longer than ``pause_s`` closes the first segment: each phrase comes out as its
+    """A sentence's end ends a line (the default policy's rule): each phrase comes out as its
     own committed segment, in order, and each final's times are those of its words' audio."""
     assert TWO_PHRASES[4].start_s - TWO_PHRASES[3].end_s > EngineConfig().pause_s
     updates, _, _ = caption({"Me": TWO_PHRASES}, 7.0)
@@ -89,8 +90,35 @@ def test_two_phrases_split_by_a_pause_are_two_segments_in_order_with_their_audio
         for u in seg:
             assert words[0].start_s - TIME_EPS_S <= u.start_s < u.end_s <= words[-1].end_s + TIME_EPS_S
             assert u.end_s <= u.emitted_audio_s  # nothing is committed before it was heard
-    # The first phrase is final before the second one starts being spoken.
-    assert by_segment[0][-1].emitted_audio_s < TWO_PHRASES[4].start_s
+    # The first phrase is final before the second one is.
+    assert by_segment[0][-1].emitted_audio_s < by_segment[1][0].emitted_audio_s
+
+
+def test_a_hesitation_keeps_the_segment_and_its_audio_open_until_a_long_silence():
+    """The same pause with no sentence's end before it (a hesitation): the words before it are
+    committed at the pause, the window goes on holding them while the next words are spoken, and
+    only a silence of ``long_pause_s`` closes the segment."""
+    words = phrase("the quick brown fox", 1.0) + phrase("jumps over the lazy dog", 3.5)
+    recognizer = ScriptedRecognizer({"Me": words})
+    clock = SimClock()
+    live = make_live(recognizer, clock)
+    live.open_stream("Me")
+    long_pause_s = PolicyConfig().long_pause_s
+    updates = feed(live, clock, {"Me": render_speech(words, words[-1].end_s + long_pause_s + 1.0)})
+    done = finals(updates)
+    assert keys(" ".join(u.text for u in done)) == keys(words)
+    # "fox" is committed during the pause (LocalAgreement: by the update after the one at the
+    # pause, which agrees with it), before "jumps" is...
+    fox = next(u for u in done if "fox" in u.text)
+    jumps = next(u for u in done if "jumps" in u.text)
+    assert fox.emitted_audio_s < jumps.emitted_audio_s
+    # ...and the windows that hear "jumps over the lazy dog" still start before "the quick".
+    second = [r for r in recognizer.requests if r.end_s > words[5].end_s]
+    assert second and all(r.start_s <= words[0].start_s for r in second)
+    # One segment: the silence after "dog" closed it, after long_pause_s and not before.
+    assert {u.segment for u in done} == {0}
+    assert not live.engine._streams["Me"].policy.has_pending_text
+    assert all(r.end_s < words[-1].end_s + long_pause_s + 0.2 for r in recognizer.requests)
 
 
 def test_pure_silence_asks_the_model_nothing_and_emits_no_update():
@@ -224,7 +252,7 @@ def test_model_swap_to_other_mel_count_commits_open_text_and_the_stream_goes_on(
     assert any(u.kind == "partial" and u.text for u in before), "nothing was open at the swap"
     assert keys(" ".join(u.text for u in finals(before + at_swap))) == keys(heard_before)
     assert finals(at_swap), "the swap committed nothing"
-    assert at_swap[-1].kind == "partial" and at_swap[-1].text == ""
+    assert at_swap[-1].kind == "final"  # which took the partial off the screen
     assert all(r.n_mels == 80 and r.end_s <= SWAP_AT_S for r in old.requests)
     assert new.requests and all(r.n_mels == 128 for r in new.requests)
     assert new.requests[0].start_s >= SWAP_AT_S - 0.02

@@ -74,7 +74,7 @@ class ReadingLater(OverlappingScripted):
         return ReadLater(self, self.decode(requests, while_encoding))
 
 
-def run(mode: str, n: int = 120, overlaps: bool = False, per_window_s: float = 0.002, audio_s: float = 4.5,
+def run(mode: str, n: int = 120, overlaps: bool = False, per_window_s: float = 0.002, audio_s: float = 6.0,
         stop_s: float | None = None, stop_when_held: bool = False, read_later: bool = False):
     """Stream ``n`` scripted speakers; with ``stop_s`` the audio ends there, or (``stop_when_held``)
     at the first tick from ``stop_s`` on that holds hypotheses back; ``read_later``: the

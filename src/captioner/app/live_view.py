@@ -108,6 +108,7 @@ class TerminalView:
                 line.committed, line.partial, line.segment = "", "", u.segment
             if u.kind == "final":
                 text = u.text.strip()
+                line.partial = ""  # a final takes the partial off the screen
                 line.committed = f"{line.committed} {text}".strip()
                 while len(self._label(u.stream)) + len(line.committed) > width:
                     # A long monologue: the full part scrolls, the rest stays live.

@@ -241,4 +241,5 @@ class MetricsExporter:
             return dict(self._input_losses)
 
     def observe_caption(self, update: CaptionUpdate) -> None:
-        self._latency.labels(kind=update.kind).observe(caption_latency_s(update))
+        if update.kind != "clear":  # nothing shown: no latency
+            self._latency.labels(kind=update.kind).observe(caption_latency_s(update))

@@ -616,12 +616,16 @@ class Engine:
         voiced_before = self.vad.voiced_frames[rows]
         any_speech = self.vad.push_ragged(rows, counts, energy, change).tolist()
         voiced_new = (self.vad.voiced_frames[rows] - voiced_before).tolist()
+        # Streams whose last hypothesis is not folded yet: their policy does not know its text.
+        held = self._pending.names if self._pending is not None else ()
         for s, speech, voiced, end in zip(group, any_speech, voiced_new, ready[members].tolist()):
             s.vad_frames = end
             if speech:
                 s.speech_since_update = True
                 # Only frames that sounded like speech: the hangover would make every click 0.3 s long.
                 s.segment_speech_frames += voiced
+            elif held and s.name in held:
+                pass
             elif not s.speech_since_update and not s.policy.has_pending_text:
                 # Nothing open: let the window start follow the silence, keeping a short lead-in;
                 # the first update of the next segment comes an interval after its onset.
@@ -629,6 +633,12 @@ class Engine:
                 s.policy.advance_idle(max(0.0, end_s - lead_in_s))
                 s.segment_speech_frames = 0
                 s.last_update_s = end_s
+            elif not s.speech_since_update and not s.policy.has_uncommitted_text:
+                # A segment kept open over a pause, its words all committed: nothing to update
+                # until the speaker goes on (an interval after they do) or the pause closes it.
+                # The wait is no update interval of the scheduler's.
+                s.last_update_s = (end + s.frame_offset) / FRAMES_PER_S
+                s.last_update_ns = None
 
     # -- model steps -----------------------------------------------------------------------------
     def _audio_end_s(self, s: _Stream) -> float:
@@ -649,30 +659,38 @@ class Engine:
         for s in streams:
             if held and s.name in held:
                 continue
-            pending_text = s.policy.has_pending_text
-            if active_only and not pending_text and not s.speech_since_update:
+            open_text = s.policy.has_pending_text
+            if active_only and not open_text and not s.speech_since_update:
                 continue
-            chosen.append((s, pending_text))
+            chosen.append((s, open_text))
         if not chosen:
             return []
         ready = self.features.frames_ready_many([s.slot for s, _ in chosen]).tolist()
         silence = self.vad.silence_frames_many([s.vad_row for s, _ in chosen]).tolist()
         pause_frames = self.config.pause_s * FRAMES_PER_S
         out = []
-        for (s, pending_text), ready_frames, quiet_frames in zip(chosen, ready, silence):
-            open_segment = pending_text or s.speech_since_update
+        for (s, open_text), ready_frames, quiet_frames in zip(chosen, ready, silence):
+            paused = quiet_frames >= pause_frames
+            # At a pause, an update hears what was said before it (at once); then nothing more is
+            # decoded until the speaker goes on (the policy settles the pause, :meth:`_settle`):
+            # more silence adds nothing to hear the words before it by.
             out.append(StreamView(
                 s.name, (ready_frames + s.frame_offset) / FRAMES_PER_S, s.last_update_s,
-                speech_pending=pending_text or (s.speech_since_update and s.segment_speech_frames >= first_update_frames),
-                close_pending=open_segment and quiet_frames >= pause_frames,
-                priority=s.priority, close_pending_s=max(0.0, (quiet_frames - pause_frames) / FRAMES_PER_S),
+                speech_pending=(s.policy.has_uncommitted_text and not paused) or (
+                    s.speech_since_update and s.segment_speech_frames >= first_update_frames),
+                priority=s.priority,
+                pause_pending=paused and s.speech_since_update,
+                paused_s=max(0.0, (quiet_frames - pause_frames) / FRAMES_PER_S) if paused else 0.0,
+                segment_open=open_text,
             ))
         return out
 
     def tick(self) -> list[CaptionUpdate]:
-        """Run one batched model step for the streams that are due (none may be)."""
+        """Run one batched model step for the streams that are due (none may be), and settle the
+        pauses the last updates already heard."""
         t0 = self.host_timer()
         views = self.views(active_only=True)
+        settled = self._settle(views)
         if self._costs["main"].measured:
             self._last_load = self.load_estimate(all_main=True).load
             due = self.scheduler.due(views, self._last_load, self._costs["main"].fit())
@@ -681,18 +699,38 @@ class Engine:
         self.host_s["schedule"] += self.host_timer() - t0
         self.host_cost.record(sum(self.host_s.values()), self.audio_pushed_s)
         if not due:
-            return self.flush()  # nothing to overlap the last step's text work with: do it now
-        due_names = set(due)
-        closing = {v.name: v.close_pending for v in views if v.name in due_names}
-        # A segment with (almost) no speech closes without asking the model.
+            return settled + self.flush()  # nothing to overlap the last step's text work with: do it now
+        pausing = {v.name for v in views if v.pause_pending}
+        # Speech that ends in a pause with (almost) no speech in it (a click, a cough) is dropped
+        # without asking the model.
         work = []
         for s in (self._streams[name] for name in due):
-            if closing[s.name] and not s.policy.has_pending_text and \
+            if s.name in pausing and not s.policy.has_pending_text and \
                     s.segment_speech_frames < self.config.min_speech_s * FRAMES_PER_S:
                 self._reset_segment(s, self._audio_end_s(s))
             else:
                 work.append(s)
-        return self._step(work, closing) if work else self.flush()
+        return settled + (self._step(work, dict.fromkeys((s.name for s in work), False)) if work else self.flush())
+
+    def _settle(self, views: list[StreamView]) -> list[CaptionUpdate]:
+        """Pauses the last update heard, past where the policy acts on them without the model
+        (:meth:`~captioner.engine.policy.LocalAgreementPolicy.settle`: at ``hold_s`` the words
+        shown are committed, at ``long_pause_s`` the segment closes)."""
+        out: list[CaptionUpdate] = []
+        pause_s = self.config.pause_s
+        for v in views:
+            if not v.segment_open or v.pause_pending or v.paused_s <= 0.0:
+                continue
+            s = self._streams[v.name]
+            silence_s = v.paused_s + pause_s
+            if silence_s < s.policy.settles_at_s():
+                continue
+            wall_s = (self.clock_ns() - s.start_ns) / 1e9 if s.start_ns is not None else v.audio_end_s
+            close_at_s = max(s.policy.buffer_start_s, v.audio_end_s - self.config.lead_in_s)
+            out += s.policy.settle(silence_s, close_at_s, v.audio_end_s, wall_s)
+            if not s.policy.has_pending_text:
+                self._reset_segment(s, v.audio_end_s)
+        return self.dated_later(out, 0) if out else out
 
     def _window(self, s: _Stream) -> tuple[int, int]:
         """Feature frames ``[first, ready)`` of the stream's buffer (at most one window)."""
@@ -882,7 +920,7 @@ class Engine:
         step's last tick is returned microseconds after it) for no visible difference."""
         if later_ns >= DATED_LATER_MIN_NS:
             shift_s = later_ns / 1e9
-            updates = [replace(u, emitted_wall_s=u.emitted_wall_s + shift_s) for u in updates]
+            updates = [replace(u, emitted_wall_s=round(u.emitted_wall_s + shift_s, 3)) for u in updates]
         for u in reversed(updates):
             if u.kind == "final":
                 # Audio end of the newest committed text -> when it was committed.
@@ -917,8 +955,8 @@ class Engine:
         most of what one of a hundred does (H200, tiny.en: 13.5 ms against 40-60), and a server
         whose clients come and go, or a close of every stream, made one per stream."""
         updates: list[CaptionUpdate] = self.flush()
-        last = [s for s in streams if (s.speech_since_update or s.policy.has_pending_text) and (
-            s.segment_speech_frames >= self.config.min_speech_s * FRAMES_PER_S or s.policy.has_pending_text)]
+        last = [s for s in streams if (s.speech_since_update or s.policy.has_uncommitted_text) and (
+            s.segment_speech_frames >= self.config.min_speech_s * FRAMES_PER_S or s.policy.has_uncommitted_text)]
         max_batch = max(1, self.config.scheduler.max_batch)
         for first in range(0, len(last), max_batch):
             batch = last[first:first + max_batch]

@@ -6,11 +6,13 @@ common prefix of the two latest hypotheses, beyond what is already committed, is
 rest of the latest hypothesis is the partial text. Committed text is never changed or repeated,
 and the partial always continues it (the screen shows ``committed + partial``).
 
-The buffer is trimmed at the end of a segment whose words are all committed, so a window never
-fills; the text committed before the buffer becomes the prompt of the next window. A segment
-closes at a pause (the caller's VAD says so): the last hypothesis is committed whole and the
-buffer restarts after the pause. Hypotheses the decoder's guards rejected (text invented on
-silence, loops) never reach the screen.
+The buffer is trimmed at the end of a segment whose words are all committed, a sentence's end
+first, so a window never fills; the text committed before the buffer becomes the prompt of the
+next window. A pause does not cut the buffer by itself: a hesitation in the middle of a
+sentence keeps the audio before it in the next windows; a long silence closes the segment
+(:meth:`LocalAgreementPolicy.settle`), and so does the end of a stream, where the last
+hypothesis is committed whole and the buffer restarts after it. Hypotheses the decoder's guards
+rejected (text invented on silence, loops) never reach the screen.
 
 This module is pure Python: no model, no clock, no thread; the worker thread calls it.
 :func:`captioner.engine.policies.make_policy` builds the policy a :class:`PolicyConfig` names:
@@ -29,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from captioner.events import CaptionUpdate
+from captioner.layout import ends_sentence as _ends_sentence
 
 
 class Word(NamedTuple):
@@ -97,6 +100,33 @@ def join_words(words) -> str:
     return "".join(w.text for w in words).strip()
 
 
+def ends_sentence(word: Word) -> bool:
+    """Whether ``word`` ends a sentence (``.?!``, closing quotes after them allowed)."""
+    return _ends_sentence(word.text)
+
+
+_DIGIT_RE = re.compile(r"\d")
+
+
+def whole_words(words: list[Word], n: int) -> int:
+    """The most words of ``words[:n]`` that end at the end of a word as the reader sees it, so a
+    commit of them never splits one: the piece after them starts a new word (a leading space),
+    and a number is not followed by more digits (Whisper writes a spoken "seven zero zero" as
+    "7-00", "700" or "7 0 0" depending on what it has heard after it). At the end of ``words``
+    (nothing heard after it yet) a piece that ends with a hyphen or holds a digit may still be
+    continued, and waits."""
+    while n > 0:
+        last = words[n - 1].text.strip()
+        if n < len(words):
+            after = words[n].text
+            if after[:1].isspace() and not (_DIGIT_RE.search(last) and _DIGIT_RE.match(after.strip())):
+                return n
+        elif not last.endswith("-") and not _DIGIT_RE.search(last):
+            return n
+        n -= 1
+    return 0
+
+
 WORD_PIECES = re.compile(r"\s*[^\s-]+-*|\s*-+")
 """How a segment's text splits into words (hyphenated compounds into their parts)."""
 
@@ -139,15 +169,22 @@ POLICIES = ("auto", "localagreement", "alignatt")
 
 @dataclass(slots=True)
 class PolicyConfig:
-    kind: str = "localagreement"
+    kind: str = "auto"
     """Which commit rule: ``"localagreement"`` (two agreeing hypotheses), ``"alignatt"`` (the
     cross-attention says the words were heard; falls back to agreement for a hypothesis
-    without attention), or ``"auto"``: the one measured better on the engine's device class
+    without attention), or ``"auto"`` (the default, as on the command line): the one measured
+    better on the engine's device class
     (:data:`captioner.engine.policies.DEFAULT_BY_DEVICE`); or the name of a preset, a policy with
     some of these fields set (:data:`captioner.engine.policies.PRESETS`, e.g. ``"alignatt-gpu"``),
     which the engine resolves with ``"auto"``."""
     trim_after_s: float = 12.0
-    """Trim the buffer at a committed segment end once it holds this much audio."""
+    """Trim the buffer at a committed segment end that ends a sentence once it holds this much
+    audio (at any committed segment end from halfway to ``max_buffer_s`` on)."""
+    hold_s: float = 1.5
+    """A silence this long commits the words still shown (:meth:`LocalAgreementPolicy.settle`)."""
+    long_pause_s: float = 4.0
+    """A silence this long closes the open segment: the audio before it leaves the window and
+    its words become the prompt (:meth:`LocalAgreementPolicy.settle`)."""
     max_buffer_s: float = 24.0
     """Past this, commit what is there and restart: a Whisper window holds 30 s."""
     prompt_words: int = 40
@@ -167,6 +204,8 @@ class PolicyConfig:
     first_words_per_sentence: bool = True
     """AlignAtt: the first-words rule applies after every committed sentence end too, not only
     at a segment's start (after a pause or the stream's start)."""
+    confirm_by_agreement: bool = False
+    """AlignAtt: commit a word only once the hypothesis before agreed on it too (both rules)."""
     commit_on_agreement: bool = False
     """AlignAtt: also commit what two consecutive hypotheses agree on (LocalAgreement's rule),
     whichever of the two rules commits more; the first-words rule holds for both."""
@@ -184,9 +223,6 @@ class PolicyConfig:
     aligned to it as a whole (:meth:`LocalAgreementPolicy._match_kept`), so none is committed
     twice, and the words shown after them that it stops short of are committed
     (tests/engine/test_alignatt_close.py)."""
-    hold_s: float = 1.5
-    """AlignAtt: a pause shorter than this after the last word does not close a segment whose
-    first words still lack ``first_context_s`` (the next words give them context)."""
     forced_prefix: bool = True
     """LocalAgreement: the committed words still in the buffer are fed to the next window's
     decoder as a forced prefix (their tokens, as decoded), so an update decodes only what follows
@@ -213,6 +249,8 @@ class _State:
     language: str = ""
     prefix: tuple[int, ...] = ()  # tokens of committed words at the buffer's start (see forced_prefix)
     prefix_start_s: float = float("nan")  # the window start those tokens' timestamps count from
+    final_end_s: float = 0.0  # where the stream's last committed caption ends: time only moves on
+    rejected: bool = False  # the guards rejected the last hypothesis
 
 
 class LocalAgreementPolicy:
@@ -240,8 +278,45 @@ class LocalAgreementPolicy:
 
     @property
     def has_pending_text(self) -> bool:
-        """True while something is shown as partial or committed inside the open segment."""
+        """True while the segment is open: something is shown as partial or committed inside
+        the buffer (a close must come: a pause after a sentence end, a long silence, the end)."""
         return bool(self._s.previous_tail or self._s.partial_text or self._s.committed)
+
+    @property
+    def has_uncommitted_text(self) -> bool:
+        """True while words are shown that are not committed yet (the next update may commit
+        them): an open segment whose words are all committed waits for speech or its close."""
+        return bool(self._s.previous_tail or self._s.partial_text)
+
+    def settle(self, silence_s: float, close_at_s: float, emitted_audio_s: float,
+               emitted_wall_s: float) -> list[CaptionUpdate]:
+        """A pause the last update already heard (``silence_s`` since the last speech): no model
+        step. At ``hold_s`` the words still shown are committed (what waited for the words after
+        it, a sentence's first words, a number, a compound, has waited enough); at
+        ``long_pause_s``, or after a hypothesis the guards rejected, the segment closes: its words
+        become the prompt and the next buffer starts at ``close_at_s``. A shorter pause, a
+        hesitation, keeps the segment and its audio: the next windows hear the sentence whole
+        (Whisper decoding the one or two seconds between hesitations, with only the prompt for
+        context, lost 5 WER points on conversation, docs/latency.md)."""
+        s, c = self._s, self.config
+        out: list[CaptionUpdate] = []
+        if s.previous_tail and silence_s >= c.hold_s:
+            emit = _Emitter(self, emitted_audio_s, emitted_wall_s, out)
+            self._commit(emit, s.previous_tail)
+            s.previous_tail = []
+            s.prefix = ()
+        if (silence_s >= c.long_pause_s or s.rejected) and not self.has_uncommitted_text and self.has_pending_text:
+            self._close(close_at_s)
+        return out
+
+    def settles_at_s(self) -> float:
+        """The silence at which :meth:`settle` next has something to do (``inf``: nothing open)."""
+        s, c = self._s, self.config
+        if s.previous_tail:
+            return c.hold_s
+        if s.committed or s.partial_text:
+            return 0.0 if s.rejected else c.long_pause_s
+        return float("inf")
 
     def prompt_text(self) -> str:
         """Recent committed text that precedes the buffer: the next window's prompt."""
@@ -300,20 +375,17 @@ class LocalAgreementPolicy:
         emitted_wall_s: float,
         close_segment: bool = False,
         close_at_s: float | None = None,
-        keep_shown: bool = False,
     ) -> list[CaptionUpdate]:
         """Fold in the hypothesis of one update and return the caption changes it causes.
 
-        ``close_segment``: the VAD saw a pause (or the stream ends); everything the hypothesis
-        holds beyond the committed text is committed, and the next buffer starts at
-        ``close_at_s`` (default: the hypothesis' end). ``keep_shown``: the hypothesis is a
-        closing window's whose close is put off (AlignAtt's hold): the partial words it stops
-        short of stay shown, to be committed when the segment closes.
+        ``close_segment``: the stream ends (or its model changes); everything the hypothesis holds beyond the committed text is committed, and the
+        next buffer starts at ``close_at_s`` (default: the hypothesis' end).
         """
         s = self._s
         out: list[CaptionUpdate] = []
         if hypothesis.language:
             s.language = hypothesis.language
+        s.rejected = hypothesis.rejected
         emit = _Emitter(self, emitted_audio_s, emitted_wall_s, out)
 
         if hypothesis.rejected:
@@ -331,7 +403,7 @@ class LocalAgreementPolicy:
 
         words = list(hypothesis.words)
         start_index = self._match_committed(words)
-        if (close_segment or keep_shown) and self._kept_in_window():
+        if close_segment and self._kept_in_window():
             # Whichever of the two matches reaches further: a reworded kept word is matched by
             # the whole alignment, a kept word heard as two ("Americans asked" as "America and",
             # JFK) by the cut in time that _match_committed falls back to.
@@ -359,11 +431,9 @@ class LocalAgreementPolicy:
                 self._close(hypothesis.end_s, keep_segment=True)
             return out
 
-        agreed = self._agreed(tail, hypothesis)
+        agreed = whole_words(tail, self._agreed(tail, hypothesis))
         new_commit = tail[:agreed]
         rest = tail[agreed:]
-        if keep_shown:
-            rest += self._shown_beyond(tail)
         self._commit(emit, new_commit)
         s.previous_tail = rest
         emit.partial(rest)
@@ -380,7 +450,9 @@ class LocalAgreementPolicy:
                 emit.partial([])
             self._close(hypothesis.end_s, keep_segment=True)
         elif buffer_s >= self.config.trim_after_s:
-            self._trim(words, start_index + agreed, offset, hypothesis)
+            # A sentence's end first: a cut inside a sentence leaves its rest only the prompt.
+            sentences_only = buffer_s < (self.config.trim_after_s + self.config.max_buffer_s) / 2
+            self._trim(words, start_index + agreed, offset, hypothesis, sentences_only)
         return out
 
     def start_after_committed(self) -> None:
@@ -543,7 +615,11 @@ class LocalAgreementPolicy:
             if prev[i] > m / 2:
                 continue
             distance_s = abs(words[i - 1].end_s - last_end_s)
-            if distance_s > self.config.match_tolerance_s:
+            # Word times move between hypotheses (a word's DTW end before or after the pause that
+            # follows it: "ranch" at 43.2 s, then 44.9 s); the same last words, word for word, are
+            # an anchor that twice the tolerance does not make ambiguous.
+            exact = prev[i] == 0 and m >= 3
+            if distance_s > self.config.match_tolerance_s * (2 if exact else 1):
                 continue
             score = prev[i] + 0.1 * abs(i - n) + 0.2 * distance_s
             if score < best_score:
@@ -556,9 +632,11 @@ class LocalAgreementPolicy:
                 return i
         return len(words)
 
-    def _trim(self, words: list[Word], committed_upto: int, offset: int, hypothesis: Hypothesis) -> bool:
+    def _trim(self, words: list[Word], committed_upto: int, offset: int, hypothesis: Hypothesis,
+              sentences_only: bool = False) -> bool:
         """Cut the buffer at the last segment end of ``hypothesis`` whose words are all
-        committed; return whether a cut was made."""
+        committed (with ``sentences_only``, whose last word ends a sentence); return whether a
+        cut was made."""
         s = self._s
         cut_index = None
         cut_s = None
@@ -570,6 +648,8 @@ class LocalAgreementPolicy:
             if last > committed_upto:
                 break
             if end_s <= s.buffer_start_s or end_s > hypothesis.end_s:
+                continue
+            if sentences_only and not ends_sentence(words[last - 1]):
                 continue
             cut_index, cut_s = last, end_s
         if cut_index is None or cut_s is None:
@@ -584,6 +664,7 @@ class LocalAgreementPolicy:
 
     def _close(self, at_s: float, keep_segment: bool = False) -> None:
         s = self._s
+        s.rejected = False
         s.history.extend(w.text for w in s.committed)
         s.committed = []
         s.previous_tail = []
@@ -611,22 +692,30 @@ def _common_prefix(a: list[Word], b: list[Word]) -> int:
     return n
 
 
-def _word_times(words: list[Word]) -> tuple[tuple[str, float, float], ...]:
+def _ms(seconds: float) -> float:
+    """Seconds to the millisecond: caption times are read and compared by people and programs,
+    and a millisecond is far under any of them (0.9295238095238094 is noise, not precision)."""
+    return round(seconds, 3)
+
+
+def _word_times(words: list[Word], from_s: float) -> tuple[tuple[str, float, float], ...]:
     """Per-word ``(text, start_s, end_s)`` for a caption, only where every word's time was
     measured (``attend_s`` set: the alignment heads' DTW, see
     :func:`captioner.engine.wordtiming.words_with_times`). Times spread over a decoder segment
-    by character count are the policy's bookkeeping, not measurements: none are given then."""
+    by character count are the policy's bookkeeping, not measurements: none are given then.
+    Times never go back: not before ``from_s`` (where the stream's last caption ended), nor
+    before the word before."""
     if not words or any(w.attend_s is None for w in words):
         return ()
     out = []
-    last_s = words[0].start_s
+    last_s = max(words[0].start_s, from_s)
     for w in words:
         text = w.text.strip()
         if not text:
             continue
         start_s = max(w.start_s, last_s)  # DTW rows are monotonic; keep it so across a split word
         end_s = max(w.end_s, start_s)
-        out.append((text, start_s, end_s))
+        out.append((text, _ms(start_s), _ms(end_s)))
         last_s = end_s
     return tuple(out)
 
@@ -634,8 +723,8 @@ def _word_times(words: list[Word]) -> tuple[tuple[str, float, float], ...]:
 class _Emitter:
     def __init__(self, policy: LocalAgreementPolicy, audio_s: float, wall_s: float, out: list) -> None:
         self.policy = policy
-        self.audio_s = audio_s
-        self.wall_s = wall_s
+        self.audio_s = _ms(audio_s)
+        self.wall_s = _ms(wall_s)
         self.out = out
 
     def _update(self, kind: str, words: list[Word], text: str) -> CaptionUpdate:
@@ -644,6 +733,13 @@ class _Emitter:
             start_s, end_s = words[0].start_s, words[-1].end_s
         else:
             start_s = end_s = self.audio_s
+        # A stream's captions never overlap nor go back: a later hypothesis may place a word a
+        # little earlier than the one that was committed before it.
+        times = _word_times(words, s.final_end_s)
+        start_s = _ms(times[0][1] if times else max(start_s, s.final_end_s))
+        end_s = _ms(max(end_s, start_s, times[-1][2] if times else start_s))
+        if kind == "final":
+            s.final_end_s = end_s
         return CaptionUpdate(
             stream=self.policy.stream,
             kind=kind,  # type: ignore[arg-type]
@@ -654,7 +750,7 @@ class _Emitter:
             emitted_wall_s=self.wall_s,
             segment=s.segment,
             language=s.language,
-            words=_word_times(words),
+            words=times,
         )
 
     def final(self, words: list[Word]) -> None:
@@ -663,11 +759,14 @@ class _Emitter:
             return
         self.policy.committed_words_total += len(words)
         self.out.append(self._update("final", words, join_words(words)))
+        self.policy._s.partial_text = ""  # a final takes the partial off the screen
 
     def partial(self, words: list[Word]) -> None:
+        """Show ``words`` as the stream's provisional text; none: take it back (a ``clear``),
+        unless nothing provisional is on show (a final just took it off)."""
         text = join_words(words)
         s = self.policy._s
         if text == s.partial_text:
             return
         s.partial_text = text
-        self.out.append(self._update("partial", words, text))
+        self.out.append(self._update("partial" if text else "clear", words, text))

@@ -2,7 +2,7 @@
 
 The worker asks :meth:`Scheduler.due` each tick with a view of every active stream. A stream
 is due when it has speech waiting and ``interval_s`` of new audio since its last update, or at
-once when its segment must close (a pause). When one stream is due, others that are more than
+once when its speaker paused (an update hears what they said before the pause). When one stream is due, others that are more than
 ``merge_fraction`` of the way to due ride along, so one batched step serves them all (merging
 work). Riders are a use of spare compute (their captions come sooner), not a saving: each
 update spent early is one more update a second. At the H200's thousand streams a step is full
@@ -52,12 +52,16 @@ class StreamView(NamedTuple):
     """Audio end of the stream's last model update."""
     speech_pending: bool
     """Speech in the buffer that the captions do not cover yet (VAD), or text still open."""
-    close_pending: bool = False
-    """A pause was seen after speech: the segment must be closed with a final update."""
     priority: int = 0
     """Higher is served first when a step cannot take every due stream."""
-    close_pending_s: float = 0.0
-    """How long the segment's close has been pending: the speaker's silence past the pause."""
+    pause_pending: bool = False
+    """A pause came after speech the last update did not hear: update now (the speaker waits for
+    what they said to be committed)."""
+    paused_s: float = 0.0
+    """The speaker's silence past the pause (0 while they speak)."""
+    segment_open: bool = False
+    """Text of an open segment is shown or committed in the stream's buffer (its window does not
+    start at the silence before the audio's end)."""
 
 
 @dataclass(slots=True)
@@ -86,8 +90,8 @@ class SchedulerConfig:
     tell a step's fixed cost from its cost per row (on the H200 at 1,536 streams it put all of
     it per row, so no step ever waited)."""
     fill_close_wait_s: float = 0.0
-    """How long past the pause that closes it (``close_pending_s``) a closing segment may wait
-    for a fuller step; 0: a closing segment never waits (its speaker waits for the final). At a
+    """How long past its pause (``paused_s``) a pausing segment's update may wait for a fuller
+    step; 0: it never waits (its speaker waits for the final). At a
     thousand streams nearly every tick has a closing segment due, so at 0 no step ever waits.
     Both off by default: on the H200 at 1,536 streams ``fill_rows=192`` with 0.15 s here made
     steps half as full again and cut the model's time per update by 10 %, but a tick that holds
@@ -126,16 +130,16 @@ class Scheduler:
         fit of a step, ``(fixed_s, per_update_s)``, which decides whether a step waits to be fuller."""
         cfg = self.config
         waiting = {v.name: v.audio_end_s - v.last_update_s for v in views}
-        active = sum(1 for v in views if v.speech_pending or v.close_pending)
+        active = sum(1 for v in views if v.speech_pending or v.pause_pending)
         self._steps_per_round = max(1, -(-active // cfg.max_batch))
-        due = [v for v in views if v.close_pending or (v.speech_pending and waiting[v.name] >= self.interval_s)]
+        due = [v for v in views if v.pause_pending or (v.speech_pending and waiting[v.name] >= self.interval_s)]
         if not due:
             return []
         if self._fill_first(due, active, waiting, load, step_cost):
             return []
-        # Higher priority first, then a closing segment (its speaker paused: the final is what
+        # Higher priority first, then a pausing segment (its speaker paused: the final is what
         # they wait for), then the longest wait.
-        rank = lambda v: (-v.priority, not v.close_pending, -waiting[v.name])  # noqa: E731
+        rank = lambda v: (-v.priority, not v.pause_pending, -waiting[v.name])  # noqa: E731
         chosen = sorted(due, key=rank)[:cfg.max_batch]
         if len(chosen) < cfg.max_batch and self.riders_wanted(load):
             merge_s = max(cfg.merge_fraction * self.interval_s, cfg.min_new_audio_s)
@@ -162,10 +166,9 @@ class Scheduler:
         rows = cfg.fill_rows if cfg.fill_rows is not None else int(cfg.fill_fixed_ratio * fixed_s / per_s) + 1
         if len(due) >= min(cfg.max_batch, speaking, rows):
             return False
-        if any(v.close_pending and (cfg.fill_close_wait_s <= 0 or v.close_pending_s >= cfg.fill_close_wait_s)
-               for v in due):
+        if any(v.pause_pending and (cfg.fill_close_wait_s <= 0 or v.paused_s >= cfg.fill_close_wait_s) for v in due):
             return False
-        lateness = [waiting[v.name] for v in due if not v.close_pending]
+        lateness = [waiting[v.name] for v in due if not v.pause_pending]
         return not lateness or max(lateness) < self.interval_s + cfg.fill_wait_s
 
     def riders_wanted(self, load: float | None) -> bool:

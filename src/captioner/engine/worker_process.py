@@ -363,7 +363,8 @@ class HostCore:
         out = []
         for view in self.live.engine.views(names=names):
             base = self._base.get(view.name)
-            if base is None or view.speech_pending or view.close_pending or view.last_update_s != view.audio_end_s:
+            if base is None or view.speech_pending or view.pause_pending or view.segment_open \
+                    or view.last_update_s != view.audio_end_s:
                 continue
             start = int(max(0.0, view.audio_end_s - self._lead_in_s) * SAMPLE_RATE_HZ)
             sample = base[0] + start - start % FRAME_SAMPLES

@@ -302,7 +302,7 @@ class _Link(threading.Thread):
         """The partial on show when the connection broke becomes committed here."""
         last = self._last
         if self._partial.strip() and last is not None:
-            self.owner._publish([replace(last, kind="final"), replace(last, kind="partial", text="")])
+            self.owner._publish([replace(last, kind="final")])  # a final takes the partial off the screen
         self._partial = ""
 
 

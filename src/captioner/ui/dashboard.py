@@ -577,6 +577,8 @@ class Dashboard(QWidget):
     def add_captions(self, updates: list[CaptionUpdate], now_s: float) -> None:
         """``now_s``: when the updates were drained (time.monotonic), their x on the plot."""
         for update in updates:
+            if update.kind == "clear":
+                continue  # nothing shown: no latency
             key = "caption_final_s" if update.kind == "final" else "caption_partial_s"
             self._series_for(key).append(now_s, caption_latency_s(update))
         if updates:
