@@ -71,6 +71,10 @@ class TranscribeOptions:
     next speech."""
     prompt_reset_on_temperature: float = 0.5
     """After a window needed a sampling temperature above this, the prompt starts afresh."""
+    word_timestamps: bool = True
+    """Each segment's words with their times, from the alignment heads' cross-attention (DTW,
+    Whisper's word-timestamp method), where the model's graphs output it: caption files then
+    show each cue while its words are spoken, not over a whole segment's span."""
     language_check: bool = True
     """English-only models: ask ``base`` (when installed) what language the first window is in,
     and report another one in ``info.language_notice``. Costs about 1.3 s of CPU once per file
@@ -89,6 +93,9 @@ class Segment:
     no_speech_prob: float
     compression_ratio: float
     temperature: float
+    words: tuple[tuple[str, float, float], ...] = ()
+    """``(word, start_s, end_s)`` per word of ``text`` where they were measured
+    (``TranscribeOptions.word_timestamps``); empty otherwise."""
 
 
 @dataclass(frozen=True)
@@ -125,7 +132,7 @@ class Transcription:
         return "".join(s.text for s in self.segments).strip()
 
     def captions(self, stream: str = "") -> list[Caption]:
-        return [Caption(s.start_s, s.end_s, s.text.strip(), stream, self.info.language) for s in self.segments]
+        return [Caption(s.start_s, s.end_s, s.text.strip(), stream, self.info.language, s.words) for s in self.segments]
 
 
 ProgressFn = Callable[[float, float], None]
@@ -211,7 +218,11 @@ def transcribe_windows(
             check_language = False  # the first window with speech only
             language_notice = check_features(detector_loader(), mel, chunk, decoder.name)
         previous = all_tokens[prompt_from:] if options.condition_on_previous_text else []
-        result = decoder.decode(mel, dec_options, previous_tokens=[previous], languages=[language], window_s=window_s)[0]
+        recorder = _recorder(decoder) if options.word_timestamps else None
+        result = _with_recorder(decoder, recorder).decode(mel, dec_options, previous_tokens=[previous],
+                                                          languages=[language], window_s=window_s)[0]
+        words = _window_words(recorder, result, tok, window_s, offset_s, windows.speech_flags(seek, window_frames)) \
+            if recorder is not None else {}
         n_windows += 1
         if language is None:
             language = result.language
@@ -221,7 +232,7 @@ def transcribe_windows(
         if result.dropped:
             skipped.append(SkippedWindow(offset_s, offset_s + window_s, result.dropped))
         else:
-            for piece in result.segments:
+            for index, piece in enumerate(result.segments):
                 start_s = offset_s + piece.start_s
                 end_s = min(offset_s + piece.end_s, offset_s + window_s)
                 if end_s <= start_s:  # zero-length segments carry no time to show text in
@@ -237,6 +248,7 @@ def transcribe_windows(
                         no_speech_prob=result.no_speech_prob,
                         compression_ratio=result.compression_ratio,
                         temperature=result.temperature,
+                        words=words.get(index, ()),
                     )
                 )
             if result.consumed_s is not None:
@@ -259,6 +271,52 @@ def transcribe_windows(
         language_notice=language_notice,
     )
     return Transcription(tuple(segments), info)
+
+
+def _recorder(decoder):
+    """An attention recorder for ``decoder``'s runtime, where its graphs output the alignment
+    heads' attention (our ONNX graphs do; the CTranslate2 oracle has none): ``None`` otherwise."""
+    runtime = getattr(decoder, "runtime", None)
+    if runtime is None or not getattr(runtime, "has_alignment", False):
+        return None
+    from captioner.models.alignment import AttentionRecorder
+
+    return AttentionRecorder(runtime)
+
+
+def _with_recorder(decoder, recorder):
+    """``decoder`` decoding through ``recorder`` (the same tokens; the attention kept)."""
+    if recorder is None:
+        return decoder
+    from captioner.models.decoding import RuntimeDecoder
+
+    return RuntimeDecoder(recorder, decoder.tokenizer, getattr(decoder, "xp", None), getattr(decoder, "chooser", None))
+
+
+def _window_words(recorder, result: DecodedWindow, tok: WhisperTokenizer, window_s: float, offset_s: float,
+                  voiced) -> dict[int, tuple[tuple[str, float, float], ...]]:
+    """Per segment index of ``result``, its words with times on the recording's clock (DTW over
+    the recorded attention, fitted to the VAD's ``voiced`` frames where there are any); empty
+    where the recording does not line up (a fallback pass)."""
+    from captioner.engine.wordtiming import words_with_times
+
+    if result.dropped or not result.segments:
+        return {}
+    ended = not result.hit_length_limit
+    try:
+        rows = recorder.token_rows(0, len(result.tokens), ended, len(result.tokens) + ended)
+    except ValueError:
+        return {}
+    timed = words_with_times(result.tokens, rows, ended, result.segments, tok.decode, tok.eot, window_s, offset_s,
+                             voiced)
+    if timed is None:
+        return {}
+    out: dict[int, list] = {}
+    for w in timed[0]:
+        text = w.text.strip()
+        if text:
+            out.setdefault(w.segment, []).append((text, round(w.start_s, 3), round(max(w.end_s, w.start_s), 3)))
+    return {k: tuple(v) for k, v in out.items()}
 
 
 def _kept_tokens(result: DecodedWindow, tok: WhisperTokenizer) -> list[int]:

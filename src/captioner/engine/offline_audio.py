@@ -122,6 +122,10 @@ class AudioWindows:
         out = [piece[max(0, first - at):end - at] for at, piece in self._pieces if at < end]
         return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
 
-    def speech_flags(self) -> np.ndarray:
-        """The VAD's decisions for the frames read so far."""
-        return self._speech.copy()
+    def speech_flags(self, first_frame: int = 0, n_frames: int | None = None) -> np.ndarray | None:
+        """The VAD's decisions for the frames read so far (from ``first_frame``, ``n_frames`` of
+        them); ``None`` without a VAD."""
+        if self._vad is None:
+            return None
+        stop = None if n_frames is None else first_frame + n_frames
+        return self._speech[first_frame:stop].copy()

@@ -75,12 +75,16 @@ def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(rows[::-1]), np.asarray(cols[::-1])
 
 
-def token_times(rows: np.ndarray, n_frames: int, ended: bool) -> tuple[np.ndarray, np.ndarray]:
+def token_times(rows: np.ndarray, n_frames: int, ended: bool, keep: np.ndarray | None = None
+                ) -> tuple[np.ndarray, np.ndarray]:
     """Start and end (seconds from the window's start) of each text token.
 
     ``rows``: ``[n (+1 with ``ended``: the end token's row), A, frames]``. ``n_frames``: encoder
     frames that hold audio. A token ends where the next one starts; the last one where the end
-    token's row starts, or (no end token) at the end of the path."""
+    token's row starts, or (no end token) at the end of the path. ``keep``: where given, the
+    encoder frames the path may run through (those that hold speech): a long silence inside the
+    window is then no place a word can be put, which the path through every frame did on a phone
+    call's silences (tiny.en: "checkbook." 7 s after it was said)."""
     n_text = rows.shape[0] - (1 if ended else 0)
     if n_text <= 0:
         return np.zeros(0), np.zeros(0)
@@ -89,7 +93,16 @@ def token_times(rows: np.ndarray, n_frames: int, ended: bool) -> tuple[np.ndarra
     std = weights.std(axis=1, keepdims=True)
     weights = (weights - weights.mean(axis=1, keepdims=True)) / np.where(std > 0, std, 1.0)
     matrix = _median_filter(weights, MEDIAN_WIDTH).mean(axis=0)  # [n, frames]
+    columns = None
+    if keep is not None:
+        keep = np.asarray(keep, dtype=bool)[:n_frames]
+        if keep.sum() >= matrix.shape[0]:
+            columns = np.flatnonzero(keep)
+            matrix = matrix[:, columns]
     path_rows, path_cols = dtw(-matrix)
+    if columns is not None:  # back to the window's frames
+        path_cols = columns[path_cols]
+        n_frames = int(columns[-1]) + 1
     # The frame where each row is first reached.
     first = np.full(matrix.shape[0], n_frames, dtype=np.int64)
     for r, c in zip(path_rows[::-1], path_cols[::-1]):
@@ -106,7 +119,7 @@ _PIECE_RE = r"\s*[^\s-]+-*|\s*-+"  # as policy.words_from_segments: hyphenated p
 
 
 def words_with_times(tokens, rows: np.ndarray, ended: bool, segments, decode, eot: int, span_s: float,
-                     window_start_s: float):
+                     window_start_s: float, voiced: np.ndarray | None = None):
     """Words of a decoded window with times from the attention, or ``None`` when the tokens and
     segments cannot be lined up (the caller then spreads times over segments).
 
@@ -114,7 +127,8 @@ def words_with_times(tokens, rows: np.ndarray, ended: bool, segments, decode, eo
     (one row per token, plus the end token's with ``ended``); ``segments``: the decoder's
     ``TimedSegment``s; ``decode``: token ids -> text. Returns ``(words, segment_ends_s)`` with
     times on the stream's clock; each word's ``attend_s`` is the latest attended time of its
-    tokens (padding past the audio included)."""
+    tokens (padding past the audio included). ``voiced``: where known, the VAD's speech flag per
+    10 ms frame of the window (:func:`fit_to_voice`)."""
     import re
 
     from captioner.engine.policy import Word
@@ -124,7 +138,15 @@ def words_with_times(tokens, rows: np.ndarray, ended: bool, segments, decode, eo
     if rows.shape[0] != len(tokens) + (1 if ended else 0) or not text_at:
         return None
     dtw_rows = rows[text_at + ([len(tokens)] if ended else [])]
-    starts, ends = token_times(dtw_rows, int(round(span_s / FRAME_S)), ended)
+    keep = None
+    if voiced is not None and np.any(voiced):
+        # 10 ms VAD frames -> 20 ms encoder frames: a frame holds speech if either half does.
+        flags = np.asarray(voiced, dtype=bool)
+        flags = np.pad(flags, (0, flags.shape[0] % 2))
+        keep = flags.reshape(-1, 2).any(axis=1)
+    starts, ends = token_times(dtw_rows, int(round(span_s / FRAME_S)), ended, keep)
+    if voiced is not None:
+        starts, ends = fit_to_voice(starts, ends, voiced)
     looked_s = attended_frames(rows[text_at]) * FRAME_S
     words: list[Word] = []
     seg_ends: list[float] = []
@@ -150,10 +172,37 @@ def words_with_times(tokens, rows: np.ndarray, ended: bool, segments, decode, eo
             if n_piece == 0 and not piece.startswith(" "):
                 piece = " " + piece
             t0, t1 = at + first, at + last
-            words.append(Word(piece, window_start_s + float(starts[t0]), window_start_s + float(ends[t1]), index,
+            # Inside the segment's own timestamps (Whisper's rule): the DTW path must end at the
+            # window's last frame, and the last words of a window whose speech stops well before
+            # it (a phone line's silence while the other side talks) were drawn out to its end.
+            lo_s, hi_s = float(seg.start_s), max(float(seg.start_s), min(float(seg.end_s), span_s))
+            start_s = min(max(float(starts[t0]), lo_s), hi_s)
+            end_s = min(max(float(ends[t1]), start_s), hi_s)
+            words.append(Word(piece, window_start_s + start_s, window_start_s + end_s, index,
                               attend_s=window_start_s + float(looked_s[t0:t1 + 1].max())))
         seg_ends.append(window_start_s + min(float(seg.end_s), span_s))
     return _clip_pauses(words), seg_ends
+
+
+VAD_FRAME_S = 0.01
+
+
+def fit_to_voice(starts: np.ndarray, ends: np.ndarray, voiced: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Token times moved onto the speech: a token's span that holds speech (``voiced``, one flag
+    per 10 ms frame from the window's start) is trimmed to its first and last speech frame. The
+    DTW path gives every silence to a token beside it: the last word before the other side of a
+    phone call speaks was dated 8 s late, at the end of the silence it was given."""
+    starts, ends = starts.copy(), ends.copy()
+    speech = np.flatnonzero(np.asarray(voiced, dtype=bool))
+    if not speech.size:
+        return starts, ends
+    for k in range(starts.shape[0]):
+        lo, hi = int(starts[k] / VAD_FRAME_S), int(np.ceil(ends[k] / VAD_FRAME_S))
+        inside = speech[(speech >= lo) & (speech < hi)]
+        if inside.size:
+            starts[k] = max(starts[k], inside[0] * VAD_FRAME_S)
+            ends[k] = min(ends[k], (inside[-1] + 1) * VAD_FRAME_S)
+    return starts, ends
 
 
 MEDIAN_WORD_CAP_S = 0.7
