@@ -24,12 +24,12 @@ from captioner.formats import (
     check_writable,
     cue_lines,
     format_timestamp,
+    laid_out,
     render,
     render_jsonl,
     render_srt,
     render_txt,
     render_vtt,
-    sentence_lines,
     write_captions,
     write_file_atomically,
     write_srt,
@@ -232,9 +232,9 @@ def test_check_writable_finds_a_full_disk_and_leaves_nothing(tmp_path, monkeypat
 
 
 def test_txt_labels_and_skips_empty():
-    assert render_txt([Caption(0, 1, "a\nb", "Me"), Caption(1, 2, "  ", "Me")]) == "a b\n"
-    assert render_txt(NASTY[:2]) == "Me: Hello world.\nMeeting: first line second line\n"
-    assert render_txt(NASTY[:2], label_streams=False) == "Hello world.\nfirst line second line\n"
+    assert render_txt([Caption(0, 1, "a\nb", "Me"), Caption(1, 2, "  ", "Me")]) == "a\nb\n"
+    assert render_txt(NASTY[:2]) == "Me: Hello world.\nMeeting: first line\nsecond line\n"
+    assert render_txt(NASTY[:2], label_streams=False) == "Hello world.\nfirst line\nsecond line\n"
 
 
 def test_jsonl_captions_and_live_updates():
@@ -273,7 +273,8 @@ class Flushes(io.StringIO):
 @pytest.mark.parametrize("label", [False, True])
 def test_streamed_output_is_what_render_gives_at_once(fmt, label):
     # However the captions arrive (one by one, in batches, with empty batches between), the
-    # stream written is exactly the whole file: valid SRT/WebVTT, cues numbered on.
+    # stream written is exactly the whole file laid out at once: valid SRT/WebVTT, cues
+    # numbered on (JSON Lines: every item as it came).
     for sizes in ([1] * len(NASTY), [3, 0, 2, 4, 1], [len(NASTY)]):
         out = Flushes()
         writer = CaptionStreamWriter(out, fmt, label_streams=label)
@@ -282,7 +283,9 @@ def test_streamed_output_is_what_render_gives_at_once(fmt, label):
             writer.write(NASTY[at:at + size])
             at += size
         writer.write(NASTY[at:])
-        assert out.getvalue() == render(NASTY, fmt, label_streams=label), (fmt, sizes)
+        writer.finish()
+        whole = NASTY if fmt == "jsonl" else laid_out(NASTY, 0.5, label_streams=label)
+        assert out.getvalue() == render(whole, fmt, label_streams=label), (fmt, sizes)
 
 
 def test_stream_writer_flushes_each_committed_caption_and_starts_vtt_with_its_header():
@@ -294,10 +297,18 @@ def test_stream_writer_flushes_each_committed_caption_and_starts_vtt_with_its_he
     writer.write(updates[:1])
     assert out.getvalue() == "WEBVTT\n" and out.flushes == 1  # a partial is not a cue
     writer.write(updates[1:])
-    assert out.getvalue() == "WEBVTT\n\n00:00:00.000 --> 00:00:00.600\nhello\n" and out.flushes == 2
-    # txt: one line per committed caption; jsonl: every update, partials too.
+    assert out.getvalue() == "WEBVTT\n"  # the cue is open: words may still join it
+    after = CaptionUpdate("Me", "final", "Then more.", 3.0, 3.6, 3.7, 3.8)  # after a long silence
+    writer.write([after])
+    # "hello" is shown for 5/6 s at least, into the silence after it.
+    assert out.getvalue() == "WEBVTT\n\n00:00:00.000 --> 00:00:00.833\nhello\n" and out.flushes == 2
+    writer.finish()
+    assert out.getvalue().endswith("\n\n00:00:03.000 --> 00:00:03.833\nThen more.\n")
+    # txt: the cues' lines; jsonl: every update, partials too.
     txt, jsonl = io.StringIO(), io.StringIO()
-    CaptionStreamWriter(txt, "txt").write(updates)
+    text_writer = CaptionStreamWriter(txt, "txt")
+    text_writer.write(updates)
+    text_writer.finish()
     CaptionStreamWriter(jsonl, "jsonl").write(updates)
     assert txt.getvalue() == "hello\n"
     assert [json.loads(line)["kind"] for line in jsonl.getvalue().splitlines()] == ["partial", "final"]
@@ -354,44 +365,3 @@ def test_words_that_do_not_spell_the_text_leave_the_cue_plain():
     odd = Caption(0.0, 1.0, "hello world", words=(("goodbye", 0.1, 0.5), ("world", 0.5, 0.9)))
     cue = _parse_vtt(render_vtt([odd]))[0]
     assert cue.raw_text == "hello world"
-
-
-def test_sentence_lines_end_at_sentence_ends_and_pauses_and_keep_every_word():
-    chunks = [
-        Caption(0.0, 0.8, "And so", "a"), Caption(0.8, 1.9, "my fellow Americans,", "a"),
-        Caption(2.0, 3.0, "ask not.", "a"),  # sentence end: the line ends here
-        Caption(3.1, 4.0, "What your", "a"), Caption(4.0, 5.0, "country can do", "a"),
-        Caption(6.0, 7.0, "for you", "a"),  # a 1 s pause before: a new line
-        Caption(7.0, 7.5, "Ask", "b"),  # another stream: a new line
-    ]
-    lines = sentence_lines(chunks, pause_s=0.5)
-    assert [c.text for c in lines] == ["And so my fellow Americans, ask not.", "What your country can do", "for you", "Ask"]
-    assert [(c.start_s, c.end_s) for c in lines] == [(0.0, 3.0), (3.1, 5.0), (6.0, 7.0), (7.0, 7.5)]
-    assert " ".join(c.text for c in lines).split() == " ".join(c.text for c in chunks).split()
-    # A line without a sentence end or a pause still ends before it grows too long.
-    run_on = [Caption(float(i), i + 1.0, "word " * 10, "a") for i in range(20)]
-    assert all(len(c.text) <= 160 for c in sentence_lines(run_on, pause_s=0.5))
-    # Word times are kept where every chunk has them.
-    merged = sentence_lines(TIMED[:2], pause_s=0.5)
-    assert len(merged) == 1 and len(merged[0].words) == 9
-
-
-def test_sentence_lines_from_word_times_do_not_depend_on_where_commits_fell():
-    words = [("And", 0.0, 0.3), ("so", 0.3, 0.6), ("my", 0.7, 0.9), ("fellow-", 0.9, 1.2), ("Americans,", 1.2, 1.8),
-             ("ask", 2.6, 2.9), ("not.", 2.9, 3.2), ("What", 3.3, 3.5), ("your", 3.5, 3.7)]
-
-    def chunked(cuts):
-        out, at = [], 0
-        for cut in [*cuts, len(words)]:
-            piece = words[at:cut]
-            text = "".join((" " if k and not piece[k - 1][0].endswith("-") else "") + w for k, (w, _, _) in enumerate(piece))
-            out.append(Caption(piece[0][1], piece[-1][2], text, "a", words=tuple(piece)))
-            at = cut
-        return out
-
-    one_way = sentence_lines(chunked([2, 6]), pause_s=0.5)
-    other_way = sentence_lines(chunked([1, 4, 8]), pause_s=0.5)
-    assert one_way == other_way
-    # A line ends at the 0.8 s pause after "Americans," and after "not.".
-    assert [c.text for c in one_way] == ["And so my fellow-Americans,", "ask not.", "What your"]
-    assert [w[0] for w in one_way[0].words] == ["And", "so", "my", "fellow-", "Americans,"]

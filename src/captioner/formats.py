@@ -27,8 +27,8 @@ __all__ = [
     "check_writable",
     "cue_lines",
     "format_timestamp",
+    "laid_out",
     "render",
-    "sentence_lines",
     "write_captions",
     "write_jsonl",
     "write_srt",
@@ -79,78 +79,16 @@ def captions_from_updates(updates: Iterable[Any]) -> list[Caption]:
     ]
 
 
-_SENTENCE_END = re.compile(r"[.?!\u3002\uff01\uff1f][\"'\u201d\u2019)\]]*$")
-MAX_LINE_CHARS = 160
-"""A line with no sentence end nor pause in it still ends before it grows past this (a caption
-file is read line by line); it only ever ends between committed captions."""
-
-
 def _spelled(caption: Caption) -> list[tuple[str, str, float, float]] | None:
     """``(separator, word, start_s, end_s)`` per word of ``caption``, the separators (" " or "",
     after a hyphen) such that joining them gives the caption's text with its runs of white
     space made one; ``None`` when it has no words or they do not spell its text."""
-    if not caption.words:
+    from captioner.layout import spelled
+
+    words = spelled(" ".join(caption.text.split()), caption.words)
+    if words is None:
         return None
-    text = " ".join(caption.text.split())
-    out = []
-    at = 0
-    for word, start_s, end_s in caption.words:
-        word = "".join(word.split())
-        space = text.startswith(" ", at)
-        at += space
-        if not word or not text.startswith(word, at):
-            return None
-        at += len(word)
-        out.append((" " if space and out else "", word, float(start_s), float(end_s)))
-    return out if at == len(text) else None
-
-
-def sentence_lines(captions: Iterable[Any], pause_s: float, *, max_chars: int = MAX_LINE_CHARS) -> list[Caption]:
-    """Captions regrouped into lines that end at a sentence end (``.?!``) or a pause: a line
-    takes what follows in the same stream until a piece ends a sentence, the next piece starts
-    ``pause_s`` or more after it ends, or the line would pass ``max_chars``. A piece is a word
-    where the captions carry measured word times (so the lines do not depend on where commits
-    happened to fall), else a whole caption.
-
-    Only the grouping changes: every word is kept, in order, and a line's times span its pieces
-    (its ``words`` are theirs, where every piece has a time of its own). Depends only on the
-    captions' words and times, so the same words give the same lines on every run."""
-    # Pieces: (separator, text, start_s, end_s, stream, language, timed).
-    pieces = []
-    for caption in captions_from_updates(captions):
-        text = " ".join(caption.text.split())
-        if not text:
-            continue
-        spelled = _spelled(caption)
-        if spelled is None:
-            pieces.append((" ", text, caption.start_s, caption.end_s, caption.stream, caption.language, False))
-        else:
-            for n, (sep, word, start_s, end_s) in enumerate(spelled):
-                if not n:  # a compound split between two commits ("fellow-" | "Americans") stays one
-                    joined = pieces and pieces[-1][6] and pieces[-1][4] == caption.stream and pieces[-1][1].endswith("-")
-                    sep = "" if joined else " "
-                pieces.append((sep, word, start_s, end_s, caption.stream, caption.language, True))
-    lines: list[Caption] = []
-    group: list = []
-
-    def close() -> None:
-        if group:
-            text = "".join(p[0] + p[1] for p in group).strip()
-            words = tuple((p[1], p[2], p[3]) for p in group) if all(p[6] for p in group) else ()
-            lines.append(Caption(group[0][2], max(p[3] for p in group), text, group[0][4],
-                                 group[-1][5] or group[0][5], words))
-            group.clear()
-
-    for piece in pieces:
-        if group:
-            last = group[-1]
-            width = sum(len(p[0]) + len(p[1]) for p in group) + len(piece[0]) + len(piece[1])
-            if (piece[4] != last[4] or _SENTENCE_END.search(last[1])
-                    or piece[2] - last[3] >= pause_s or (width > max_chars and piece[0])):
-                close()
-        group.append(piece)
-    close()
-    return lines
+    return [("" if w.joined or not n else " ", w.text, w.start_s, w.end_s) for n, w in enumerate(words)]
 
 
 def _to_ms(seconds: float) -> int:
@@ -206,25 +144,37 @@ def _cue_times_ms(caption: Caption) -> tuple[int, int]:
     return start_ms, max(end_ms, start_ms + 1)
 
 
-def _vtt_word_line(caption: Caption, start_ms: int, end_ms: int) -> str | None:
-    """The cue text with a WebVTT timestamp tag (``<00:00:01.200>``) before each word after the
+def _vtt_word_lines(caption: Caption, start_ms: int, end_ms: int) -> list[str] | None:
+    """The cue's lines with a WebVTT timestamp tag (``<00:00:01.200>``) before each word after the
     first, where the word starts (karaoke-style: a player shows each word from its time on);
     ``None`` when the words do not spell the caption's text (then the text is written plain).
     A tag must lie strictly inside the cue and after the previous one; a word whose time does
-    not is written without one (it shows with the word before)."""
+    not is written without one (it shows with the word before). The caption's line breaks stay."""
     spelled = _spelled(caption)
     if spelled is None:
         return None
+    line_ends, at = [], 0
+    for line in cue_lines(caption.text):  # where each line ends, counted in words
+        at += len(line.split())
+        line_ends.append(at)
+    lines: list[str] = []
     parts: list[str] = []
     last_ms = start_ms
+    words_seen = 0
     for n, (sep, word, word_start_s, _) in enumerate(spelled):
         at_ms = _to_ms(word_start_s)
         tag = ""
         if n and last_ms < at_ms < end_ms:
             tag = f"<{format_timestamp(at_ms / 1000)}>"
             last_ms = at_ms
-        parts.append(sep + tag + _vtt_escape(_ARROW.sub("->", word)))
-    return "".join(parts)
+        parts.append((sep if parts else "") + tag + _vtt_escape(_ARROW.sub("->", word)))
+        words_seen += bool(sep) or n == 0
+        if words_seen in line_ends and (n + 1 == len(spelled) or spelled[n + 1][0]):
+            lines.append("".join(parts))
+            parts = []
+    if parts:
+        lines.append("".join(parts))
+    return lines
 
 
 def _label_streams(captions: list[Caption], label_streams: bool | None) -> bool:
@@ -240,11 +190,10 @@ def _prefixed(caption: Caption, lines: list[str], label: bool) -> list[str]:
 
 
 def _txt_line(caption: Caption, label: bool) -> str:
-    """The caption as one line of plain text, "" when it has no words."""
-    text = " ".join(caption.text.split())
-    if not text:
-        return ""
-    return (f"{caption.stream}: {text}" if label and caption.stream else text) + "\n"
+    """The caption's lines as plain text (a laid-out cue's line breaks kept), "" when it has no
+    words."""
+    lines = _prefixed(caption, cue_lines(caption.text), label)
+    return "".join(line + "\n" for line in lines)
 
 
 def _srt_cue(caption: Caption, label: bool, number: int) -> str:
@@ -266,9 +215,9 @@ def _vtt_cue(caption: Caption, label: bool) -> str:
     if not lines:
         return ""
     start_ms, end_ms = _cue_times_ms(caption)
-    timed = _vtt_word_line(caption, start_ms, end_ms) if getattr(caption, "words", ()) else None
+    timed = _vtt_word_lines(caption, start_ms, end_ms) if getattr(caption, "words", ()) else None
     if timed is not None:
-        lines = [timed]
+        lines = timed
     if label and caption.stream:
         voice = " ".join(_vtt_escape(caption.stream).split())
         lines[0] = f"<v {voice}>{lines[0]}"
@@ -283,8 +232,8 @@ _CUE_SEPARATOR = "\n"
 
 
 def render_txt(captions: Iterable[Caption], *, label_streams: bool | None = None) -> str:
-    """One caption per line (its lines joined by spaces); ``stream: `` in front when the
-    captions come from more than one stream (or ``label_streams`` says so)."""
+    """Each caption's lines, one after the other; ``stream: `` in front of a caption's first
+    line when the captions come from more than one stream (or ``label_streams`` says so)."""
     captions = list(captions)
     label = _label_streams(captions, label_streams)
     return "".join(_txt_line(caption, label) for caption in captions)
@@ -460,47 +409,82 @@ def write_captions(captions: Iterable[Any], out: str | os.PathLike | TextIO, fmt
     _write_text(render(captions, fmt, **options), out)
 
 
-class CaptionStreamWriter:
-    """Writes captions to an open text file while a live session makes them, each one flushed
-    the moment it is committed: a reader (a terminal, a pipe, a file being followed) sees every
-    line as it is committed, and a session cut short keeps all of them.
+def laid_out(captions: Iterable[Any], pause_s: float, *, label_streams: bool = False) -> list[Caption]:
+    """Committed captions (live updates or offline captions) as cues laid out for reading
+    (:mod:`captioner.layout`: lines of at most 42 characters, 2 lines a cue, 0.83-7 s a cue,
+    broken at sentences, pauses and punctuation first), as ``Caption``s whose text holds the
+    cue's lines. ``label_streams``: each cue's first line begins with its stream's name, which
+    takes room on it."""
+    from captioner.layout import cues
 
-    What it writes in the end is exactly what :func:`render` makes of the same captions at once:
-    the WebVTT header comes first, before any cue; SRT cues are numbered on. ``jsonl`` writes
-    every item it is given (live partial updates too); the other formats take the final ones
-    only. ``label_streams`` must be decided up front (a stream may appear only later). Called
-    from one thread.
+    label = (lambda stream: f"{stream}: " if stream else "") if label_streams else None
+    return [_caption_of(cue) for cue in cues(captions_from_updates(captions), pause_s, label=label)]
+
+
+def _caption_of(cue) -> Caption:
+    return Caption(cue.start_s, cue.end_s, cue.text, cue.stream, cue.language, cue.words)
+
+
+class CaptionStreamWriter:
+    """Writes captions to an open text file while a live session makes them, flushed as they
+    come: a reader (a terminal, a pipe, a file being followed) sees them as they are committed.
+
+    Text, SRT and WebVTT get cues laid out for reading (:func:`laid_out`), each written once no
+    later word can change it, so at most a cue behind what is committed; :meth:`finish` writes the
+    last. What it writes in the end is exactly what :func:`render` makes of :func:`laid_out` of
+    the same captions at once: the WebVTT header comes first, before any cue; SRT cues are
+    numbered on. ``jsonl`` writes every item it is given (live partial updates too) as it is.
+    ``label_streams`` must be decided up front (a stream may appear only later). Called from one
+    thread.
     """
 
-    def __init__(self, out: TextIO, fmt: str, *, label_streams: bool = False) -> None:
+    def __init__(self, out: TextIO, fmt: str, *, label_streams: bool = False, pause_s: float = 0.5) -> None:
+        from captioner.layout import LiveLayout
+
         if fmt not in _RENDERERS:
             raise ValueError(f"unknown caption format {fmt!r}; choose one of {', '.join(FORMATS)}")
         self.out = out
         self.fmt = fmt
         self.label_streams = label_streams
         self.cues = 0
+        """Cues written so far (JSON Lines: items)."""
+        label = (lambda stream: f"{stream}: " if stream else "") if label_streams else None
+        self._layout = LiveLayout(pause_s, label=label)
         if fmt == "vtt":
             self._emit(_VTT_HEADER)
 
     def write(self, items: Iterable[Any]) -> None:
         """Append ``items`` (``Caption``s or live ``CaptionUpdate``s) and flush."""
         if self.fmt == "jsonl":
+            items = list(items)
             self._emit(render_jsonl(items))
+            self.cues += len(items)
             return
+        self._write_cues(self._layout.add(captions_from_updates(items)))
+
+    def finish(self) -> None:
+        """Write the cues still open (the end of the session)."""
+        if self.fmt != "jsonl":
+            self._write_cues(self._layout.flush())
+
+    def _write_cues(self, cues) -> None:
         pieces = []
-        for caption in captions_from_updates(items):
+        written = self.cues
+        for caption in map(_caption_of, cues):
             if self.fmt == "txt":
-                pieces.append(_txt_line(caption, self.label_streams))
-                continue
-            cue = (_srt_cue(caption, self.label_streams, self.cues + 1) if self.fmt == "srt"
-                   else _vtt_cue(caption, self.label_streams))
-            if cue:
+                cue = _txt_line(caption, self.label_streams)
+            else:
+                cue = (_srt_cue(caption, self.label_streams, written + 1) if self.fmt == "srt"
+                       else _vtt_cue(caption, self.label_streams))
                 # SRT's first cue opens the file; every later cue, and every WebVTT cue (the
                 # header is a block too), follows a blank line.
-                separated = self.cues > 0 or self.fmt == "vtt"
-                pieces.append(_CUE_SEPARATOR + cue if separated else cue)
-                self.cues += 1
+                if cue and (written > 0 or self.fmt == "vtt"):
+                    cue = _CUE_SEPARATOR + cue
+            if cue:
+                pieces.append(cue)
+                written += 1
         self._emit("".join(pieces))
+        self.cues = written
 
     def _emit(self, text: str) -> None:
         if text:

@@ -73,8 +73,8 @@ def test_partial_then_committed(window):
 def test_two_streams_are_labelled(window):
     window.apply_captions([
         final("Me", "Can you hear me?", 0.0, 1.0, segment=1),
-        final("Meeting", "Yes, loud and clear.", 0.5, 2.0, segment=1),
-        partial("Me", "Great, let's", 1.2, 2.2, segment=2),
+        final("Meeting", "Yes, loud and clear.", 1.2, 2.5, segment=1),
+        partial("Me", "Great, let's", 2.8, 3.5, segment=2),
     ])
     text = window.caption_view.toPlainText().splitlines()
     assert text == ["Me", "Can you hear me?", "Meeting", "Yes, loud and clear.", "Me", "Great, let's"]
@@ -331,7 +331,7 @@ def test_a_stream_is_named_once_per_run_of_its_lines(window):
     assert view.toPlainText().splitlines() == [
         "Me", "First thought.", "Second thought.", "Third thought.",
         "Meeting", "A reply.", "And more.",
-        "Me", "Back to me.", "still talking",
+        "Me", "Back to me. still talking",  # no pause after the sentence: the same cue
     ]
     # the name is its own line, bold and in the stream's colour, smaller than the captions
     doc = view.document()

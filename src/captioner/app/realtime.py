@@ -79,7 +79,7 @@ class _FormatOutput:
         print(text, file=sys.stderr, flush=True)
 
     def close(self) -> None:
-        pass
+        _stdout_guard(self.writer.finish)  # the last cue
 
 
 def _stdout_guard(write):
@@ -138,8 +138,8 @@ class _CueFile:
 
 
 class _FileOutput:
-    """Committed captions in a caption format to ``-o``, each on disk the moment it is
-    committed. A write that fails (a full disk, ``/dev/full``) ends the run with one line; the
+    """Committed captions in a caption format to ``-o``, each cue on disk the moment no later
+    word can change it (at most a cue behind the captions shown). A write that fails (a full disk, ``/dev/full``) ends the run with one line; the
     file keeps the whole captions written before it, and is removed when it holds none."""
 
     def __init__(self, path: str, fmt: str) -> None:
@@ -147,8 +147,6 @@ class _FileOutput:
 
         self.path = path
         self.fmt = fmt
-        self.captions_kept = 0
-        self.finals: list = []  # every committed caption, for the file's final lines (finish)
         try:
             self.file = _CueFile(path)
         except OSError as error:  # no permission, a missing folder: as the offline path says it
@@ -158,32 +156,16 @@ class _FileOutput:
         except OSError as error:
             raise self._failed(error) from None
 
-    def show(self, updates) -> None:
-        from captioner.formats import captions_from_updates
+    @property
+    def captions_kept(self) -> int:
+        """Cues (JSON Lines: updates) on disk so far."""
+        return self.writer.cues
 
+    def show(self, updates) -> None:
         try:
             self.writer.write(updates)
         except OSError as error:
             raise self._failed(error) from None
-        finals = [c for c in captions_from_updates(updates) if c.text.strip()]
-        self.finals.extend(finals)
-        self.captions_kept += len(finals)
-
-    def finish(self) -> None:
-        """At the end of the run: the file, which holds each caption since it was committed,
-        is replaced whole (a new file renamed over it) by the same captions in sentence-shaped
-        lines (:func:`captioner.app.file_lines.file_lines`). A failure leaves the file
-        as written, nothing lost; it is said on one line."""
-        if not self.file.regular or not self.finals or self.fmt == "jsonl":
-            return
-        from captioner.app.file_lines import file_lines
-        from captioner.formats import render, write_file_atomically
-
-        try:
-            write_file_atomically(self.path, render(file_lines(self.finals, self.fmt), self.fmt, label_streams=False))
-        except OSError as error:
-            self.note(f"captioner: {self.path} keeps its lines as committed (regrouping them failed: "
-                      f"{error.strerror or error})")
 
     def note(self, text: str) -> None:
         print(text, file=sys.stderr, flush=True)
@@ -198,18 +180,16 @@ class _FileOutput:
                 os.unlink(self.path)
             return UserError(f"cannot write {self.path}: {reason}")
         return UserError(f"cannot write {self.path}: {reason}; it keeps the {self.captions_kept} "
-                         f"caption(s) committed before")
+                         f"caption(s) written before")
 
     def close(self) -> None:
-        self.file.close()
-
-
-def _finish(output) -> None:
-    """Sentence-shaped lines in an ``-o`` file once the run is over (stdout keeps the lines as
-    they were committed: it cannot be rewritten; so does a run cut short by Ctrl-C, whose file
-    a reader may be following)."""
-    if isinstance(output, _FileOutput):
-        output.finish()
+        """The last cue (still open when the run ended), then the file is closed."""
+        try:
+            self.writer.finish()
+        except OSError as error:
+            raise self._failed(error) from None
+        finally:
+            self.file.close()
 
 
 def _open_output(args):
@@ -279,8 +259,6 @@ def run_realtime(args) -> int:
         emit(pipeline.drain_captions())
     finally:
         output.close()
-    if not interrupted:
-        _finish(output)
     if pipeline.failure is not None:
         raise UserError(pipeline.failure)
     return INTERRUPTED_EXIT if interrupted else 0
@@ -333,8 +311,6 @@ def _run_simulated(args) -> int:
     finally:
         if "output" in opened:
             opened["output"].close()
-    if "output" in opened and not interrupted:
-        _finish(opened["output"])
     if result is not None:
         busy_s = sum(result.step_s)
         print(f"captioner: simulated clock: {result.audio_s:.1f} s of audio, {result.steps} model steps, "

@@ -1,20 +1,20 @@
 """The caption view: committed text in full colour, partial text grey and italic after it.
 
-Committed text is appended and never rewritten; the partial texts (one per stream) live in a
-"tail" after the last committed character, which is deleted and written again on each update, so
-an update costs the size of the tail, not of the whole session. A paragraph starts whenever the
-stream or the segment changes (a pause) or a sentence ends; like a chat, the stream's name ("Me", "Meeting", a file's name)
-stands on a line of its own above a run of paragraphs from that stream, once, not before every
-line. Long names and words wrap: nothing is cut off and there is no sideways scrolling.
+Captions are laid out as captions (:mod:`captioner.layout`, the rules every output follows):
+cues of at most two lines of at most 42 characters, broken at a sentence's end, a pause or
+punctuation first. A cue no later word can change is appended and never rewritten; the cue being
+spoken (one per stream: its committed words, then the partial ones) lives in a "tail" after the
+last committed character, which is deleted and written again on each update, so an update costs
+the size of the tail, not of the whole session. Like a chat, the stream's name ("Me",
+"Meeting", a file's name) stands on a line of its own above a run of cues from that stream,
+once, not before every cue. Long names and words wrap: nothing is cut off and there is no
+sideways scrolling.
 
 Auto-scroll: if the view was at the bottom before an update it follows the new text; once the user
 scrolls back it stays where they put it until they scroll to the bottom again.
 """
 
 from __future__ import annotations
-
-import re
-from dataclasses import dataclass
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import (
@@ -27,6 +27,7 @@ from PySide6.QtGui import (
 )
 from PySide6.QtWidgets import QTextEdit
 
+from captioner import layout
 from captioner.events import CaptionUpdate
 from captioner.ui.theme import DARK, Theme
 
@@ -37,22 +38,7 @@ _BOTTOM_SLACK_PX = 4
 LABEL_SCALE = 0.6  # the stream's name is smaller than the captions: it labels, it is not read
 
 
-@dataclass
-class _Paragraph:
-    stream: str
-    segment: int
-    text: str
-
-
-_SENTENCE_END = re.compile(r"[.?!\u3002\uff01\uff1f][\"'\u201d\u2019)\]]*$")
-
-
-def _continues(last: _Paragraph | None, stream: str, segment: int) -> bool:
-    """Whether text of ``stream``/``segment`` goes on the paragraph ``last``: a line ends where
-    the stream changes, at a pause (the segment moves on) or at a sentence end, so the view's
-    lines do not depend on where commits happened to fall."""
-    return (last is not None and last.stream == stream and last.segment == segment
-            and not _SENTENCE_END.search(last.text))
+_LINE_BREAK = "\u2028"  # a line break inside a block: a cue's lines stay one paragraph
 
 
 class CaptionView(QTextEdit):
@@ -60,7 +46,7 @@ class CaptionView(QTextEdit):
 
     following_changed = Signal(bool)
 
-    def __init__(self, theme: Theme = DARK, font_pt: int = DEFAULT_FONT_PT, parent=None) -> None:
+    def __init__(self, theme: Theme = DARK, font_pt: int = DEFAULT_FONT_PT, parent=None, pause_s: float = 0.5) -> None:
         super().__init__(parent)
         self.setReadOnly(True)
         self.setUndoRedoEnabled(False)
@@ -71,8 +57,12 @@ class CaptionView(QTextEdit):
         self.setObjectName("captionView")
         self.setPlaceholderText("Captions appear here. Pick a source and press Start (F5).")
         self._theme = theme
-        self._paragraphs: list[_Paragraph] = []
+        self._pause_s = pause_s
+        self._layout = layout.LiveLayout(pause_s)
+        self._cues: list[layout.Cue] = []
+        self._finals: list[CaptionUpdate] = []  # what the layout was given (a re-render replays it)
         self._partials: dict[str, CaptionUpdate] = {}
+        self._recent: dict[str, None] = {}  # streams, the one updated last last
         self._stream_order: list[str] = []
         self._tail_pos = 0
         self._following = True
@@ -141,11 +131,26 @@ class CaptionView(QTextEdit):
         return self._following
 
     def committed_text(self) -> str:
-        return "\n".join(f"{p.stream}: {p.text}" for p in self._paragraphs)
+        """The committed captions, ``stream: text`` per cue (the cue being spoken included)."""
+        lines = [f"{c.stream}: {' '.join(c.lines)}" for c in self._cues]
+        for stream in self._open_streams():
+            words = self._layout.open_words(stream)
+            if words:
+                lines.append(f"{stream}: {layout.join(words)}")
+        return "\n".join(lines)
 
     def partial_text(self, stream: str) -> str:
         update = self._partials.get(stream)
         return update.text if update is not None else ""
+
+    def cues(self) -> list[layout.Cue]:
+        """The cues shown so far that no later word can change."""
+        return list(self._cues)
+
+    def open_lines(self, stream: str) -> list[list[layout.Word]]:
+        """The lines of ``stream``'s cue being spoken, its partial words ``provisional``."""
+        update = self._partials.get(stream)
+        return self._layout.open_lines(stream, update.text if update is not None else "")
 
     def apply_updates(self, updates: list[CaptionUpdate]) -> None:
         """Applies a batch of updates (drained from the engine) with one redraw of the tail."""
@@ -159,14 +164,18 @@ class CaptionView(QTextEdit):
             cursor = QTextCursor(self.document())
             self._delete_tail(cursor)
             for update in updates:
+                self._recent.pop(update.stream, None)
+                self._recent[update.stream] = None
                 if update.kind == "final":
-                    self._partials.pop(update.stream, None)
-                    self._append_committed(cursor, update)
-                else:
+                    self._partials.pop(update.stream, None)  # a final takes the partial off
                     if update.text.strip():
-                        self._partials[update.stream] = update
-                    else:
-                        self._partials.pop(update.stream, None)
+                        self._finals.append(update)
+                        for cue in self._layout.add([update]):
+                            self._append_cue(cursor, cue)
+                elif update.kind == "partial" and update.text.strip():
+                    self._partials[update.stream] = update
+                else:
+                    self._partials.pop(update.stream, None)
             self._write_tail(cursor)
         finally:
             self._updating = False
@@ -176,8 +185,11 @@ class CaptionView(QTextEdit):
             bar.setValue(min(old_value, bar.maximum()))
 
     def clear_captions(self) -> None:
-        self._paragraphs.clear()
+        self._layout = layout.LiveLayout(self._pause_s)
+        self._cues.clear()
+        self._finals.clear()
         self._partials.clear()
+        self._recent.clear()
         self._updating = True
         try:
             self.document().clear()
@@ -191,20 +203,14 @@ class CaptionView(QTextEdit):
         cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
         cursor.removeSelectedText()
 
-    def _append_committed(self, cursor: QTextCursor, update: CaptionUpdate) -> None:
-        text = " ".join(update.text.split())
-        if not text:
-            return
+    def _last_stream(self) -> str | None:
+        return self._cues[-1].stream if self._cues else None
+
+    def _append_cue(self, cursor: QTextCursor, cue: layout.Cue) -> None:
         cursor.movePosition(QTextCursor.MoveOperation.End)
-        last = self._paragraphs[-1] if self._paragraphs else None
-        if _continues(last, update.stream, update.segment):
-            joiner = "" if not last.text or text[0] in ",.;:!?" else " "
-            cursor.insertText(joiner + text, self._fmt_committed())
-            last.text += joiner + text
-        else:
-            self._start_paragraph(cursor, update.stream, last.stream if last is not None else None)
-            cursor.insertText(text, self._fmt_committed())
-            self._paragraphs.append(_Paragraph(update.stream, update.segment, text))
+        self._start_paragraph(cursor, cue.stream, self._last_stream())
+        cursor.insertText(_LINE_BREAK.join(cue.lines), self._fmt_committed())
+        self._cues.append(cue)
         self._tail_pos = cursor.position()
 
     def _start_paragraph(self, cursor: QTextCursor, stream: str, previous: str | None) -> None:
@@ -224,37 +230,47 @@ class CaptionView(QTextEdit):
         else:
             cursor.insertBlock(self._block_text())
 
+    def _open_streams(self) -> list[str]:
+        """Streams with a cue being spoken (committed words no cue holds yet, or a partial), in
+        the order those cues began."""
+        def began_s(stream: str) -> float:
+            words = self._layout.open_words(stream)
+            return words[0].start_s if words else self._partials[stream].start_s
+
+        return sorted((s for s in self._recent if self._layout.open_words(s) or s in self._partials), key=began_s)
+
     def _write_tail(self, cursor: QTextCursor) -> None:
         cursor.movePosition(QTextCursor.MoveOperation.End)
         self._tail_pos = cursor.position()
-        last = self._paragraphs[-1] if self._paragraphs else None
-        previous = last.stream if last is not None else None
-        first = True
-        for stream, update in self._partials.items():
-            text = " ".join(update.text.split())
-            inline = first and _continues(last, stream, update.segment)
-            if inline:
-                cursor.insertText(" " + text, self._fmt_partial())
-            else:
-                self._start_paragraph(cursor, stream, previous)
-                cursor.insertText(text, self._fmt_partial())
+        previous = self._last_stream()
+        for stream in self._open_streams():
+            lines = self.open_lines(stream)
+            if not lines:
+                continue
+            self._start_paragraph(cursor, stream, previous)
+            for n, line in enumerate(lines):
+                if n:
+                    cursor.insertText(_LINE_BREAK, self._fmt_committed())
+                for k, word in enumerate(line):
+                    sep = "" if not k or word.joined else " "
+                    cursor.insertText(sep + word.text, self._fmt_partial() if word.provisional else self._fmt_committed())
             previous = stream
-            first = False
 
     def _rerender(self) -> None:
-        paragraphs, partials = self._paragraphs, dict(self._partials)
-        self._paragraphs, self._partials = [], {}
+        finals, partials = list(self._finals), dict(self._partials)
         bar = self.verticalScrollBar()
         old_value, follow = bar.value(), self._following
         self._updating = True
         try:
             self.document().clear()
             self._tail_pos = 0
+            self._layout = layout.LiveLayout(self._pause_s)
+            self._cues, self._finals, self._partials = [], [], {}
             cursor = QTextCursor(self.document())
-            for p in paragraphs:
-                self._append_committed(
-                    cursor, CaptionUpdate(p.stream, "final", p.text, 0.0, 0.0, 0.0, 0.0, segment=p.segment)
-                )
+            for update in finals:
+                self._finals.append(update)
+                for cue in self._layout.add([update]):
+                    self._append_cue(cursor, cue)
             self._partials = partials
             self._write_tail(cursor)
         finally:

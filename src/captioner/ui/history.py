@@ -39,8 +39,10 @@ class HistoryPanel(QWidget):
 
     exported = Signal(str)
 
-    def __init__(self, parent=None) -> None:
+    def __init__(self, parent=None, pause_s: float = 0.5) -> None:
         super().__init__(parent)
+        self.pause_s = pause_s
+        """The engine's pause: where a cue may end (:mod:`captioner.layout`)."""
         self._finals: list[CaptionUpdate] = []
         self.search_edit = QLineEdit()
         self.search_edit.setPlaceholderText("Search the transcript…")
@@ -110,9 +112,11 @@ class HistoryPanel(QWidget):
         self.count_label.setText(f"{total} captions" if shown == total else f"{shown} of {total} captions match")
 
     def export(self, path: str | os.PathLike, fmt: str) -> int:
-        """Writes the committed captions to ``path`` in ``fmt`` (txt, srt, vtt); returns the count."""
-        captions = formats.captions_from_updates(self._finals)
-        formats.write_captions(captions, path, fmt)
+        """Writes the committed captions to ``path`` in ``fmt`` (txt, srt, vtt), laid out as
+        cues for reading (every stream named where there are several); returns the cue count."""
+        several = len({u.stream for u in self._finals}) > 1
+        captions = formats.laid_out(self._finals, self.pause_s, label_streams=several)
+        formats.write_captions(captions, path, fmt, label_streams=several)
         self.exported.emit(str(path))
         return len(captions)
 

@@ -488,21 +488,30 @@ class MainWindow(QMainWindow):
         self.language_label.setText(language_text(self._languages, detected))
 
     def _update_overlay(self) -> None:
+        """The overlay's lines: those of the last cues and of the cues being spoken, as the
+        caption view lays them out; the speaker named where the stream changes, and only with
+        several streams."""
         view = self.caption_view
-        paragraphs = view._paragraphs[-6:]
-        several = len({p.stream for p in view._paragraphs[-20:]} | set(view._partials)) > 1
-        committed_parts, previous = [], None
-        for p in paragraphs:
-            # Name the speaker where the stream changes, and only with several streams.
-            label = f"{p.stream}: " if several and p.stream != previous else ""
-            committed_parts.append(label + p.text)
-            previous = p.stream
-        partial_parts = []
-        for stream, update in view._partials.items():
-            label = f"{stream}: " if several and stream != previous else ""
-            partial_parts.append(label + update.text)
+        cues = view.cues()[-4:]
+        open_streams = view._open_streams()
+        several = len({c.stream for c in view.cues()[-20:]} | set(open_streams)) > 1
+        lines: list[list[tuple[str, bool]]] = []
+        previous = None
+
+        def add(stream: str, texts: list[list[tuple[str, bool]]]) -> None:
+            nonlocal previous
+            for n, line in enumerate(texts):
+                label = f"{stream}: " if several and n == 0 and stream != previous else ""
+                lines.append([(label, False)] + line if label else line)
             previous = stream
-        self.overlay.set_text(" ".join(committed_parts), " ".join(partial_parts))
+
+        for cue in cues:
+            add(cue.stream, [[((" " if k else "") + word, False) for k, word in enumerate(line.split(" "))]
+                             for line in cue.lines])
+        for stream in open_streams:
+            add(stream, [[(("" if not k or w.joined else " ") + w.text, w.provisional) for k, w in enumerate(line)]
+                         for line in view.open_lines(stream)])
+        self.overlay.set_lines(lines)
 
     def apply_status(self, status: PipelineStatus) -> None:
         self._last_status = status
@@ -545,7 +554,7 @@ class MainWindow(QMainWindow):
     def clear_captions(self) -> None:
         self.caption_view.clear_captions()
         self.history.clear()
-        self.overlay.set_text("", "")
+        self.overlay.set_lines([])
 
     # -- traces ----------------------------------------------------------------------------
 

@@ -1,7 +1,9 @@
 """The overlay: a frameless, always-on-top, translucent caption bar to float over a meeting.
 
-It shows the last two or three lines of the captions (committed white, partial grey italic),
-wrapped to its own width. Drag it anywhere to move it, drag the corner grip to resize it.
+It shows the last two or three lines of the captions (committed white, partial grey italic), as
+the caption view lays them out (:mod:`captioner.layout`: lines of at most 42 characters broken
+at sentences, pauses and punctuation first). Drag it anywhere to move it, drag the corner grip
+to resize it; a line wider than the bar still wraps rather than being cut.
 """
 
 from __future__ import annotations
@@ -17,19 +19,9 @@ DEFAULT_FONT_PT = 22
 _BACKGROUND = QColor(12, 14, 18, 185)
 
 
-def last_lines(words: list[tuple[str, bool]], metrics: QFontMetrics, width_px: int, n_lines: int) -> list[list[tuple[str, bool]]]:
-    """Greedy word wrap of ``(word, is_partial)`` to ``width_px``; returns the last ``n_lines``."""
-    lines: list[list[tuple[str, bool]]] = [[]]
-    used = 0
-    space = metrics.horizontalAdvance(" ")
-    for word, partial in words:
-        w = metrics.horizontalAdvance(word)
-        if lines[-1] and used + space + w > width_px:
-            lines.append([])
-            used = 0
-        used += (space if lines[-1] else 0) + w
-        lines[-1].append((word, partial))
-    return [line for line in lines if line][-n_lines:]
+Line = list[tuple[str, bool]]
+"""A laid-out line: its words, each with the space before it where there is one, and whether it
+is provisional (a partial word)."""
 
 
 class CaptionOverlay(QWidget):
@@ -49,14 +41,14 @@ class CaptionOverlay(QWidget):
         self.setAttribute(Qt.WidgetAttribute.WA_ShowWithoutActivating)
         self.setMinimumSize(320, 80)
         self.n_lines = n_lines
-        self._committed = ""
-        self._partial = ""
+        self._lines: list[Line] = []
         self._drag_offset: QPoint | None = None
 
         self.label = QLabel(self)
         self.label.setTextFormat(Qt.TextFormat.RichText)
         self.label.setAlignment(Qt.AlignmentFlag.AlignLeft | Qt.AlignmentFlag.AlignBottom)
         self.label.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+        self.label.setWordWrap(True)
         self.label.setStyleSheet("color: #ffffff; background: transparent;")
         grip = QSizeGrip(self)
         grip.setStyleSheet("background: transparent;")
@@ -83,30 +75,25 @@ class CaptionOverlay(QWidget):
             self.resize(self.width(), needed_px)
         self._relayout()
 
-    def set_text(self, committed: str, partial: str = "") -> None:
-        """The captions so far (only their end is shown) and the current provisional text."""
-        # Only the end can be shown; keep a bounded tail so wrapping stays cheap in long sessions.
-        self._committed = committed[-2000:]
-        self._partial = partial
+    def set_lines(self, lines: list[Line]) -> None:
+        """The caption lines so far, laid out (only the last ones are shown)."""
+        self._lines = list(lines[-max(self.n_lines, 8):])
         self._relayout()
 
     def shown_text(self) -> str:
         return self.label.text()
 
     def _relayout(self) -> None:
-        words = [(w, False) for w in self._committed.split()] + [(w, True) for w in self._partial.split()]
         metrics = QFontMetrics(self.label.font())
-        width = max(50, self.label.width() or (self.width() - 30))
         # As many lines as fit (the user may have made the bar shorter), at most n_lines.
         fit = max(1, self.label.height() // max(1, metrics.lineSpacing())) if self.label.height() > 0 else self.n_lines
-        lines = last_lines(words, metrics, width, min(self.n_lines, fit))
         rendered = []
-        for line in lines:
+        for line in self._lines[-min(self.n_lines, fit):]:
             parts = []
             for word, partial in line:
                 text = html.escape(word)
                 parts.append(f'<i><span style="color:#b8bec8">{text}</span></i>' if partial else text)
-            rendered.append(" ".join(parts))
+            rendered.append("".join(parts).strip())
         self.label.setText("<br>".join(rendered))
 
     def paintEvent(self, event) -> None:  # noqa: N802 (Qt name)
