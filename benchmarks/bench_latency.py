@@ -51,6 +51,7 @@ Run (H200):   PYTHONPATH=src python3 benchmarks/bench_latency.py --device cuda:0
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import difflib
 import json
@@ -58,6 +59,7 @@ import platform
 import sys
 import tempfile
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -66,6 +68,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "src"))
 
+import speech_kinds  # noqa: E402
 from no_speech import NO_SPEECH, no_speech_audio  # noqa: E402
 from wer import word_edits  # noqa: E402
 from word_times import load_manifest, word_times  # noqa: E402
@@ -104,6 +107,47 @@ def wer_counts(reference: str, hypothesis: str) -> tuple[int, int]:
     """(word errors, reference words) after normalising both sides; word-level Levenshtein."""
     ref, hyp = NORMALIZE(reference).split(), NORMALIZE(hypothesis).split()
     return word_edits(ref, hyp), len(ref)
+
+
+def missed_counts(reference: str, hypothesis: str) -> tuple[int, int]:
+    """(reference words missed: substituted or deleted, reference words): the score of a
+    recording whose reference leaves out speech it holds (crosstalk), where an inserted word may
+    be a right one. The alignment that costs least with insertions free."""
+    ref, hyp = NORMALIZE(reference).split(), NORMALIZE(hypothesis).split()
+    row = [0] * (len(hyp) + 1)
+    for i, word in enumerate(ref, 1):
+        prev, row = row, [i] + [0] * len(hyp)
+        for j in range(1, len(hyp) + 1):
+            row[j] = min(prev[j] + 1, row[j - 1], prev[j - 1] + (word != hyp[j - 1]))
+    return row[-1], len(ref)
+
+
+def layout_problems(captions) -> list[str]:
+    """What the caption files made of ``captions`` (committed updates or offline captions) break
+    of the caption layout rules (captioner.layout: line length and count, cue duration,
+    overlaps), one line each."""
+    from captioner import layout
+    from captioner.engine.core import EngineConfig
+
+    return layout.check(layout.cues(captions, EngineConfig().pause_s))
+
+
+def commit_problems(finals) -> list[str]:
+    """What a stream's committed updates break of "time only moves forward" and "whole words
+    only": a final that starts before the one before it ended, a word time out of order, and a
+    commit boundary inside a word (a final ending in a hyphen before another, or a digit run
+    continued by the next final's digits)."""
+    out = []
+    for a, b in zip(finals, finals[1:]):
+        if b.start_s < a.end_s - 1e-6:
+            out.append(f"{b.start_s:.3f}: {b.text!r} starts before {a.text!r} ends ({a.end_s:.3f})")
+        if a.text.rstrip().endswith("-") or (a.text.rstrip()[-1:].isdigit() and b.text.lstrip()[:1].isdigit()):
+            out.append(f"{b.start_s:.3f}: {a.text!r} | {b.text!r} split a word")
+    for u in finals:
+        times = [t for w in u.words for t in w[1:]]
+        if times != sorted(times) or (times and (times[0] < u.start_s - 1e-6 or times[-1] > u.end_s + 1e-6)):
+            out.append(f"{u.start_s:.3f}: word times of {u.text!r} out of order or outside it")
+    return out
 
 
 def padded_clip(path: str, tmp: Path) -> Path:
@@ -333,6 +377,55 @@ def _policy_name(policy: Policy) -> str:
     return kind if not params else f"{kind} ({', '.join(f'{k}={v:g}' for k, v in params)})"
 
 
+def summarize(per_clip: list[dict], kind: str, policy: str, mode: str, interval_s: float, busy: float, n: int,
+              pause_s, step_cost_ms) -> dict:
+    """One configuration's figures over ``per_clip`` (one kind of speech). WER against the
+    references leaves out the crosstalk clips (their references hold one speaker of several);
+    those are scored by the reference words missed, and every clip by its agreement with the
+    same model offline."""
+    words = [w for p in per_clip for w in p["words"]]
+    shown = [w["shown_s"] for w in words]
+    commit = [w["committed_s"] for w in words]
+    scored = [p for p in per_clip if not p["crosstalk"]]
+    crosstalk = [p for p in per_clip if p["crosstalk"]]
+
+    def pct(clips, key):
+        errors, n_ref = sum(p[key][0] for p in clips), sum(p[key][1] for p in clips)
+        return round(100 * errors / max(1, n_ref), 2)
+
+    def points(p):  # how much worse than offline, in WER points (missed words for crosstalk clips)
+        key = "missed" if p["crosstalk"] else "wer"
+        return 100 * (p[f"{key}_streaming"][0] - p[f"{key}_offline"][0]) / max(1, p[f"{key}_streaming"][1])
+
+    worst = max(per_clip, key=points)
+    audio_total = sum(p["audio_s"] for p in per_clip)
+    step_means = [p["step_ms_mean"] for p in per_clip if p["step_ms_mean"]]
+    return {
+        "speech": kind, "policy": policy,
+        "mode": mode, "interval_s": interval_s, "target_busy": busy, "streams": n, "pause_s": pause_s,
+        "clips": len(per_clip), "audio_s": round(audio_total, 1),
+        "words": len(words),
+        "words_shown": sum(v is not None for v in shown), "words_committed": sum(v is not None for v in commit),
+        "partial_p50_s": percentile(shown, 50), "partial_p90_s": percentile(shown, 90),
+        "commit_p50_s": percentile(commit, 50), "commit_p90_s": percentile(commit, 90),
+        "wer_streaming_pct": pct(scored, "wer_streaming"), "wer_offline_pct": pct(scored, "wer_offline"),
+        "crosstalk_clips": len(crosstalk),
+        "crosstalk_missed_streaming_pct": pct(crosstalk, "missed_streaming"),
+        "crosstalk_missed_offline_pct": pct(crosstalk, "missed_offline"),
+        "streaming_vs_offline_pct": pct(per_clip, "streaming_vs_offline"),
+        "worst_clip": worst["id"], "worst_clip_points": round(points(worst), 1),
+        "worst_clip_streaming_text": worst["streaming_text"], "worst_clip_offline_text": worst["offline_text"],
+        "layout_problems_live": sum(len(p["layout_live"]) for p in per_clip),
+        "layout_problems_offline": sum(len(p["layout_offline"]) for p in per_clip),
+        "commit_problems": sum(len(p["commits"]) for p in per_clip),
+        "compute_over_audio": round(sum(p["compute_over_audio"] * p["audio_s"] for p in per_clip) / audio_total, 3),
+        "step_ms_mean": round(float(np.mean(step_means)), 1) if step_means else None,
+        "step_ms_charged": step_cost_ms,  # what the clock was charged per step (None: measured)
+        "max_last_commit_after_audio_end_s": max((p["last_commit_after_audio_end_s"] or 0) for p in per_clip),
+        "words_revised": sum(p["revised_words"] for p in per_clip),
+    }
+
+
 def percentile(values, q):
     values = [v for v in values if v is not None]
     return None if not values else round(float(np.percentile(values, q)), 3)
@@ -345,8 +438,11 @@ def main() -> int:
     parser.add_argument("--mode", choices=("simulated", "live", "both"), default="simulated",
                         help="both: each clip replayed in each mode, one after the other (a check of the simulation)")
     parser.add_argument("--intervals", default="0.25,0.5,1.0", help="base update intervals to compare, seconds, comma separated")
-    parser.add_argument("--clips", default="", help="clip ids (comma separated); default: every English clip ≤ 30 s")
-    parser.add_argument("--long", action="store_true", help="also replay the English clips over 30 s (WER only)")
+    parser.add_argument("--set", choices=("read", "spontaneous", "all"), default="all",
+                        help="read speech (the English clips ≤ 30 s with reference word times; --long adds the "
+                             "longer ones), spontaneous speech (every en_spont_* clip), or both, reported apart")
+    parser.add_argument("--clips", default="", help="clip ids (comma separated), overriding --set")
+    parser.add_argument("--long", action="store_true", help="also replay the read English clips over 30 s")
     parser.add_argument("--target-busy", default=None,
                         help="shares of wall time model steps may take before the interval stretches, comma "
                              "separated (default: the engine's)")
@@ -408,10 +504,13 @@ def main() -> int:
     )
 
     times = word_times(args.times_model)
-    clips = [c for c in load_manifest() if c["language"] == "en" and (c["id"] in times or args.long)]
+    kinds = ("read", "spontaneous") if args.set == "all" else (args.set,)
+    english = [c for c in load_manifest() if c["language"] == "en"]
+    clips = [c for c in english if speech_kinds.kind(c["id"]) in kinds
+             and (c["id"] in times or args.long or speech_kinds.kind(c["id"]) == "spontaneous")]
     if args.clips:
         wanted = set(args.clips.split(","))
-        clips = [c for c in clips if c["id"] in wanted]
+        clips = [c for c in english if c["id"] in wanted]
     intervals = [float(x) for x in args.intervals.split(",")]
 
     t0 = time.perf_counter()
@@ -430,12 +529,21 @@ def main() -> int:
     kept = json.loads(offline_cache.read_text(encoding="utf-8")) if offline_cache and offline_cache.exists() else {}
     for c in clips:
         t = time.perf_counter()
-        if c["path"] in kept:
-            offline[c["id"]] = {"text": kept[c["path"]], "seconds": None}
+        if isinstance(kept.get(c["path"]), dict):
+            offline[c["id"]] = {**kept[c["path"]], "seconds": None}
             continue
-        text = transcribe_file(c["path"], TranscribeOptions(model=args.model, device=args.device), decoder=decoder).text
-        offline[c["id"]] = {"text": text, "seconds": time.perf_counter() - t}
-        kept[c["path"]] = text
+        result = transcribe_file(c["path"], TranscribeOptions(model=args.model, device=args.device), decoder=decoder)
+        words = [w for s in result.segments for w in s.words]
+        offline[c["id"]] = {"text": result.text, "words": words, "seconds": time.perf_counter() - t,
+                            "captions": [dataclasses.asdict(x) for x in result.captions(c["id"])]}
+        kept[c["path"]] = {k: v for k, v in offline[c["id"]].items() if k != "seconds"}
+    # Word end times for the latency of a clip without the reference's forced alignment (the
+    # spontaneous clips: longer than a window, with references that leave out crosstalk): the
+    # offline transcription's own words, timed by the same DTW over the alignment heads, fitted
+    # to the VAD's speech. A live word then counts from where the model offline heard it end.
+    for c in clips:
+        if c["id"] not in times and offline[c["id"]].get("words"):
+            times[c["id"]] = [{"word": w, "start_s": a, "end_s": b} for w, a, b in offline[c["id"]]["words"]]
     if offline_cache is not None:
         offline_cache.parent.mkdir(parents=True, exist_ok=True)
         offline_cache.write_text(json.dumps(kept), encoding="utf-8")
@@ -446,7 +554,9 @@ def main() -> int:
         "device": args.device, "provider": recognizer.provider, "device_name": recognizer.device_name,
         "features_backend": backend.name, "model": recognizer.name, "mode": args.mode,
         "command": " ".join(sys.argv), "pause_s": args.pause_s, "step_cost_ms": args.step_cost_ms,
-        "decode_cache": args.decode_cache, "normalizer": NORMALIZER_NAME, "runs": [],
+        "decode_cache": args.decode_cache, "normalizer": NORMALIZER_NAME, "set": args.set,
+        "latency_oracle": "reference forced alignment (read clips in benchmarks/data); the offline "
+                          "transcription's DTW word times fitted to the VAD (others)", "runs": [],
     }
     # Every configuration replays each clip right after the others, so that a machine whose
     # load changes over the run (a shared CPU) weighs on all of them alike. With --streams N,
@@ -490,41 +600,31 @@ def main() -> int:
                         "final_interval_s": round(dict(statuses[-1].extra)["update_interval_s"], 3) if statuses else None,
                         "last_commit_after_audio_end_s": round(last[-1].emitted_wall_s - audio_s, 3) if last else None,
                         "streaming_text": streaming_text, "offline_text": offline[c["id"]]["text"],
+                        "kind": speech_kinds.kind(c["id"]), "crosstalk": speech_kinds.crosstalk(c["id"]),
                         "wer_streaming": wer_counts(c["reference"], streaming_text),
                         "wer_offline": wer_counts(c["reference"], offline[c["id"]]["text"]),
+                        "missed_streaming": missed_counts(c["reference"], streaming_text),
+                        "missed_offline": missed_counts(c["reference"], offline[c["id"]]["text"]),
+                        "streaming_vs_offline": wer_counts(offline[c["id"]]["text"], streaming_text),
                         "revised_words": revised_words(mine),
+                        "layout_live": layout_problems([u for u in mine if u.kind == "final"]),
+                        "layout_offline": layout_problems(
+                            [types.SimpleNamespace(**x) for x in offline[c["id"]].get("captions", [])]),
+                        "commits": commit_problems([u for u in mine if u.kind == "final"]),
                         "words": lat,
                     })
                     p = per_config[cfg][-1]
                     print(f"[{_policy_name(policy)}, {mode}, {interval_s:.2f} s, busy {busy}, {n} streams, pause {pause_s}] {c['id']}: {p['steps']} steps, "
                           f"{p['step_ms_mean']} ms/step, WER {p['wer_streaming']} vs offline {p['wer_offline']}",
                           file=sys.stderr)
-    for (mode, interval_s, busy, n, pause_s, policy), per_clip in per_config.items():
-        words = [w for p in per_clip for w in p["words"]]
-        shown = [w["shown_s"] for w in words]
-        commit = [w["committed_s"] for w in words]
-        err_s = sum(p["wer_streaming"][0] for p in per_clip)
-        err_o = sum(p["wer_offline"][0] for p in per_clip)
-        n_ref = sum(p["wer_streaming"][1] for p in per_clip)
-        audio_total = sum(p["audio_s"] for p in per_clip)
-        step_means = [p["step_ms_mean"] for p in per_clip if p["step_ms_mean"]]
-        summary = {
-            "policy": _policy_name(policy),
-            "mode": mode, "interval_s": interval_s, "target_busy": busy, "streams": n, "pause_s": pause_s, "clips": len(per_clip), "audio_s": round(audio_total, 1),
-            "words": len(words),
-            "words_shown": sum(v is not None for v in shown), "words_committed": sum(v is not None for v in commit),
-            "partial_p50_s": percentile(shown, 50), "partial_p90_s": percentile(shown, 90),
-            "commit_p50_s": percentile(commit, 50), "commit_p90_s": percentile(commit, 90),
-            "wer_streaming_pct": round(100 * err_s / max(1, n_ref), 2),
-            "wer_offline_pct": round(100 * err_o / max(1, n_ref), 2),
-            "compute_over_audio": round(sum(p["compute_over_audio"] * p["audio_s"] for p in per_clip) / audio_total, 3),
-            "step_ms_mean": round(float(np.mean(step_means)), 1) if step_means else None,
-            "step_ms_charged": args.step_cost_ms,  # what the clock was charged per step (None: measured)
-            "max_last_commit_after_audio_end_s": max((p["last_commit_after_audio_end_s"] or 0) for p in per_clip),
-            "words_revised": sum(p["revised_words"] for p in per_clip),
-        }
-        report["runs"].append({"summary": summary, "clips": per_clip})
-        print(json.dumps(summary), file=sys.stderr)
+    for (mode, interval_s, busy, n, pause_s, policy), all_clips in per_config.items():
+        for kind in ("read", "spontaneous"):
+            per_clip = [p for p in all_clips if p["kind"] == kind]
+            if per_clip:
+                summary = summarize(per_clip, kind, _policy_name(policy), mode, interval_s, busy, n, pause_s,
+                                    args.step_cost_ms)
+                report["runs"].append({"summary": summary, "clips": per_clip})
+                print(json.dumps(summary), file=sys.stderr)
 
     if isinstance(recognizer, MemoRecognizer):
         report["decode_cache_hits"], report["decode_cache_misses"] = recognizer.hits, recognizer.misses
@@ -541,13 +641,21 @@ def main() -> int:
                                         "text": " ".join(u.text for u in updates if u.kind == "final")})
             print(json.dumps(report["no_speech"][-1]), file=sys.stderr)
 
-    print("\n| policy | replay | streams | pause | update interval | partial p50 / p90 | committed p50 / p90 | WER streaming | WER offline | words revised | compute / audio | ms per step |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| speech | policy | replay | streams | update interval | partial p50 / p90 | committed p50 / p90 | WER streaming "
+          "| WER offline | worst clip (streaming - offline) | words revised | layout problems (live / offline) "
+          "| commit problems | compute / audio | ms per step |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for run in report["runs"]:
         s = run["summary"]
-        print(f"| {s['policy']} | {s['mode']} | {s['streams']} | {s['pause_s'] or 'default'} | {s['interval_s']:.2f} s | {s['partial_p50_s']} / {s['partial_p90_s']} s | "
-              f"{s['commit_p50_s']} / {s['commit_p90_s']} s | {s['wer_streaming_pct']} % | {s['wer_offline_pct']} % | "
-              f"{s['words_revised']} of {s['words_shown']} | {s['compute_over_audio']} | {s['step_ms_mean']} |")
+        print(f"| {s['speech']} | {s['policy']} | {s['mode']} | {s['streams']} | {s['interval_s']:.2f} s "
+              f"| {s['partial_p50_s']} / {s['partial_p90_s']} s | {s['commit_p50_s']} / {s['commit_p90_s']} s "
+              f"| {s['wer_streaming_pct']} % | {s['wer_offline_pct']} % | {s['worst_clip']} {s['worst_clip_points']:+.1f} "
+              f"| {s['words_revised']} of {s['words_shown']} | {s['layout_problems_live']} / {s['layout_problems_offline']} "
+              f"| {s['commit_problems']} | {s['compute_over_audio']} | {s['step_ms_mean']} |")
+        if s.get("crosstalk_clips"):
+            print(f"|  | (crosstalk: {s['crosstalk_clips']} clips, reference words missed) |  |  |  |  |  "
+                  f"| {s['crosstalk_missed_streaming_pct']} % | {s['crosstalk_missed_offline_pct']} % "
+                  f"| agreement with offline {s['streaming_vs_offline_pct']} % WER |  |  |  |  |  |")
     if report["no_speech"]:
         print("\n| 60 s of | policy | model steps | words committed | words in partials |")
         print("|---|---|---|---|---|")

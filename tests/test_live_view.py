@@ -11,8 +11,8 @@ from captioner.errors import UserError
 from captioner.events import CaptionUpdate
 
 
-def u(stream, kind, text, segment=0):
-    return CaptionUpdate(stream, kind, text, 0.0, 1.0, 1.0, 1.0, segment=segment)
+def u(stream, kind, text, segment=0, start_s=0.0, end_s=1.0):
+    return CaptionUpdate(stream, kind, text, start_s, end_s, end_s, end_s, segment=segment)
 
 
 def screen(raw: str) -> list[str]:
@@ -42,29 +42,47 @@ def screen(raw: str) -> list[str]:
     return lines
 
 
-def test_plain_output_shows_committed_lines_only():
+def test_plain_output_shows_committed_cues_only():
     out = io.StringIO()
     view = TerminalView(out, tty=False)
-    view.show([u("Me", "partial", "hello wor"), u("Me", "final", "hello world"), u("Me", "partial", "how")])
+    view.show([u("Me", "partial", "hello wor"), u("Me", "final", "hello world."), u("Me", "partial", "how")])
+    assert out.getvalue() == ""  # the cue is still open: words may join it
+    view.show([u("Me", "final", "Next one.", start_s=3.0, end_s=3.6)])  # after a pause: it is done
+    assert out.getvalue() == "[Me] hello world.\n"
     view.close()
-    assert out.getvalue() == "[Me] hello world\n"
+    assert out.getvalue() == "[Me] hello world.\n[Me] Next one.\n"
 
 
-def test_tty_rewrites_partial_in_place_and_scrolls_closed_segments():
+def test_tty_rewrites_partial_in_place_and_scrolls_closed_cues():
     out = io.StringIO()
     view = TerminalView(out, tty=True)
-    view.show([u("Me", "partial", "hello wor")])
+    view.show([u("Me", "partial", "hello wor", end_s=0.5)])
     assert screen(out.getvalue()) == ["[Me] hello wor"]
     assert "\x1b[2mhello wor\x1b[0m" in out.getvalue()  # partial text is dim
-    view.show([u("Me", "final", "hello world"), u("Me", "partial", "how are")])
-    view.show([u("Meeting", "partial", "good morning")])
+    view.show([u("Me", "final", "hello world", end_s=0.8), u("Me", "partial", "how are", 0.9, 1.3)])
+    view.show([u("Meeting", "partial", "good morning", 1.0, 1.5)])
     assert screen(out.getvalue()) == ["[Me] hello world how are", "[Meeting] good morning"]
-    # The pause closes Me's segment: its line scrolls up as committed text, the live area follows.
-    view.show([u("Me", "final", "how are you"), u("Me", "partial", ""), u("Me", "partial", "next", segment=1)])
-    assert screen(out.getvalue()) == ["[Me] hello world how are you", "[Me] next", "[Meeting] good morning"]
+    # A pause after a sentence's end ends Me's cue: it scrolls up as committed text, the live
+    # area follows.
+    view.show([u("Me", "final", "how are you.", 0.9, 1.6), u("Me", "final", "next", start_s=3.5, end_s=3.9)])
+    assert screen(out.getvalue()) == ["[Me] hello world how are you.", "[Me] next", "[Meeting] good morning"]
     view.close()
     # Closing keeps committed text and drops partials.
-    assert screen(out.getvalue()) == ["[Me] hello world how are you", ""]
+    assert screen(out.getvalue()) == ["[Me] hello world how are you.", "[Me] next", ""]
+
+
+def test_a_long_monologue_scrolls_in_cues_of_two_lines_of_42_characters():
+    out = io.StringIO()
+    view = TerminalView(out, tty=True)
+    words = ("so the first thing I want to say is that we looked at the remote control and the buttons are "
+             "far too small for most people to read").split()
+    for i, word in enumerate(words):
+        view.show([u("Me", "final", word, start_s=0.35 * i, end_s=0.35 * i + 0.3)])
+    view.close()
+    lines = [line for line in screen(out.getvalue()) if line]
+    assert " ".join(lines).replace("[Me] ", "").split() == words
+    assert all(len(line) <= 42 for line in lines)
+    assert sum(line.startswith("[Me] ") for line in lines) == (len(lines) + 1) // 2  # a label per cue
 
 
 def test_one_stream_can_go_without_its_label():
@@ -73,7 +91,9 @@ def test_one_stream_can_go_without_its_label():
     view.show([u("talk", "final", "hello"), u("talk", "partial", "world")])
     assert screen(out.getvalue()) == ["hello world"]
     plain = io.StringIO()
-    TerminalView(plain, tty=False, label_streams=False).show([u("talk", "final", "hello")])
+    view = TerminalView(plain, tty=False, label_streams=False)
+    view.show([u("talk", "final", "hello")])
+    view.close()
     assert plain.getvalue() == "hello\n"
 
 

@@ -31,3 +31,17 @@ def test_the_gpu_preset_from_the_command_line_reaches_the_engine():
     for field, value in PRESETS["alignatt-gpu"].items():
         assert getattr(resolved, field) == value
     assert type(make_policy("s", resolved)).__name__ == "AlignAttPolicy"
+
+
+def test_the_api_default_is_the_cli_default_on_every_device_class():
+    """``captioner.LiveCaptioner`` (an ``EngineConfig`` left as it is) and the command line (no
+    ``--policy``) resolve to the same policy and fields, per device class."""
+    from captioner.engine.core import EngineConfig
+
+    parser = argparse.ArgumentParser()
+    add_policy_argument(parser)
+    cli = engine_config(parser.parse_args([])).policy
+    api = EngineConfig().policy
+    for provider in ("CUDAExecutionProvider", "CPUExecutionProvider"):
+        assert resolve(api, provider) == resolve(cli, provider)
+        assert type(make_policy("s", resolve(api, provider))).__name__ == "AlignAttPolicy"  # words with times

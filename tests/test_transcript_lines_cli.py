@@ -1,7 +1,7 @@
-"""`captioner transcribe` files in sentence-shaped lines (issue 14): a live replay writes each
-caption to ``-o`` as it is committed and, at the end, the same words regrouped into lines that
-end at a sentence end or a pause, WebVTT cues carrying each word's time; offline files the same
-lines in every format."""
+"""`captioner transcribe` files laid out as captions (captioner.layout: 42 characters a line, 2
+lines a cue, 0.83-7 s a cue, broken at sentences, pauses and punctuation first), live and offline:
+a live replay writes each cue to ``-o`` once no later word can change it, WebVTT cues carrying
+each word's time; offline files hold the same cues in every format."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import json
 import re
 import subprocess
 import sys
-from typing import NamedTuple
 
 import pytest
 import srt
@@ -28,26 +27,21 @@ def _run(*argv: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-class _Line(NamedTuple):
-    text: str
-    start_s: float
-    end_s: float
+def _problems(cues) -> list[str]:
+    """The layout rules a file's cues (``(lines, start_s, end_s)``) break."""
+    from captioner import layout
 
-
-def _ends_lines_well(cues: list[_Line]) -> bool:
-    """Each cue but the last ends a sentence or is followed by a pause."""
-    return all(re.search(r"[.?!][\"')\]]*$", a.text.strip()) or b.start_s - a.end_s >= PAUSE_S - 0.001
-               for a, b in zip(cues, cues[1:]))
+    return layout.check([layout.Cue(start_s, end_s, tuple(lines)) for lines, start_s, end_s in cues])
 
 
 @pytest.mark.slow
-def test_live_replay_file_ends_in_sentence_lines_with_word_times(tmp_path):
+def test_live_replay_file_is_laid_out_as_captions_with_word_times(tmp_path):
     out = tmp_path / "live.vtt"
     done = _run(JFK, "--realtime", "--clock", "simulated", "--policy", "alignatt", "--device", "cpu", "-o", str(out))
     assert done.returncode == 0, done.stderr
     cues = list(webvtt.from_buffer(io.StringIO(out.read_text(encoding="utf-8"))))
-    assert cues and _ends_lines_well([_Line(_TAG.sub("", c.raw_text), _seconds(c.start), _seconds(c.end))
-                                      for c in cues])
+    assert cues and _problems([(_TAG.sub("", c.raw_text).split("\n"), _seconds(c.start), _seconds(c.end))
+                               for c in cues]) == []
     text = " ".join(_TAG.sub("", c.raw_text) for c in cues).lower()
     assert text.startswith("and so my fellow americans") and "country" in text
     assert any(_TAG.search(c.raw_text) for c in cues)  # word times, inside each cue
@@ -62,7 +56,7 @@ def _seconds(tag: str) -> float:
 
 
 @pytest.mark.slow
-def test_offline_files_hold_the_same_sentence_lines_in_every_format(tmp_path):
+def test_offline_files_hold_the_same_cues_in_every_format(tmp_path):
     done = _run(JFK, "--device", "cpu", "-o", str(tmp_path / "jfk.srt"))
     assert done.returncode == 0, done.stderr
     subs = list(srt.parse((tmp_path / "jfk.srt").read_text(encoding="utf-8"), ignore_errors=False))
@@ -70,4 +64,4 @@ def test_offline_files_hold_the_same_sentence_lines_in_every_format(tmp_path):
     records = [json.loads(line) for line in done.stdout.splitlines()]
     assert [r["text"] for r in records] == [s.content for s in subs]
 
-    assert _ends_lines_well([_Line(r["text"], r["start_s"], r["end_s"]) for r in records])
+    assert _problems([(r["text"].split("\n"), r["start_s"], r["end_s"]) for r in records]) == []

@@ -293,6 +293,10 @@ class LiveLayout:
             out += self._take(stream, state, final=True)
         return out
 
+    def streams(self) -> list[str]:
+        """Every stream laid out so far, in the order it first came."""
+        return list(self._streams)
+
     def open_words(self, stream: str) -> list[Word]:
         """The words of ``stream`` that no cue holds yet (the cue being spoken)."""
         state = self._streams.get(stream)

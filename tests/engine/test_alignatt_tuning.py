@@ -51,30 +51,31 @@ def test_hybrid_keeps_the_first_words_waiting_for_their_context():
     policy = AlignAttPolicy("s", config)
     early = [("the", 0.2, 0.4, 0.4), ("quick", 0.5, 0.8, 0.8)]
     assert committed(policy.update(hyp(early, 1.2), 1.2, 1.2)) == ""
-    # Both hypotheses agree on "the quick", but only "the" has 1.5 s after it at 1.9 s.
-    out = policy.update(hyp(early + [("brown", 0.9, 1.2, 1.2)], 1.9), 1.9, 1.9)
+    # Both hypotheses agree on "the quick", but only "the" has 1.5 s of speech after it (to 1.9 s).
+    out = policy.update(hyp(early + [("brown", 0.9, 1.2, 1.2), ("fox", 1.5, 1.9, 1.9)], 2.0), 2.0, 2.0)
     assert committed(out) == "the"
 
 
 def test_first_words_rule_at_a_segment_start_only():
-    words = [("Ask", 0.1, 0.4, 0.4), ("not.", 0.5, 0.8, 0.8), ("What", 1.2, 1.5, 1.5), ("your", 1.6, 1.8, 1.8)]
+    words = [("Ask", 0.1, 0.4, 0.4), ("not.", 0.5, 0.8, 0.8), ("What", 1.2, 1.5, 1.5), ("your", 1.6, 1.8, 1.8),
+             ("country", 1.9, 2.35, 2.35)]
     each = PolicyConfig(kind="alignatt", first_context_s=1.5, first_words=3, attend_margin_s=0.0)
     start = PolicyConfig(kind="alignatt", first_context_s=1.5, first_words=3, attend_margin_s=0.0,
                          first_words_per_sentence=False)
-    # At 2.4 s: "Ask" and "not." have 1.5 s after them; "What", the first word of a sentence,
-    # waits under the per-sentence rule; at a segment's start only it is the third word and waits
-    # too, and "your", the fourth, may not pass it.
+    # Speech heard up to 2.35 s: "Ask" and "not." have 1.5 s of it after them; "What", the first
+    # word of a sentence, waits under the per-sentence rule; at a segment's start only it is the
+    # third word and waits too, and "your", the fourth, may not pass it.
     out_each = AlignAttPolicy("s", each).update(hyp(words, 2.4), 2.4, 2.4)
     out_start = AlignAttPolicy("s", start).update(hyp(words, 2.4), 2.4, 2.4)
     assert committed(out_each) == committed(out_start) == "Ask not."
-    # At 3.1 s "What" has its 1.5 s; "your" (1.3 s after it) is the second word of its sentence
+    # Heard up to 3.0 s, "What" has its 1.5 s; "your" (1.2 s) is the second word of its sentence
     # (waits under the per-sentence rule) but the fourth of the segment (free otherwise).
-    more = words + [("country", 1.9, 2.3, 2.3)]
+    more = words + [("can", 2.4, 2.6, 2.6), ("do", 2.7, 3.0, 3.0)]
     each_policy, start_policy = AlignAttPolicy("s", each), AlignAttPolicy("s", start)
     each_policy.update(hyp(words, 2.4), 2.4, 2.4)
     start_policy.update(hyp(words, 2.4), 2.4, 2.4)
     assert committed(each_policy.update(hyp(more, 3.1), 3.1, 3.1)) == "What"
-    assert committed(start_policy.update(hyp(more, 3.1), 3.1, 3.1)) == "What your country"
+    assert committed(start_policy.update(hyp(more, 3.1), 3.1, 3.1)) == "What your country can do"
 
 
 def test_a_preset_names_a_policy_with_its_fields():

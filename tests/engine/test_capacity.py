@@ -30,6 +30,7 @@ from captioner.engine.admission import (
 )
 from captioner.engine.core import EngineConfig
 from captioner.engine.live import LiveCaptioner
+from captioner.engine.policy import PolicyConfig
 from captioner.engine.scheduler import SchedulerConfig
 from captioner.engine.simulate import ChargedRecognizer, SimClock
 from captioner.errors import StreamRefused
@@ -113,10 +114,12 @@ def test_a_stream_past_the_update_interval_limit_is_refused_and_the_running_ones
     for label in ("L0", "L1", "L2", "X0"):
         assert committed(updates, label) == keys(words) * (2 if label.startswith("L") else 1), label
     assert live.engine.measured_interval_p99_s() is None  # the streams closed: nothing left to measure
-    intervals = list(live.engine._intervals_s)
-    # The running streams were never slowed past the limit: their updates came every base
-    # interval (1 s), or sooner for a closing update or one that rode along.
-    assert intervals and max(intervals) <= 1.5
+    intervals = sorted(live.engine._intervals_s)
+    # The running streams were not slowed past the limit: their updates came every base
+    # interval (1 s), or sooner for one that rode along; a stream's pause gets an update of its
+    # own at once, served before the others, which may put one more step (at most 0.45 s here)
+    # into another stream's interval.
+    assert intervals and intervals[len(intervals) // 2] <= 1.5 and intervals[-1] <= 1.5 + 0.05 + 4 * 0.1
 
 
 def test_the_threads_host_work_counts_against_the_interval_too():
@@ -402,7 +405,10 @@ def test_new_segments_of_english_streams_go_to_the_light_model_under_load_and_co
     — not the German one, which it cannot hear — and status shows it; back at two (0.23 < 0.4)
     new segments are on base again. Every stream is captioned whole throughout."""
     words = phrase("light model switch test", 0.5)
-    three_times = words + phrase("light model switch test", 3.5) + phrase("light model switch test", 6.5)
+    # Each round ends in a silence that closes the segment (a shorter pause keeps it, and its model).
+    round_s = 3.0 + PolicyConfig().long_pause_s
+    three_times = words + phrase("light model switch test", 0.5 + round_s) + \
+        phrase("light model switch test", 0.5 + 2 * round_s)
     script = {f"en{i}": words for i in range(5)} | {"de0": words} | {"en0": three_times, "en1": three_times}
     base = ScriptedRecognizer(script, name="base", is_multilingual=True)
     light = ScriptedRecognizer(script, name="tiny.en")
@@ -410,7 +416,7 @@ def test_new_segments_of_english_streams_go_to_the_light_model_under_load_and_co
     live = LiveCaptioner(recognizer=base, light_recognizer=light, clock_ns=clock, timer_ns=clock)
     live.engine.recognizer = charged(base, clock, 0.0, 0.08)
     live.engine.light_recognizer = charged(light, clock, 0.0, 0.02)
-    audio = render_speech(words, 3.0)
+    audio = render_speech(words, round_s)
 
     def speak(labels):
         before_base, before_light = len(base.requests), len(light.requests)
@@ -537,7 +543,11 @@ def test_the_feature_pool_on_the_gpu_and_70_streams_captioned_across_two_banks()
 
     script = {f"s{i:02d}": phrase(f"gpu stream {i} speaks", 0.5 + 0.02 * i) for i in range(70)}
     clock = SimClock()
-    live = LiveCaptioner(recognizer=HostCopy(script), backend=backend, clock_ns=clock, timer_ns=clock)
+    # The 70 open at once: the pool's banks are the subject here, not admission's growth limit
+    # (at most 32 new streams in 2 s on a GPU, which refused the 33rd on an H100).
+    config = EngineConfig()
+    config.admission.time_budget = "off"
+    live = LiveCaptioner(recognizer=HostCopy(script), backend=backend, clock_ns=clock, timer_ns=clock, config=config)
     for label in script:
         live.open_stream(label)
     audio = {label: render_speech(words, 4.0, seed=i % 5) for i, (label, words) in enumerate(script.items())}

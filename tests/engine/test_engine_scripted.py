@@ -380,7 +380,8 @@ SENTENCES = ("the birch canoe slid on the smooth planks", "glue the sheet to the
              "rice is often served in round bowls", "the juice of lemons makes fine punch")
 
 
-def long_script(duration_s: float) -> list[ScriptWord]:
+def long_script(duration_s: float, gap_s: float = 1.2) -> list[ScriptWord]:
+    """Sentences one after another, ``gap_s`` of silence between them, until ``duration_s``."""
     words: list[ScriptWord] = []
     start_s, index = 1.0, 0
     while True:
@@ -388,7 +389,7 @@ def long_script(duration_s: float) -> list[ScriptWord]:
         if sentence[-1].end_s > duration_s - 1.0:
             return words
         words += sentence
-        start_s, index = sentence[-1].end_s + 1.2, index + 1
+        start_s, index = sentence[-1].end_s + gap_s, index + 1
 
 
 def test_a_minute_handed_over_at_once_is_captioned_whole():

@@ -28,7 +28,7 @@ from test_engine_scripted import long_script
 from captioner.audio.file_source import FileSource
 from captioner.engine.core import EngineConfig
 from captioner.engine.pipeline import Pipeline
-from captioner.engine.policy import normalize_word
+from captioner.engine.policy import PolicyConfig, normalize_word
 from captioner.engine.scheduler import SchedulerConfig
 from captioner.engine.supervisor import SupervisedCaptioner, SupervisedStream
 from captioner.engine.worker_process import FAULT_ENV, HostSpec, parse_fault
@@ -64,8 +64,8 @@ class ScriptFactory:
         return backend, self.made[-1]
 
 
-def _talk(tmp_path: Path, duration_s: float):
-    words = long_script(duration_s)
+def _talk(tmp_path: Path, duration_s: float, gap_s: float = 1.2):
+    words = long_script(duration_s, gap_s)
     path = tmp_path / "talk.wav"
     sf.write(path, render_speech(words, duration_s), SAMPLE_RATE_HZ)
     return words, path
@@ -125,7 +125,8 @@ def test_a_restarted_host_prompts_its_first_window_as_the_failed_one_did(tmp_pat
     its prompt history: its first window has the prompt the failed host's window from that
     checkpoint had (a fresh engine started with none, and tiny.en then heard the same audio
     another way than the fault-free run)."""
-    words, path = _talk(tmp_path, 30.0)
+    # Silences long enough to close a segment: a stream is idle (a checkpoint) only after one.
+    words, path = _talk(tmp_path, 30.0, PolicyConfig().long_pause_s + 0.8)
     monkeypatch.setenv(FAULT_ENV, "step:12")
     factory = ScriptFactory("talk", words)
     pipeline = Pipeline([FileSource(path, stream="talk", realtime=False)], isolation="inline",
@@ -153,9 +154,9 @@ def test_a_restart_after_sentences_with_no_checkpoint_between_them_shows_each_wo
     and the failed host's words since its checkpoint span several segments. The new host hears
     them as as many segments of its own; the seam covers them all (it covered the first only,
     and the second sentence was shown twice)."""
-    words = phrase("the birch canoe slid on the smooth planks", 1.0)
-    words += phrase("glue the sheet to the dark blue background", words[-1].end_s + 0.6)
-    words += phrase("it is easy to tell the depth of a well", words[-1].end_s + 0.6)
+    words = phrase("the birch canoe slid on the smooth planks.", 1.0)
+    words += phrase("glue the sheet to the dark blue background.", words[-1].end_s + 0.6)
+    words += phrase("it is easy to tell the depth of a well.", words[-1].end_s + 0.6)
     audio = render_speech(words, words[-1].end_s + 2.0)
     monkeypatch.setenv(FAULT_ENV, fault)
     spans: list[int] = []  # segments of the failed host's words since the checkpoint, at the restart

@@ -22,6 +22,7 @@ from scripted import (
 
 from captioner.engine.core import EngineConfig
 from captioner.engine.live import LiveCaptioner
+from captioner.engine.policy import PolicyConfig
 from captioner.engine.scheduler import SchedulerConfig
 from captioner.engine.simulate import ChargedRecognizer, SimClock
 
@@ -121,7 +122,7 @@ def test_folding_during_the_next_step_gives_every_stream_the_same_captions_in_or
         # Every held step was read once: during the next step's encoding wherever one followed
         # (the others at a tick with nothing due, or at the streams' ends).
         assert len(recognizer.reads) == recognizer.pending_calls > 10
-        assert sum(recognizer.reads) == sum(recognizer.hooked) > 10
+        assert sum(recognizer.reads) == sum(recognizer.hooked) >= 8
     for label, words in script.items():
         assert keys(" ".join(u.text for u in finals(held, label))) == keys(words), label
         assert per_stream(held, label) == per_stream(plain, label), label
@@ -265,7 +266,9 @@ def test_a_held_segment_keeps_its_detected_language_through_its_close():
     def last_languages(mode: str) -> dict[str, str | None]:
         # One short word and a pause: the segment's closing update is its only one.
         script = {f"s{i}": phrase("hallo", 0.4 + 0.1 * i, word_s=0.4) for i in range(12)}
-        audio = {label: render_speech(words, 4.0, seed=i % 5) for i, (label, words) in enumerate(script.items())}
+        # Long enough for the silence after the word to close each segment.
+        audio = {label: render_speech(words, 2.5 + PolicyConfig().long_pause_s, seed=i % 5)
+                 for i, (label, words) in enumerate(script.items())}
         recognizer = ReadingLater(script, overlaps=True, is_multilingual=True, languages=("de", "en"))
         clock = SimClock()
         live = LiveCaptioner(recognizer=recognizer, clock_ns=clock, timer_ns=clock,

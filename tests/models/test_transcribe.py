@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from bench_loader import load_benchmark
 from graph_fixtures import load_cpu_decoder, onnx_cache_dir  # noqa: F401 - session fixture
 
+from bench_loader import load_benchmark
 from captioner.audio.file_source import read_audio_16k
 from captioner.engine.offline import TranscribeOptions, transcribe_audio
 from captioner.gpu.features_ref import whisper_input_features

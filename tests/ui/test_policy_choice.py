@@ -86,6 +86,6 @@ def test_the_gui_refuses_an_unknown_policy(gui_args):
         gui_args("--policy", "waitk")
 
 
-def test_the_library_default_stays_localagreement():
-    # The CLI and the app choose "auto"; the library's own default is unchanged (docs/api.md).
-    assert EngineConfig().policy.kind == "localagreement"
+def test_the_library_default_is_the_cli_s():
+    # The library, the CLI and the app all choose "auto" (docs/api.md).
+    assert EngineConfig().policy.kind == "auto"

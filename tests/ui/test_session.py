@@ -336,8 +336,9 @@ def test_the_entry_point_wires_window_and_controller(quiet_window, qtbot, make_c
     factory.built[0].captions = [final("clip", "Hello.")]
     qtbot.waitUntil(lambda: window.caption_view.committed_text() == "clip: Hello.", timeout=3000)
 
-    factory.built[0].leftovers = [final("clip", "Goodbye.", 1.0, 2.0)]
+    factory.built[0].leftovers = [final("clip", "Goodbye.", 3.0, 4.0)]
     window.controls.start_button.click()  # "Stop"
     qtbot.waitUntil(lambda: window.state_label.text() == "Stopped", timeout=5000)
-    assert window.caption_view.committed_text() == "clip: Hello.\nclip: Goodbye."  # a sentence end ends the line
+    # A pause after a sentence's end ends the cue.
+    assert window.caption_view.committed_text() == "clip: Hello.\nclip: Goodbye."
     assert window.controls.start_button.text() == "Start" and controller.pipeline is None

@@ -1,12 +1,13 @@
-"""Live captions in a terminal.
+"""Live captions in a terminal, laid out as captions (:mod:`captioner.layout`: cues of at most
+two lines of at most 42 characters, broken at a sentence's end, a pause or punctuation first).
 
-On a TTY the bottom of the screen is a live area, one line per stream with an open segment:
-its committed words, then the partial words (dim), rewritten in place with ANSI codes as
-updates come. When a segment closes (a pause) or its line would overflow, the line scrolls up
-as plain committed text and the live area redraws below it. Anywhere else (a pipe, a file)
-each committed update is printed as one plain line, ``[stream] text``; partials are not shown.
-``label_streams=False`` leaves the ``[stream]`` label out (one file, one stream: it says nothing).
-Notes for the person (a detected language, a lost input) go above the live area (:meth:`note`).
+On a TTY the bottom of the screen is a live area: for each stream with a cue being spoken, its
+lines (committed words, then the partial words dim), rewritten in place with ANSI codes as
+updates come. A cue no later word can change scrolls up as plain committed text, the live area
+redrawn below it. Anywhere else (a pipe, a file) each such cue is printed as its lines, the
+first one labelled ``[stream]``; partials are not shown. ``label_streams=False`` leaves the
+``[stream]`` label out (one file, one stream: it says nothing). Notes for the person (a
+detected language, a lost input) go above the live area (:meth:`note`).
 
 Output that cannot be written (``> /dev/full``, a full disk) is a one-line
 :class:`~captioner.errors.UserError` (:func:`stdout_failure`); a reader that went away
@@ -16,10 +17,9 @@ writes nothing more.
 
 from __future__ import annotations
 
-import shutil
 import sys
-from dataclasses import dataclass
 
+from captioner import layout
 from captioner.errors import UserError
 from captioner.events import CaptionUpdate
 
@@ -35,21 +35,15 @@ def stdout_failure(error: OSError) -> UserError:
     return UserError(f"cannot write standard output: {error.strerror or error}")
 
 
-@dataclass
-class _Line:
-    segment: int = 0
-    committed: str = ""
-    partial: str = ""
-
-
 class TerminalView:
     """Renders caption updates. Called from one thread (the CLI's main loop)."""
 
-    def __init__(self, out, tty: bool | None = None, label_streams: bool = True) -> None:
+    def __init__(self, out, tty: bool | None = None, label_streams: bool = True, pause_s: float = 0.5) -> None:
         self.out = out
         self.tty = out.isatty() if tty is None else tty
         self.label_streams = label_streams
-        self._lines: dict[str, _Line] = {}
+        self._layout = layout.LiveLayout(pause_s, label=self._label)
+        self._partials: dict[str, str] = {}
         self._drawn = 0  # lines of the live area on screen
         self._failed = False  # the output refused a write: nothing more is tried (close, a stop)
 
@@ -65,9 +59,6 @@ class TerminalView:
         except OSError as error:
             self._failed = True
             raise stdout_failure(error) from None
-
-    def _width(self) -> int:
-        return max(20, shutil.get_terminal_size((100, 24)).columns - 1)
 
     def _label(self, stream: str) -> str:
         return f"[{stream}] " if self.label_streams else ""
@@ -94,60 +85,57 @@ class TerminalView:
     def show(self, updates: list[CaptionUpdate]) -> None:
         if not updates:
             return
-        if not self.tty:
-            self._write("".join(f"{self._label(u.stream)}{u.text.strip()}\n" for u in updates
-                                if u.kind == "final" and u.text.strip()))
-            return
         scrolled: list[str] = []
-        width = self._width()
         for u in updates:
-            line = self._lines.setdefault(u.stream, _Line(segment=u.segment))
-            if u.segment != line.segment:
-                if line.committed:
-                    scrolled.append(self._label(u.stream) + line.committed)
-                line.committed, line.partial, line.segment = "", "", u.segment
             if u.kind == "final":
-                text = u.text.strip()
-                line.partial = ""  # a final takes the partial off the screen
-                line.committed = f"{line.committed} {text}".strip()
-                while len(self._label(u.stream)) + len(line.committed) > width:
-                    # A long monologue: the full part scrolls, the rest stays live.
-                    room = width - len(self._label(u.stream))
-                    cut = line.committed.rfind(" ", 0, room)
-                    cut = cut if cut > 0 else room
-                    scrolled.append(self._label(u.stream) + line.committed[:cut])
-                    line.committed = line.committed[cut:].strip()
+                self._partials.pop(u.stream, None)  # a final takes the partial off the screen
+                scrolled += self._cue_lines(self._layout.add([u]))
+            elif u.kind == "partial" and u.text.strip():
+                self._partials[u.stream] = u.text.strip()
             else:
-                line.partial = u.text.strip()
+                self._partials.pop(u.stream, None)
+        if not self.tty:
+            self._write("".join(line + "\n" for line in scrolled))
+            return
         self._redraw(scrolled)
 
+    def _cue_lines(self, cues) -> list[str]:
+        """Closed cues as the lines that scroll: the first labelled (where labels are on)."""
+        out = []
+        for cue in cues:
+            out += [(self._label(cue.stream) if n == 0 else "") + line for n, line in enumerate(cue.lines)]
+        return out
+
     def _redraw(self, scrolled: list[str]) -> None:
-        width = self._width()
         parts = [self._erase_live_area()]
         for text in scrolled:
             parts.append(text + "\n")
         live = []
-        for stream, line in self._lines.items():
-            if not (line.committed or line.partial):
-                continue
-            label = self._label(stream)
-            room = width - len(label) - len(line.committed) - 1
-            partial = line.partial
-            if len(partial) > room:
-                partial = "…" + partial[len(partial) - max(0, room - 1):] if room > 1 else ""
-            text = label + line.committed
-            if partial:
-                text += (" " if line.committed else "") + _DIM + partial + _RESET
-            live.append(text)
+        known = self._layout.streams()
+        streams = [s for s in known if self._layout.open_words(s) or s in self._partials]
+        streams += [s for s in self._partials if s not in known]
+        for stream in streams:
+            lines = self._layout.open_lines(stream, self._partials.get(stream, ""))
+            for n, line in enumerate(lines):
+                text = self._label(stream) if n == 0 else ""
+                dim = False
+                for k, word in enumerate(line):
+                    sep = "" if not k or word.joined else " "
+                    if word.provisional and not dim:
+                        text += sep + _DIM
+                        sep, dim = "", True
+                    text += sep + word.text
+                live.append(text + (_RESET if dim else ""))
         parts.append("\n".join(live))
         self._drawn = len(live)
         self._write("".join(parts))
 
     def close(self) -> None:
-        """Scroll whatever is still live as committed text (partials are dropped)."""
+        """Scroll (or print) the cues still open as committed text (partials are dropped)."""
+        self._partials.clear()
+        scrolled = self._cue_lines(self._layout.flush())
         if not self.tty:
+            self._write("".join(line + "\n" for line in scrolled))
             return
-        scrolled = [self._label(s) + line.committed for s, line in self._lines.items() if line.committed]
-        self._lines.clear()
         self._redraw(scrolled)
         self._drawn = 0

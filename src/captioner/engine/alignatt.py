@@ -28,7 +28,10 @@ Rules, per update (times on the stream's clock; ``end`` = the end of the audio i
    and chords, 2-3 s windows, every word on frame 0). It is treated as the decoder's guards
    treat invented text.
 5. A hypothesis without attention (a model without alignment heads) falls back to agreement.
-6. Hybrid (``commit_on_agreement``): what two consecutive hypotheses agree on is committed too,
+6. The last word before a pause waits for the speech after it (or a silence of ``hold_s``):
+   heard with only silence after it, tiny.en wrote "balance" as "Valon" until "My checking
+   account" followed.
+7. Hybrid (``commit_on_agreement``): what two consecutive hypotheses agree on is committed too,
    when that reaches further than the attention rule (a word whose attention runs into the
    margin but that the last update heard the same); the first-words rule holds for both.
 
@@ -103,6 +106,11 @@ class AlignAttPolicy(LocalAgreementPolicy):
             n = max(n, k)
         if c.confirm_by_agreement:
             n = min(n, super()._agreed(tail, hypothesis))
+        if 0 < n == len(tail) and c.pause_word_waits and hypothesis.end_s - tail[-1].end_s >= c.attend_margin_s + 0.2:
+            # The last word before a pause: it was heard with silence after it, and the words
+            # that follow a hesitation change it ("my account Valon. Am I" for "balance. My
+            # checking"); it waits for them, or for a silence of hold_s.
+            n -= 1
         return n
 
     def _in_context(self, tail: list[Word], hypothesis: Hypothesis) -> list[bool]:
@@ -118,7 +126,8 @@ class AlignAttPolicy(LocalAgreementPolicy):
         line = self._line_words
         out = []
         for w in tail:
-            out.append(line >= c.first_words or heard_s - w.end_s >= c.first_context_s)
+            sure = c.sure_p is not None and w.confidence is not None and w.confidence >= c.sure_p
+            out.append(line >= c.first_words or sure or heard_s - w.end_s >= c.first_context_s)
             if ends_sentence(w) and c.first_words_per_sentence:
                 line = 0
             elif w.key:

@@ -633,12 +633,13 @@ class Engine:
                 s.policy.advance_idle(max(0.0, end_s - lead_in_s))
                 s.segment_speech_frames = 0
                 s.last_update_s = end_s
-            elif not s.speech_since_update and not s.policy.has_uncommitted_text:
-                # A segment kept open over a pause, its words all committed: nothing to update
-                # until the speaker goes on (an interval after they do) or the pause closes it.
-                # The wait is no update interval of the scheduler's.
-                s.last_update_s = (end + s.frame_offset) / FRAMES_PER_S
+            elif not s.speech_since_update:
+                # A segment kept open over a gap in the speech: the wait is no update interval of
+                # the scheduler's. With its words all committed there is nothing to update until
+                # the speaker goes on (an interval after they do) or the pause is settled.
                 s.last_update_ns = None
+                if not s.policy.has_uncommitted_text:
+                    s.last_update_s = (end + s.frame_offset) / FRAMES_PER_S
 
     # -- model steps -----------------------------------------------------------------------------
     def _audio_end_s(self, s: _Stream) -> float:

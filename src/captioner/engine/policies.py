@@ -13,7 +13,8 @@ from captioner.engine.alignatt import AlignAttPolicy
 from captioner.engine.policy import POLICIES, LocalAgreementPolicy, PolicyConfig
 
 PRESETS: dict[str, dict] = {
-    "alignatt-gpu": {"kind": "alignatt", "first_context_s": 1.5, "attend_margin_s": 0.1, "close_overlap_s": 3.0},
+    "alignatt-gpu": {"kind": "alignatt", "first_context_s": 1.5, "attend_margin_s": 0.1, "close_overlap_s": 3.0,
+                     "sure_p": 0.9},
 }
 """Named settings. ``alignatt-gpu``: AlignAtt for a device whose model step takes about 40 ms
 (tiny.en on an H200), updated every 0.5 s: the first three words of a sentence wait for 1.5 s of

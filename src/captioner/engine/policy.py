@@ -48,6 +48,8 @@ class Word(NamedTuple):
     """Latest stream time the alignment heads attended to while the word's tokens were chosen
     (``None``: the recognizer gave no attention). Past the end of the audio heard means the
     model was guessing beyond it."""
+    confidence: float | None = None
+    """The probability the decoder gave the word's least likely token (``None``: not known)."""
 
     @property
     def key(self) -> str:
@@ -201,9 +203,15 @@ class PolicyConfig:
     """AlignAtt: the first ``first_words`` of a segment are committed only once the window holds
     this much audio after them (Whisper hears "my fellow" as "am I" with nothing after it)."""
     first_words: int = 3
+    sure_p: float | None = None
+    """AlignAtt: a first word (``first_words``) the decoder chose with at least this probability
+    for each of its tokens needs no more context (``None``: every first word waits for it)."""
     first_words_per_sentence: bool = True
     """AlignAtt: the first-words rule applies after every committed sentence end too, not only
     at a segment's start (after a pause or the stream's start)."""
+    pause_word_waits: bool = True
+    """AlignAtt: the hypothesis' last word, followed by a pause, waits for the speech after it
+    (or a silence of ``hold_s``) before it is committed."""
     confirm_by_agreement: bool = False
     """AlignAtt: commit a word only once the hypothesis before agreed on it too (both rules)."""
     commit_on_agreement: bool = False

@@ -446,4 +446,4 @@ class WhisperRecognizer:
         except ValueError:
             return None
         return words_with_times(w.tokens, rows, not w.hit_length_limit, segments, self.tokenizer.decode,
-                                self.tokenizer.eot, span_s, r.start_s)
+                                self.tokenizer.eot, span_s, r.start_s, logprobs=w.token_logprobs)

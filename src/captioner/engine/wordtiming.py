@@ -119,7 +119,7 @@ _PIECE_RE = r"\s*[^\s-]+-*|\s*-+"  # as policy.words_from_segments: hyphenated p
 
 
 def words_with_times(tokens, rows: np.ndarray, ended: bool, segments, decode, eot: int, span_s: float,
-                     window_start_s: float, voiced: np.ndarray | None = None):
+                     window_start_s: float, voiced: np.ndarray | None = None, logprobs=()):
     """Words of a decoded window with times from the attention, or ``None`` when the tokens and
     segments cannot be lined up (the caller then spreads times over segments).
 
@@ -128,7 +128,9 @@ def words_with_times(tokens, rows: np.ndarray, ended: bool, segments, decode, eo
     ``TimedSegment``s; ``decode``: token ids -> text. Returns ``(words, segment_ends_s)`` with
     times on the stream's clock; each word's ``attend_s`` is the latest attended time of its
     tokens (padding past the audio included). ``voiced``: where known, the VAD's speech flag per
-    10 ms frame of the window (:func:`fit_to_voice`)."""
+    10 ms frame of the window (:func:`fit_to_voice`). ``logprobs``: the log-probabilities of the
+    last ``len(logprobs)`` tokens (those sampled), which give each word its ``confidence``: the
+    probability of its least likely token."""
     import re
 
     from captioner.engine.policy import Word
@@ -148,6 +150,7 @@ def words_with_times(tokens, rows: np.ndarray, ended: bool, segments, decode, eo
     if voiced is not None:
         starts, ends = fit_to_voice(starts, ends, voiced)
     looked_s = attended_frames(rows[text_at]) * FRAME_S
+    first_sampled = len(tokens) - len(logprobs)
     words: list[Word] = []
     seg_ends: list[float] = []
     cursor = 0
@@ -178,8 +181,10 @@ def words_with_times(tokens, rows: np.ndarray, ended: bool, segments, decode, eo
             lo_s, hi_s = float(seg.start_s), max(float(seg.start_s), min(float(seg.end_s), span_s))
             start_s = min(max(float(starts[t0]), lo_s), hi_s)
             end_s = min(max(float(ends[t1]), start_s), hi_s)
+            sure = [logprobs[text_at[k] - first_sampled] for k in range(t0, t1 + 1) if text_at[k] >= first_sampled]
             words.append(Word(piece, window_start_s + start_s, window_start_s + end_s, index,
-                              attend_s=window_start_s + float(looked_s[t0:t1 + 1].max())))
+                              attend_s=window_start_s + float(looked_s[t0:t1 + 1].max()),
+                              confidence=float(np.exp(min(sure))) if sure else None))
         seg_ends.append(window_start_s + min(float(seg.end_s), span_s))
     return _clip_pauses(words), seg_ends
 

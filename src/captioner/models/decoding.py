@@ -147,6 +147,12 @@ class DecodedWindow:
     dropped: str = ""
     failures: tuple[str, ...] = field(default=())
     """Reasons of every failed attempt, in order (empty when the first attempt passed)."""
+    token_logprobs: tuple[float, ...] = ()
+    """Each sampled token's log-probability, for the tokens after the forced prefix (empty where
+    the decoder gives none)."""
+    end_logprob: float | None = None
+    """The log-probability of the ``<|endoftext|>`` the window ended with (``None``: it reached
+    its length limit, or the decoder gives none)."""
 
 
 def compression_ratio(text: str) -> float:
@@ -361,6 +367,9 @@ class RawDecode:
     language_probs: dict[str, float] | None
     hit_length_limit: bool
     forced: int = 0
+    token_logprobs: list[float] = field(default_factory=list)
+    """The log-probability of each sampled token (those after the forced prefix), and of the end
+    token last where the row ended with one."""
 
 
 def _decode_once(
@@ -456,16 +465,16 @@ def _decode_once(
 
     started_s = time.perf_counter()
     if on_device:
-        sampled, sums, hit_limit, steps = _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, limits,
-                                                            prefixes)
+        sampled, sums, hit_limit, steps, logprobs = _greedy_on_device(runtime, tokenizer, options, state, logits, xp,
+                                                                      batch, limits, prefixes)
     else:
-        sampled, sums, hit_limit, steps = _sample_on_host(runtime, tokenizer, options, state, logits, batch, limits,
-                                                          temperature, rng, prefixes)
+        sampled, sums, hit_limit, steps, logprobs = _sample_on_host(runtime, tokenizer, options, state, logits, batch,
+                                                                    limits, temperature, rng, prefixes)
     if chosen_path is not None:
         chooser.record(batch, DEVICE if on_device else HOST, time.perf_counter() - started_s, steps)
     return [
         RawDecode(sampled[b], float(sums[b]), float(no_speech[b]), langs[b], language_probs[b], bool(hit_limit[b]),
-                  forced=len(prefixes[b]))
+                  forced=len(prefixes[b]), token_logprobs=logprobs[b])
         for b in range(batch)
     ]
 
@@ -495,6 +504,7 @@ def _sample_on_host(runtime, tokenizer, options, state, logits, batch, limits, t
     eot = tokenizer.special.eot
     rules = LogitRules(tokenizer, options, logits.shape[1])
     sampled: list[list[int]] = [list(p) for p in prefixes]
+    logprobs: list[list[float]] = [[] for _ in prefixes]
     sums = np.zeros(batch, dtype=np.float64)
     done = np.zeros(batch, dtype=bool)
     hit_limit = np.zeros(batch, dtype=bool)
@@ -502,12 +512,12 @@ def _sample_on_host(runtime, tokenizer, options, state, logits, batch, limits, t
         rules.apply(logits, sampled, active=~done)
         chosen = _choose(logits, temperature, rng)
         chosen_logprobs = _token_logprobs(logits, chosen)
-        _record(chosen, chosen_logprobs, eot, step == limits - 1, sampled, sums, done, hit_limit)
+        _record(chosen, chosen_logprobs, eot, step == limits - 1, sampled, sums, done, hit_limit, logprobs=logprobs)
         if done.all():
             break
         feed = np.where(done, eot, chosen).astype(np.int64)
         logits = np.array(runtime.step(state, feed), dtype=np.float32)
-    return sampled, sums, hit_limit, step + 1
+    return sampled, sums, hit_limit, step + 1, logprobs
 
 
 def _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, limits, prefixes):
@@ -518,6 +528,7 @@ def _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, lim
     rules = DeviceRules(xp, tokenizer, options, int(logits.shape[1]))
     rows = rules.new_state(batch, prefixes)
     sampled: list[list[int]] = [list(p) for p in prefixes]
+    logprobs: list[list[float]] = [[] for _ in prefixes]
     sums = np.zeros(batch, dtype=np.float64)
     done = np.zeros(batch, dtype=bool)
     hit_limit = np.zeros(batch, dtype=bool)
@@ -529,7 +540,7 @@ def _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, lim
         # Rules, choice and the rows' state update (one kernel launch on CUDA), one copy back.
         both = rules.choose_and_advance(logits, rows, last_step)
         chosen = both[0].astype(np.int64)
-        _record(chosen, both[1], eot, last_step, sampled, sums, done, hit_limit, current)
+        _record(chosen, both[1], eot, last_step, sampled, sums, done, hit_limit, current, logprobs)
         if done.all():
             break
         live = np.flatnonzero(~done[current])
@@ -539,10 +550,11 @@ def _greedy_on_device(runtime, tokenizer, options, state, logits, xp, batch, lim
             chosen, current = chosen[live], current[live]
         feed = np.where(done[current], eot, chosen).astype(np.int64)
         logits = runtime.step(state, feed, xp=xp)
-    return sampled, sums, hit_limit, step + 1
+    return sampled, sums, hit_limit, step + 1, logprobs
 
 
-def _record(chosen, chosen_logprobs, eot, last_step, sampled, sums, done, hit_limit, current=None) -> None:
+def _record(chosen, chosen_logprobs, eot, last_step, sampled, sums, done, hit_limit, current=None,
+            logprobs=None) -> None:
     """Add one step's choices to the windows still decoding (in place); a window ends on
     ``<|endoftext|>`` or when it reaches its length limit (``last_step[j]``: this is its last).
     Row j of the step is window ``current[j]`` (default: window j).
@@ -556,11 +568,19 @@ def _record(chosen, chosen_logprobs, eot, last_step, sampled, sums, done, hit_li
         return
     rows = windows[live]  # distinct windows
     tokens = np.asarray(chosen)[live]
-    sums[rows] += np.asarray(chosen_logprobs, dtype=np.float64).reshape(-1)[live]
+    token_logprobs = np.asarray(chosen_logprobs, dtype=np.float64).reshape(-1)[live]
+    sums[rows] += token_logprobs
     ended = tokens == eot
     kept = ~ended
-    for b, token in zip(rows[kept].tolist(), tokens[kept].tolist()):
-        sampled[b].append(token)
+    if logprobs is None:
+        for b, token in zip(rows[kept].tolist(), tokens[kept].tolist()):
+            sampled[b].append(token)
+    else:  # each token's own log-probability too (how sure the model was of each word)
+        for b, token, lp in zip(rows[kept].tolist(), tokens[kept].tolist(), token_logprobs[kept].tolist()):
+            sampled[b].append(token)
+            logprobs[b].append(lp)
+        for b, lp in zip(rows[ended].tolist(), token_logprobs[ended].tolist()):
+            logprobs[b].append(lp)  # the end token's: the last entry of a row that ended
     at_limit = kept & np.broadcast_to(np.asarray(last_step, dtype=bool), (len(chosen),))[live]
     hit_limit[rows[at_limit]] = True
     done[rows[ended | at_limit]] = True
@@ -586,6 +606,9 @@ def _finish(raw: RawDecode, tokenizer: WhisperTokenizer, options: DecodingOption
         temperature=temperature,
         hit_length_limit=raw.hit_length_limit,
         repetition=loop_at is not None,
+        token_logprobs=tuple(raw.token_logprobs[:len(raw.tokens) - raw.forced]),
+        end_logprob=raw.token_logprobs[len(raw.tokens) - raw.forced]
+        if len(raw.token_logprobs) > len(raw.tokens) - raw.forced else None,
     )
 
 
