@@ -14,8 +14,8 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
-from bench_loader import load_benchmark
 
+from bench_loader import load_benchmark
 from captioner.gpu.backend import get_backend
 from captioner.gpu.features_ref import whisper_input_features
 from captioner.models.decoding import DecodingOptions, decode
