@@ -97,7 +97,7 @@ def test_the_last_word_before_a_pause_waits_for_the_words_after_it():
     config = PolicyConfig(kind="alignatt", first_context_s=0.0, attend_margin_s=0.1, hold_s=1.5)
     policy = AlignAttPolicy("s", config)
     said = [("check", 0.1, 0.4), ("my", 0.5, 0.7), ("account", 0.8, 1.2), ("Valon.", 1.3, 1.8)]
-    out = policy.update(hyp(said, end_s=2.4), 2.4, 2.4)  # the pause: 0.6 s of silence heard
+    out = policy.update(hyp(said, end_s=2.4), 2.4, 2.4, at_pause=True)  # the update at the pause
     assert committed(out) == "check my account" and policy.partial_text == "Valon."
     # The speaker goes on: the word is heard again with what follows it.
     heard = said[:3] + [("balance.", 1.3, 1.8), ("My", 2.6, 2.8), ("checking", 2.9, 3.3), ("account.", 3.4, 3.9)]
@@ -105,7 +105,7 @@ def test_the_last_word_before_a_pause_waits_for_the_words_after_it():
     assert committed(out).startswith("balance. My")
     # Without the speaker going on, a silence of hold_s commits it as shown.
     alone = AlignAttPolicy("s", config)
-    alone.update(hyp(said, end_s=2.4), 2.4, 2.4)
+    alone.update(hyp(said, end_s=2.4), 2.4, 2.4, at_pause=True)
     assert committed(alone.settle(1.5, 3.0, 3.3, 3.3)) == "Valon."
 
 
@@ -161,15 +161,16 @@ def test_a_pause_keeps_the_segment_and_its_audio_open_until_a_long_silence():
     assert policy.buffer_start_s == 6.7 and policy.prompt_text().endswith("lazy")
 
 
-def test_a_rejected_hypothesis_closes_the_segment_at_the_pause():
-    """What the guards rejected must not stay in every window until a long silence."""
-    policy = AlignAttPolicy("s", no_first_context())
+def test_a_rejected_hypothesis_closes_the_segment_with_a_window_from_the_committed_words():
+    """What the guards rejected must not stay in every window until a long silence: at the pause
+    the segment closes with a window of its own that starts where the committed words end."""
+    policy = AlignAttPolicy("s", no_first_context(close_overlap_s=3.0))
     policy.update(hyp(SPEECH[:3], end_s=2.0), 2.0, 2.0)
-    assert policy.has_pending_text
-    policy.update(Hypothesis((), 0.0, 2.5, (), rejected=True, reason="no_speech"), 2.5, 2.5)
-    assert policy.settles_at_s() == 0.0
-    policy.settle(0.5, 2.2, 2.7, 2.7)
-    assert not policy.has_pending_text and policy.buffer_start_s == 2.2
+    assert policy.has_pending_text and not policy.needs_closing_window
+    policy.update(Hypothesis((), 0.0, 2.5, (), rejected=True, reason="repetition"), 2.5, 2.5)
+    assert policy.needs_closing_window
+    policy.start_after_committed()  # no overlap kept: the window starts after "brown"
+    assert policy.buffer_start_s == SPEECH[2][2] and policy.prompt_text() == "the quick brown"
 
 
 def test_text_whose_attention_follows_nothing_is_not_shown():
@@ -325,3 +326,19 @@ def test_auto_takes_the_default_of_the_device_class():
     assert resolve(PolicyConfig(kind="alignatt"), "CPUExecutionProvider").kind == "alignatt"
     with pytest.raises(ValueError):
         make_policy("s", auto)  # unresolved
+
+
+def test_a_rejected_long_window_is_heard_again_from_the_committed_words_at_the_pause():
+    """Whisper loops on a long window of crosstalk ("a real estate company, or a real estate
+    company"): the guards reject it, and with it the words after the committed ones. At the next
+    pause the segment closes with a window of its own, from the committed words on, which hears
+    them: no word is lost."""
+    script = phrase("so I was wondering", 0.5) + phrase("whether we could put a screen on it", 2.6)
+    end_s = script_end_s(script)
+
+    def loops(request, heard):  # every window that spans both phrases loops
+        return "repetition" if request.start_s < 1.0 and request.start_s + request.log_mel.shape[1] / 100 > 4.0 else None
+
+    updates, recognizer = run_engine(script, end_s + 3.0, reject=loops, policy={"first_context_s": 0.0})
+    assert recognizer.rejected, "no window was rejected"
+    assert keys(" ".join(u.text for u in finals(updates))) == keys(script)

@@ -80,10 +80,10 @@ class AlignAttPolicy(LocalAgreementPolicy):
         self._line_words = 0  # words committed since the segment or sentence began
 
     def update(self, hypothesis: Hypothesis, emitted_audio_s: float, emitted_wall_s: float,
-               close_segment: bool = False, close_at_s: float | None = None):
+               close_segment: bool = False, close_at_s: float | None = None, at_pause: bool = False):
         if not hypothesis.rejected and _unanchored(hypothesis):
             hypothesis = replace(hypothesis, rejected=True, reason="unanchored")
-        return super().update(hypothesis, emitted_audio_s, emitted_wall_s, close_segment, close_at_s)
+        return super().update(hypothesis, emitted_audio_s, emitted_wall_s, close_segment, close_at_s, at_pause)
 
     def _agreed(self, tail: list[Word], hypothesis: Hypothesis) -> int:
         if not tail or any(w.attend_s is None for w in tail):
@@ -106,7 +106,7 @@ class AlignAttPolicy(LocalAgreementPolicy):
             n = max(n, k)
         if c.confirm_by_agreement:
             n = min(n, super()._agreed(tail, hypothesis))
-        if 0 < n == len(tail) and c.pause_word_waits and hypothesis.end_s - tail[-1].end_s >= c.attend_margin_s + 0.2:
+        if 0 < n == len(tail) and c.pause_word_waits and self._at_pause:
             # The last word before a pause: it was heard with silence after it, and the words
             # that follow a hesitation change it ("my account Valon. Am I" for "balance. My
             # checking"); it waits for them, or for a silence of hold_s.

@@ -223,6 +223,8 @@ class _Decoded:
     """Per stream its hypothesis, or ``None`` while it is still to be read from :attr:`unread`."""
     closing: list[bool]
     unread: list = field(default_factory=list)
+    pausing: frozenset[str] = frozenset()
+    """The streams whose speaker paused before this step (it heard what they said before it)."""
     """``(rows, pending)``: hypotheses decoded but not read yet (a recognizer's
     ``decode_pending``); :meth:`read` reads them, during the next step's encoding."""
     names: frozenset[str] = frozenset()
@@ -683,6 +685,7 @@ class Engine:
                 pause_pending=paused and s.speech_since_update,
                 paused_s=max(0.0, (quiet_frames - pause_frames) / FRAMES_PER_S) if paused else 0.0,
                 segment_open=open_text,
+                close_step=paused and not s.speech_since_update and s.policy.needs_closing_window,
             ))
         return out
 
@@ -711,7 +714,9 @@ class Engine:
                 self._reset_segment(s, self._audio_end_s(s))
             else:
                 work.append(s)
-        return settled + (self._step(work, dict.fromkeys((s.name for s in work), False)) if work else self.flush())
+        closing = {v.name: v.close_step for v in views}
+        return settled + (self._step(work, {s.name: closing.get(s.name, False) for s in work}, frozenset(pausing))
+                          if work else self.flush())
 
     def _settle(self, views: list[StreamView]) -> list[CaptionUpdate]:
         """Pauses the last update heard, past where the policy acts on them without the model
@@ -760,7 +765,8 @@ class Engine:
             s.segment_model = "main"
         return s.segment_model
 
-    def _step(self, streams: list[_Stream], closing: dict[str, bool]) -> list[CaptionUpdate]:
+    def _step(self, streams: list[_Stream], closing: dict[str, bool],
+              pausing: frozenset[str] = frozenset()) -> list[CaptionUpdate]:
         t0 = self.timer_ns()
         for s in streams:
             if closing[s.name]:
@@ -842,7 +848,7 @@ class Engine:
             captured = s.capture_ns_at((ready + s.frame_offset) * FRAME_SAMPLES)
             if captured is not None:
                 self._lags.append((t1, max(0.0, (t1 - captured) / 1e9)))
-        decoded = _Decoded(streams, ends_s, hypotheses, [closing[s.name] for s in streams], unread)
+        decoded = _Decoded(streams, ends_s, hypotheses, [closing[s.name] for s in streams], unread, pausing)
         if defer:
             self._pending = decoded
         else:
@@ -903,7 +909,7 @@ class Engine:
                 mine = s.policy.update(hyp, end_s, wall_s, close_segment=True,
                                        close_at_s=max(s.policy.buffer_start_s, end_s - lead_in_s))
             else:
-                mine = s.policy.update(hyp, end_s, wall_s)
+                mine = s.policy.update(hyp, end_s, wall_s, at_pause=s.name in decoded.pausing)
             out.append((s, mine))
         return out
 

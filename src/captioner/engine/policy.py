@@ -269,6 +269,7 @@ class LocalAgreementPolicy:
         self.config = config or PolicyConfig()
         self._s = _State(buffer_start_s=start_s, history=deque(maxlen=self.config.prompt_words))
         self.committed_words_total = 0
+        self._at_pause = False  # the update being folded came at a pause
 
     # -- what the worker asks -------------------------------------------------------------------
     @property
@@ -313,9 +314,18 @@ class LocalAgreementPolicy:
             self._commit(emit, s.previous_tail)
             s.previous_tail = []
             s.prefix = ()
-        if (silence_s >= c.long_pause_s or s.rejected) and not self.has_uncommitted_text and self.has_pending_text:
+        if silence_s >= c.long_pause_s and not self.has_uncommitted_text and self.has_pending_text:
             self._close(close_at_s)
         return out
+
+    @property
+    def needs_closing_window(self) -> bool:
+        """Whether the segment must close with a window of its own at the next pause: its last
+        hypothesis was rejected (a loop, text on noise) while words are committed in the buffer.
+        The words after them are heard again in a window that starts at the committed text
+        (:meth:`start_after_committed`): a long window of crosstalk looped as "a real estate
+        company, or a real estate company" and took the 13 s of speech in it along."""
+        return self._s.rejected and bool(self._s.committed)
 
     def settles_at_s(self) -> float:
         """The silence at which :meth:`settle` next has something to do (``inf``: nothing open)."""
@@ -323,7 +333,7 @@ class LocalAgreementPolicy:
         if s.previous_tail:
             return c.hold_s
         if s.committed or s.partial_text:
-            return 0.0 if s.rejected else c.long_pause_s
+            return c.long_pause_s
         return float("inf")
 
     def prompt_text(self) -> str:
@@ -383,9 +393,11 @@ class LocalAgreementPolicy:
         emitted_wall_s: float,
         close_segment: bool = False,
         close_at_s: float | None = None,
+        at_pause: bool = False,
     ) -> list[CaptionUpdate]:
         """Fold in the hypothesis of one update and return the caption changes it causes.
 
+        ``at_pause``: the speaker paused (the engine's VAD) before this update's audio ended.
         ``close_segment``: the stream ends (or its model changes); everything the hypothesis holds beyond the committed text is committed, and the
         next buffer starts at ``close_at_s`` (default: the hypothesis' end).
         """
@@ -394,6 +406,7 @@ class LocalAgreementPolicy:
         if hypothesis.language:
             s.language = hypothesis.language
         s.rejected = hypothesis.rejected
+        self._at_pause = at_pause
         emit = _Emitter(self, emitted_audio_s, emitted_wall_s, out)
 
         if hypothesis.rejected:
@@ -473,12 +486,13 @@ class LocalAgreementPolicy:
         never heard. Times spread over a segment are too rough to cut the audio at.
         With ``close_overlap_s`` the last committed words (those that start within it of the
         committed end) stay in the window, matched against its hypothesis as committed words,
-        and the cut falls before them."""
+        and the cut falls before them; after a rejected hypothesis (:attr:`needs_closing_window`)
+        the window starts at the committed text's end, as unlike the one rejected as it can be."""
         s = self._s
         if not s.committed or any(w.attend_s is None for w in s.committed):
             return
         keep = 0
-        if self.config.close_overlap_s > 0:
+        if self.config.close_overlap_s > 0 and not s.rejected:
             # Keep the last committed words that start within the overlap (one at least); when
             # that is all of them the window stays where it is (it is short: nothing to cut).
             from_s = s.committed[-1].end_s - self.config.close_overlap_s

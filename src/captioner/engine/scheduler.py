@@ -59,6 +59,8 @@ class StreamView(NamedTuple):
     what they said to be committed)."""
     paused_s: float = 0.0
     """The speaker's silence past the pause (0 while they speak)."""
+    close_step: bool = False
+    """The segment closes at this pause with a model step of its own (due at once)."""
     segment_open: bool = False
     """Text of an open segment is shown or committed in the stream's buffer (its window does not
     start at the silence before the audio's end)."""
@@ -130,16 +132,16 @@ class Scheduler:
         fit of a step, ``(fixed_s, per_update_s)``, which decides whether a step waits to be fuller."""
         cfg = self.config
         waiting = {v.name: v.audio_end_s - v.last_update_s for v in views}
-        active = sum(1 for v in views if v.speech_pending or v.pause_pending)
+        active = sum(1 for v in views if v.speech_pending or v.pause_pending or v.close_step)
         self._steps_per_round = max(1, -(-active // cfg.max_batch))
-        due = [v for v in views if v.pause_pending or (v.speech_pending and waiting[v.name] >= self.interval_s)]
+        due = [v for v in views if v.pause_pending or v.close_step or (v.speech_pending and waiting[v.name] >= self.interval_s)]
         if not due:
             return []
         if self._fill_first(due, active, waiting, load, step_cost):
             return []
         # Higher priority first, then a pausing segment (its speaker paused: the final is what
         # they wait for), then the longest wait.
-        rank = lambda v: (-v.priority, not v.pause_pending, -waiting[v.name])  # noqa: E731
+        rank = lambda v: (-v.priority, not (v.pause_pending or v.close_step), -waiting[v.name])  # noqa: E731
         chosen = sorted(due, key=rank)[:cfg.max_batch]
         if len(chosen) < cfg.max_batch and self.riders_wanted(load):
             merge_s = max(cfg.merge_fraction * self.interval_s, cfg.min_new_audio_s)
@@ -166,9 +168,10 @@ class Scheduler:
         rows = cfg.fill_rows if cfg.fill_rows is not None else int(cfg.fill_fixed_ratio * fixed_s / per_s) + 1
         if len(due) >= min(cfg.max_batch, speaking, rows):
             return False
-        if any(v.pause_pending and (cfg.fill_close_wait_s <= 0 or v.paused_s >= cfg.fill_close_wait_s) for v in due):
+        if any((v.pause_pending or v.close_step) and (cfg.fill_close_wait_s <= 0 or v.paused_s >= cfg.fill_close_wait_s)
+               for v in due):
             return False
-        lateness = [waiting[v.name] for v in due if not v.pause_pending]
+        lateness = [waiting[v.name] for v in due if not (v.pause_pending or v.close_step)]
         return not lateness or max(lateness) < self.interval_s + cfg.fill_wait_s
 
     def riders_wanted(self, load: float | None) -> bool:
