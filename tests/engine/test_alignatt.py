@@ -45,8 +45,8 @@ SPEECH = [("the", 0.2, 0.4), ("quick", 0.5, 0.8), ("brown", 0.9, 1.2), ("fox", 1
 
 
 def no_first_context(**kw):
-    """AlignAtt's attention rule alone: no wait for context, none for the word before a pause."""
-    return PolicyConfig(kind="alignatt", first_context_s=0.0, **{"pause_word_waits": False, **kw})
+    """AlignAtt's attention rule alone: no wait for context."""
+    return PolicyConfig(kind="alignatt", first_context_s=0.0, **kw)
 
 
 # -- the commit rule ------------------------------------------------------------------------------
@@ -88,25 +88,6 @@ def test_a_sentence_ended_in_the_same_update_gives_the_next_words_the_first_word
     policy = AlignAttPolicy("s", PolicyConfig(kind="alignatt", first_context_s=1.5, attend_margin_s=0.1, first_words=3))
     out = policy.update(hyp(words, end_s=3.5), 3.5, 3.5)
     assert committed(out) == "to help with that. One"  # "is" has 1.4 s of speech after it, not 1.5
-
-
-def test_the_last_word_before_a_pause_waits_for_the_words_after_it():
-    """Heard with only silence after it, the last word may change when the speaker goes on
-    ("Valon" before "My checking account" was "balance"): it is shown, not committed, until the
-    next words are heard, or the pause is settled (hold_s)."""
-    config = PolicyConfig(kind="alignatt", first_context_s=0.0, attend_margin_s=0.1, hold_s=1.5)
-    policy = AlignAttPolicy("s", config)
-    said = [("check", 0.1, 0.4), ("my", 0.5, 0.7), ("account", 0.8, 1.2), ("Valon.", 1.3, 1.8)]
-    out = policy.update(hyp(said, end_s=2.4), 2.4, 2.4, at_pause=True)  # the update at the pause
-    assert committed(out) == "check my account" and policy.partial_text == "Valon."
-    # The speaker goes on: the word is heard again with what follows it.
-    heard = said[:3] + [("balance.", 1.3, 1.8), ("My", 2.6, 2.8), ("checking", 2.9, 3.3), ("account.", 3.4, 3.9)]
-    out = policy.update(hyp(heard, end_s=4.0), 4.0, 4.0)
-    assert committed(out).startswith("balance. My")
-    # Without the speaker going on, a silence of hold_s commits it as shown.
-    alone = AlignAttPolicy("s", config)
-    alone.update(hyp(said, end_s=2.4), 2.4, 2.4, at_pause=True)
-    assert committed(alone.settle(1.5, 3.0, 3.3, 3.3)) == "Valon."
 
 
 def test_a_committed_word_never_changes_though_later_hypotheses_disagree():

@@ -27,7 +27,7 @@ def final_words(updates) -> list[str]:
 
 def overlap_policy() -> AlignAttPolicy:
     return AlignAttPolicy("s", PolicyConfig(kind="alignatt", first_context_s=0.0, attend_margin_s=0.1,
-                                            close_overlap_s=3.0, pause_word_waits=False))
+                                            close_overlap_s=3.0))
 
 
 # Committed up to "cabbage" (4.6 s); "pieces" attended past the audio (5.6 s), so it and the

@@ -28,10 +28,7 @@ Rules, per update (times on the stream's clock; ``end`` = the end of the audio i
    and chords, 2-3 s windows, every word on frame 0). It is treated as the decoder's guards
    treat invented text.
 5. A hypothesis without attention (a model without alignment heads) falls back to agreement.
-6. The last word before a pause waits for the speech after it (or a silence of ``hold_s``):
-   heard with only silence after it, tiny.en wrote "balance" as "Valon" until "My checking
-   account" followed.
-7. Hybrid (``commit_on_agreement``): what two consecutive hypotheses agree on is committed too,
+6. Hybrid (``commit_on_agreement``): what two consecutive hypotheses agree on is committed too,
    when that reaches further than the attention rule (a word whose attention runs into the
    margin but that the last update heard the same); the first-words rule holds for both.
 
@@ -80,10 +77,10 @@ class AlignAttPolicy(LocalAgreementPolicy):
         self._line_words = 0  # words committed since the segment or sentence began
 
     def update(self, hypothesis: Hypothesis, emitted_audio_s: float, emitted_wall_s: float,
-               close_segment: bool = False, close_at_s: float | None = None, at_pause: bool = False):
+               close_segment: bool = False, close_at_s: float | None = None):
         if not hypothesis.rejected and _unanchored(hypothesis):
             hypothesis = replace(hypothesis, rejected=True, reason="unanchored")
-        return super().update(hypothesis, emitted_audio_s, emitted_wall_s, close_segment, close_at_s, at_pause)
+        return super().update(hypothesis, emitted_audio_s, emitted_wall_s, close_segment, close_at_s)
 
     def _agreed(self, tail: list[Word], hypothesis: Hypothesis) -> int:
         if not tail or any(w.attend_s is None for w in tail):
@@ -104,13 +101,6 @@ class AlignAttPolicy(LocalAgreementPolicy):
             while k < agreed and in_context[k]:
                 k += 1
             n = max(n, k)
-        if c.confirm_by_agreement:
-            n = min(n, super()._agreed(tail, hypothesis))
-        if 0 < n == len(tail) and c.pause_word_waits and self._at_pause:
-            # The last word before a pause: it was heard with silence after it, and the words
-            # that follow a hesitation change it ("my account Valon. Am I" for "balance. My
-            # checking"); it waits for them, or for a silence of hold_s.
-            n -= 1
         return n
 
     def _in_context(self, tail: list[Word], hypothesis: Hypothesis) -> list[bool]:

@@ -223,8 +223,6 @@ class _Decoded:
     """Per stream its hypothesis, or ``None`` while it is still to be read from :attr:`unread`."""
     closing: list[bool]
     unread: list = field(default_factory=list)
-    pausing: frozenset[str] = frozenset()
-    """The streams whose speaker paused before this step (it heard what they said before it)."""
     """``(rows, pending)``: hypotheses decoded but not read yet (a recognizer's
     ``decode_pending``); :meth:`read` reads them, during the next step's encoding."""
     names: frozenset[str] = frozenset()
@@ -715,8 +713,7 @@ class Engine:
             else:
                 work.append(s)
         closing = {v.name: v.close_step for v in views}
-        return settled + (self._step(work, {s.name: closing.get(s.name, False) for s in work}, frozenset(pausing))
-                          if work else self.flush())
+        return settled + (self._step(work, {s.name: closing.get(s.name, False) for s in work}) if work else self.flush())
 
     def _settle(self, views: list[StreamView]) -> list[CaptionUpdate]:
         """Pauses the last update heard, past where the policy acts on them without the model
@@ -765,8 +762,7 @@ class Engine:
             s.segment_model = "main"
         return s.segment_model
 
-    def _step(self, streams: list[_Stream], closing: dict[str, bool],
-              pausing: frozenset[str] = frozenset()) -> list[CaptionUpdate]:
+    def _step(self, streams: list[_Stream], closing: dict[str, bool]) -> list[CaptionUpdate]:
         t0 = self.timer_ns()
         for s in streams:
             if closing[s.name]:
@@ -848,7 +844,7 @@ class Engine:
             captured = s.capture_ns_at((ready + s.frame_offset) * FRAME_SAMPLES)
             if captured is not None:
                 self._lags.append((t1, max(0.0, (t1 - captured) / 1e9)))
-        decoded = _Decoded(streams, ends_s, hypotheses, [closing[s.name] for s in streams], unread, pausing)
+        decoded = _Decoded(streams, ends_s, hypotheses, [closing[s.name] for s in streams], unread)
         if defer:
             self._pending = decoded
         else:
@@ -909,7 +905,7 @@ class Engine:
                 mine = s.policy.update(hyp, end_s, wall_s, close_segment=True,
                                        close_at_s=max(s.policy.buffer_start_s, end_s - lead_in_s))
             else:
-                mine = s.policy.update(hyp, end_s, wall_s, at_pause=s.name in decoded.pausing)
+                mine = s.policy.update(hyp, end_s, wall_s)
             out.append((s, mine))
         return out
 

@@ -209,11 +209,6 @@ class PolicyConfig:
     first_words_per_sentence: bool = True
     """AlignAtt: the first-words rule applies after every committed sentence end too, not only
     at a segment's start (after a pause or the stream's start)."""
-    pause_word_waits: bool = True
-    """AlignAtt: the hypothesis' last word, followed by a pause, waits for the speech after it
-    (or a silence of ``hold_s``) before it is committed."""
-    confirm_by_agreement: bool = False
-    """AlignAtt: commit a word only once the hypothesis before agreed on it too (both rules)."""
     commit_on_agreement: bool = False
     """AlignAtt: also commit what two consecutive hypotheses agree on (LocalAgreement's rule),
     whichever of the two rules commits more; the first-words rule holds for both."""
@@ -269,7 +264,6 @@ class LocalAgreementPolicy:
         self.config = config or PolicyConfig()
         self._s = _State(buffer_start_s=start_s, history=deque(maxlen=self.config.prompt_words))
         self.committed_words_total = 0
-        self._at_pause = False  # the update being folded came at a pause
 
     # -- what the worker asks -------------------------------------------------------------------
     @property
@@ -393,11 +387,9 @@ class LocalAgreementPolicy:
         emitted_wall_s: float,
         close_segment: bool = False,
         close_at_s: float | None = None,
-        at_pause: bool = False,
     ) -> list[CaptionUpdate]:
         """Fold in the hypothesis of one update and return the caption changes it causes.
 
-        ``at_pause``: the speaker paused (the engine's VAD) before this update's audio ended.
         ``close_segment``: the stream ends (or its model changes); everything the hypothesis holds beyond the committed text is committed, and the
         next buffer starts at ``close_at_s`` (default: the hypothesis' end).
         """
@@ -406,7 +398,6 @@ class LocalAgreementPolicy:
         if hypothesis.language:
             s.language = hypothesis.language
         s.rejected = hypothesis.rejected
-        self._at_pause = at_pause
         emit = _Emitter(self, emitted_audio_s, emitted_wall_s, out)
 
         if hypothesis.rejected:
