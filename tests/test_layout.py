@@ -172,3 +172,8 @@ def test_the_open_lines_of_a_live_view_show_the_partial_after_the_committed_word
     words = [w for line in lines for w in line]
     assert [w.text for w in words if w.provisional] == "we looked at the remote".split()
     assert not any(w.provisional for w in words[:-5])
+
+
+def test_a_lone_word_spread_over_a_long_segment_is_shown_seven_seconds_at_most():
+    cues = layout.cues([Caption(32.43, 40.43, "okay"), Caption(41.0, 41.5, "Right.")])
+    assert cues[0].end_s - cues[0].start_s <= layout.MAX_CUE_S and layout.check(cues) == []

@@ -334,9 +334,11 @@ class LiveLayout:
         texts = tuple(join(line) for line in lines)
         start_s = max(words[0].start_s, state.last_end_s)
         end_s = max(words[-1].end_s, start_s + MIN_CUE_S)
-        reading_s = min(MAX_CUE_S, start_s + sum(map(len, texts)) / READING_CHARS_PER_S)
+        reading_s = start_s + min(MAX_CUE_S, sum(map(len, texts)) / READING_CHARS_PER_S)
         if reading_s > end_s:
             end_s = reading_s if following is None else max(end_s, min(reading_s, following.start_s))
+        # A lone word can span more (times spread over a long segment, not measured): shown 7 s.
+        end_s = min(end_s, start_s + MAX_CUE_S)
         state.last_end_s = end_s
         timed = all(w.timed for w in words)
         return Cue(round(start_s, 3), round(end_s, 3), texts, stream, state.language,
