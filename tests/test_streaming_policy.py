@@ -203,3 +203,54 @@ def test_the_prompt_is_the_last_committed_words_kept_as_plain_text():
                  2.0 * k + 1.5, close_segment=True, close_at_s=2.0 * k + 1.2)
     assert p.prompt_text() == "w7 w8 w9 w10 w11"
     assert not any(gc.is_tracked(text) for text in p._s.history) and len(p._s.history) == 5
+
+
+def test_a_commit_never_ends_inside_a_word_or_a_dictated_number():
+    """Whisper writes a spoken "seven zero zero two three" as "7-00", "700 two three" or "70023"
+    depending on what it has heard around it: a number is committed with the rest of it."""
+    from captioner.engine.policy import whole_words
+
+    def cut(*texts):
+        words = [Word(t, 0.0, 0.0) for t in texts]
+        return whole_words(words, len(words))
+
+    assert cut(" zip", " code", " is", " seven", " zero", " zero") == 3
+    assert cut(" is", " 7", " 0.", " Thanks") == 4  # the number ended: a word follows it
+    assert cut(" is", " 700", " two", " three") == 1
+    assert cut(" the", " one", " I", " want") == 4  # a number's name alone is a word like others
+    assert cut(" a", " self-") == 1 and cut(" or", " 42-") == 1
+    pieces = [Word(t, 0.0, 0.0) for t in (" or", " 42", "line", " Bible")]
+    assert whole_words(pieces, 2) == 1 and whole_words(pieces, 3) == 3  # never "42" | "line"
+
+
+def test_a_number_at_a_pause_waits_for_the_long_pause():
+    """At ``hold_s`` of silence the words shown are committed, but not a number at their end: a
+    speaker dictating digits pauses between them. A long pause commits it."""
+    from captioner.engine.alignatt import AlignAttPolicy
+
+    words = [(" zip", 0.1, 0.4), (" code", 0.4, 0.7), (" is", 0.7, 0.9), (" seven", 1.2, 1.6)]
+    policy = AlignAttPolicy("s", PolicyConfig(kind="alignatt", first_context_s=5.0, hold_s=1.5, long_pause_s=4.0))
+    policy.update(Hypothesis(tuple(Word(t, a, b, 0, attend_s=b) for t, a, b in words), 0.0, 1.8, (float("inf"),)),
+                  1.8, 1.8)
+    assert policy.partial_text == "zip code is seven"
+    out = policy.settle(1.5, 3.0, 3.3, 3.3)
+    assert finals(out) == "zip code is" and policy.partial_text == "seven"
+    assert policy.settles_at_s() == 4.0 and policy.settle(3.0, 4.5, 4.8, 4.8) == []
+    out = policy.settle(4.0, 5.5, 5.8, 5.8)
+    assert finals(out) == "seven" and not policy.has_pending_text
+
+
+def test_a_long_window_without_a_decoder_timestamp_is_trimmed_in_a_pause_after_a_committed_sentence():
+    """Conversation often comes as one decoder segment: the buffer is cut where the words'
+    measured times leave a pause after a committed sentence, and only there."""
+    from captioner.engine.alignatt import AlignAttPolicy
+
+    names = [chr(ord("a") + i) * 2 for i in range(24)]  # "aa", "bb", ...: words, not numbers
+    said = [(" " + name, 0.5 * i, 0.5 * i + 0.4) for i, name in enumerate(names)]  # 12 s, 0.1 s apart
+    said[9] = (" jj.", 4.5, 4.9)  # a sentence ends with no pause after it
+    said[15] = (" pp.", 7.5, 7.6)  # and one with a pause of 0.4 s after it
+    words = tuple(Word(t, a, b, 0, attend_s=b) for t, a, b in said)
+    policy = AlignAttPolicy("s", PolicyConfig(kind="alignatt", first_words=0, attend_margin_s=0.1))
+    policy.update(Hypothesis(words, 0.0, 12.5, (float("inf"),)), 12.5, 12.5)
+    assert abs(policy.buffer_start_s - 7.7) < 1e-9  # just after it: a measured start may come late
+    assert policy.prompt_text().endswith("oo pp.")

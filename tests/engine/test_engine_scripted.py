@@ -176,7 +176,7 @@ def test_rejected_hypotheses_never_reach_the_screen_nor_the_prompt():
 
 
 # -- gaps -----------------------------------------------------------------------------------------
-GAP_WORDS = phrase("one two three", 1.0) + phrase("four five six", 5.0) + phrase("seven eight nine", 8.0)
+GAP_WORDS = phrase("red green blue", 1.0) + phrase("cat dog bird", 5.0) + phrase("oak elm ash", 8.0)
 LOST_FROM_S, LOST_TO_S = 2.5, 4.5
 
 

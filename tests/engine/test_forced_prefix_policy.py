@@ -61,19 +61,19 @@ def test_a_word_ending_inside_a_token_cuts_the_prefix_before_it():
 
 def test_no_prefix_where_hypothesis_and_committed_words_do_not_line_up():
     p = LocalAgreementPolicy("s")
-    update(p, hyp("one two three"))
-    update(p, hyp("one two three four"))
+    update(p, hyp("red green blue"))
+    update(p, hyp("red green blue cat"))
     assert p.forced_prefix(0.0)
-    update(p, hyp("zero one two three four five"))  # a word before the committed ones
+    update(p, hyp("black red green blue cat dog"))  # a word before the committed ones
     assert p.forced_prefix(0.0) == ()
 
 
 def test_a_close_or_a_trim_drops_the_prefix():
     p = LocalAgreementPolicy("s")
-    update(p, hyp("one two three"))
-    update(p, hyp("one two three four"))
+    update(p, hyp("red green blue"))
+    update(p, hyp("red green blue cat"))
     assert p.forced_prefix(0.0)
-    update(p, hyp("one two three four five"), close_segment=True)
+    update(p, hyp("red green blue cat dog"), close_segment=True)
     assert p.forced_prefix(p.buffer_start_s) == ()
 
     trim = LocalAgreementPolicy("t", PolicyConfig(trim_after_s=2.0))
@@ -94,8 +94,8 @@ def test_off_by_configuration_and_for_alignatt():
 
 def test_a_rejected_hypothesis_keeps_the_prefix():
     p = LocalAgreementPolicy("s")
-    update(p, hyp("one two three"))
-    update(p, hyp("one two three four"))
+    update(p, hyp("red green blue"))
+    update(p, hyp("red green blue cat"))
     kept = p.forced_prefix(0.0)
     p.update(Hypothesis((), 0.0, 3.0, rejected=True, reason="compression"), 3.0, 3.0)
     assert p.forced_prefix(0.0) == kept

@@ -108,22 +108,32 @@ def ends_sentence(word: Word) -> bool:
 
 
 _DIGIT_RE = re.compile(r"\d")
+_NUMBER_WORDS = frozenset(
+    "zero oh one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+    "fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty "
+    "ninety hundred thousand million double triple".split())
+
+
+def is_number(word: Word) -> bool:
+    """Whether ``word`` is (part of) a spoken number: digits, or a number's name."""
+    return bool(_DIGIT_RE.search(word.text)) or normalize_word(word.text) in _NUMBER_WORDS
 
 
 def whole_words(words: list[Word], n: int) -> int:
     """The most words of ``words[:n]`` that end at the end of a word as the reader sees it, so a
     commit of them never splits one: the piece after them starts a new word (a leading space),
-    and a number is not followed by more digits (Whisper writes a spoken "seven zero zero" as
-    "7-00", "700" or "7 0 0" depending on what it has heard after it). At the end of ``words``
-    (nothing heard after it yet) a piece that ends with a hyphen or holds a digit may still be
-    continued, and waits."""
+    and a number is not followed by more of it (Whisper writes a spoken "seven zero zero two
+    three" as "7-00", "700 two three" or "70023" depending on what it has heard around it, so a
+    zip code or an account number dictated digit by digit is committed whole). At the end of
+    ``words`` (nothing heard after it yet) a piece that ends with a hyphen or is a number may
+    still be continued, and waits."""
     while n > 0:
-        last = words[n - 1].text.strip()
+        last = words[n - 1]
         if n < len(words):
-            after = words[n].text
-            if after[:1].isspace() and not (_DIGIT_RE.search(last) and _DIGIT_RE.match(after.strip())):
+            after = words[n]
+            if after.text[:1].isspace() and not (is_number(last) and is_number(after)):
                 return n
-        elif not last.endswith("-") and not _DIGIT_RE.search(last):
+        elif not last.text.strip().endswith("-") and not is_number(last):
             return n
         n -= 1
     return 0
@@ -167,6 +177,10 @@ def words_from_segments(segments, window_start_s: float = 0.0) -> tuple[list[Wor
 
 
 POLICIES = ("auto", "localagreement", "alignatt")
+
+TRIM_GAP_S = 0.3
+"""The least gap between two words' measured times that a buffer is cut in without a decoder
+timestamp: a pause, not the joins of one phrase."""
 
 
 @dataclass(slots=True)
@@ -218,9 +232,8 @@ class PolicyConfig:
     words that begin within it stay in the window (matched, not committed again), so a cut at a
     word end the attention placed a little early falls inside a committed word, not on the first
     word still to be heard (tiny.en, a window cut at "the|tents" heard "entrance"). 0: at the
-    committed text's end. 3 s (the default) measured best (docs/latency.md, "AlignAtt tuned for
-    the H200" and "The closing window's overlap, fixed": 4-5 fewer word errors in 256, the same
-    latency, at 40 ms and at 500 ms per step). Only windows whose committed words carry measured
+    committed text's end. 3 s (the default) measured best (benchmarks/results/latency/HISTORY.md,
+    "AlignAtt tuned for the H200" and "The closing window's overlap, fixed"). Only windows whose committed words carry measured
     times (AlignAtt's attention) are cut at all, so LocalAgreement is not affected.
     The closing hypothesis hears the kept words again, reworded, in part or alone: they are
     aligned to it as a whole (:meth:`LocalAgreementPolicy._match_kept`), so none is committed
@@ -304,10 +317,14 @@ class LocalAgreementPolicy:
         s, c = self._s, self.config
         out: list[CaptionUpdate] = []
         if s.previous_tail and silence_s >= c.hold_s:
-            emit = _Emitter(self, emitted_audio_s, emitted_wall_s, out)
-            self._commit(emit, s.previous_tail)
-            s.previous_tail = []
-            s.prefix = ()
+            # A number at the end waits for the long pause: the speaker may go on with its digits.
+            n = len(s.previous_tail) if silence_s >= c.long_pause_s else whole_words(s.previous_tail, len(s.previous_tail))
+            if n:
+                emit = _Emitter(self, emitted_audio_s, emitted_wall_s, out)
+                self._commit(emit, s.previous_tail[:n])
+                s.previous_tail = s.previous_tail[n:]
+                emit.partial(s.previous_tail)
+                s.prefix = ()
         if silence_s >= c.long_pause_s and not self.has_uncommitted_text and self.has_pending_text:
             self._close(close_at_s)
         return out
@@ -325,7 +342,7 @@ class LocalAgreementPolicy:
         """The silence at which :meth:`settle` next has something to do (``inf``: nothing open)."""
         s, c = self._s, self.config
         if s.previous_tail:
-            return c.hold_s
+            return c.hold_s if whole_words(s.previous_tail, len(s.previous_tail)) else c.long_pause_s
         if s.committed or s.partial_text:
             return c.long_pause_s
         return float("inf")
@@ -455,7 +472,8 @@ class LocalAgreementPolicy:
             s.prefix = ()
 
         buffer_s = hypothesis.end_s - s.buffer_start_s
-        if buffer_s >= self.config.max_buffer_s and not self._trim(words, start_index + agreed, offset, hypothesis):
+        if buffer_s >= self.config.max_buffer_s and not self._trim(words, start_index + agreed, offset, hypothesis) \
+                and not self._trim_at_word(rest):
             # No safe boundary inside a full buffer: commit what is there and restart after it.
             if rest:
                 self._commit(emit, rest)
@@ -464,7 +482,8 @@ class LocalAgreementPolicy:
         elif buffer_s >= self.config.trim_after_s:
             # A sentence's end first: a cut inside a sentence leaves its rest only the prompt.
             sentences_only = buffer_s < (self.config.trim_after_s + self.config.max_buffer_s) / 2
-            self._trim(words, start_index + agreed, offset, hypothesis, sentences_only)
+            if not self._trim(words, start_index + agreed, offset, hypothesis, sentences_only):
+                self._trim_at_word(rest, sentences_only)
         return out
 
     def start_after_committed(self) -> None:
@@ -674,6 +693,34 @@ class LocalAgreementPolicy:
         s.buffer_start_s = cut_s
         s.prefix = ()  # its timestamps counted from the old start
         return True
+
+    def _trim_at_word(self, following: list[Word], sentences_only: bool = False) -> bool:
+        """Cut the buffer in a pause after a committed word (with ``sentences_only``, one that
+        ends a sentence) where the committed words' times were measured (attention DTW):
+        conversation often comes as one long decoder segment with no timestamp to cut at, and a
+        full buffer then committed and restarted in the middle of a dictated number. Only where a
+        gap of at least ``TRIM_GAP_S`` follows the word (``following``: the words after the
+        committed ones), so the next window starts in silence, not on a word it could hear
+        reworded; return whether a cut was made."""
+        s = self._s
+        if not s.committed or any(w.attend_s is None for w in s.committed):
+            return False
+        after = s.committed[1:] + following[:1]
+        for stop in range(len(s.committed), 0, -1):
+            word = s.committed[stop - 1]
+            if sentences_only and not ends_sentence(word):
+                continue
+            next_start_s = after[stop - 1].start_s if stop - 1 < len(after) else None
+            if next_start_s is None or next_start_s - word.end_s < TRIM_GAP_S:
+                continue
+            out = s.committed[:stop]
+            s.history.extend(w.text for w in out)
+            # Near the committed end: a word's measured start may lie later than it begins.
+            s.buffer_start_s = max(s.buffer_start_s, word.end_s + TRIM_GAP_S / 3)
+            s.committed = s.committed[stop:]
+            s.prefix = ()
+            return True
+        return False
 
     def _close(self, at_s: float, keep_segment: bool = False) -> None:
         s = self._s
