@@ -96,6 +96,30 @@ def test_decode_through_the_recorder_keeps_one_row_per_token(concat, speech_clip
         AttentionRecorder(object())
 
 
+def test_windows_decoded_in_passes_of_their_own_keep_their_own_rows(concat, speech_clips):
+    # Prompts of different lengths are decoded in separate passes (this runtime takes no ragged
+    # prompts): each window's rows are those of the pass that decoded it, as when decoded alone.
+    mels = np.concatenate([whisper_features(load_audio_16k(speech_clips[c].wav))[None]
+                           for c in (CLIP, "en_ls_1089-134686-0001")])
+    tok = WhisperTokenizer(concat.files.tokenizer_path, concat.files.config_path, n_vocab=concat.n_vocab)
+    options = DecodingOptions(temperatures=(0.0,))
+    prompts = [tok.encode(" Printing."), tok.encode(" He hoped there would be stew for dinner.")]
+    assert len(prompts[0]) != len(prompts[1])
+    recorder = AttentionRecorder(concat)
+    together = decode(recorder, tok, mels, options, previous_tokens=prompts)
+    assert recorder.pass_of(0) != recorder.pass_of(1)
+    for b, w in enumerate(together):
+        alone = AttentionRecorder(concat)
+        [single] = decode(alone, tok, mels[b:b + 1], options, previous_tokens=prompts[b:b + 1])
+        assert single.tokens == w.tokens
+        n = len(w.tokens) + (not w.hit_length_limit)
+        rows = recorder.token_rows(b, len(w.tokens), not w.hit_length_limit, n)
+        np.testing.assert_allclose(rows, alone.token_rows(0, len(w.tokens), not w.hit_length_limit, n), atol=1e-5)
+    # A row the recording does not hold is refused, not read from another window.
+    with pytest.raises(ValueError):
+        recorder.token_rows(2, 1, True, 2)
+
+
 def test_graphs_without_heads_have_no_output(tiny_files, concat):
     weights = tiny_files.open_weights()
     try:

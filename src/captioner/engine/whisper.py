@@ -440,7 +440,11 @@ class WhisperRecognizer:
         """Row ``b``'s words with times and ``attend_s`` from the recorded attention, or ``None``
         (the recording does not line up, e.g. after a fallback pass)."""
         w = windows[b]
-        n_choices = max(len(x.tokens) + (not x.hit_length_limit) for x in windows)
+        rows_pass = recorder.pass_of(b)
+        if rows_pass is None:
+            return None
+        n_choices = max(len(x.tokens) + (not x.hit_length_limit) for i, x in enumerate(windows)
+                        if recorder.pass_of(i) == rows_pass)
         try:
             rows = recorder.token_rows(b, len(w.tokens), not w.hit_length_limit, n_choices)
         except ValueError:

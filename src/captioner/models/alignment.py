@@ -25,6 +25,8 @@ class AttentionRecorder:
         self.runtime = runtime
         self.runs: list[np.ndarray] = []
         self.batch = 0
+        self._passes: list[list[np.ndarray]] = []
+        self._where: dict[int, tuple[int, int] | None] = {}  # window -> (pass, row), or None
 
     def __getattr__(self, name):
         return getattr(self.runtime, name)
@@ -40,15 +42,43 @@ class AttentionRecorder:
         self.runs.append(attention)
         return logits
 
-    def token_rows(self, row: int, n_tokens: int, ended: bool, n_choices: int) -> np.ndarray:
-        """``[n_tokens (+1 when ``ended`` with <|endoftext|>), A, frames]`` for batch row ``row``.
+    def end_pass(self, windows: list[int]) -> None:
+        """The pass just run decoded window ``windows[i]`` in its row i. Prompts of different
+        lengths and fallbacks split a batch into passes of their own rows, so each window is read
+        from the last pass that decoded it. A window sampled several times in one pass (best-of
+        at a temperature) gets no rows: which sample won is decided later."""
+        number = len(self._passes)
+        self._passes.append(self.runs)
+        for row, b in enumerate(windows):
+            self._where[b] = (number, row) if windows.count(b) == 1 else None
+
+    def pass_of(self, window: int) -> int | None:
+        """Which pass ``window``'s rows come from (``None``: none usable); windows of one pass
+        share its ``n_choices``. Without :meth:`end_pass` calls, the one pass recorded."""
+        if not self._passes:
+            return 0
+        where = self._where.get(window)
+        return None if where is None else where[0]
+
+    def token_rows(self, window: int, n_tokens: int, ended: bool, n_choices: int) -> np.ndarray:
+        """``[n_tokens (+1 when ``ended`` with <|endoftext|>), A, frames]`` for ``window``.
 
         ``n_choices``: how many tokens the decoding loop chose per row in the pass (the longest
         row's count, its end token included). The loop stops stepping once every row is done,
         so the runs are the prompt's (start + forced tokens) and then one per choice but the
-        last: the first choice came from run ``len(runs) - n_choices``."""
-        first = len(self.runs) - n_choices
+        last: the first choice came from run ``len(runs) - n_choices``. ``ValueError`` where the
+        recording does not hold the window."""
+        if self._passes:
+            where = self._where.get(window)
+            if where is None:
+                raise ValueError(f"window {window} has no single row in a recorded pass")
+            runs, row = self._passes[where[0]], where[1]
+        else:
+            runs, row = self.runs, window
+        first = len(runs) - n_choices
         count = n_tokens + (1 if ended else 0)
-        if first < 0 or first + count > len(self.runs):
-            raise ValueError(f"{count} tokens do not fit the {len(self.runs)} recorded decoder runs")
-        return np.stack([self.runs[first + k][row] for k in range(count)]) if count else np.zeros((0,) + self.runs[0].shape[1:], np.float32)
+        if not runs or row >= runs[0].shape[0]:
+            raise ValueError(f"row {row} is not in the recorded pass")
+        if first < 0 or first + count > len(runs):
+            raise ValueError(f"{count} tokens do not fit the {len(runs)} recorded decoder runs")
+        return np.stack([runs[first + k][row] for k in range(count)]) if count else np.zeros((0,) + runs[0].shape[1:], np.float32)

@@ -828,8 +828,12 @@ class RuntimeDecoder:
 
         def decode_pass(rows, heads, langs, temperature, rng, prefixes):
             sub_mel = mel if rows == list(range(batch)) else mel[rows]
-            return _decode_once(self.runtime, self.tokenizer, sub_mel, options, heads, langs, temperature, rng, self.xp,
+            raws = _decode_once(self.runtime, self.tokenizer, sub_mel, options, heads, langs, temperature, rng, self.xp,
                                 prefixes, overlap=overlap, chooser=self.chooser)
+            end_pass = getattr(self.runtime, "end_pass", None)  # an attention recorder's
+            if end_pass is not None:
+                end_pass(list(rows))
+            return raws
 
         return decode_passes(
             decode_pass, self.tokenizer, batch, options,
