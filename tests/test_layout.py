@@ -86,6 +86,23 @@ def test_a_long_silence_and_a_pause_after_a_sentence_end_end_the_cue():
     assert [" ".join(c.lines) for c in cues] == ["We are done.", "Then we start again", "after the break"]
 
 
+def test_a_silence_closes_the_open_cue_as_the_next_words_would():
+    words = timed_words("We are done. Then we start again after the break", pauses={2: 0.6, 6: 1.6})
+    live = layout.LiveLayout()
+    got = live.add(commits(words[:2], [2]))
+    # No word before 0.5 s after "are": no sentence end, no long silence: it stays open.
+    assert got == [] and live.close_idle("Me", words[1][2] + 0.5) == []
+    got += live.add(commits(words[2:3], [1]))
+    assert live.close_idle("Me", words[2][2] + 0.3) == []  # a pause too short after the sentence
+    got += live.close_idle("Me", words[2][2] + 0.6)
+    assert [" ".join(c.lines) for c in got] == ["We are done."] and live.open_words("Me") == []
+    got += live.add(commits(words[3:7], [4]))
+    assert live.close_idle("Me", words[6][2] + 1.0) == []  # no sentence end: a long silence it needs
+    got += live.close_idle("Me", words[6][2] + 1.6)
+    got += live.add(commits(words[7:], [3])) + live.flush()
+    assert got == layout.cues(commits(words, [1]))
+
+
 def test_a_short_cue_is_shown_long_enough_and_the_next_one_waits():
     # "Yes." (0.28 s) and "No." right after a pause: the first is shown 5/6 s, into the silence.
     words = [("Yes.", 0.0, 0.28), ("No.", 0.8, 1.0), ("Right.", 1.55, 1.9)]

@@ -53,6 +53,28 @@ def test_plain_output_shows_committed_cues_only():
     assert out.getvalue() == "[Me] hello world.\n[Me] Next one.\n"
 
 
+def test_a_silence_ends_the_open_cue_without_waiting_for_more_words():
+    # A pipe reader sees the last sentence before a silence once nothing can join it: the
+    # stream's capture has gone on long enough after its last word, and no partial is shown.
+    out, now = io.StringIO(), [100.0]
+    view = TerminalView(out, tty=False, clock=lambda: now[0])
+    view.show([u("Me", "final", "and so my fellow", end_s=1.0), u("Me", "partial", "Americans")])
+    now[0] += 10.0
+    view.show([])
+    assert out.getvalue() == ""  # "Americans" is still to be committed
+    view.show([u("Me", "final", "Americans", start_s=1.0, end_s=1.6)])
+    now[0] += 1.0
+    view.show([])
+    assert out.getvalue() == ""  # 1 s after the update: the speaker may have gone on unheard
+    now[0] += 2.5
+    view.show([])
+    assert out.getvalue() == "[Me] and so my fellow Americans\n"
+    # The same cue as the next words would have closed; they begin a cue of their own.
+    view.show([u("Me", "final", "ask not", start_s=6.0, end_s=6.5)])
+    view.close()
+    assert out.getvalue() == "[Me] and so my fellow Americans\n[Me] ask not\n"
+
+
 def test_tty_rewrites_partial_in_place_and_scrolls_closed_cues():
     out = io.StringIO()
     view = TerminalView(out, tty=True)

@@ -293,6 +293,21 @@ class LiveLayout:
             out += self._take(stream, state, final=True)
         return out
 
+    def close_idle(self, stream: str, no_word_before_s: float) -> list[Cue]:
+        """The cue of ``stream``'s open words, when no word of it can start before
+        ``no_word_before_s`` (the speaker has been silent since) and a cue must end there (a long
+        silence, or a pause after a sentence's end): a reader sees it without waiting for the next
+        words. The same cue as those words would close (a later word that starts sooner than
+        promised begins a cue of its own)."""
+        state = self._streams.get(stream)
+        if state is None or not state.words:
+            return []
+        last = state.words[-1]
+        following = Word("", max(no_word_before_s, last.end_s), max(no_word_before_s, last.end_s))
+        if not self._rules(stream).must_break(last, following):
+            return []
+        return self._take(stream, state, final=True)
+
     def streams(self) -> list[str]:
         """Every stream laid out so far, in the order it first came."""
         return list(self._streams)

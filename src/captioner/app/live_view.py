@@ -5,7 +5,9 @@ On a TTY the bottom of the screen is a live area: for each stream with a cue bei
 lines (committed words, then the partial words dim), rewritten in place with ANSI codes as
 updates come. A cue no later word can change scrolls up as plain committed text, the live area
 redrawn below it. Anywhere else (a pipe, a file) each such cue is printed as its lines, the
-first one labelled ``[stream]``; partials are not shown. ``label_streams=False`` leaves the
+first one labelled ``[stream]``; partials are not shown. A cue also ends once its stream has been
+silent long enough that it must (:meth:`~captioner.layout.LiveLayout.close_idle`): the last
+sentence before a silence is not held back until someone speaks again. ``label_streams=False`` leaves the
 ``[stream]`` label out (one file, one stream: it says nothing). Notes for the person (a
 detected language, a lost input) go above the live area (:meth:`note`).
 
@@ -18,6 +20,7 @@ writes nothing more.
 from __future__ import annotations
 
 import sys
+import time
 
 from captioner import layout
 from captioner.errors import UserError
@@ -27,6 +30,10 @@ _DIM = "\x1b[2m"
 _RESET = "\x1b[0m"
 _CLEAR_LINE = "\r\x1b[K"
 _CLEAR_DOWN = "\x1b[J"
+UPDATE_LAG_S = 1.5
+"""How much of a stream's captured audio may be unheard by the engine without an update saying
+so (an update interval, the speech a first update waits for, the step): no word can begin
+earlier than this before the audio captured now, when no text is shown as partial."""
 
 
 def stdout_failure(error: OSError) -> UserError:
@@ -38,8 +45,12 @@ def stdout_failure(error: OSError) -> UserError:
 class TerminalView:
     """Renders caption updates. Called from one thread (the CLI's main loop)."""
 
-    def __init__(self, out, tty: bool | None = None, label_streams: bool = True, pause_s: float = 0.5) -> None:
+    def __init__(self, out, tty: bool | None = None, label_streams: bool = True, pause_s: float = 0.5,
+                 clock=time.monotonic) -> None:
+        """``clock``: seconds, for how far a stream's capture has gone since its last update."""
         self.out = out
+        self._clock = clock
+        self._heard: dict[str, tuple[float, float]] = {}  # stream -> (audio captured, clock then)
         self.tty = out.isatty() if tty is None else tty
         self.label_streams = label_streams
         self._layout = layout.LiveLayout(pause_s, label=self._label)
@@ -83,10 +94,11 @@ class TerminalView:
         return up + _CLEAR_LINE + _CLEAR_DOWN
 
     def show(self, updates: list[CaptionUpdate]) -> None:
-        if not updates:
-            return
+        """Show ``updates`` (none: only close the cues a silence ended; call it while idle too)."""
         scrolled: list[str] = []
+        now = self._clock()
         for u in updates:
+            self._heard[u.stream] = (u.emitted_audio_s, now)
             if u.kind == "final":
                 self._partials.pop(u.stream, None)  # a final takes the partial off the screen
                 scrolled += self._cue_lines(self._layout.add([u]))
@@ -94,10 +106,21 @@ class TerminalView:
                 self._partials[u.stream] = u.text.strip()
             else:
                 self._partials.pop(u.stream, None)
+        scrolled += self._cue_lines(self._idle_cues(now))
+        if not scrolled and not updates:
+            return
         if not self.tty:
             self._write("".join(line + "\n" for line in scrolled))
             return
         self._redraw(scrolled)
+
+    def _idle_cues(self, now: float) -> list:
+        """The cues that the silence of their stream since its last update has ended."""
+        out = []
+        for stream, (audio_s, at) in self._heard.items():
+            if stream not in self._partials and self._layout.open_words(stream):
+                out += self._layout.close_idle(stream, audio_s + (now - at) - UPDATE_LAG_S)
+        return out
 
     def _cue_lines(self, cues) -> list[str]:
         """Closed cues as the lines that scroll: the first labelled (where labels are on)."""
