@@ -49,7 +49,7 @@ def test_engine_captions_two_monitors_at_once(pulse_server, speech_clips, tmp_pa
             finals = {u.stream for u in updates if u.kind == "final"}
             status = pipeline.latest_status()
             return finals == {"Me", "Meeting"} and status is not None and status.lag_s < 30 and \
-                all(not u.text for u in _last_partials(updates).values())
+                not any(_shown_partials(updates).values())
         wait_for(done, 90, "committed captions of both streams")
         running = pipeline.latest_status()
     finally:
@@ -67,12 +67,17 @@ def test_engine_captions_two_monitors_at_once(pulse_server, speech_clips, tmp_pa
     assert any(line.split("] ", 1)[1].startswith("Meeting: ") for line in lines)
 
 
-def _last_partials(updates):
-    last = {}
+def _shown_partials(updates):
+    """Each stream's partial text on screen after ``updates`` (a final or a clear takes it off)."""
+    shown = {}
     for u in updates:
-        if u.kind == "partial":
-            last[u.stream] = u
-    return last
+        shown[u.stream] = u.text if u.kind == "partial" else ""
+    return shown
+
+
+def _cue_text(lines: list[str]) -> str:
+    """The words of printed cues: their lines, the first of each labelled ``[Meeting] ``."""
+    return " ".join(line.removeprefix("[Meeting] ") for line in lines)
 
 
 class Listen:
@@ -110,7 +115,8 @@ def test_listen_command_captions_the_monitor(pulse_server, speech_clips, tmp_pat
         player = pulse_server.play(speech_clips[CLIP].wav)
         wait_for(lambda: player.poll() is not None, 60, "paplay")
         wait_for(lambda: {"potatoes", "sauce"} & words_of(" ".join(listen.lines)) == {"potatoes", "sauce"}
-                 or listen.process.poll() is not None, 60, "the last words as committed lines")
+                 or listen.process.poll() is not None, 60, "the last words as committed lines",
+                 lambda: "\n".join(["", *listen.lines, *listen.errors[-20:]]))
         listen.process.send_signal(signal.SIGINT)  # Ctrl-C
         assert listen.process.wait(30) == 0, "\n".join(listen.errors)
     finally:
@@ -118,12 +124,13 @@ def test_listen_command_captions_the_monitor(pulse_server, speech_clips, tmp_pat
             listen.process.kill()
     time.sleep(0.2)
     printed = listen.lines
-    # Plain committed lines (stdout is not a TTY): labelled, no ANSI codes.
-    assert printed and all(line.startswith("[Meeting] ") and "\x1b" not in line for line in printed)
-    text = " ".join(line[len("[Meeting] "):] for line in printed)
+    # Plain committed cues (stdout is not a TTY): a cue's first line labelled, no ANSI codes.
+    assert printed and printed[0].startswith("[Meeting] ") and not any("\x1b" in line for line in printed)
+    text = _cue_text(printed)
     assert {"stew", "dinner", "carrots", "potatoes"} <= words_of(text), text
     saved = transcript.read_text(encoding="utf-8").splitlines()[1:]
-    assert [line.split("Meeting: ", 1)[1] for line in saved] == [line[len("[Meeting] "):] for line in printed]
+    # The transcript has a line per commit: the same words as the cues.
+    assert " ".join(line.split("Meeting: ", 1)[1] for line in saved).split() == text.split()
     assert any("transcript saved" in line for line in listen.errors)
 
 
@@ -141,5 +148,6 @@ def test_transcript_survives_kill(pulse_server, speech_clips, tmp_path):
         if listen.process.poll() is None:
             listen.process.kill()
     saved = [line.split("Meeting: ", 1)[1] for line in transcript.read_text(encoding="utf-8").splitlines()[1:]]
-    # Every line shown before the kill is on disk (the file is written before the line is shown).
-    assert saved[: len(printed)] == [line[len("[Meeting] "):] for line in printed]
+    # Every word shown before the kill is on disk (a commit is written before it is shown).
+    shown = _cue_text(printed).split()
+    assert " ".join(saved).split()[: len(shown)] == shown

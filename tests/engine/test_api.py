@@ -40,7 +40,12 @@ def test_the_documented_example_runs():
     assert lines and all(line.startswith("[Me]") for line in lines)
     # "[Me]  0.00- 1.04 s  and so": the words after the times, joined.
     text = " ".join(line.split(" s  ", 1)[1] for line in lines).lower()
-    assert "country" in text and "ask not" in text
+    # One word in the 22 may differ from the offline transcription (on 2 CPU cores the live
+    # policy commits JFK's "ask" before hearing "not", and tiny.en hears "asked").
+    assert _wer([JFK_WORDS], [text]) <= 1 / 22 + 1e-9, text
+
+
+JFK_WORDS = "and so my fellow americans ask not what your country can do for you ask what you can do for your country"
 
 
 def _one_line_value_error(call) -> str:

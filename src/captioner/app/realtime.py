@@ -147,6 +147,7 @@ class _FileOutput:
 
         self.path = path
         self.fmt = fmt
+        self._failure: OSError | None = None
         try:
             self.file = _CueFile(path)
         except OSError as error:  # no permission, a missing folder: as the offline path says it
@@ -171,6 +172,7 @@ class _FileOutput:
         print(text, file=sys.stderr, flush=True)
 
     def _failed(self, error: OSError) -> UserError:
+        self._failure = error
         self.file.close()
         reason = error.strerror or str(error)
         if not self.file.regular:
@@ -183,7 +185,10 @@ class _FileOutput:
                          f"caption(s) written before")
 
     def close(self) -> None:
-        """The last cue (still open when the run ended), then the file is closed."""
+        """The last cue (still open when the run ended), then the file is closed; nothing more
+        after a write failed (the file is closed, and its error was said)."""
+        if self._failure is not None:
+            return
         try:
             self.writer.finish()
         except OSError as error:
