@@ -44,8 +44,9 @@ the windows a setting changes).
 Each clip gets 0.5 s of quiet room noise before and 2 s after, so the engine sees the pause that
 closes the last segment, as in conversation.
 
-Run (here):   PYTHONPATH=src python3 benchmarks/bench_latency.py --device cpu --out docs/latency-cpu.json
-Run (H200):   PYTHONPATH=src python3 benchmarks/bench_latency.py --device cuda:0 --out $OUT/latency-h200.json
+Run (here):   PYTHONPATH=src python3 benchmarks/bench_latency.py --device cpu --set all --long --out /tmp/latency-cpu.json
+Run (a GPU):  PYTHONPATH=src python3 benchmarks/bench_latency.py --device cuda:0 --set all --long --out $OUT/latency-gpu.json
+Results: benchmarks/results/latency/ (the current figures in docs/latency.md).
 """
 
 from __future__ import annotations

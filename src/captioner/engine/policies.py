@@ -17,23 +17,18 @@ PRESETS: dict[str, dict] = {
                      "sure_p": 0.9},
 }
 """Named settings. ``alignatt-gpu``: AlignAtt for a device whose model step takes about 40 ms
-(tiny.en on an H200), updated every 0.5 s: the first three words of a sentence wait for 1.5 s of
-audio after them (not 2.5 s), a word is held only while its attention lies within 0.1 s of the
-end (not 0.4 s); a segment's closing window keeps the last 3 s of committed words
-(``close_overlap_s``). Measured on the CPU with the clock charged 40 ms per step
-(docs/latency.md, "AlignAtt tuned for the H200"): committed p50 0.75 s, streaming WER 0.8 points
-above offline (AlignAtt's CPU setting: 1.46 s, +1.2 points; +3.1 without the overlap), tiny.en,
-15 clips; on the H200 itself 0.78 s, partial 0.11 s, +0.78 points."""
+(tiny.en on an H100 or H200), updated every 0.5 s: the first three words of a sentence wait for
+1.5 s of speech after them (not 2.5 s), or for none when the decoder chose each of their tokens
+with p >= 0.9; a word is held only while its attention lies within 0.1 s of the end (not 0.4 s);
+a segment's closing window keeps the last 3 s of committed words (``close_overlap_s``). Chosen
+on the CPU with the clock charged 40 ms per step, which gives a GPU's captions to the word
+(docs/latency.md)."""
 
 DEFAULT_BY_DEVICE = {"cuda": "alignatt-gpu", "cpu": "alignatt"}
-"""``"auto"``: the policy per device class, chosen by measurement (docs/latency.md, "AlignAtt
-against LocalAgreement"). CPU: AlignAtt commits sooner at every update interval (committed p50
-0.9-2.5 s earlier on the loaded 2-core machine) with a lower streaming WER (5.1-5.5 % against
-5.9-6.3 %, offline 4.3 %), and its closing-window overlap (``close_overlap_s``, a
-``PolicyConfig`` default) 4-5 words fewer wrong in 256 at the same latency. CUDA: the ``alignatt-gpu`` preset (a preset name is a valid default),
-which met the three tiny.en targets on an H200 (committed p50 0.78 s, partial 0.11 s, WER +0.78
-points; LocalAgreement 0.63 s, 0.12 s, +1.94), once a close that keeps committed words could no
-longer lose or double one (docs/latency.md, "The closing window's overlap, fixed")."""
+"""``"auto"``: the policy per device class, chosen by measurement (docs/latency.md, read speech
+and conversation side by side). CPU: AlignAtt, which loses less than LocalAgreement on
+conversation; CUDA: the ``alignatt-gpu`` preset (a preset name is a valid default), which
+commits read speech as soon as LocalAgreement with a third of its loss against offline."""
 
 
 def preset(name: str, **overrides) -> PolicyConfig:

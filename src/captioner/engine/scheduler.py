@@ -33,10 +33,9 @@ from typing import NamedTuple
 
 BASE_INTERVAL_BY_DEVICE_S = {"cuda": 0.5, "cpu": 1.0}
 """The base update interval when the configuration leaves it to the engine's device class
-(docs/latency.md). CUDA: 0.5 s, where the ``alignatt-gpu`` policy met the issue's targets on an
-H200 (tiny.en committed p50 0.78 s, WER 0.78 points above offline; at 1.0 s the same policy
-commits at 1.08 s with the same WER; base at 0.5 s: 0.65 s). A model step there takes 20-40 ms,
-so the second update a second costs a few per cent of the GPU. CPU: 1.0 s — a tiny.en step takes
+(docs/latency.md; the interval runs in benchmarks/results/latency/HISTORY.md). CUDA: 0.5 s: at
+1.0 s the GPU preset commits later with the same WER, and a model step there takes 20-40 ms, so
+the second update a second costs a few per cent of the GPU. CPU: 1.0 s — a tiny.en step takes
 most of a second on two cores, and the scheduler stretches the interval anyway."""
 
 

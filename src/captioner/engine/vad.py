@@ -25,9 +25,9 @@ frames, those whose shape changed by 1.5 dB or more (4 frames apart, 40 dB range
 6 on those chords, at least 13 on 98 % of the speech frames of every read recording in
 ``/work/shared/speech`` (English, German, Spanish, Mandarin); a melody with drums passes that
 count at its beats, but only 57 % of its loud frames do, against 98-100 % of speech's
-(docs/latency.md, "Music, fixed").
+(benchmarks/results/latency/HISTORY.md, "Music, fixed").
 
-Conversation adds two cases the count alone got wrong (docs/latency.md, "Conversation"):
+Conversation adds two cases the count alone got wrong (docs/latency.md, "What the engine does with conversation"):
 a telephone line sends digital silence between words, whose spectrum never changes, so the
 first 100 ms of every word after it failed the count (and, word after word, pulled the share
 of articulated frames under its bar: 2.2 s of a call-centre agent lost); and a filled pause or a
