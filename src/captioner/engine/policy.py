@@ -686,13 +686,17 @@ class LocalAgreementPolicy:
             cut_index, cut_s = last, end_s
         if cut_index is None or cut_s is None:
             return False
-        # Committed words of the cut segments leave the buffer and become prompt history.
-        n_out = max(0, min(len(s.committed), cut_index + offset))
+        self._cut(max(0, min(len(s.committed), cut_index + offset)), cut_s)
+        return True
+
+    def _cut(self, n_out: int, at_s: float) -> None:
+        """Start the buffer at ``at_s``: the first ``n_out`` committed words leave it and become
+        prompt history."""
+        s = self._s
         s.history.extend(w.text for w in s.committed[:n_out])
         del s.committed[:n_out]
-        s.buffer_start_s = cut_s
+        s.buffer_start_s = at_s
         s.prefix = ()  # its timestamps counted from the old start
-        return True
 
     def _trim_at_word(self, following: list[Word], sentences_only: bool = False) -> bool:
         """Cut the buffer in a pause after a committed word (with ``sentences_only``, one that
@@ -705,20 +709,13 @@ class LocalAgreementPolicy:
         s = self._s
         if not s.committed or any(w.attend_s is None for w in s.committed):
             return False
-        after = s.committed[1:] + following[:1]
-        for stop in range(len(s.committed), 0, -1):
+        after = s.committed[1:] + following[:1]  # the word after each committed one
+        for stop in range(len(after), 0, -1):
             word = s.committed[stop - 1]
-            if sentences_only and not ends_sentence(word):
+            if (sentences_only and not ends_sentence(word)) or after[stop - 1].start_s - word.end_s < TRIM_GAP_S:
                 continue
-            next_start_s = after[stop - 1].start_s if stop - 1 < len(after) else None
-            if next_start_s is None or next_start_s - word.end_s < TRIM_GAP_S:
-                continue
-            out = s.committed[:stop]
-            s.history.extend(w.text for w in out)
             # Near the committed end: a word's measured start may lie later than it begins.
-            s.buffer_start_s = max(s.buffer_start_s, word.end_s + TRIM_GAP_S / 3)
-            s.committed = s.committed[stop:]
-            s.prefix = ()
+            self._cut(stop, max(s.buffer_start_s, word.end_s + TRIM_GAP_S / 3))
             return True
         return False
 

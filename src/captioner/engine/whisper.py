@@ -347,6 +347,7 @@ class WhisperRecognizer:
     def _hypotheses(self, requests, spans_s: list[float], windows, recorder: AttentionRecorder | None) -> list[Hypothesis]:
         """Each decoded window read as the engine's hypothesis of its stream (host work only)."""
         hypotheses = []
+        choices = _choices_per_pass(recorder, windows) if recorder is not None else {}
         for b, (r, span_s, w) in enumerate(zip(requests, spans_s, windows)):
             end_s = r.start_s + span_s
             if w.dropped in REJECT:
@@ -355,7 +356,7 @@ class WhisperRecognizer:
                 continue
             pieces = self._segments(w, span_s)
             segments = [(s.start_s, min(s.end_s, span_s), s.text) for s in pieces]
-            timed = self._timed_words(recorder, windows, b, r, span_s, pieces) \
+            timed = self._timed_words(recorder, windows[b], b, r, span_s, pieces, choices) \
                 if recorder is not None and r.alignment else None
             words, ends = timed if timed is not None else words_from_segments(segments, r.start_s)
             # Only segments closed by a timestamp pair are safe places to cut the buffer.
@@ -436,18 +437,28 @@ class WhisperRecognizer:
             pieces.append(TimedSegment(min(self.tokenizer.timestamp_s(rest[0]), span_s), span_s, text_ids, text))
         return pieces
 
-    def _timed_words(self, recorder: AttentionRecorder, windows, b: int, r, span_s: float, segments):
-        """Row ``b``'s words with times and ``attend_s`` from the recorded attention, or ``None``
-        (the recording does not line up, e.g. after a fallback pass)."""
-        w = windows[b]
+    def _timed_words(self, recorder: AttentionRecorder, w, b: int, r, span_s: float, segments,
+                     choices: dict[int, int]):
+        """Window ``b``'s (``w``) words with times and ``attend_s`` from the recorded attention,
+        or ``None`` (the recording does not line up, e.g. a best-of fallback pass); ``choices``:
+        :func:`_choices_per_pass`."""
         rows_pass = recorder.pass_of(b)
         if rows_pass is None:
             return None
-        n_choices = max(len(x.tokens) + (not x.hit_length_limit) for i, x in enumerate(windows)
-                        if recorder.pass_of(i) == rows_pass)
         try:
-            rows = recorder.token_rows(b, len(w.tokens), not w.hit_length_limit, n_choices)
+            rows = recorder.token_rows(b, len(w.tokens), not w.hit_length_limit, choices[rows_pass])
         except ValueError:
             return None
         return words_with_times(w.tokens, rows, not w.hit_length_limit, segments, self.tokenizer.decode,
                                 self.tokenizer.eot, span_s, r.start_s, logprobs=w.token_logprobs)
+
+
+def _choices_per_pass(recorder: AttentionRecorder, windows) -> dict[int, int]:
+    """Per recorded pass, how many tokens its longest row chose (its end token included): where
+    that pass's choices begin in its runs (:meth:`AttentionRecorder.token_rows`). Once a step."""
+    out: dict[int, int] = {}
+    for b, w in enumerate(windows):
+        number = recorder.pass_of(b)
+        if number is not None:
+            out[number] = max(out.get(number, 0), len(w.tokens) + (not w.hit_length_limit))
+    return out

@@ -13,6 +13,8 @@ Called by the thread that owns the runtime; one recorder per decode call.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import numpy as np
 
 
@@ -23,8 +25,7 @@ class AttentionRecorder:
         if not getattr(runtime, "has_alignment", False):
             raise ValueError(f"{getattr(runtime, 'name', 'this model')}: its decoder graphs output no alignment-head attention")
         self.runtime = runtime
-        self.runs: list[np.ndarray] = []
-        self.batch = 0
+        self.runs: list[np.ndarray] = []  # the pass being decoded
         self._passes: list[list[np.ndarray]] = []
         self._where: dict[int, tuple[int, int] | None] = {}  # window -> (pass, row), or None
 
@@ -34,7 +35,6 @@ class AttentionRecorder:
     def start(self, enc, prompt_tokens, **kwargs):
         logits, state, attention = self.runtime.start(enc, prompt_tokens, attention=True, **kwargs)
         self.runs = [attention]  # a new pass (a fallback re-decode) starts over
-        self.batch = int(attention.shape[0])
         return logits, state
 
     def step(self, state, tokens, **kwargs):
@@ -49,14 +49,13 @@ class AttentionRecorder:
         at a temperature) gets no rows: which sample won is decided later."""
         number = len(self._passes)
         self._passes.append(self.runs)
+        samples = Counter(windows)
         for row, b in enumerate(windows):
-            self._where[b] = (number, row) if windows.count(b) == 1 else None
+            self._where[b] = (number, row) if samples[b] == 1 else None
 
     def pass_of(self, window: int) -> int | None:
         """Which pass ``window``'s rows come from (``None``: none usable); windows of one pass
-        share its ``n_choices``. Without :meth:`end_pass` calls, the one pass recorded."""
-        if not self._passes:
-            return 0
+        share its ``n_choices``."""
         where = self._where.get(window)
         return None if where is None else where[0]
 
@@ -68,17 +67,12 @@ class AttentionRecorder:
         so the runs are the prompt's (start + forced tokens) and then one per choice but the
         last: the first choice came from run ``len(runs) - n_choices``. ``ValueError`` where the
         recording does not hold the window."""
-        if self._passes:
-            where = self._where.get(window)
-            if where is None:
-                raise ValueError(f"window {window} has no single row in a recorded pass")
-            runs, row = self._passes[where[0]], where[1]
-        else:
-            runs, row = self.runs, window
+        where = self._where.get(window)
+        if where is None:
+            raise ValueError(f"window {window} has no single row in a recorded pass")
+        runs, row = self._passes[where[0]], where[1]
         first = len(runs) - n_choices
         count = n_tokens + (1 if ended else 0)
-        if not runs or row >= runs[0].shape[0]:
-            raise ValueError(f"row {row} is not in the recorded pass")
         if first < 0 or first + count > len(runs):
             raise ValueError(f"{count} tokens do not fit the {len(runs)} recorded decoder runs")
         return np.stack([runs[first + k][row] for k in range(count)]) if count else np.zeros((0,) + runs[0].shape[1:], np.float32)
