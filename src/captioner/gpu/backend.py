@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from captioner import cuda_driver
 from captioner.compute import (
     DEVICE_ENV,  # noqa: F401 - re-exported: callers read backend.DEVICE_ENV
     parse_device,
@@ -152,7 +153,12 @@ def _import_cupy():
 
 @functools.lru_cache(maxsize=1)
 def _cuda_probe() -> tuple[int, str]:
-    """(devices on which CuPy can actually run a kernel, why none when 0). Never raises."""
+    """(devices on which CuPy can actually run a kernel, why none when 0). Never raises. The
+    driver is asked first (:mod:`captioner.cuda_driver`): without it, or without a GPU,
+    installing CuPy would not help, and the reason must not send anyone to install it."""
+    count, why_none = cuda_driver.driver_devices()
+    if count == 0:
+        return 0, why_none
     try:
         cupy = _import_cupy()
     except ImportError:

@@ -20,7 +20,6 @@ import contextlib
 import functools
 import logging
 import os
-import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from captioner import cuda_driver
 from captioner.compute import parse_device as parse_compute_device
 from captioner.compute import requested_device, resolve_device
 from captioner.errors import UserError, one_line
@@ -124,41 +124,18 @@ def choose_provider(device: str | None = None) -> ProviderChoice:
 @functools.lru_cache(maxsize=1)
 def _cuda_provider_devices() -> tuple[int, str]:
     """(GPUs the CUDA provider can run on, why none when 0): the driver's device count once the
-    provider has run a probe graph on cuda:0."""
+    provider has run a probe graph on cuda:0. The driver is asked first: without it (or without
+    a GPU) no onnxruntime build would help, and the reason says so (:mod:`captioner.cuda_driver`)."""
+    count, why_none = cuda_driver.driver_devices()
+    if count == 0:
+        return 0, why_none
     ort = _ort()
     if CUDA not in ort.get_available_providers():
         return 0, "this onnxruntime build has no CUDA provider: install onnxruntime-gpu, not onnxruntime"
-    count, why_none = _driver_device_count()
-    if count == 0:
-        return 0, why_none
     failure = _probe_cuda(0)
     if failure:
         return 0, failure
     return count, ""
-
-
-def _driver_device_count() -> tuple[int, str]:
-    """(CUDA devices the NVIDIA driver lists, why none when 0), asked of libcuda itself: ONNX
-    Runtime has no call for it, and a probe on a missing device only makes it log a failure."""
-    import ctypes  # noqa: PLC0415
-
-    names = ("nvcuda.dll",) if sys.platform == "win32" else ("libcuda.so.1", "libcuda.so")
-    for name in names:
-        try:
-            libcuda = ctypes.CDLL(name)
-            break
-        except OSError:
-            continue
-    else:
-        return 0, "no NVIDIA driver: libcuda could not be loaded"
-    count = ctypes.c_int(0)
-    status = libcuda.cuInit(0)
-    if status != 0:
-        return 0, f"the NVIDIA driver failed to start (CUDA error {status})"
-    status = libcuda.cuDeviceGetCount(ctypes.byref(count))
-    if status != 0 or count.value < 1:
-        return 0, "the NVIDIA driver lists no CUDA device"
-    return count.value, ""
 
 
 @functools.cache
