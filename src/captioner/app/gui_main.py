@@ -107,11 +107,17 @@ def run_app(args: argparse.Namespace) -> int:
     from PySide6.QtCore import QCoreApplication, QEvent, QTimer
     from PySide6.QtWidgets import QApplication
 
+    from captioner.app.desktop_entry import DESKTOP_FILE_NAME
+    from captioner.ui.icon import app_icon
     from captioner.ui.settings import APPLICATION, ORGANIZATION
 
     app = QApplication.instance() or QApplication([sys.argv[0]])
     app.setOrganizationName(ORGANIZATION)
-    app.setApplicationName(APPLICATION)
+    app.setApplicationName(APPLICATION)  # also the X11 window class: the entry's StartupWMClass
+    # Ties the windows to captioner.desktop (Wayland's app id), so a dock shows the menu's icon
+    # and name; the icon itself is every window's default (title bars, the overlay, Alt-Tab).
+    app.setDesktopFileName(DESKTOP_FILE_NAME)
+    app.setWindowIcon(app_icon())
     window, controller = open_window(args)
 
     screenshots: list[Path] = []
