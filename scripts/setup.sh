@@ -61,6 +61,8 @@ apt_app=(libportaudio2 libsndfile1 libasound2-plugins libegl1 libgl1 libfontconf
          libxkbcommon-x11-0 libxcb-cursor0 libxcb-icccm4 libxcb-keysyms1 libxcb-shape0
          libxcb-xinerama0 libxcb-randr0 libxcb-render-util0 libxcb-image0)
 apt_test=(pulseaudio pulseaudio-utils xvfb xauth espeak-ng sox g++)  # g++: the rules kernel's CUDA source run on the CPU (tests)
+# desktop-file-utils, x11-utils: the desktop entry is validated, and launched to read its window's class and icon.
+apt_test+=(desktop-file-utils x11-utils)
 wanted=("${apt_app[@]}")
 [ "$mode" = test ] && wanted+=("${apt_test[@]}")
 # Debian's python3 makes virtual environments only with python3-venv (it carries ensurepip).
@@ -107,5 +109,12 @@ echo "captioner setup: installing captioner${extras:+[$extras]} and its Python p
 # 2-core CPU): tiny.en for the device the app will use, and base, which its language check loads.
 echo "captioner setup: preparing the default model (tiny.en) and the language check's (base)"
 "$venv/bin/python" -m captioner.app.prepare
+# "Captioner" in the desktop's menu, with its icon (captioner install-desktop). A machine without
+# a desktop is no reason to fail a set-up: a failure here is only a warning.
+if [ "$(uname -s)" != Darwin ] && ! desktop_error="$("$venv/bin/python" -m captioner install-desktop 2>&1 >/dev/null)"; then
+  desktop_error="${desktop_error##*$'\n'}"  # its last line: the one-line error
+  desktop_error="${desktop_error#captioner: error: }"
+  echo "captioner setup: warning: Captioner was not added to the desktop menu: ${desktop_error:-no reason given}" >&2
+fi
 stamp_key "$mode" >"$(stamp_file "$mode")"
 echo "captioner setup: ready ($venv, extras: ${extras:-none})"
