@@ -2,7 +2,7 @@
 
     live = LiveCaptioner(model="tiny.en", device="cpu")
     me = live.open_stream("Me")
-    me.accept_waveform(16000, samples)     # any rate >= 8 kHz, float32/float64/int16, mono or (n, channels)
+    me.accept_waveform(16000, samples)     # any rate >= 8 kHz, float32/float64/int16, mono, (n, channels) or (channels, n)
     for update in live.step():             # runs the model work that is due
         print(update.stream, update.kind, update.text)
     me.finish()                            # ...then step() until me.done
@@ -40,6 +40,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from captioner.audio.channels import channels_last
 from captioner.audio.ingest import StreamIngest
 from captioner.engine.admission import Priority, parse_priority
 from captioner.engine.core import BlockSlice, Engine, EngineConfig
@@ -118,7 +119,10 @@ class CaptionStream:
     def accept_waveform(self, sample_rate: int, samples, capture_ns: int | None = None,
                         first_sample: int | None = None) -> None:
         """Hand over audio that follows what came before. ``sample_rate`` ≥ 8000 Hz; ``samples``
-        float32/float64 in [-1, 1] or int16, mono or ``(n, channels)``. ``capture_ns`` is when
+        float32/float64 in [-1, 1] or int16, mono ``(n,)``, ``(n, channels)`` or channels first
+        ``(channels, n)`` as torchaudio and librosa give it, with at most 8 channels and more than
+        8 samples (any other 2-D shape is refused, never guessed: :mod:`captioner.audio.channels`);
+        channels are averaged. ``capture_ns`` is when
         the last sample was captured (default: now); ``first_sample``, the index of ``samples[0]``
         on the caller's own clock at ``sample_rate``, lets a jump mark lost audio (it becomes
         silence, so stream time stays exact)."""
@@ -129,7 +133,7 @@ class CaptionStream:
         when_ns = self._owner.clock_ns() if capture_ns is None else int(capture_ns)
         engine = self._owner.engine
         t0 = engine.host_timer()
-        block = self._ingest.accept(int(sample_rate), samples, when_ns, first_sample)
+        block = self._ingest.accept(int(sample_rate), channels_last(samples), when_ns, first_sample)
         if block is not None:
             self._pending.append(block)
         engine.host_s["ingest"] += engine.host_timer() - t0

@@ -37,6 +37,7 @@ from types import MappingProxyType
 
 import numpy as np
 
+from captioner.audio.channels import channels_last
 from captioner.audio.ingest import StreamIngest
 from captioner.engine.admission import parse_priority
 from captioner.engine.policy import normalize_word
@@ -202,7 +203,7 @@ class SupervisedStream:
         if self.finishing:
             raise ValueError(f"stream {self.label!r} is finished: open a new stream for more audio")
         when_ns = self._owner.clock_ns() if capture_ns is None else int(capture_ns)
-        block = self._ingest.accept(int(sample_rate), samples, when_ns, first_sample)
+        block = self._ingest.accept(int(sample_rate), channels_last(samples), when_ns, first_sample)
         if block is not None:
             self._owner._audio(self, block.first_sample, block.capture_ns, block.samples)
 

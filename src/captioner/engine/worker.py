@@ -27,6 +27,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from captioner.audio.ingest import to_float_mono
 from captioner.audio.source import RawChunk, SourceEnd
 from captioner.engine.live import LiveCaptioner
 from captioner.errors import StreamRefused, one_line
@@ -314,7 +315,10 @@ class Worker(threading.Thread):
                     self._fill(stream, clock, start_ns)
                 self._end_loss(item.stream, start_ns)
             first = clock.place(item)
-            stream.accept_waveform(item.rate_hz, item.samples, capture_ns=item.capture_ns, first_sample=first)
+            # A source's chunk is [n, channels] by contract: mixed down here, it is never read
+            # by the public call's layout rule, which refuses a chunk of 8 frames or fewer.
+            samples = item.samples if item.samples.ndim == 1 else to_float_mono(item.samples)
+            stream.accept_waveform(item.rate_hz, samples, capture_ns=item.capture_ns, first_sample=first)
         elif type(item) is FramedAudio:
             # A server's connections: no device behind them to lose, so no input clock to keep.
             live.accept_framed(item)
