@@ -25,6 +25,7 @@ class RecordingView:
 
     def __init__(self):
         self.calls: list[tuple] = []
+        self.failed_settings: list[str] = []  # the setting each session_failed was about
         self._changed = threading.Condition()
 
     def _record(self, *call):
@@ -53,8 +54,9 @@ class RecordingView:
     def session_started(self, transcript_path, meta):
         self._record("session_started", transcript_path, dict(meta))
 
-    def session_failed(self, message):
+    def session_failed(self, message, setting=""):
         self._record("session_failed", message)
+        self.failed_settings.append(setting)
 
     def session_stopping(self, finished):
         self._record("session_stopping", finished)

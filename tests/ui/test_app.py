@@ -126,7 +126,9 @@ def test_headless_smoke_run_under_xvfb(tmp_path, speech_clips):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
-    for name in ("smoke.png", "smoke-dashboard.png", "smoke-overlay.png"):
+    # No overlay shot: by the end the clip has long finished, and an overlay with nothing new to
+    # show for OVERLAY_IDLE_S hides (tests/ui/test_main_window.py shows it while captions come).
+    for name in ("smoke.png", "smoke-dashboard.png"):
         image = QImage(str(tmp_path / name))
         assert not image.isNull() and image.width() > 300, name
     image = QImage(str(shot))

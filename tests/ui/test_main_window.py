@@ -109,13 +109,14 @@ def test_overlay_toggles_and_shows_last_lines(window, qtbot):
     assert window.overlay_action.shortcut().toString() == "Ctrl+Shift+O"
     assert window.overlay_action.shortcutContext() == Qt.ShortcutContext.ApplicationShortcut
     window.overlay_action.trigger()
-    assert overlay.isVisible()
+    assert not overlay.isVisible()  # on, but nothing to show yet: no empty box over the screen
     flags = overlay.windowFlags()
     assert flags & Qt.WindowType.FramelessWindowHint and flags & Qt.WindowType.WindowStaysOnTopHint
     assert overlay.testAttribute(Qt.WidgetAttribute.WA_TranslucentBackground)
 
     words = " ".join(f"word{i}" for i in range(200))
     window.apply_captions([final("Me", words, 0, 30), partial("Me", "provisional tail", 30, 31)])
+    assert overlay.isVisible()
     shown = overlay.shown_text()
     assert shown.count("<br>") <= overlay.n_lines - 1  # two or three lines, not the whole session
     assert "word199" in shown and "word0 " not in shown

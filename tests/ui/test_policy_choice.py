@@ -51,7 +51,7 @@ def gui_args(tmp_path):
 
 
 @pytest.mark.parametrize("policy", ["alignatt", "localagreement"])
-def test_gui_policy_reaches_the_engine_config_and_is_remembered(qtbot, tmp_path, monkeypatch, gui_args, policy):
+def test_gui_policy_reaches_the_engine_config_and_only_the_app_s_choice_is_saved(qtbot, tmp_path, monkeypatch, gui_args, policy):
     from captioner.app.gui_main import open_window
     from captioner.ui.settings import load_settings, open_settings
 
@@ -76,7 +76,12 @@ def test_gui_policy_reaches_the_engine_config_and_is_remembered(qtbot, tmp_path,
         (config,) = factory.configs
         assert isinstance(config, EngineConfig) and config.policy.kind == policy
         window.save_settings()
-        assert load_settings(open_settings(args.settings)).policy == policy
+        # Given on the command line: this run's, not saved; chosen in the app: saved.
+        assert load_settings(open_settings(args.settings)).policy == "auto"
+        other = "alignatt" if policy == "localagreement" else "localagreement"
+        window.controls.set_policy(other)
+        window.save_settings()
+        assert load_settings(open_settings(args.settings)).policy == other
     finally:
         controller.shutdown(timeout_s=TIMEOUT_S)
 

@@ -127,14 +127,26 @@ def test_a_bad_source_fails_the_start(make_controller, config, reason):
 def test_a_failing_model_fails_the_start_and_another_start_is_possible(make_controller, clip_path):
     view = RecordingView()
     controller = make_controller(view, Factory(fail=RuntimeError("no such model")))
-    controller.start(file_config(clip_path, model="huge"))
+    controller.start(file_config(clip_path, model="tiny.en"))
     _, message = view.wait_for("session_failed")
     assert message == "could not start: RuntimeError: no such model"
     assert view.names() == ["session_starting", "session_progress", "session_failed"]
+    assert view.failed_settings == [""]  # the model was found: its start failed, not the setting
     wait_until(lambda: not controller.busy)
-    controller.start(file_config(clip_path, model="huge"))
+    controller.start(file_config(clip_path, model="tiny.en"))
     view.wait_for("session_failed", count=2)
     assert view.names().count("session_starting") == 2
+
+
+def test_a_model_that_does_not_exist_fails_as_the_model_setting(make_controller, clip_path, tmp_path):
+    """Found missing before any pipeline is built, and named as the setting to change."""
+    view = RecordingView()
+    factory = Factory()
+    controller = make_controller(view, factory)
+    controller.start(file_config(clip_path, model=str(tmp_path / "nosuch")))
+    _, message = view.wait_for("session_failed")
+    assert "no such file or folder" in message
+    assert view.failed_settings == ["model"] and factory.built == []
 
 
 def test_a_user_error_from_the_pipeline_is_shown_as_is(make_controller, clip_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fakes import final
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
@@ -12,9 +13,11 @@ def test_shortcuts(window, qtbot):
     window.activateWindow()
     qtbot.waitUntil(lambda: QApplication.activeWindow() is window, timeout=2000)
     qtbot.keyClick(window.caption_view, Qt.Key.Key_O, CTRL_SHIFT)
+    assert window.overlay_action.isChecked()
+    window.apply_captions([final("Me", "Shown in the overlay.", 0, 1)])
     assert window.overlay.isVisible()
     qtbot.keyClick(window.caption_view, Qt.Key.Key_O, CTRL_SHIFT)
-    assert not window.overlay.isVisible()
+    assert not window.overlay.isVisible() and not window.overlay_action.isChecked()
 
     size = window.caption_view.font_pt
     qtbot.keyClick(window.caption_view, Qt.Key.Key_Plus, Qt.KeyboardModifier.ControlModifier)

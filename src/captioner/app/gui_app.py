@@ -74,6 +74,14 @@ def open_sources(config: RunConfig) -> list[Any]:
     return sources
 
 
+def check_model(name_or_path: str) -> None:
+    """Raises UserError when ``name_or_path`` names no model this machine has (its files are
+    found, not loaded: a second, not the minute a first load may take)."""
+    from captioner.models.registry import resolve_model
+
+    resolve_model(name_or_path)
+
+
 def start_failure(exc: Exception) -> str:
     """The sentence the window shows for a start that raised ``exc``."""
     if isinstance(exc, UserError):
@@ -273,8 +281,15 @@ class LiveController:
         from captioner.app.transcript import TranscriptWriter
 
         transcript = None
+        # Which of the run's settings a failure is about, so the window can say which field
+        # to change (and fall back from a saved one that no longer works).
+        setting = "model"
         try:
+            if not config.server:
+                check_model(config.model)  # before the sources: a saved model that is gone is named as such
+            setting = "sources"
             sources = open_sources(config)
+            setting = "server" if config.server else ""  # connecting is part of a remote start
             transcript = TranscriptWriter(title=", ".join(s.stream for s in sources))
             pipeline = self._new_pipeline(sources, config, transcript)
             pipeline.start()
@@ -283,7 +298,7 @@ class LiveController:
                 transcript.close()
             with self._lock:
                 self._busy = False
-                self.view.session_failed(start_failure(exc))
+                self.view.session_failed(start_failure(exc), setting)
             return
         with self._lock:
             closing = self._closing

@@ -62,21 +62,13 @@ def open_window(args: argparse.Namespace, pipeline_factory=None):
     from captioner.ui.settings import open_settings
 
     window = MainWindow(open_settings(args.settings))
-    if args.theme:
-        window.dark_action.setChecked(args.theme == "dark")
-        window.set_theme(args.theme)
     controller = LiveController(window.session, device=args.device, metrics_port=args.metrics_port,
                                 pipeline_factory=pipeline_factory, server_token=getattr(args, "token", None))
     connect_window(window, controller)
     controller.refresh_devices()  # the list is applied at once: the sources below pick from it
-    if args.model:
-        window.controls.set_model(args.model)
-    if args.language:
-        window.controls.set_language(args.language)
-    if getattr(args, "policy", None):
-        window.controls.set_policy(args.policy)
-    if getattr(args, "server", None):
-        window.controls.set_server(args.server)
+    # For this run only: an option given once must not become every later launch's setting.
+    window.apply_command_line(model=args.model, language=args.language, policy=getattr(args, "policy", None),
+                              server=getattr(args, "server", None), theme=args.theme)
     if args.file:
         choices = [window.controls.add_file(str(Path(path).resolve())) for path in args.file]
         window.controls.select_only([c.key() for c in choices])
@@ -96,7 +88,7 @@ def open_window(args: argparse.Namespace, pipeline_factory=None):
         window.statusBar().showMessage(f"Prometheus metrics on {where}", 10000)
     window.show()
     if args.overlay:
-        window.set_overlay_visible(True)
+        window.apply_command_line(overlay_visible=True)
     if not args.no_start and (args.file or not args.trace):
         # `captioner` alone starts captioning the chosen (default) input straight away.
         QTimer.singleShot(0, lambda: window.start_requested.emit(window.controls.run_config()))

@@ -52,12 +52,19 @@ from captioner.ui.notices import (
     demo_notice,
     engine_notice,
     failure_notice,
+    fallback_notice,
     language_text,
 )
 from captioner.ui.overlay import CaptionOverlay
+from captioner.ui.overlay_place import default_overlay_rect
 from captioner.ui.run_config import RunConfig
 from captioner.ui.session_bridge import SessionBridge
-from captioner.ui.settings import AppSettings, load_settings, save_settings
+from captioner.ui.settings import (
+    AppSettings,
+    ChosenSettings,
+    load_settings,
+    save_settings,
+)
 from captioner.ui.theme import apply_theme, theme_named
 
 PUMP_INTERVAL_MS = 33  # ~30 Hz: smooth enough for text, cheap enough for a laptop
@@ -67,6 +74,11 @@ TRACE_DOCK_SHARE = 0.75
 PLACEHOLDER = "Captions appear here. Pick a source and press Start (F5)."
 LISTENING_PLACEHOLDER = "Listening… captions appear here as the words are heard."
 """While a session runs and nothing was said yet: not "press Start", which it already is."""
+OVERLAY_IDLE_S = 10.0
+"""The overlay hides once nothing new was said for this long: over a meeting, old captions only
+hide what is behind them (a subtitle's cue lasts at most 7 s)."""
+FALLBACK_TEXT = {"server": "this computer", "model": "the default model, tiny.en"}
+"""What a saved setting that failed at start falls back to, in the banner's words."""
 
 
 class Feed(Protocol):
@@ -92,6 +104,10 @@ class MainWindow(QMainWindow):
         self.setObjectName("mainWindow")
         self._store = settings_store
         self.settings = load_settings(settings_store) if settings_store is not None else AppSettings()
+        self.chosen = ChosenSettings(self.settings)  # what is saved: the user's choices in the app
+        self._first_start = True  # the launch's own start is still to come (see show_session_failed)
+        self._overlay_placed = self.settings.overlay_placed  # the user dragged it: it stays there
+        self._last_caption_s = float("-inf")
         self.theme = theme_named(self.settings.theme)
         self._feed: Feed | None = None
         self._last_status: PipelineStatus | None = None
@@ -233,8 +249,10 @@ class MainWindow(QMainWindow):
         self.dashboard_dock.setVisible(s.dashboard_visible)
         if s.overlay_geometry:
             self.overlay.restoreGeometry(QByteArray(s.overlay_geometry))
+            if not self._overlay_placed or self.overlay.screen() is None:
+                self._overlay_placed = False  # its size is kept; where it goes is worked out at show
+        self.overlay.moved_by_user.connect(self._on_overlay_dragged)
         self.overlay_action.setChecked(s.overlay_visible)
-        self._overlay_wanted = s.overlay_visible
 
     def collect_settings(self) -> AppSettings:
         s = self.settings
@@ -252,16 +270,33 @@ class MainWindow(QMainWindow):
         s.window_geometry = bytes(self.saveGeometry().data())
         s.window_state = bytes(self.saveState().data())
         s.overlay_geometry = bytes(self.overlay.saveGeometry().data())
+        s.overlay_placed = self._overlay_placed
         return s
 
     def save_settings(self) -> None:
         if self._store is not None:
-            save_settings(self._store, self.collect_settings())
+            save_settings(self._store, self.chosen.to_save(self.collect_settings()))
+
+    def apply_command_line(self, **values: Any) -> None:
+        """Options given on the command line (``model``, ``language``, ``policy``, ``server``,
+        ``theme``, ``overlay_visible``; ``None``: not given): shown and used for this run, not
+        saved (:class:`~captioner.ui.settings.ChosenSettings`)."""
+        setters = {"model": self.controls.set_model, "language": self.controls.set_language,
+                   "policy": self.controls.set_policy, "server": self.controls.set_server,
+                   "theme": self._set_theme_checked, "overlay_visible": self.set_overlay_visible}
+        for name, value in values.items():
+            if value is None:
+                continue
+            setters[name](value)
+            self.chosen.run_only(name, getattr(self.collect_settings(), name))
+
+    def _set_theme_checked(self, name: str) -> None:
+        self.dark_action.setChecked(name == "dark")
+        self.set_theme(name)
 
     def showEvent(self, event) -> None:  # noqa: N802 (Qt name)
         super().showEvent(event)
-        if getattr(self, "_overlay_wanted", False):
-            self._overlay_wanted = False
+        if self.overlay_action.isChecked():
             self.set_overlay_visible(True)
 
     def closeEvent(self, event) -> None:  # noqa: N802
@@ -293,17 +328,33 @@ class MainWindow(QMainWindow):
         self.set_font_pt(self.caption_view.font_pt + delta_pt)
 
     def set_overlay_visible(self, visible: bool) -> None:
+        """Turns the overlay on or off. On, it shows only while there is a caption to show."""
         self.overlay_action.setChecked(bool(visible))
         if visible:
-            if self.overlay.pos().isNull():
-                screen = self.screen().availableGeometry()
-                self.overlay.move(screen.center().x() - self.overlay.width() // 2,
-                                  screen.bottom() - self.overlay.height() - 60)
             self._update_overlay()
-            self.overlay.show()
-            self.overlay.raise_()
         else:
             self.overlay.hide()
+
+    def _show_overlay(self, show: bool) -> None:
+        if not show:
+            self.overlay.hide()
+            return
+        if not self.overlay.isVisible():
+            if not self._overlay_placed:
+                self.place_overlay()
+            self.overlay.show()
+            self.overlay.raise_()
+
+    def place_overlay(self) -> None:
+        """The overlay's default place: the bottom edge of this window's screen, off the window."""
+        screen = self.screen()
+        if screen is None:
+            return
+        self.overlay.setGeometry(default_overlay_rect(screen.availableGeometry(), self.frameGeometry(),
+                                                      self.overlay.size(), self.overlay.minimumWidth()))
+
+    def _on_overlay_dragged(self) -> None:
+        self._overlay_placed = True
 
     def _focus_search(self) -> None:
         self.side_tabs.setCurrentWidget(self.history)
@@ -354,6 +405,7 @@ class MainWindow(QMainWindow):
 
     def show_session_started(self, transcript_path: str | None, meta: Mapping[str, Any]) -> None:
         self._end_progress()
+        self._first_start = False
         self.controls.start_button.setEnabled(True)
         self.history.set_transcript_path(transcript_path)
         self.set_running(True)
@@ -365,11 +417,40 @@ class MainWindow(QMainWindow):
             self.banner.clear("demo")  # the user's own audio now
             self.banner.clear("inputs")
 
-    def show_session_failed(self, message: str) -> None:
+    def show_session_failed(self, message: str, setting: str = "") -> None:
         self._end_progress()
         self.controls.start_button.setEnabled(True)
+        first, self._first_start = self._first_start, False
+        if first and self._falls_back(setting, message):
+            return
         self.set_running(False, f"Error: {message}")
-        self.banner.show_message(failure_notice(message), "error", kind="error")
+        self.banner.show_message(failure_notice(message, setting=setting), "error", kind="error")
+
+    def _falls_back(self, setting: str, message: str) -> bool:
+        """At launch, a saved ``setting`` (the server, the model) that failed: this run uses the
+        default instead and starts again, under a banner that names the setting and offers to
+        forget it; the saved value stays until the user changes the field or resets it."""
+        config = self._requested
+        if setting not in FALLBACK_TEXT or config is None or self.chosen.is_run_only(setting):
+            return False
+        saved, default = getattr(self.chosen.saved, setting), getattr(AppSettings(), setting)
+        if getattr(config, setting) != saved or saved == default:
+            return False  # not the saved value that failed
+        {"server": self.controls.set_server, "model": self.controls.set_model}[setting](default)
+        self.chosen.run_only(setting, default)
+        self.banner.show_message(fallback_notice(setting, saved, message, FALLBACK_TEXT[setting]), "warning",
+                                 kind="fallback", actions=((f"Reset it (forget the saved {setting})",
+                                                            lambda: self.forget_setting(setting)),))
+        self.start_requested.emit(self.controls.run_config())
+        return True
+
+    def forget_setting(self, name: str) -> None:
+        """The user's "reset it": the saved ``name`` goes back to its default, on disk at once."""
+        self.chosen.forget(name)
+        if self._store is not None:
+            save_settings(self._store, self.chosen.saved, names=(name,))
+        self.banner.clear("fallback")
+        self.statusBar().showMessage(f"The saved {name} was reset", 5000)
 
     def show_session_stopping(self, finished: bool) -> None:
         self._finishing = finished
@@ -459,6 +540,8 @@ class MainWindow(QMainWindow):
             drain_notices = getattr(feed, "drain_notices", None)
             for message in drain_notices() if drain_notices is not None else ():
                 self.show_language_notice(message)
+        if self.overlay.isVisible() and time.monotonic() - self._last_caption_s >= OVERLAY_IDLE_S:
+            self.overlay.hide()
         self.dashboard.refresh()
 
     def _keep(self, event: Any) -> None:
@@ -479,7 +562,8 @@ class MainWindow(QMainWindow):
         if languages != self._languages:
             self._languages = languages
             self._show_languages()
-        if self.overlay.isVisible():
+        self._last_caption_s = time.monotonic() if now_s is None else now_s
+        if self.overlay_action.isChecked():
             self._update_overlay()
 
     def _show_languages(self) -> None:
@@ -512,6 +596,8 @@ class MainWindow(QMainWindow):
             add(stream, [[(("" if not k or w.joined else " ") + w.text, w.provisional) for k, w in enumerate(line)]
                          for line in view.open_lines(stream)])
         self.overlay.set_lines(lines)
+        idle = time.monotonic() - self._last_caption_s >= OVERLAY_IDLE_S
+        self._show_overlay(self.overlay_action.isChecked() and bool(lines) and not idle)
 
     def apply_status(self, status: PipelineStatus) -> None:
         self._last_status = status
@@ -555,6 +641,7 @@ class MainWindow(QMainWindow):
         self.caption_view.clear_captions()
         self.history.clear()
         self.overlay.set_lines([])
+        self._show_overlay(False)
 
     # -- traces ----------------------------------------------------------------------------
 

@@ -25,12 +25,40 @@ def demo_notice(title: str, devices_error: str | None = None) -> str:
     )
 
 
-def failure_notice(message: str, hint: bool = True) -> str:
+_NEXT_STEP = {
+    "server": "Change the <b>Server</b> field (empty: caption on this computer), then press Start (F5).",
+    "model": "Pick another model in the <b>Model</b> box, then press Start (F5).",
+}
+_PICK_A_SOURCE = "Pick another source in Sources, then press Start (F5)."
+
+
+def sentence_start(text: str) -> str:
+    """``text`` with its first letter capitalised, unless its first word is a name that must
+    stay as written (a URL, a path, a model or device name: "ws://…", "tiny.en", "hw:1")."""
+    first = text.split(maxsplit=1)[0] if text.split() else ""
+    if not first.isalpha() or not first.islower():
+        return text
+    return text[0].upper() + text[1:]
+
+
+def failure_notice(message: str, hint: bool = True, setting: str = "") -> str:
     """The banner for a session that could not start or stopped on an error (``hint``: say what
-    to do next), or for another failed request (a trace that would not open)."""
+    to do next, in the field ``setting`` names: "server", "model", or the sources by default),
+    or for another failed request (a trace that would not open)."""
     text = message.strip() or "something went wrong"
-    html = f"<b>{escape(text[0].upper() + text[1:])}</b>"
-    return html + "<br>Pick another source in Sources, then press Start (F5)." if hint else html
+    html = f"<b>{escape(sentence_start(text))}</b>"
+    return html + "<br>" + _NEXT_STEP.get(setting, _PICK_A_SOURCE) if hint else html
+
+
+def fallback_notice(setting: str, saved: str, message: str, default_text: str) -> str:
+    """The banner for a saved ``setting`` (its value ``saved``) that failed at start with
+    ``message``: this run uses the default (``default_text`` says what it is) instead."""
+    name = {"server": "server", "model": "model"}.get(setting, setting)
+    return (
+        f"<b>The saved {name} {escape(saved)} did not work:</b> {escape(message.strip())}<br>"
+        f"This run uses {escape(default_text)}. <b>Reset it</b> forgets the saved {name}; "
+        f"or set the {name.capitalize()} field again and press Start (F5)."
+    )
 
 
 def engine_notice(message: str) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import html
 
-from PySide6.QtCore import QPoint, QRect, Qt
+from PySide6.QtCore import QPoint, QRect, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QFontMetrics, QPainter
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizeGrip, QVBoxLayout, QWidget
 
@@ -26,6 +26,8 @@ is provisional (a partial word)."""
 
 class CaptionOverlay(QWidget):
     """GUI thread only."""
+
+    moved_by_user = Signal()  # dragged: from now on it stays where the user put it
 
     def __init__(self, font_pt: int = DEFAULT_FONT_PT, n_lines: int = DEFAULT_LINES, parent=None) -> None:
         super().__init__(
@@ -116,6 +118,7 @@ class CaptionOverlay(QWidget):
     def mouseMoveEvent(self, event) -> None:  # noqa: N802
         if self._drag_offset is not None and event.buttons() & Qt.MouseButton.LeftButton:
             self.move(event.globalPosition().toPoint() - self._drag_offset)
+            self.moved_by_user.emit()
             event.accept()
 
     def mouseReleaseEvent(self, event) -> None:  # noqa: N802

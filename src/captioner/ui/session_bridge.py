@@ -23,7 +23,7 @@ class SessionSlots(Protocol):
     def show_session_starting(self, model: str) -> None: ...
     def show_session_progress(self, message: str, fraction: float) -> None: ...
     def show_session_started(self, transcript_path: str | None, meta: Mapping[str, Any]) -> None: ...
-    def show_session_failed(self, message: str) -> None: ...
+    def show_session_failed(self, message: str, setting: str = "") -> None: ...
     def show_session_stopping(self, finished: bool) -> None: ...
     def show_session_stopped(self, leftovers: Sequence[CaptionUpdate], status: PipelineStatus | None,
                              error: str | None) -> None: ...
@@ -40,7 +40,7 @@ class SessionBridge(QObject):
     starting = Signal(str)
     progress = Signal(str, float)
     started = Signal(object, object)  # transcript path (str | None), meta (Mapping)
-    failed = Signal(str)
+    failed = Signal(str, str)  # message, the setting it is about
     stopping = Signal(bool)
     stopped = Signal(object, object, object)  # leftovers, PipelineStatus | None, error (str | None)
 
@@ -74,8 +74,8 @@ class SessionBridge(QObject):
     def session_started(self, transcript_path: str | None, meta: Mapping[str, Any]) -> None:
         self.started.emit(transcript_path, dict(meta))  # a copy: the GUI reads it later
 
-    def session_failed(self, message: str) -> None:
-        self.failed.emit(message)
+    def session_failed(self, message: str, setting: str = "") -> None:
+        self.failed.emit(message, setting)
 
     def session_stopping(self, finished: bool) -> None:
         self.stopping.emit(bool(finished))

@@ -43,8 +43,9 @@ class SessionView(Protocol):
         """Captioning: committed lines are saved to ``transcript_path``; ``meta`` describes the
         run (requested device, GPU, back-end) for a saved trace."""
 
-    def session_failed(self, message: str) -> None:
-        """The start failed, for the reason ``message`` (one sentence for the user)."""
+    def session_failed(self, message: str, setting: str = "") -> None:
+        """The start failed, for the reason ``message`` (one sentence for the user); ``setting``
+        names the run's setting it is about ("sources", "model", "server"; "" when none is)."""
 
     def session_stopping(self, finished: bool) -> None:
         """A stop began: the user asked for it, the pipeline failed, or (``finished``) every file

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
 from PySide6.QtCore import QByteArray, QSettings
 
@@ -30,6 +31,43 @@ class AppSettings:
     window_geometry: bytes = b""
     window_state: bytes = b""
     overlay_geometry: bytes = b""
+    overlay_placed: bool = False  # the user dragged the overlay: its saved place is kept
+
+
+class ChosenSettings:
+    """What is saved: the settings as loaded, changed only by what the user chose in the app.
+
+    A value given for one run — a command-line option, or the default a saved value fell back to
+    when it failed at start — is shown in the window but not saved: unless the user changes it
+    in the app, the next launch finds the saved value again (a ``--server`` given once must not
+    become every later launch's server)."""
+
+    def __init__(self, saved: AppSettings) -> None:
+        self.saved = replace(saved)
+        self._run_only: dict[str, Any] = {}
+
+    def run_only(self, name: str, value: Any) -> None:
+        """``name`` is ``value`` for this run only."""
+        self._run_only[name] = value
+
+    def is_run_only(self, name: str) -> bool:
+        return name in self._run_only
+
+    def forget(self, name: str) -> Any:
+        """The saved ``name`` goes back to its default (the user's "reset it"), which is returned."""
+        default = getattr(AppSettings(), name)
+        setattr(self.saved, name, default)
+        self._run_only.pop(name, None)
+        return default
+
+    def to_save(self, current: AppSettings) -> AppSettings:
+        """``current`` (the window's values now), with the saved value kept for every run-only
+        one the user left as it was given."""
+        out = replace(current)
+        for name, value in self._run_only.items():
+            if getattr(current, name) == value:
+                setattr(out, name, getattr(self.saved, name))
+        return out
 
 
 def open_settings(path: str | None = None) -> QSettings:
@@ -75,10 +113,20 @@ def _convert(raw, default):
     return str(raw)
 
 
-def save_settings(store: QSettings, settings: AppSettings) -> None:
+def save_settings(store: QSettings, settings: AppSettings, names: tuple[str, ...] | None = None) -> None:
+    """Writes ``settings`` (only the fields ``names``, when given) and syncs the file."""
     for f in fields(AppSettings):
+        if names is not None and f.name not in names:
+            continue
         value = getattr(settings, f.name)
         if isinstance(value, bytes):
             value = QByteArray(value)
         store.setValue(f.name, value)
     store.sync()
+
+
+def reset_settings(store: QSettings) -> str:
+    """Forgets every saved setting; returns the file's path (to tell the user)."""
+    store.clear()
+    store.sync()
+    return store.fileName()
