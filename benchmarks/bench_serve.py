@@ -662,6 +662,7 @@ def main(argv: list[str] | None = None) -> int:
                 if served_p99 is not None and local_p99 is not None:
                     result.setdefault("p99_over_in_process_ms", {})[kind] = round(1000 * (served_p99 - local_p99), 1)
             result["serving_added_p99_ms"] = serving_added_p99_ms(result, local)
+            result["serving_added_p99_parts_ms"] = serving_added_p99_parts(result, local)
     combined = _combined(runs)
     text = json.dumps(combined, indent=2)
     print(text)
@@ -672,16 +673,36 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if not any(r["failed"] for r in runs) else 1
 
 
-def serving_added_p99_ms(served: dict, local: dict) -> float | None:
-    """What the server adds to an update's latency at p99, apart from the engine: its audio's way
-    in (front-end to the engine's inbox, the hub's count; 0 with one process, where the WebSocket
-    loop hands audio straight to the source) plus the way back, less the in-process pipeline's
-    own way back. p99s added: a bound, not a quantile of sums."""
+def serving_added_p99_parts(served: dict, local: dict) -> dict | None:
+    """The p99s that :func:`serving_added_p99_ms` is made of, and their signed sum: the audio's
+    way in (front-end to the engine's inbox, the hub's count; 0 with one process, where the
+    WebSocket loop hands audio straight to the source), the served way back after the engine,
+    and the in-process pipeline's own way back, taken off. ``None`` without both ways back.
+
+    Each p99 is of its own sample (audio messages; the served run's captions; the baseline's,
+    another run whose captions are not the same ones), so the sum is a difference of
+    percentiles, not the percentile of any caption's added time, and it goes below zero
+    whenever the baseline's way back has the longer tail (its own drain loop, a collection in
+    this process), even though serving cannot take time away."""
     back, local_back = served.get("after_engine_ms", {}).get("p99"), local.get("after_engine_ms", {}).get("p99")
     if back is None or local_back is None:
         return None
     inbound = served.get("frontend_to_engine_ms", {}).get("p99") or 0.0
-    return round(back + inbound - local_back, 1)
+    return {"way_in_p99": inbound, "way_back_served_p99": back, "way_back_in_process_p99": local_back,
+            "difference_of_p99s": round(back + inbound - local_back, 1)}
+
+
+def serving_added_p99_ms(served: dict, local: dict) -> float | None:
+    """What the server adds to an update's latency at p99, apart from the engine: the way in
+    plus the way back, less the in-process pipeline's own way back (p99s added: a bound, not a
+    quantile of sums; :func:`serving_added_p99_parts`). Never below 0: a negative difference of
+    p99s says the baseline's tail was the longer one, i.e. nothing the server added was seen
+    above the two runs' noise, and it is reported as 0 with the signed figure kept in
+    ``serving_added_p99_parts_ms``. (Pairing each caption with its twin in the baseline would
+    not help: the two engines step at other times, so their partials end elsewhere and their
+    commits need not match, and a pair's difference is as signed as the p99s'.)"""
+    parts = serving_added_p99_parts(served, local)
+    return None if parts is None else max(0.0, parts["difference_of_p99s"])
 
 
 def _combined(runs: list[dict]) -> dict:
