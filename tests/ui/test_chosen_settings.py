@@ -276,3 +276,18 @@ def test_the_overlay_is_remembered_only_when_turned_on_in_the_app(launch, ini):
 
 def test_run_config_has_the_server_field():  # the fallback compares it with the saved value
     assert RunConfig(sources=(SourceChoice("device", "Me", "Default"),)).server == ""
+
+
+def test_a_saved_input_that_is_gone_falls_back_to_the_default_input(launch, ini, qtbot):
+    save(ini, sources=["device:7"])  # a headset that is not plugged in now
+    factory = Factory()
+    window, _ = launch(ini, "--no-start", factory=factory)
+    assert window.banner.kind == "fallback"
+    assert "saved source 7" in window.banner.text() and "Default" in window.banner.text()
+    assert [c.key() for c in window.controls.selected_sources()] == ["device:"]
+    close(window)
+    assert saved(ini).sources == ["device:7"]  # kept for when it is plugged in again
+    window, _ = launch(ini, "--no-start", factory=factory)
+    banner_button(window, "Reset it").click()
+    close(window)
+    assert saved(ini).sources == ["device:"]  # forgotten: what is ticked now is saved

@@ -63,6 +63,7 @@ class ControlPanel(QWidget):
         self._listed = False  # a device listing has arrived
         self._has_inputs = False
         self._wanted: set[str] = set()
+        self._missing: list[str] = []
         sources_box = QGroupBox("Sources")
         self.source_list = SourceList()
         self.source_list.setMinimumHeight(120)
@@ -173,10 +174,18 @@ class ControlPanel(QWidget):
                                                         "PipeWire)."),
             SourceGroup(FILES, tuple(files)),
         ], previous)
+        first = not self._listed and checked_keys is None
         self._listed = True
         self._has_inputs = bool(devices)
+        if first:  # the remembered sources that are not here now (a headset unplugged)
+            self._missing = sorted(previous - {c.key() for c in self.selected_sources()})
         if not self.selected_sources() and devices:
             self.source_list.set_checked([DEFAULT_INPUT.key()])
+
+    def take_missing_sources(self) -> list[str]:
+        """The keys of the remembered sources the first listing did not find (once)."""
+        missing, self._missing = self._missing, []
+        return missing
 
     def add_file(self, path: str, checked: bool = True) -> SourceChoice:
         choice = _file_choice(path)

@@ -382,6 +382,17 @@ class MainWindow(QMainWindow):
         if error:
             self.statusBar().showMessage(error, 10000)
         self.controls.set_devices(devices)
+        missing = self.controls.take_missing_sources()
+        if missing and self.controls.selected_sources() and self.remember_sources:
+            # A remembered input that is not here now: this run takes what is ticked instead,
+            # and the saved choice stays for when it is plugged in again (unless reset).
+            self.chosen.run_only("sources", self.controls.remembered_sources())
+            names = ", ".join(key.split(":", 1)[1] or "the default input" for key in missing)
+            self.banner.show_message(
+                fallback_notice("source", names, "not found among the audio inputs now",
+                                ", ".join(c.label for c in self.controls.selected_sources())),
+                "warning", kind="fallback",
+                actions=(("Reset it (forget the saved sources)", lambda: self.forget_setting("sources")),))
         if self.banner.kind == "demo" and self.controls.has_inputs:
             # The demo's "Refresh" found something: offer it in one click.
             self.banner.show_message("Found an audio input (listed in Sources).", "info", kind="inputs",

@@ -51,13 +51,14 @@ def failure_notice(message: str, hint: bool = True, setting: str = "") -> str:
 
 
 def fallback_notice(setting: str, saved: str, message: str, default_text: str) -> str:
-    """The banner for a saved ``setting`` (its value ``saved``) that failed at start with
-    ``message``: this run uses the default (``default_text`` says what it is) instead."""
-    name = {"server": "server", "model": "model"}.get(setting, setting)
+    """The banner for a saved ``setting`` ("server", "model", "source"; its value ``saved``) that
+    failed at launch with ``message``: this run uses ``default_text`` instead, and the saved value
+    stays until the user changes it in the app or resets it."""
+    field = {"server": "Server field", "model": "Model box", "source": "Sources"}.get(setting, setting)
     return (
-        f"<b>The saved {name} {escape(saved)} did not work:</b> {escape(message.strip())}<br>"
-        f"This run uses {escape(default_text)}. <b>Reset it</b> forgets the saved {name}; "
-        f"or set the {name.capitalize()} field again and press Start (F5)."
+        f"<b>The saved {escape(setting)} {escape(saved)} did not work</b> ({escape(message.strip())}).<br>"
+        f"This run uses {escape(default_text)}. The saved {escape(setting)} is kept for the next launch "
+        f"unless you change the {field} or reset it."
     )
 
 
