@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,6 +18,7 @@ import webvtt
 
 from captioner.app.cli import main
 from captioner.app.progress import TextProgress
+from e2e_helpers import words_of
 
 pytestmark = pytest.mark.slow
 
@@ -177,3 +180,95 @@ def test_progress_bar_on_a_terminal_shows_every_stage_and_the_end_but_rate_limit
     assert any(d.startswith("[######----]  60% saving") for d in draws)
     assert draws[-1].startswith("[##########] 100% saving") and tty.getvalue().endswith("\n")
     assert tty.getvalue().count("\n") == 1
+
+
+def test_progress_says_nothing_when_nothing_is_being_done():
+    """A cached model reports itself done at once: no line, no bar, no line end; work under way
+    is shown to its end; a bar closed with ``leave=False`` takes itself off the screen."""
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    for stream in (io.StringIO(), Tty()):
+        bar = TextProgress(stream)
+        bar("tiny.en: ONNX graphs cached", 1.0)
+        bar.close()
+        assert stream.getvalue() == ""
+    pipe = io.StringIO()
+    bar = TextProgress(pipe)
+    bar("tiny.en: ONNX graphs cached", 1.0)
+    bar("base: building encoder", 0.0)
+    bar("base: ONNX graphs ready", 1.0)
+    bar("tiny.en: ONNX graphs cached", 1.0)
+    assert pipe.getvalue() == "  0% base: building encoder\n100% base: ONNX graphs ready\n"
+    tty = Tty()
+    bar = TextProgress(tty, width=10, leave=False)
+    bar("transcribing", 0.3)
+    bar("transcribing", 1.0)
+    bar.close()
+    assert "\n" not in tty.getvalue() and tty.getvalue().rstrip(" ").endswith("\r")
+
+
+def _visible(text: str) -> list[str]:
+    """The lines a terminal shows for ``text``: what follows the last carriage return of each."""
+    return [line.rstrip("\r").rsplit("\r", 1)[-1].rstrip() for line in text.split("\n")]
+
+
+def _on_terminals(argv: list[str], env: dict, one_terminal: bool) -> tuple[str, str]:
+    """Runs ``argv`` with stdout and stderr on pseudo-terminals of 100 columns (the same one, or
+    one each); what each showed."""
+    import fcntl
+    import pty
+    import select
+    import struct
+    import termios
+    import time
+
+    def terminal():
+        primary, secondary = pty.openpty()
+        fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 100, 0, 0))
+        return primary, secondary
+
+    out = terminal()
+    err = out if one_terminal else terminal()
+    process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=out[1], stderr=err[1])
+    for _, secondary in {out, err}:
+        os.close(secondary)
+    shown = {out[0]: b"", err[0]: b""}
+    open_fds = set(shown)
+    deadline = time.monotonic() + 120
+    try:
+        while open_fds and time.monotonic() < deadline:
+            for fd in select.select(list(open_fds), [], [], 1.0)[0]:
+                try:
+                    piece = os.read(fd, 4096)
+                except OSError:  # EIO: every writer has closed the terminal
+                    piece = b""
+                if piece:
+                    shown[fd] += piece
+                else:
+                    open_fds.discard(fd)
+        assert process.wait(max(1.0, deadline - time.monotonic())) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+        for primary in set(shown):
+            os.close(primary)
+    return shown[out[0]].decode(), shown[err[0]].decode()
+
+
+def test_a_cached_model_prints_no_progress_and_the_text_comes_first(onnx_cache_dir):
+    """Through a pipe and on terminals (stdout and stderr apart, and on one), a transcript whose
+    model is cached is the text alone: no progress line, no blank line before it."""
+    jfk = Path(__file__).resolve().parent.parent / "src" / "captioner" / "data" / "jfk_inaugural_1961.flac"
+    env = dict(os.environ, CAPTIONER_CACHE_DIR=str(onnx_cache_dir), CAPTIONER_DEVICE="cpu")
+    argv = [sys.executable, "-m", "captioner", "transcribe", str(jfk)]
+    subprocess.run(argv, env=env, capture_output=True, timeout=300, check=True)  # the graphs are cached now
+    piped = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    assert piped.returncode == 0 and piped.stderr == ""
+    assert {"and", "so", "fellow"} <= words_of(piped.stdout.split("\n")[0]), piped.stdout
+    out, err = _on_terminals(argv, env, one_terminal=False)
+    assert {"and", "so", "fellow"} <= words_of(out.split("\n")[0]), repr(out)
+    assert "\n" not in err and not "".join(_visible(err)), repr(err)
+    both, _ = _on_terminals(argv, env, one_terminal=True)
+    assert {"and", "so", "fellow"} <= words_of(_visible(both)[0]), repr(both)

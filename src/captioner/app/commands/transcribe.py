@@ -130,7 +130,8 @@ def _run_offline(args, fmt: str) -> int:
         decoder = load_decoder(options.model, options.device, progress=bar, language=options.language, task=options.task)
     finally:
         bar.close()
-    audio_bar = TextProgress() if bar.tty else None
+    # On a terminal only, and gone once done: the transcript follows it on the same screen.
+    audio_bar = TextProgress(leave=False) if bar.tty else None
     try:
         result = transcribe_file(
             args.file, options, decoder=decoder,
