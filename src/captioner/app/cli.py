@@ -33,7 +33,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "gui": ("gui", "open the desktop app (the default when no command is given)"),
     "devices": ("devices", "list audio input devices (monitors marked) and GPUs"),
     "transcribe": ("transcribe", "transcribe an audio file (offline, or --realtime through the live engine)"),
-    "listen": ("listen", "caption live audio from one or more inputs in the terminal"),
+    "listen": ("listen", "caption live audio from one or more inputs, or files at real-time pace, in the terminal"),
     "serve": ("serve", "caption clients' audio over WebSockets on this machine's GPU(s) (docs/serve.md)"),
     "install-desktop": ("install_desktop", "add Captioner to the desktop's application menu (--uninstall removes it)"),
 }

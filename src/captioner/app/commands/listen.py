@@ -1,10 +1,16 @@
-"""`captioner listen`: live captions from one or more audio inputs, in the terminal.
+"""`captioner listen`: live captions from audio inputs and files, in the terminal.
 
-Each ``--input`` is one stream. A monitor (the audio a meeting plays) is labelled "Meeting",
-anything else "Me" (numbered when there are several); ``--label`` overrides, in order. Every
-committed line also goes to a transcript file in the user data dir, written as it is committed.
-Ctrl-C stops cleanly: pending text is committed and the transcript is closed. ``--device`` is
-the compute device, as in every command.
+Each ``--input`` is one stream, and so is each ``--file``. A monitor (the audio a meeting plays)
+is labelled "Meeting", anything else "Me" (numbered when there are several), a file by its name;
+``--label`` overrides, in the order the inputs and files were given. Every committed line also
+goes to a transcript file in the user data dir, written as it is committed. Ctrl-C stops
+cleanly: pending text is committed and the transcript is closed. ``--device`` is the compute
+device, as in every command; ``--server`` captions on a `captioner serve` server instead.
+
+A file plays at real-time pace, as if it were being said now (no microphone or sound server is
+needed for one). With files alone, the session ends by itself once every file has played: the
+last words are committed, the transcript closed, and the exit status is 0. With live inputs too,
+it runs until Ctrl-C or ``--duration``, as always.
 
 An input whose device goes away (unplugged, its sound server killed) is said on one line the
 moment it is noticed, and again when it is back; the other inputs go on captioning, and the
@@ -22,6 +28,7 @@ import time
 
 from captioner.app.commands.device_option import add_device_argument, engine_device
 from captioner.app.commands.policy_option import add_policy_argument
+from captioner.app.listen_inputs import InOrder, listen_inputs, open_inputs
 from captioner.errors import UserError, one_line
 
 
@@ -38,12 +45,18 @@ class _DeprecatedCompute(argparse.Action):
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--input", "-i", action="append", metavar="NAME|INDEX", default=None,
+    parser.set_defaults(inputs_in_order=None)
+    parser.add_argument("--input", "-i", action=InOrder, metavar="NAME|INDEX", default=None,
                         help="audio input to caption (repeat for several streams; default: the default "
-                             "input). A PulseAudio monitor captures what the machine plays; "
-                             "`captioner devices` lists them.")
+                             "input, unless --file is given). A PulseAudio monitor captures what the "
+                             "machine plays; `captioner devices` lists them.")
+    parser.add_argument("--file", action=InOrder, metavar="PATH", default=None,
+                        help="audio file to caption, played at real-time pace as if it were said now "
+                             "(repeat for several; each is one stream, named after the file; mixes "
+                             "with --input). With files alone the session ends when every file has played.")
     parser.add_argument("--label", action="append", metavar="NAME", default=None,
-                        help="stream label for each --input, in order (default: Me / Meeting)")
+                        help="stream label for each --input and --file, in the order given "
+                             "(default: Me / Meeting, a file's name)")
     parser.add_argument("--model", "-m", default="tiny.en", help="tiny.en, base, or a CTranslate2 Whisper folder")
     parser.add_argument("--language", "-l", default=None,
                         help="language code, or auto (multilingual models; what they detect is said on stderr)")
@@ -61,26 +74,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--server", metavar="ws://HOST:PORT", default=None,
                         help="caption on a `captioner serve` server instead of here (docs/serve.md)")
     parser.add_argument("--token-file", metavar="PATH", default=None, help="with --server: the server's bearer token")
-
-
-def _labels(choices: list, labels: list[str] | None) -> list[str]:
-    """Stream labels for the resolved devices (``DeviceChoice``): the user's ``--label``s, else
-    "Meeting" for a monitor of an output and "Me" for a microphone, a repeat numbered as in the
-    desktop app ("Me", "Me 2")."""
-    from captioner.audio.devices import is_loopback_name
-    from captioner.engine.pipeline import unique_labels
-
-    if labels:
-        if len(labels) != len(choices):
-            raise UserError(f"--label given {len(labels)} times for {len(choices)} input(s): give one per --input")
-        out = list(labels)
-    else:
-        out = unique_labels(
-            "Meeting" if is_loopback_name(choice.pulse_source or choice.name) else "Me" for choice in choices
-        )
-    if len(set(out)) != len(out):
-        raise UserError(f"stream labels must differ: {out}")
-    return out
 
 
 def _sigterm_as_interrupt(signum, frame):
@@ -110,15 +103,11 @@ def run(args) -> int:
     from captioner.app.commands.languages import LanguageReport, notice_line
     from captioner.app.live_view import TerminalView
     from captioner.app.transcript import TranscriptWriter
-    from captioner.audio.microphone import MicrophoneSource, resolve_device
     from captioner.engine.pipeline import Pipeline
 
-    inputs = args.input or [None]
-    # Each input is resolved once (a PortAudio scan, libpulse for PulseAudio names): the labels
-    # are read from the resolution and the source opens what it found.
-    choices = [resolve_device(name) for name in inputs]
-    labels = _labels(choices, args.label)
-    sources = [MicrophoneSource(choice, stream=label) for choice, label in zip(choices, labels)]
+    inputs = listen_inputs(args)
+    sources, labels = open_inputs(inputs, args.label)  # a bad file or device: one line, before any model
+    files_only = all(item.kind == "file" for item in inputs)
     transcript = None
     if not args.no_transcript:
         from pathlib import Path
@@ -163,15 +152,23 @@ def run(args) -> int:
 
     deadline = None if args.duration is None else time.monotonic() + args.duration
     inputs_report = _InputsReport(view)
+    played = _FilesPlayed(view, sources, say=not files_only)
+    finished = False
     try:
         while pipeline.running and (deadline is None or time.monotonic() < deadline):
             show(pipeline.drain_captions())
             inputs_report.update(pipeline.lost_inputs, pipeline.source_errors)
+            played.update()
             for line in getattr(pipeline, "worker_notices", list)():  # a model worker restarted; the CPU fall-back
                 view.note(f"captioner: {line}")
             if len(pipeline.source_errors) == len(labels):
                 break  # every input has ended for good: nothing more can be captioned
+            if files_only and pipeline.wait_exhausted(0):
+                finished = True  # every file has played and its last words are committed
+                break
             time.sleep(0.05)
+        # A server's streams end with their finals: the loop may see the links gone first.
+        finished = finished or (files_only and pipeline.wait_exhausted(0))
     except KeyboardInterrupt:
         pass  # Ctrl-C is how a session ends
     finally:
@@ -188,6 +185,8 @@ def run(args) -> int:
     losses = pipeline.input_losses
     for line in _loss_lines(losses):
         print(line, file=sys.stderr)
+    if finished and not pipeline.source_errors:
+        print("captioner: finished: every file has played", file=sys.stderr)
     if args.status and status is not None:
         print(_status_line(status, losses), file=sys.stderr)
     if transcript is not None:
@@ -217,6 +216,20 @@ class _InputsReport:
             if label not in self._ended:
                 self._ended.add(label)
                 self._view.note(f"captioner: input {label!r} lost ({why})")
+
+
+class _FilesPlayed:
+    """Says, once each, that a file has played to its end, while live inputs go on (with files
+    alone the session's own end says it)."""
+
+    def __init__(self, view, sources, say: bool) -> None:
+        self._view = view
+        self._files = [source for source in sources if say and not getattr(source, "live", True)]
+
+    def update(self) -> None:
+        for source in [source for source in self._files if source.exhausted]:
+            self._files.remove(source)
+            self._view.note(f"captioner: {source.stream!r} has played to its end")
 
 
 def _loss_lines(losses) -> list[str]:
