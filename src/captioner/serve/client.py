@@ -85,6 +85,9 @@ def _connect(url: str, token: str | None, ssl_context, timeout_s: float):
     except InvalidStatus as error:
         status = error.response.status_code
         if status == 401:
+            # Said apart: a server that wants a token, and one that did not take the token sent.
+            if not token:
+                raise _Fatal("the server needs a token (401): pass --token-file") from None
             raise _Fatal("the server refused the token (401): check --token-file") from None
         if status in (502, 503, 504):
             raise OSError(f"the server answered {status}") from None  # a proxy whose server is restarting
