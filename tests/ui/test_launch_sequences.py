@@ -16,10 +16,10 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-from e2e_helpers import words_of
 
 from captioner.trace import load_trace
 from captioner.ui.settings import load_settings, open_settings, save_settings
+from e2e_helpers import words_of
 
 pytestmark = [pytest.mark.pulse, pytest.mark.slow]
 
