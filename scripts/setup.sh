@@ -104,6 +104,9 @@ echo "captioner setup: installing captioner${extras:+[$extras]} and its Python p
      "(the first time downloads a few hundred MB; later runs skip this)"
 "$venv/bin/python" -m pip install --disable-pip-version-check --upgrade pip
 "$venv/bin/python" -m pip install --disable-pip-version-check -e ".${extras:+[$extras]}"
+# Speaker labels: resemblyzer's voice encoder weights (Apache-2.0). Without --no-deps it would
+# pull PyTorch, librosa and webrtcvad; captioner reads its checkpoint itself and needs none.
+"$venv/bin/python" -m pip install --disable-pip-version-check --no-deps "resemblyzer==0.1.4"
 # The default model is converted to ONNX graphs on first use (cached per user). Done here, where a
 # wait is expected and shown, rather than behind the first window (14 s without captions on a
 # 2-core CPU): tiny.en for the device the app will use, and base, which its language check loads.
