@@ -8,7 +8,11 @@ before the CUDA text moved to ``logmel_kernel.cu``, e.g.
 working tree's. A later copy would read the working tree's template and launch plan, not its
 own, so it is refused. Both are compiled, fed the same samples and launched directly (no
 StreamingFeatures around them), interleaved, and their rings and rolled histories compared:
-the outputs must be bit-identical, only the time may differ.
+the outputs must be bit-identical, only the time may differ. A version whose kernels take a DCT
+matrix (the MFCC stage, before the speaker encoder's bands replaced it) is launched with one, and
+its MFCC ring is compared only with another such version's: the log-mel rings and the rolled
+histories are compared always. A case "with the extra stage" runs MFCC on such a version and the
+40 speaker bands on a later one.
 
 Reported per (precision, mel bands, streams x frames per push):
 
@@ -65,50 +69,74 @@ class Version:
 
     def __init__(self, cp, module, precision: str, n_mels: int, n_sms: int) -> None:
         self.cp, self.module, self.n_sms = cp, module, n_sms
-        raw = cp.RawModule(code=module.kernel_source(ref.mel_filters(n_mels), precision), options=("-std=c++17",))
+        plain = module.kernel_source(ref.mel_filters(n_mels), precision)
+        # Before the speaker bands the kernels took the MFCC's DCT matrix and a run-time count; now
+        # the speaker bands are compiled in or not.
+        self.mfcc = "dct" in plain
+        sources = {False: plain, True: plain if self.mfcc else
+                   module.kernel_source(ref.mel_filters(n_mels), precision, ref.speaker_filters())}
         self.shared = module.shared_bytes(precision)
         # A version with launch() has the full and the packed kernel; 1a85aa5 and before have
         # one kernel and one launch. The commits between (61ff9e2 .. f3627a6) are not supported.
         self.packs = hasattr(module, "launch")
         names = ["captioner_logmel_fused"] + (["captioner_logmel_packed"] if self.packs else [])
-        self.kernels = [raw.get_function(name) for name in names]
-        for kernel in self.kernels:
-            kernel.max_dynamic_shared_size_bytes = self.shared
+        self.kernels = {}
+        for extra, source in sources.items():
+            raw = cp.RawModule(code=source, options=("-std=c++17",))
+            self.kernels[extra] = [raw.get_function(name) for name in names]
+            for kernel in self.kernels[extra]:
+                kernel.max_dynamic_shared_size_bytes = self.shared
 
-    def launch(self, samples, params, history, dct, mel, mfcc, rows: int, frames: int, n_mfcc: int) -> None:
+    @property
+    def extra_width(self) -> int:
+        """Values a frame of the extra stage writes: 13 MFCC, or 40 speaker bands."""
+        return 13 if self.mfcc else ref.SPEAKER_BANDS
+
+    def launch(self, samples, params, history, dct, mel, aux, rows: int, frames: int, extra: bool) -> None:
         i32 = np.int32
         slots, b0s, cols = params[:rows], params[rows : 2 * rows], params[2 * rows :]
-        common = (samples, slots, b0s, cols, history, dct, mel, mfcc)
-        if not self.packs:  # 1a85aa5 and before: one launch, grid (rows, tiles)
-            self.kernels[0]((rows, -(-frames // 32)), (256,), common + (i32(frames), i32(RING_FRAMES), i32(n_mfcc)),
-                            shared_mem=self.shared)
+        kernels = self.kernels[extra]
+        if not self.mfcc:
+            args = (samples, slots, b0s, cols, history, mel, aux, i32(rows), i32(frames), i32(RING_FRAMES))
+            self.module.launch(kernels, args, rows, frames, self.n_sms, self.shared)
             return
-        args = common + (i32(rows), i32(frames), i32(RING_FRAMES), i32(n_mfcc))
-        self.module.launch(self.kernels, args, rows, frames, self.n_sms, self.shared)
+        n_mfcc = i32(13 if extra else 0)
+        common = (samples, slots, b0s, cols, history, dct, mel, aux)
+        if not self.packs:  # 1a85aa5 and before: one launch, grid (rows, tiles)
+            kernels[0]((rows, -(-frames // 32)), (256,), common + (i32(frames), i32(RING_FRAMES), n_mfcc),
+                       shared_mem=self.shared)
+            return
+        args = common + (i32(rows), i32(frames), i32(RING_FRAMES), n_mfcc)
+        self.module.launch(kernels, args, rows, frames, self.n_sms, self.shared)
 
 
-def compare(cp, versions: dict, precision: str, n_mels: int, rows: int, frames: int, n_mfcc: int, rounds: int) -> dict:
+def compare(cp, versions: dict, precision: str, n_mels: int, rows: int, frames: int, extra: bool, rounds: int) -> dict:
     rng = np.random.default_rng(0)
     samples = cp.asarray((0.05 * rng.standard_normal(rows * frames * 160)).astype(np.float32))
     # Streams well past their start (b0 = 10), so every block takes the common path.
     params = cp.asarray(np.concatenate([np.arange(rows), np.full(rows, 10), np.full(rows, 9)]).astype(np.int64))
-    dct = cp.asarray(ref.dct_matrix(max(n_mfcc, 1), n_mels))
+    k = np.arange(13)[:, None]
+    dct = np.cos(np.pi * k * (np.arange(n_mels)[None, :] + 0.5) / n_mels) * np.sqrt(2.0 / n_mels)
+    dct[0] /= np.sqrt(2.0)
+    dct = cp.asarray(dct.astype(np.float32))  # the MFCC versions' orthonormal DCT-II
     history0 = rng.standard_normal((rows, HISTORY)).astype(np.float32)
     state, outputs = {}, {}
     for name, version in versions.items():
         history = cp.asarray(history0)
         mel = cp.zeros((rows, RING_FRAMES, n_mels), cp.float32)
-        mfcc = cp.zeros((rows, RING_FRAMES, max(n_mfcc, 1)), cp.float32)
-        run = (samples, params, history, dct, mel, mfcc, rows, frames, n_mfcc)
+        aux = cp.zeros((rows, RING_FRAMES, version.extra_width if extra else 1), cp.float32)
+        run = (samples, params, history, dct, mel, aux, rows, frames, extra)
         version.launch(*run)
         cp.cuda.Device().synchronize()
-        outputs[name] = (cp.asnumpy(mel), cp.asnumpy(mfcc), cp.asnumpy(history))
+        outputs[name] = (cp.asnumpy(mel), cp.asnumpy(history), cp.asnumpy(aux) if version.mfcc else None)
         state[name] = run
     first = next(iter(outputs.values()))
-    identical = all(all(np.array_equal(a, b) for a, b in zip(first, out)) for out in outputs.values())
+    # The MFCC rings only between MFCC versions: a later version writes speaker bands there.
+    identical = all(all(a is None or b is None or np.array_equal(a, b) for a, b in zip(first, out))
+                    for out in outputs.values())
     start, end = cp.cuda.Event(), cp.cuda.Event()
     repeats = 20 if rows * frames >= 10_000 else 200
-    row = {"precision": precision, "n_mels": n_mels, "n_mfcc": n_mfcc, "streams": rows, "frames_per_push": frames,
+    row = {"precision": precision, "n_mels": n_mels, "extra_stage": extra, "streams": rows, "frames_per_push": frames,
            "outputs_identical": identical}
     for name, version in versions.items():
         back_to_back, single, host = [], [], []
@@ -159,14 +187,15 @@ def main(argv=None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     results = {"device": cp.cuda.runtime.getDeviceProperties(0)["name"].decode(), "rows": []}
-    cases = [(1024, 1000, 0), (1024, 992, 0), (1024, 100, 0), (1024, 1, 0), (64, 1, 13), (1, 1, 13), (1, 10, 13)]
+    cases = [(1024, 1000, False), (1024, 992, False), (1024, 100, False), (1024, 1, False), (64, 1, True), (1, 1, True),
+             (1, 10, True)]
     for precision, n_mels in (("float32", 80), ("mixed", 128)):
         versions = {"baseline": Version(cp, other, precision, n_mels, n_sms), "current": Version(cp, CURRENT, precision, n_mels, n_sms)}
-        for rows, frames, n_mfcc in cases:
-            row = compare(cp, versions, precision, n_mels, rows, frames, n_mfcc, args.rounds)
+        for rows, frames, extra in cases:
+            row = compare(cp, versions, precision, n_mels, rows, frames, extra, args.rounds)
             results["rows"].append(row)
             b, c = row["baseline"], row["current"]
-            print(f"{precision:7} {n_mels:3} mels{' +MFCC' if n_mfcc else '      '} {rows:5} x {frames:4}: "
+            print(f"{precision:7} {n_mels:3} mels{' +extra' if extra else '       '} {rows:5} x {frames:4}: "
                   f"back to back {b['back_to_back_ms'] * 1000:8.1f} -> {c['back_to_back_ms'] * 1000:8.1f} us "
                   f"(x{c['back_to_back_ms'] / b['back_to_back_ms']:.3f}), single launch median "
                   f"{b['single_launch_us_median']:.1f} -> {c['single_launch_us_median']:.1f} us, "

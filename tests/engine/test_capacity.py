@@ -312,7 +312,7 @@ def test_bad_priorities_are_one_line_value_errors():
 # -- refusal by memory ----------------------------------------------------------------------------
 def _budget_config(blocks: float, block_streams: int = 4) -> EngineConfig:
     config = EngineConfig(block_streams=block_streams)
-    block = bank_bytes(block_streams, 80, 13, config.ring_frames, 100)
+    block = bank_bytes(block_streams, 80, 40, config.ring_frames, 100)
     config.admission = AdmissionConfig(vram_budget_bytes=int(blocks * block))
     return config
 

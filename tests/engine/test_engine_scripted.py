@@ -285,7 +285,7 @@ def test_a_stream_past_capacity_is_a_one_line_value_error():
     from captioner.gpu.features import bank_bytes
 
     config = EngineConfig(block_streams=1)
-    ring_bytes = bank_bytes(1, 80, 13, config.ring_frames, 100)
+    ring_bytes = bank_bytes(1, 80, 40, config.ring_frames, 100)
     config.admission = AdmissionConfig(vram_budget_bytes=3 * ring_bytes)
     live = make_live(ScriptedRecognizer({}), SimClock(), config)
     live.open_stream("A")

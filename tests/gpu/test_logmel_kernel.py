@@ -154,16 +154,63 @@ def test_power_slots_follow_the_column_pair_writes():
         lk.power_slot(0)
 
 
-def test_log_mel_and_mfcc_parking_never_touches_a_power_the_mel_stage_reads():
+@pytest.mark.parametrize("n_mels", ref.SUPPORTED_N_MELS)
+def test_log_mel_and_speaker_parking_never_touches_a_power_the_mel_stage_reads(n_mels):
     power_floats = {lk.power_slot(k) for k in range(1, 200)}
-    lm = [lk.lm_offset(m) for m in range(128)]
-    mf = [lk.mfcc_offset(c) for c in range(128)]
-    assert len(set(lm)) == 128 and len(set(mf)) == 128
-    assert not power_floats & set(lm)  # written while other warps still read powers
-    assert not set(lm) & set(mf)  # MFCC is written while the copy-out still reads log-mel
-    assert max(lm + mf) < 2 * plan.FRAME_STRIDE
+    lm = [lk.lm_offset(m) for m in range(n_mels)]
+    spk = [lk.speaker_offset(k, n_mels) for k in range(ref.SPEAKER_BANDS)]
+    assert len(set(lm + spk)) == n_mels + ref.SPEAKER_BANDS  # each value its own float
+    assert not power_floats & set(lm + spk)  # written while other warps still read powers
+    assert max(lm + spk) < 2 * plan.FRAME_STRIDE
     # the copy-out reads band pairs as float2: bands 2q and 2q + 1 are adjacent, 2q even
     assert all(lk.lm_offset(2 * q) % 2 == 0 and lk.lm_offset(2 * q + 1) == lk.lm_offset(2 * q) + 1 for q in range(64))
+    assert n_mels + ref.SPEAKER_BANDS <= lk.PARK_CAPACITY
+
+
+_BAND_RE = re.compile(r"float v(\d+); \{ float a = 0\.0f; (.*?)v\1 = __log10f")
+_TERM_RE = re.compile(r"a = fmaf\(([-0-9.e+]+)f, s(\d+)\.([xy]), a\);")
+_STORE_RE = re.compile(r"\*reinterpret_cast<float2\*>\(row \+ (\d+)\) = make_float2\(v(\d+), v(\d+)\);|row\[(\d+)\] = v(\d+);")
+
+
+@pytest.mark.parametrize("n_mels", ref.SUPPORTED_N_MELS)
+def test_generated_mel_stage_holds_both_filter_banks_and_parks_each_band(n_mels):
+    # Read the mel stage back out of the generated CUDA: per band, the weight on each power slot
+    # (a slot float is a bin, power_slot's inverse) and where its log10 is stored. Rebuilt, the
+    # weights are the filters quartered (Whisper's bands, then the speaker encoder's), and every
+    # band is stored where the copy-out reads it.
+    source = lk.kernel_source(ref.mel_filters(n_mels), "float32", ref.speaker_filters())
+    assert "#define N_SPK 40" in source and f"#define N_MELS {n_mels}" in source
+    bin_of = {lk.power_slot(k): k for k in range(1, 200)}
+    stacked = np.concatenate([ref.mel_filters(n_mels), ref.speaker_filters()])
+    rebuilt = np.zeros_like(stacked)
+    for band, terms in _BAND_RE.findall(source):
+        for weight, slot, half in _TERM_RE.findall(terms):
+            rebuilt[int(band), bin_of[2 * int(slot) + (half == "y")]] += np.float32(weight)
+    np.testing.assert_array_equal(rebuilt, stacked * np.float32(0.25))
+    stored = {}
+    for pair_at, first, second, one_at, one in _STORE_RE.findall(source):
+        if pair_at:
+            stored[int(first)], stored[int(second)] = int(pair_at), int(pair_at) + 1
+        else:
+            stored[int(one)] = int(one_at)
+    want = {m: lk.lm_offset(m) for m in range(n_mels)}
+    want.update({n_mels + k: lk.speaker_offset(k, n_mels) for k in range(ref.SPEAKER_BANDS)})
+    assert stored == want
+    without = lk.kernel_source(ref.mel_filters(n_mels), "float32")
+    assert "#define N_SPK 0" in without and f"v{n_mels} = __log10f" not in without
+
+
+def test_emulated_kernel_speaker_bands_on_speech_stay_near_the_float64_oracle(speech_audio):
+    # The kernel's float32 FFT with the speaker encoder's compact filters: as linear power (what
+    # the encoder takes), within 1e-4 of each frame's loudest band of the float64 formula.
+    audio = speech_audio["en_ls_1089-134691-0000"]
+    audio = audio[: audio.shape[0] // 160 * 160]
+    dense = np.zeros((ref.SPEAKER_BANDS, ref.N_BINS), np.float32)
+    for m, (first, weights) in enumerate(lk.compact_filters(ref.speaker_filters())):
+        dense[m, first : first + weights.size] = weights
+    got = (emu.emulate_power(_windowed_frames(audio)) @ dense.T).T.astype(np.float64)
+    oracle = 10.0 ** whisper_log_mel_f64(audio, ref.SPEAKER_BANDS)
+    assert (np.abs(got - oracle) / oracle.max(axis=0, keepdims=True)).max() < 1e-4
 
 
 def test_packed_segments_fit_and_keep_lanes_in_distinct_banks():
@@ -210,7 +257,7 @@ def test_launch_queues_what_grids_plans_with_the_packed_kernels_extra_argument()
         return lambda grid, block, args, shared_mem: calls.append((name, grid, block, args, shared_mem))
 
     kernels = (kernel("fused"), kernel("packed"))
-    common = ("samples", "slots", "b0s", "cols", "history", "dct", "mel", "mfcc", 1024, 1000, 2000, 0)
+    common = ("samples", "slots", "b0s", "cols", "history", "mel", "speaker", 1024, 1000, 2000)
     plan.launch(kernels, common, 1024, 1000, 132, 4096)
     assert calls == [
         ("fused", (1024, 31), (plan.THREADS,), common, 4096),

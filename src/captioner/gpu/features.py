@@ -1,8 +1,11 @@
-"""Streaming, batched Whisper log-mel and MFCC over many streams, on NumPy or CuPy.
+"""Streaming, batched Whisper log-mel (and the speaker encoder's bands) over many streams, on
+NumPy or CuPy.
 
 Audio arrives as whole 10 ms frames (160 samples at 16 kHz) per stream. Each stream owns a
-slot: a history of its last 360 raw samples, and rings of log-mel and MFCC frames, all in the
-back-end's memory and allocated once, when the object is made.
+slot: a history of its last 360 raw samples, a ring of log-mel frames and, with
+``speaker_bands``, a ring of the voice encoder's 40 mel bands of the same frames (the same power
+spectrum through :func:`~captioner.gpu.features_ref.speaker_filters`, ``log10`` too), all in
+the back-end's memory and allocated once, when the object is made.
 
 Streaming alignment (the same frames as :func:`captioner.gpu.features_ref.log_mel_spectrogram`
 over the whole utterance):
@@ -21,9 +24,9 @@ CuPy path (used when the kernels pass a self-check against the NumPy specificati
 construction): one push of ``F`` frames for ``B`` streams is one launch of the fused kernel of
 :mod:`captioner.gpu.logmel_kernel` (two when 32 does not divide ``F``: the last ``F % 32``
 frames of several streams share blocks). It reads each stream's history and new samples once into
-shared memory and writes finished log-mel (and MFCC) frames into the rings: windowing, a
-400-point real FFT, power, mel filters, ``log10(max(., 1e-10))`` and the DCT-II never touch
-global memory in between; each stream's first block also rolls its history on.
+shared memory and writes finished log-mel (and speaker band) frames into the rings: windowing,
+a 400-point real FFT, power, mel filters and ``log10(max(., 1e-10))`` never touch global
+memory in between; each stream's first block also rolls its history on.
 ``fft_precision`` ``"mixed"`` runs the FFT's DFT-25 stage in float64 and keeps every kept cell
 within 1e-4 of the specification; ``"float32"`` is faster, within 1e-4 at 80 mels but measured
 up to 1.1e-4 off at 128; ``"auto"`` (default) picks between them by mel count (see
@@ -55,7 +58,7 @@ FFT_PRECISIONS = ("auto", "float32", "mixed")
 
 
 class StreamingFeatures:
-    """Per-stream streaming log-mel (and MFCC) for up to ``max_streams`` streams at once.
+    """Per-stream streaming log-mel (and speaker bands) for up to ``max_streams`` streams at once.
 
     ``ring_frames``: frames kept per stream (3200 = 32 s, a Whisper window and some).
     ``max_push_frames``: frames per stream in one batched step (longer pushes are split).
@@ -72,7 +75,7 @@ class StreamingFeatures:
         self,
         backend: Backend,
         n_mels: int = 80,
-        n_mfcc: int = 13,
+        speaker_bands: bool = False,
         max_streams: int = 8,
         ring_frames: int = 3200,
         max_push_frames: int | None = None,
@@ -95,7 +98,7 @@ class StreamingFeatures:
         self.backend = backend
         self.xp = xp = backend.xp
         self.n_mels = n_mels
-        self.n_mfcc = int(n_mfcc)
+        self.n_speaker = ref.SPEAKER_BANDS if speaker_bands else 0
         self.max_streams = max_streams
         self.ring_frames = ring_frames
         self.max_push_frames = max_push_frames
@@ -103,11 +106,13 @@ class StreamingFeatures:
         self._blocks = np.zeros(max_streams, dtype=np.int64)  # 10 ms blocks pushed per slot
         with backend.activate():
             self._filters_t = xp.asarray(np.ascontiguousarray(filters.T))  # [201, n_mels]
-            self._dct_t = xp.asarray(np.ascontiguousarray(ref.dct_matrix(self.n_mfcc, n_mels).T)) if self.n_mfcc else None
+            self._speaker_t = xp.asarray(np.ascontiguousarray(ref.speaker_filters().T)) if self.n_speaker else None
             self._hann = xp.asarray(ref.hann_window())
             self._history = xp.zeros((max_streams, HISTORY), dtype=xp.float32)
             self._mel_ring = xp.zeros((max_streams, ring_frames, n_mels), dtype=xp.float32)
-            self._mfcc_ring = xp.zeros((max_streams, ring_frames, max(self.n_mfcc, 1)), dtype=xp.float32)
+            # Without speaker bands a one-frame stand-in: the kernel takes a pointer either way.
+            self._speaker_ring = (xp.zeros((max_streams, ring_frames, self.n_speaker), dtype=xp.float32)
+                                  if self.n_speaker else xp.zeros((1, 1, 1), dtype=xp.float32))
         self.graph_error: str | None = None
         self.kernel_error: str | None = None
         self._cuda: _CudaPath | None = None
@@ -138,14 +143,14 @@ class StreamingFeatures:
             self.push(0, audio)
             n = self.frames_ready(0)
             got = self.backend.asnumpy(self.log_mel_window(0, 0, n))
-            got_mfcc = self.backend.asnumpy(self.mfcc_window(0, 0, n)) if self.n_mfcc else None
+            got_speaker = self.backend.asnumpy(self.speaker_window(0, 0, n)) if self.n_speaker else None
         finally:
             self._cuda.use_graphs = use_graphs
             self.reset(0)
         want = ref.log_mel_spectrogram(audio, self.n_mels)[:, :n]
         err = float(np.abs(got - want).max())
-        if self.n_mfcc:
-            err = max(err, float(np.abs(got_mfcc - ref.mfcc(want, self.n_mfcc)).max()))
+        if self.n_speaker:
+            err = max(err, float(np.abs(got_speaker - ref.speaker_log_mel(audio)[:, :n]).max()))
         if not err < 1e-3:
             raise RuntimeError(f"CUDA kernels disagree with the NumPy specification (max error {err:.2e})")
 
@@ -250,11 +255,36 @@ class StreamingFeatures:
             self._cuda.order_after_pushes()
         return [flat[:, a:b] for a, b in zip(starts.tolist(), ends.tolist())]
 
-    def mfcc_window(self, stream_slot: int, first_frame: int, n_frames: int, out=None):
-        """MFCC frames ``[n_mfcc, n_frames]``, like :meth:`log_mel_window`."""
-        if not self.n_mfcc:
-            raise ValueError("this StreamingFeatures computes no MFCC (n_mfcc=0)")
-        return self._window(self._mfcc_ring, self.n_mfcc, stream_slot, first_frame, n_frames, out)
+    def speaker_window(self, stream_slot: int, first_frame: int, n_frames: int, out=None):
+        """The speaker encoder's bands ``[40, n_frames]`` (``log10`` mel power), like
+        :meth:`log_mel_window`."""
+        if not self.n_speaker:
+            raise ValueError("this StreamingFeatures computes no speaker bands (speaker_bands=False)")
+        return self._window(self._speaker_ring, self.n_speaker, stream_slot, first_frame, n_frames, out)
+
+    def speaker_frames(self, stream_slots, first_frames, n_frames):
+        """The speaker bands of several streams, ``n_frames[i]`` frames of slot ``stream_slots[i]``
+        from ``first_frames[i]``, in one gather: a back-end array ``[sum(n_frames), 40]``, row
+        ``i``'s frames at ``[sum(n_frames[:i]), sum(n_frames[:i + 1]))`` (frames on the first
+        axis, as the encoder takes them)."""
+        if not self.n_speaker:
+            raise ValueError("this StreamingFeatures computes no speaker bands (speaker_bands=False)")
+        slots = np.asarray(stream_slots, dtype=np.int64).reshape(-1)
+        firsts = np.asarray(first_frames, dtype=np.int64).reshape(-1)
+        counts = np.asarray(n_frames, dtype=np.int64).reshape(-1)
+        if not slots.shape == firsts.shape == counts.shape or (counts.size and counts.min() < 0):
+            raise ValueError("stream_slots, first_frames and n_frames must match, n_frames be >= 0")
+        self._check_reads(slots, firsts, counts)
+        ends = np.cumsum(counts)
+        row_of = np.repeat(np.arange(slots.size), counts)
+        cols = (firsts[row_of] + np.arange(int(ends[-1]) if ends.size else 0) - (ends - counts)[row_of]) % self.ring_frames
+        index = slots[row_of] * self.ring_frames + cols
+        xp = self.xp
+        with self._context():
+            out = xp.take(self._speaker_ring.reshape(-1, self.n_speaker), xp.asarray(index), axis=0)
+        if self._cuda is not None:
+            self._cuda.order_after_pushes()
+        return out
 
     def synchronize(self) -> None:
         """Wait until every queued push has finished (for timing, or before a foreign library
@@ -345,8 +375,11 @@ class StreamingFeatures:
             rows_x, cols_x = xp.asarray(rows), xp.asarray(cols)
             emitted = log_mel[rows_x, cols_x]  # [V, n_mels]
             self._mel_ring[ring_slots, ring_cols] = emitted
-            if self.n_mfcc:
-                self._mfcc_ring[ring_slots, ring_cols, : self.n_mfcc] = emitted @ self._dct_t
+            if self.n_speaker:
+                # The same power spectrum through the speaker encoder's 40 bands.
+                speaker = (power.reshape(-1, N_BINS) @ self._speaker_t).reshape(power.shape[0], frames, -1)
+                speaker = xp.log10(xp.maximum(speaker, xp.float32(ref.LOG_FLOOR)))
+                self._speaker_ring[ring_slots, ring_cols] = speaker[rows_x, cols_x]
             self._history[slots_x] = ext[:, -HISTORY:]
 
 
@@ -377,14 +410,13 @@ class _CudaPath:
             self.runtime = cp.cuda.runtime
             self.n_sms = cp.cuda.Device().attributes["MultiProcessorCount"]
             self.stream = cp.cuda.Stream(non_blocking=True)
-            module = _compiled_module(cp, logmel_kernel.kernel_source(filters, fft_precision))
+            speaker = ref.speaker_filters() if owner.n_speaker else None
+            module = _compiled_module(cp, logmel_kernel.kernel_source(filters, fft_precision, speaker))
             self.k_fused = module.get_function("captioner_logmel_fused")  # full blocks of 32 frames
             self.k_packed = module.get_function("captioner_logmel_packed")  # the remainders
             self.shared_bytes = logmel_launch.shared_bytes(fft_precision)
             for kernel in (self.k_fused, self.k_packed):
                 kernel.max_dynamic_shared_size_bytes = self.shared_bytes
-            dct = ref.dct_matrix(owner.n_mfcc, owner.n_mels) if owner.n_mfcc else np.zeros((1, owner.n_mels), np.float32)
-            self.dct = cp.asarray(dct)
             s, f = owner.max_streams, owner.max_push_frames
             self.samples_dev = cp.zeros(s * f * HOP, dtype=cp.float32)
             self.params_dev = cp.zeros(3 * s, dtype=cp.int64)
@@ -412,8 +444,8 @@ class _CudaPath:
         b0s = self.params_dev[n_rows : 2 * n_rows]
         cols = self.params_dev[2 * n_rows : 3 * n_rows]
         args = (
-            samples, slots, b0s, cols, owner._history, self.dct, owner._mel_ring, owner._mfcc_ring,
-            i32(n_rows), i32(frames), i32(owner.ring_frames), i32(owner.n_mfcc),
+            samples, slots, b0s, cols, owner._history, owner._mel_ring, owner._speaker_ring,
+            i32(n_rows), i32(frames), i32(owner.ring_frames),
         )
         logmel_launch.launch((self.k_fused, self.k_packed), args, n_rows, frames, self.n_sms, self.shared_bytes)
 
@@ -496,11 +528,12 @@ class _CudaPath:
         self.cp.cuda.get_current_stream().wait_event(self.stream.record())
 
 
-def bank_bytes(n_streams: int, n_mels: int, n_mfcc: int, ring_frames: int, max_push_frames: int) -> int:
+def bank_bytes(n_streams: int, n_mels: int, n_speaker: int, ring_frames: int, max_push_frames: int) -> int:
     """Memory one :class:`StreamingFeatures` of ``n_streams`` slots holds on its back-end
-    (histories, log-mel and MFCC rings, the CUDA path's device staging buffers), worked out from
-    the shapes alone, so that a caller can count a bank's cost before allocating it."""
-    per_stream = HISTORY + ring_frames * n_mels + ring_frames * max(n_mfcc, 1)
+    (histories, log-mel and speaker band rings, the CUDA path's device staging buffers), worked
+    out from the shapes alone, so that a caller can count a bank's cost before allocating it.
+    ``n_speaker``: speaker bands per frame (0 or 40)."""
+    per_stream = HISTORY + ring_frames * n_mels + ring_frames * n_speaker
     staging = max_push_frames * HOP + 3 * 2  # samples (float32) and params (int64, as 2 floats)
     return 4 * n_streams * (per_stream + staging)
 
@@ -535,13 +568,13 @@ class FeaturePool:
     Called only by the thread that owns the back-end (the engine's).
     """
 
-    def __init__(self, backend: Backend, n_mels: int = 80, n_mfcc: int = 13, ring_frames: int = 3200,
+    def __init__(self, backend: Backend, n_mels: int = 80, speaker_bands: bool = True, ring_frames: int = 3200,
                  block_streams: int = 64, **bank_options) -> None:
         if block_streams < 1:
             raise ValueError(f"block_streams must be >= 1, got {block_streams}")
         self.backend = backend
         self.n_mels = n_mels
-        self.n_mfcc = int(n_mfcc)
+        self.speaker_bands = bool(speaker_bands)
         self.ring_frames = ring_frames
         self.block_streams = block_streams
         self._options = bank_options
@@ -566,7 +599,8 @@ class FeaturePool:
     @property
     def block_bytes(self) -> int:
         """What one more bank costs on the back-end (see :func:`bank_bytes`)."""
-        return bank_bytes(self.block_streams, self.n_mels, self.n_mfcc, self.ring_frames, self._max_push_frames)
+        n_speaker = ref.SPEAKER_BANDS if self.speaker_bands else 0
+        return bank_bytes(self.block_streams, self.n_mels, n_speaker, self.ring_frames, self._max_push_frames)
 
     @property
     def needs_block(self) -> bool:
@@ -580,7 +614,7 @@ class FeaturePool:
     def grow(self) -> None:
         """Allocate one more bank of ``block_streams`` slots."""
         first = self.capacity
-        self.banks.append(StreamingFeatures(self.backend, n_mels=self.n_mels, n_mfcc=self.n_mfcc,
+        self.banks.append(StreamingFeatures(self.backend, n_mels=self.n_mels, speaker_bands=self.speaker_bands,
                                             max_streams=self.block_streams, ring_frames=self.ring_frames,
                                             **self._options))
         self._free = sorted(self._free + list(range(first, first + self.block_streams)))
@@ -677,6 +711,29 @@ class FeaturePool:
             for row, window in zip(rows.tolist(), windows):
                 out[row] = window
         return out
+
+    def speaker_frames(self, slots, first_frames, counts):
+        """As :meth:`StreamingFeatures.speaker_frames`, across banks (one gather per bank):
+        ``[sum(counts), 40]``, the frames of the rows in the order of ``slots``."""
+        slots = np.asarray(slots, dtype=np.int64).reshape(-1)
+        firsts = np.asarray(first_frames, dtype=np.int64).reshape(-1)
+        counts = np.asarray(counts, dtype=np.int64).reshape(-1)
+        if slots.size and (slots.min() < 0 or slots.max() >= self.capacity):
+            raise ValueError(f"stream slots must be in 0..{self.capacity - 1}")
+        xp = self.backend.xp
+        banks = slots // self.block_streams
+        touched = np.unique(banks).tolist()
+        if len(touched) == 1:
+            return self.banks[touched[0]].speaker_frames(slots % self.block_streams, firsts, counts)
+        pieces: list = [None] * slots.size
+        for b in touched:
+            rows = np.nonzero(banks == b)[0]
+            gathered = self.banks[b].speaker_frames(slots[rows] % self.block_streams, firsts[rows], counts[rows])
+            ends = np.cumsum(counts[rows])
+            for row, end, n in zip(rows.tolist(), ends.tolist(), counts[rows].tolist()):
+                pieces[row] = gathered[end - n:end]
+        with self.backend.activate():
+            return xp.concatenate(pieces) if pieces else xp.zeros((0, ref.SPEAKER_BANDS), dtype=xp.float32)
 
     @property
     def measures_on_device(self) -> bool:

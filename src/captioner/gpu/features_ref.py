@@ -1,4 +1,4 @@
-"""NumPy specification of the features: Whisper's log-mel spectrogram and MFCC.
+"""NumPy specification of the features: Whisper's log-mel spectrogram and the speaker encoder's bands.
 
 This module is the definition the GPU kernels (``captioner.gpu.features``) are tested against.
 It follows OpenAI Whisper's ``log_mel_spectrogram`` (``whisper/audio.py``) step by step:
@@ -17,7 +17,11 @@ Whisper then clamps a whole window to ``max - 8`` and scales it by ``(x + 4) / 4
 is :func:`whisper_normalize`, applied when a window is handed to a model, so the streaming
 features stay raw and every window can be normalised on its own.
 
-MFCC are the orthonormal DCT-II of the (raw, log10) log-mel over the mel axis.
+The speaker encoder (resemblyzer's voice encoder, :mod:`captioner.models.speaker`) takes 40
+mel bands of the same frames: librosa's ``melspectrogram`` defaults that resemblyzer uses are
+these very frames (``n_fft`` 400, hop 160, periodic Hann, centred, power 2) and Slaney filters of
+40 bands from 0 Hz to Nyquist; it takes linear power, and the rings keep ``log10`` of it
+(:func:`speaker_log_mel`), as they keep Whisper's.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ CHUNK_SAMPLES = CHUNK_S * SAMPLE_RATE_HZ  # 480_000: one Whisper window
 CHUNK_FRAMES = WINDOW_FRAMES  # 3000
 LOG_FLOOR = 1e-10  # Whisper's clamp before log10
 SUPPORTED_N_MELS = (80, 128)  # 80 for Whisper up to large-v2, 128 for large-v3
+SPEAKER_BANDS = 40  # the voice encoder's mel bands
 
 # Slaney's mel scale: linear below 1 kHz (200/3 Hz per mel), logarithmic above.
 _F_SP_HZ = 200.0 / 3.0
@@ -93,21 +98,18 @@ def mel_filters(n_mels: int = 80) -> np.ndarray:
     return weights
 
 
+def speaker_filters() -> np.ndarray:
+    """The speaker encoder's Slaney mel filter bank, ``[40, 201]`` float32 (librosa's
+    ``filters.mel(sr=16000, n_fft=400, n_mels=40)``, which resemblyzer's front end uses)."""
+    weights = _mel_filters64(SPEAKER_BANDS).astype(np.float32)
+    weights.flags.writeable = False
+    return weights
+
+
 def hann_window() -> np.ndarray:
     """Periodic Hann window of ``N_FFT`` samples, float32 (``torch.hann_window(400)``)."""
     n = np.arange(N_FFT, dtype=np.float64)
     return (0.5 - 0.5 * np.cos(2.0 * np.pi * n / N_FFT)).astype(np.float32)
-
-
-def dct_matrix(n_mfcc: int, n_mels: int) -> np.ndarray:
-    """Orthonormal DCT-II rows ``[n_mfcc, n_mels]`` float32: ``mfcc = D @ log_mel``."""
-    if not 1 <= n_mfcc <= n_mels:
-        raise UserError(f"n_mfcc must be between 1 and {n_mels}, got {n_mfcc}")
-    k = np.arange(n_mfcc, dtype=np.float64)[:, None]
-    n = np.arange(n_mels, dtype=np.float64)[None, :]
-    basis = np.cos(np.pi * k * (2.0 * n + 1.0) / (2.0 * n_mels)) * np.sqrt(2.0 / n_mels)
-    basis[0, :] *= np.sqrt(0.5)
-    return basis.astype(np.float32)
 
 
 def _as_audio(audio) -> np.ndarray:
@@ -183,15 +185,9 @@ def whisper_input_features(audio_16k, n_mels: int = 80) -> np.ndarray:
     return whisper_normalize(log_mel_spectrogram(pad_or_trim(audio_16k), n_mels)).astype(np.float32)
 
 
-def mfcc(log_mel_or_audio, n_mfcc: int = 13, n_mels: int = 80) -> np.ndarray:
-    """MFCC ``[n_mfcc, n_frames]`` float32: orthonormal DCT-II of the raw log10 log-mel.
-
-    Takes a log-mel ``[n_mels, frames]`` (``n_mels`` is then read from it) or 1-D audio.
-    Note the scale: the log-mel is ``log10`` of power, not decibels, so these are a tenth of
-    librosa's dB-based MFCC.
-    """
-    data = np.asarray(log_mel_or_audio)
-    log_mel = log_mel_spectrogram(data, n_mels) if data.ndim == 1 else data.astype(np.float32, copy=False)
-    if log_mel.ndim != 2:
-        raise UserError(f"mfcc needs audio (1-D) or a log-mel [n_mels, frames], got shape {log_mel.shape}")
-    return (dct_matrix(n_mfcc, log_mel.shape[0]) @ log_mel).astype(np.float32)
+def speaker_log_mel(audio_16k) -> np.ndarray:
+    """The speaker encoder's bands ``[40, n_frames]`` float32, ``log10(max(mel, 1e-10))`` of the
+    same frames as :func:`log_mel_spectrogram` (``10 **`` of it is the linear power the encoder
+    takes)."""
+    mel = speaker_filters() @ power_spectrum(audio_16k)
+    return np.log10(np.maximum(mel, np.float32(LOG_FLOOR))).astype(np.float32)

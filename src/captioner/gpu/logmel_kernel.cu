@@ -1,4 +1,4 @@
-// Template of the fused streaming log-mel / MFCC kernels (captioner_logmel_fused and
+// Template of the fused streaming log-mel kernels (captioner_logmel_fused and
 // captioner_logmel_packed). Not compilable as it stands: captioner/gpu/logmel_kernel.py
 // (kernel_source) reads this file as package data, drops this header (everything up to and
 // including the marker line below) and replaces each @NAME@ placeholder with generated text.
@@ -7,20 +7,22 @@
 //   @HISTORY@ @HOP@ @N_FFT@ @PAD@ @TILE@ @THREADS@ @WARPS@ @FRAME_STRIDE@ @PARK_STRIDE@
 //   @WORK_FLOATS@ @N_LOAD@ @SEGMENT_FLOATS@  sizes and shared-memory layout (logmel_launch.py,
 //                                           features_ref.py)
-//   @N_MELS@ @LM_FIRST@ @MFCC_FIRST@        mel bands, and where log-mel and MFCC values are
-//                                           parked in a frame's row (logmel_kernel.py)
+//   @N_MELS@ @N_SPK@ @LM_FIRST@             mel bands, the speaker encoder's bands (0 or 40),
+//                                           and where both are parked in a frame's row
+//                                           (logmel_kernel.py)
 //   @TW1_TYPE@ @TABLES_IN_SHARED@ @LATE_BARRIER@ @MIN_BLOCKS@
 //                                           per-precision choices ("float32" or "mixed")
 //   @K5@ @S1@ @S2@ @R2@                     DFT-5 and DFT-8 constants, rounded once from float64
 //   @CONSTANTS@                             the window and twiddle tables
 //   @STAGE1@                                stage 1's unrolled DFT-25 and its W200 twiddles
-//   @MEL_CASES@                             the mel filters, one switch case per warp, with their
+//   @MEL_CASES@                             the mel filters (Whisper's, then the speaker
+//                                           encoder's), one switch case per warp, with their
 //                                           weights and bin slots written in
 //
-// The text below the marker is byte for byte what logmel_kernel.py held before it moved here,
-// comments included, so that the generated source stayed identical. Where a comment names a
-// Python helper: grids(), segment_floats() and _tables_in_shared (now tables_in_shared) are in
-// logmel_launch.py; _park is in logmel_kernel.py.
+// The text below the marker began as what logmel_kernel.py held before it moved here; the
+// speaker bands replaced the MFCC stage since. Where a comment names a Python helper: grids(),
+// segment_floats() and _tables_in_shared (now tables_in_shared) are in logmel_launch.py; _park
+// is in logmel_kernel.py.
 // ---- end of header: the template starts on the next line ----
 
 #define HISTORY @HISTORY@
@@ -34,10 +36,10 @@
 #define WARPS @WARPS@
 #define FS @FRAME_STRIDE@
 #define N_MELS @N_MELS@
+#define N_SPK @N_SPK@  // speaker encoder bands, parked after the log-mel (park(N_MELS + k))
 #define TABLES_IN_SHARED @TABLES_IN_SHARED@
 #define LM_FIRST @LM_FIRST@
 #define PARK_STRIDE @PARK_STRIDE@  // floats from one row n1 of a frame to the next
-#define MFCC_FIRST @MFCC_FIRST@
 #define WORK_FLOATS @WORK_FLOATS@  // the shared work area (tables, if in shared memory, follow)
 #define N_LOAD @N_LOAD@  // samples of a full block: 31 hops and a window
 
@@ -141,7 +143,7 @@ __device__ __forceinline__ float2 load_vec(const float* p) { return *reinterpret
 
 __device__ __forceinline__ int padded(int s) { return s + PAD * (s / HOP); }
 
-// Float offset of parked value i (log-mel band or MFCC coefficient) in a frame's row: see
+// Float offset of parked value i (log-mel band, then speaker band) in a frame's row: see
 // _park in logmel_kernel.py.
 __device__ __forceinline__ int park(int i, int first) { return PARK_STRIDE * (i / 24) + first + i % 24; }
 
@@ -242,9 +244,8 @@ __device__ __forceinline__ bool packed_dest(
 template <bool PACKED> __device__ __forceinline__ void logmel_block(
     const float* __restrict__ samples, const long long* __restrict__ slots,
     const long long* __restrict__ b0s, const long long* __restrict__ cols,
-    float* __restrict__ history,
-    const float* __restrict__ dct, float* __restrict__ mel_ring, float* __restrict__ mfcc_ring,
-    int n_frames, int ring_frames, int n_mfcc, int r, int j0, int nseg, int rem, int seg)
+    float* __restrict__ history, float* __restrict__ mel_ring, float* __restrict__ spk_ring,
+    int n_frames, int ring_frames, int r, int j0, int nseg, int rem, int seg)
 {
     extern __shared__ float4 shared_raw[];
     float* xs = reinterpret_cast<float*>(shared_raw);    // padded samples, then:
@@ -414,34 +415,25 @@ template <bool PACKED> __device__ __forceinline__ void logmel_block(
         }
     }
 
-    // 6. MFCC: orthonormal DCT-II of each frame's log-mel (coefficient c = warp + 8 i), staged
-    // in the frame's row (columns 1..12, free now), then copied out like the log-mel.
-    if (n_mfcc > 0) {
-        const float* v = reinterpret_cast<const float*>(zs + f * FS);
-        float* row = reinterpret_cast<float*>(zs + f * FS);
-        for (int c = warp; c < n_mfcc; c += WARPS) {
-            const float* d = dct + c * N_MELS;
-            float acc = 0.0f;
-#pragma unroll 8
-            for (int m = 0; m < N_MELS; ++m) acc = fmaf(__ldg(d + m), v[park(m, LM_FIRST)], acc);
-            row[park(c, MFCC_FIRST)] = acc;
+    // 6. Speaker bands: the speaker encoder's mel bands, worked out with the log-mel in stage 4
+    // and parked after it (no barrier needed: stage 4 ended with one), copied into their ring
+    // like the log-mel, one frame per warp at a time.
+#if N_SPK > 0
+    for (int g = warp; g < TILE; g += WARPS) {
+        long long slot = slots[r];
+        int c = (int)cols[r] + j0 + g;
+        bool write = true;
+        if (PACKED) {
+            write = packed_dest(g, r, nseg, j0, rem, inv_rem, slots, b0s, cols, ring_frames, slot, c);
+        } else {
+            if (c >= ring_frames) c -= ring_frames;
+            write = !(j0 + g == 0 && b0s[r] == 0);
         }
-        __syncthreads();
-        for (int g = warp; g < TILE; g += WARPS) {
-            long long slot = slots[r];
-            int c = (int)cols[r] + j0 + g;
-            bool write = true;
-            if (PACKED) {
-                write = packed_dest(g, r, nseg, j0, rem, inv_rem, slots, b0s, cols, ring_frames, slot, c);
-            } else {
-                if (c >= ring_frames) c -= ring_frames;
-                write = !(j0 + g == 0 && b0s[r] == 0);
-            }
-            const float* src = reinterpret_cast<const float*>(zs + g * FS);
-            if (write)
-                for (int k = f; k < n_mfcc; k += 32) mfcc_ring[(slot * ring_frames + c) * n_mfcc + k] = src[park(k, MFCC_FIRST)];
-        }
+        const float* src = reinterpret_cast<const float*>(zs + g * FS);
+        if (write)
+            for (int k = f; k < N_SPK; k += 32) spk_ring[(slot * ring_frames + c) * N_SPK + k] = src[park(N_MELS + k, LM_FIRST)];
     }
+#endif
 
     // 7. A packed first block of several rows rolls their histories on to the last 360 samples
     // of ext, staged in shared memory (free once every frame is copied out): all reads, then
@@ -466,13 +458,12 @@ template <bool PACKED> __device__ __forceinline__ void logmel_block(
 #define LOGMEL_ARGS \
     const float* __restrict__ samples, const long long* __restrict__ slots, \
     const long long* __restrict__ b0s, const long long* __restrict__ cols, float* __restrict__ history, \
-    const float* __restrict__ dct, float* __restrict__ mel_ring, float* __restrict__ mfcc_ring, \
-    int n_rows, int n_frames, int ring_frames, int n_mfcc
+    float* __restrict__ mel_ring, float* __restrict__ spk_ring, int n_rows, int n_frames, int ring_frames
 
 // Full blocks: grid (rows, n_frames / TILE).
 extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_logmel_fused(LOGMEL_ARGS) {
-    logmel_block<false>(samples, slots, b0s, cols, history, dct, mel_ring, mfcc_ring, n_frames, ring_frames,
-                        n_mfcc, blockIdx.x, TILE * blockIdx.y, 1, 0, 0);
+    logmel_block<false>(samples, slots, b0s, cols, history, mel_ring, spk_ring, n_frames, ring_frames,
+                        blockIdx.x, TILE * blockIdx.y, 1, 0, 0);
 }
 
 // Packed blocks: grid (rows / per, rounded up), per <= TILE / rem rows a block (see grids());
@@ -480,6 +471,6 @@ extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_lo
 extern "C" __global__ void __launch_bounds__(THREADS, @MIN_BLOCKS@) captioner_logmel_packed(LOGMEL_ARGS, int per) {
     const int n_full = n_frames / TILE, rem = n_frames - TILE * n_full;
     const int r = blockIdx.x * per;
-    logmel_block<true>(samples, slots, b0s, cols, history, dct, mel_ring, mfcc_ring, n_frames, ring_frames,
-                       n_mfcc, r, TILE * n_full, min(per, n_rows - r), rem, g_segment_floats[rem]);
+    logmel_block<true>(samples, slots, b0s, cols, history, mel_ring, spk_ring, n_frames, ring_frames,
+                       r, TILE * n_full, min(per, n_rows - r), rem, g_segment_floats[rem]);
 }

@@ -1,9 +1,9 @@
-"""The CUDA source of one fused kernel for streaming log-mel (and MFCC): samples in, ring frames out.
+"""The CUDA source of one fused kernel for streaming log-mel: samples in, ring frames out.
 
 Why one kernel: the earlier design (windowed frames cut out to memory, cuFFT, then a mel
 pass) moved every frame through HBM three times and could not pass about 1,750 hours of audio
 per second. Here a block reads its stream's samples once into shared memory and writes only
-the finished log-mel (and MFCC) frames. What limits it is how many instructions it issues
+the finished log-mel frames (and the speaker encoder's bands). What limits it is how many instructions it issues
 (docs/gpu-validation.md), so the kernels' layout is chosen to keep every shared-memory address a
 per-thread base plus a constant, and every barrier that can go, gone.
 
@@ -30,6 +30,13 @@ bins); ``"mixed"`` precision runs stage 1 in float64 (6.2e-5), and :func:`auto_p
 picks between the two by mel count. The two scale
 factors of 1/2 become one exact 1/4 folded into the float32 mel weights, which are written into
 the code as constants. Bins 0 and 200 have no mel weight and are not computed.
+
+Speaker bands: with ``speaker_filters`` (the voice encoder's 40 Slaney bands over the same 201
+bins, :func:`captioner.gpu.features_ref.speaker_filters`), the mel stage works them out from the
+same powers, beside Whisper's bands (the warps' groups take both), ``log10(max(., 1e-10))`` too,
+and parks them after the log-mel; they go to a ring of their own. They took the place of 13
+MFCC per frame that nothing read (a DCT of the log-mel: 1,040 multiply-adds a frame against
+about 400 here).
 
 Layout: a block takes 32 consecutive frames of one stream; lane ``f`` of every warp works on
 frame ``f`` and the 8 warps split each stage's roles, so a role's constants are the same across
@@ -179,9 +186,9 @@ def _stage1_cuda(precision: str) -> str:
 
 # Parking places in a frame's row: 12 consecutive columns of each of the 8 rows n1 hold 24
 # floats; value i goes to float (2 N2) (i // 24) + first + i % 24. The kernel has the same rule
-# as park() with these first floats.
+# as park() with this first float. Log-mel band m is value m, speaker band k value n_mels + k.
 _LM_FIRST = 2 * 13  # columns 13..24
-_MFCC_FIRST = 2 * 1  # columns 1..12
+PARK_CAPACITY = N1 * 24  # values a frame's row can park: log-mel and speaker bands together
 
 
 def _park(i: int, first: int) -> int:
@@ -198,9 +205,10 @@ def lm_offset(m: int) -> int:
     return _park(m, _LM_FIRST)
 
 
-def mfcc_offset(c: int) -> int:
-    """Float offset of MFCC coefficient ``c`` in a frame's row: columns 1..12, free after the mel stage."""
-    return _park(c, _MFCC_FIRST)
+def speaker_offset(k: int, n_mels: int) -> int:
+    """Float offset of speaker band ``k`` in a frame's row: parked after the ``n_mels`` log-mel
+    bands, in the same free columns."""
+    return _park(n_mels + k, _LM_FIRST)
 
 
 def _band_key(first: int, weights: np.ndarray) -> float:
@@ -302,8 +310,9 @@ def cuda_template() -> str:
     return template
 
 
-def kernel_source(filters: np.ndarray, precision: str = "float32") -> str:
-    """CUDA C++ of ``captioner_logmel_fused`` (for these mel filters).
+def kernel_source(filters: np.ndarray, precision: str = "float32", speaker_filters: np.ndarray | None = None) -> str:
+    """CUDA C++ of ``captioner_logmel_fused`` (for these mel filters, and the speaker encoder's
+    bands when ``speaker_filters`` are given).
 
     ``precision``: ``"float32"``, or ``"mixed"`` (stage 1, the DFT-25s and their twiddles, in float64).
     Worked out once per process for each set of filters: the warp grouping of the mel bands is a
@@ -311,17 +320,26 @@ def kernel_source(filters: np.ndarray, precision: str = "float32") -> str:
     stream slots it adds (measured on the H200 host at 512 streams: 3.1 s of the engine thread).
     """
     filters = np.ascontiguousarray(filters, dtype=np.float32)
-    return _kernel_source(filters.tobytes(), filters.shape, precision)
+    n_spk = 0
+    if speaker_filters is not None:
+        speaker_filters = np.asarray(speaker_filters, dtype=np.float32)
+        n_spk = speaker_filters.shape[0]
+        if speaker_filters.shape[1:] != filters.shape[1:] or n_spk % 2:
+            raise ValueError(f"speaker filters must be an even number of rows over the same bins, got {speaker_filters.shape}")
+        filters = np.ascontiguousarray(np.concatenate([filters, speaker_filters]))
+    return _kernel_source(filters.tobytes(), filters.shape, precision, n_spk)
 
 
 @functools.lru_cache(maxsize=8)
-def _kernel_source(filter_bytes: bytes, shape: tuple[int, ...], precision: str) -> str:
-    filters = np.frombuffer(filter_bytes, dtype=np.float32).reshape(shape)
+def _kernel_source(filter_bytes: bytes, shape: tuple[int, ...], precision: str, n_spk: int = 0) -> str:
+    filters = np.frombuffer(filter_bytes, dtype=np.float32).reshape(shape)  # Whisper's bands, then the speaker's
     if precision not in STAGE1_TYPES:
         raise ValueError(f"precision must be 'float32' or 'mixed', got {precision!r}")
-    n_mels = filters.shape[0]
+    n_mels = filters.shape[0] - n_spk
     if n_mels % 2 or n_mels > 128:  # the copy-out moves band pairs, at most two per lane
         raise ValueError(f"the fused kernel takes an even number of mel bands up to 128, got {n_mels}")
+    if n_mels + n_spk > PARK_CAPACITY:
+        raise ValueError(f"{n_mels} mel and {n_spk} speaker bands do not fit a frame's {PARK_CAPACITY} parking places")
     replacements = {
         "@K5@": repr(float(DFT5_K)), "@S1@": repr(float(DFT5_S1)), "@S2@": repr(float(DFT5_S2)), "@R2@": _f32(DFT8_R2),
         "@TW1_TYPE@": STAGE1_TYPES[precision],
@@ -329,12 +347,12 @@ def _kernel_source(filter_bytes: bytes, shape: tuple[int, ...], precision: str) 
         "@TABLES_IN_SHARED@": "1" if tables_in_shared(precision) else "0",
         "@MIN_BLOCKS@": str(MIN_BLOCKS[precision]),
         "@STAGE1@": _stage1_cuda(precision),
-        "@MEL_CASES@": _mel_code(filters), "@N_MELS@": str(n_mels),
+        "@MEL_CASES@": _mel_code(filters), "@N_MELS@": str(n_mels), "@N_SPK@": str(n_spk),
         "@HISTORY@": str(HISTORY), "@HOP@": str(HOP), "@N_FFT@": str(N_FFT), "@PAD@": str(PAD_FLOATS),
         "@TILE@": str(TILE_FRAMES), "@THREADS@": str(THREADS), "@WARPS@": str(WARPS),
         "@WORK_FLOATS@": str(WORK_BYTES // 4), "@N_LOAD@": str(TILE_SAMPLES),
         "@SEGMENT_FLOATS@": ", ".join(str(segment_floats(rem)) for rem in range(1, TILE_FRAMES)),
-        "@FRAME_STRIDE@": str(FRAME_STRIDE), "@LM_FIRST@": str(_LM_FIRST), "@PARK_STRIDE@": str(2 * N2), "@MFCC_FIRST@": str(_MFCC_FIRST),
+        "@FRAME_STRIDE@": str(FRAME_STRIDE), "@LM_FIRST@": str(_LM_FIRST), "@PARK_STRIDE@": str(2 * N2),
     }
     source = cuda_template()
     for key, value in replacements.items():

@@ -102,7 +102,7 @@ def grids(n_rows: int, n_frames: int, n_sms: int) -> tuple[tuple[int, int] | Non
 def launch(kernels, common_args: tuple, n_rows: int, n_frames: int, n_sms: int, shared_mem: int) -> None:
     """Queue one push: ``kernels`` are the compiled ``captioner_logmel_fused`` and
     ``captioner_logmel_packed`` (CuPy ``RawModule`` functions), ``common_args`` their shared
-    arguments (``samples`` .. ``n_mfcc``, see the kernels' ``LOGMEL_ARGS``); the packed kernel
+    arguments (``samples`` .. ``ring_frames``, see the kernels' ``LOGMEL_ARGS``); the packed kernel
     also takes its rows per block. Launches only what :func:`grids` asks for."""
     fused, packed_kernel = kernels
     full, packed = grids(n_rows, n_frames, n_sms)
