@@ -151,8 +151,15 @@ class CaptionUpdate:
     """``(word, start_s, end_s)`` per word of ``text``, on the stream's clock, where the policy
     measured them (AlignAtt: the alignment heads' DTW); empty where it has none (no times are
     invented)."""
+    speaker: str = ""
+    """Who said it, where the stream's speakers are labelled ("Speaker 1", "Speaker 2", ...;
+    decided once a line is committed, never changed); "" where they are not. Last, with a
+    default, so that values made by position and readers that predate it go on working."""
 
     def to_json_dict(self) -> dict:
+        """The fields as JSON values; ``speaker`` only where there is one (a reader that does not
+        know it sees what it always saw)."""
+        extra = {"speaker": self.speaker} if self.speaker else {}
         return {
             "stream": self.stream,
             "kind": self.kind,
@@ -164,6 +171,7 @@ class CaptionUpdate:
             "segment": self.segment,
             "language": self.language,
             "words": [[w, round(a, 3), round(b, 3)] for w, a, b in self.words],
+            **extra,
         }
 
 

@@ -52,6 +52,13 @@ from captioner.engine.scheduler import (
     StreamView,
     for_device,
 )
+from captioner.engine.speakers import (
+    SpeakerBank,
+    SpeakerConfig,
+    SpeakerTrack,
+    check_mode,
+    wanted,
+)
 from captioner.engine.vad import (
     FULL_SCALE_SINE_DB,
     VadConfig,
@@ -138,6 +145,10 @@ class EngineConfig:
     """Makes a stream's streaming policy from its name and :attr:`policy` (``None``: the one
     ``policy.kind`` names, LocalAgreement-2 or AlignAtt); the one place to swap the commit
     policy per engine."""
+    speakers: SpeakerConfig = field(default_factory=SpeakerConfig)
+    """Speaker labels (:mod:`captioner.engine.speakers`): ``speakers.mode`` ``auto`` labels the
+    streams opened as meeting audio, files and server streams; ``on`` every stream, ``off`` none
+    (and the feature kernel then leaves the speaker bands out)."""
 
     @property
     def max_streams(self) -> None:
@@ -189,6 +200,8 @@ class _Stream:
     decoded_by: str | None = None
     """The recognizer (name) of the stream's last hypothesis: a forced prefix is its tokens, so
     it goes only to that recognizer (tiny.en and base number their tokens differently)."""
+    speakers: SpeakerTrack | None = None
+    """Its speaker labels, when they are on for it."""
 
     @property
     def level_dbfs(self) -> float:
@@ -269,6 +282,8 @@ class Engine:
         # so that scheduling decisions do not depend on the machine.
         self.timer_ns = timer_ns or (time.perf_counter_ns if clock_ns is time.monotonic_ns else clock_ns)
         self.last_step_s = 0.0
+        check_mode(self.config.speakers.mode)
+        self._speaker_bank: SpeakerBank | None = None
         self._build_features(recognizer.n_mels)
         self.scheduler = Scheduler(self.config.scheduler)
         self.language = self.config.language
@@ -289,7 +304,7 @@ class Engine:
         self.host_timer: Callable[[], float] = time.perf_counter
         """What :attr:`host_s` is counted in (seconds): real time; a capacity benchmark on a shared
         machine sets ``time.thread_time`` to count the CPU time the work took."""
-        self.host_s = {"ingest": 0.0, "features": 0.0, "vad": 0.0, "schedule": 0.0}
+        self.host_s = {"ingest": 0.0, "features": 0.0, "vad": 0.0, "schedule": 0.0, "speakers": 0.0}
         """Host time spent so far taking audio in (``LiveCaptioner``'s streams add theirs), in
         feature pushes, the VAD and scheduling (real seconds: at thousands of streams this work
         bounds an engine too, and admission counts it, :class:`HostCost`)."""
@@ -342,7 +357,10 @@ class Engine:
         """A fresh, empty pool of feature rings and the VAD's speech band, for a model with
         ``n_mels`` mel bands."""
         self.features = FeaturePool(self.backend, n_mels=n_mels, ring_frames=self.config.ring_frames,
-                                    block_streams=self.config.block_streams)
+                                    block_streams=self.config.block_streams,
+                                    speaker_bands=self.config.speakers.mode != "off")
+        if self._speaker_bank is not None:
+            self._speaker_bank.features = self.features
         self._band = speech_band(n_mels)
 
     def set_light_recognizer(self, recognizer: Recognizer | None) -> None:
@@ -360,7 +378,7 @@ class Engine:
         return tuple(self._streams)
 
     def add_stream(self, name: str, language: str | None = None, priority: int | str = Priority.LIVE,
-                   readmit: bool = False, history: Sequence[str] = ()) -> None:
+                   readmit: bool = False, history: Sequence[str] = (), source: str | None = None) -> None:
         """A new stream (a no-op for one already open); ``language`` overrides the engine's;
         ``priority`` ranks it when compute is short (:class:`~captioner.engine.admission.Priority`).
 
@@ -368,9 +386,12 @@ class Engine:
         (see :mod:`captioner.engine.admission`); nothing running changes then. ``readmit``: a
         stream this engine's predecessor held (a worker restart re-opens it): only memory can
         refuse it. ``history``: the words it committed before (:meth:`prompt_history`), which
-        prompt the first windows here as they would have there."""
+        prompt the first windows here as they would have there. ``source``: what the stream is
+        (``microphone``, ``meeting``, ``file``, ``remote``; ``None``: not said), which decides
+        whether ``speakers="auto"`` labels its speakers."""
         if name in self._streams:
             return
+        labelled = wanted(self.config.speakers.mode, source)
         rank = parse_priority(priority)
         now_s = self.clock_ns() / 1e9
         if not readmit:
@@ -382,10 +403,33 @@ class Engine:
             self.admission.check_time(name, rank, self.load_estimate(extra=(language, rank), with_host=True),
                                       self.measured_interval_p99_s(), base_s, self.measured_lag_s())
             self.admission.admitted(now_s)
+        bank = self._speakers() if labelled else None  # the encoder loads before anything changes
         slot = self.features.acquire()
         policy = self._make_policy(name)
         policy.resume(history)
-        self._streams[name] = _Stream(name, slot, self.vad.acquire(), policy, language=language, priority=rank)
+        self._streams[name] = _Stream(name, slot, self.vad.acquire(), policy, language=language, priority=rank,
+                                      speakers=bank.open(name, slot) if bank is not None else None)
+
+    def _speakers(self) -> SpeakerBank:
+        """The voice encoder and its state, loaded with the first stream that is labelled."""
+        if self._speaker_bank is None:
+            from captioner.models.speaker.encoder import SpeakerEncoder
+
+            # One ONNX Runtime thread on the CPU: a step is a few small matrix products, which
+            # more threads only slow down beside Whisper's.
+            encoder = SpeakerEncoder(self.backend.name, intra_threads=None if self.backend.is_cuda else 1)
+            self._speaker_bank = SpeakerBank(self.backend, self.features, encoder, self.config.speakers)
+        return self._speaker_bank
+
+    def speaker_labels(self, name: str) -> bool:
+        """Whether the stream's lines carry speaker labels."""
+        return self._streams[name].speakers is not None
+
+    def _labelled(self, s: _Stream, updates: list[CaptionUpdate]) -> list[CaptionUpdate]:
+        """``updates`` of stream ``s`` with their speakers (when on for it)."""
+        if s.speakers is None or not updates:
+            return updates
+        return [labelled for u in updates for labelled in s.speakers.label(u)]
 
     def committed_words(self, name: str) -> int:
         """How many words the stream has committed (a cheap test of whether its
@@ -482,6 +526,8 @@ class Engine:
             del self._streams[s.name]
             self.features.release(s.slot)
             self.vad.release(s.vad_row)
+            if s.speakers is not None:
+                self._speaker_bank.close(s.name)
         return updates
 
     # -- audio in --------------------------------------------------------------------------------
@@ -498,7 +544,10 @@ class Engine:
             s = streams.get(block.stream)
             if s is None:
                 continue
+            first_frame = s.next_sample // FRAME_SAMPLES - s.frame_offset
             piece = self._take_block(s, block)
+            if s.speakers is not None and piece is not None:
+                s.speakers.add_samples(first_frame, piece)
             last_capture_ns[block.stream] = block.capture_ns
             if piece is not None:
                 pieces.setdefault(block.stream, []).append(piece)
@@ -516,6 +565,10 @@ class Engine:
         t0 = self.host_timer()
         self._run_vad([streams[name] for name in last_capture_ns])
         self.host_s["vad"] += self.host_timer() - t0
+        if self._speaker_bank is not None and self._speaker_bank.tracks:
+            t0 = self.host_timer()
+            self._speaker_bank.run()
+            self.host_s["speakers"] += self.host_timer() - t0
         now_ns = self.clock_ns()
         keep = self._frame_latency_ms.maxlen or len(last_capture_ns)
         # Only the newest ``keep`` values stay in the deque: the others need not be worked out.
@@ -614,7 +667,15 @@ class Engine:
         group = [streams[k] for k in members.tolist()]
         rows = np.fromiter((s.vad_row for s in group), dtype=np.int64, count=len(group))
         voiced_before = self.vad.voiced_frames[rows]
-        any_speech = self.vad.push_ragged(rows, counts, energy, change).tolist()
+        if any(s.speakers is not None for s in group):
+            speech, flags = self.vad.push_ragged(rows, counts, energy, change, frame_flags=True)
+            ends = np.cumsum(counts)
+            for s, n, end, last in zip(group, counts.tolist(), ends.tolist(), ready[members].tolist()):
+                if s.speakers is not None:
+                    s.speakers.add_frames(last - n, flags[end - n:end], s.frame_offset)
+            any_speech = speech.tolist()
+        else:
+            any_speech = self.vad.push_ragged(rows, counts, energy, change).tolist()
         voiced_new = (self.vad.voiced_frames[rows] - voiced_before).tolist()
         # Streams whose last hypothesis is not folded yet: their policy does not know its text.
         held = self._pending.names if self._pending is not None else ()
@@ -730,7 +791,7 @@ class Engine:
                 continue
             wall_s = (self.clock_ns() - s.start_ns) / 1e9 if s.start_ns is not None else v.audio_end_s
             close_at_s = max(s.policy.buffer_start_s, v.audio_end_s - self.config.lead_in_s)
-            out += s.policy.settle(silence_s, close_at_s, v.audio_end_s, wall_s)
+            out += self._labelled(s, s.policy.settle(silence_s, close_at_s, v.audio_end_s, wall_s))
             if not s.policy.has_pending_text:
                 self._reset_segment(s, v.audio_end_s)
         return self.dated_later(out, 0) if out else out
@@ -906,7 +967,7 @@ class Engine:
                                        close_at_s=max(s.policy.buffer_start_s, end_s - lead_in_s))
             else:
                 mine = s.policy.update(hyp, end_s, wall_s)
-            out.append((s, mine))
+            out.append((s, self._labelled(s, mine)))
         return out
 
     def _emitted(self, folded: list[tuple[_Stream, list[CaptionUpdate]]], later_ns: int) -> list[CaptionUpdate]:
@@ -968,7 +1029,7 @@ class Engine:
         for s in streams:
             end_s = self._audio_end_s(s)
             wall_s = (self.clock_ns() - s.start_ns) / 1e9 if s.start_ns is not None else end_s
-            updates += s.policy.flush(end_s, wall_s)
+            updates += self._labelled(s, s.policy.flush(end_s, wall_s))
         return updates
 
     def replace_recognizer(self, recognizer: Recognizer) -> list[CaptionUpdate]:
@@ -985,6 +1046,10 @@ class Engine:
                 s.frame_offset += old.frames_ready(s.slot)
                 s.slot = self.features.acquire()
                 s.vad_frames = 0
+                if s.speakers is not None:  # its queued frames were in the old rings
+                    s.speakers.slot = s.slot
+                    s.speakers.pending.clear()
+                    self._speaker_bank.restart(s.speakers)
                 # The new ring starts at the old ring's first unfinished frame: hand it the audio
                 # taken in since that frame began, so no sample is lost or counted as a gap.
                 resume = s.frame_offset * FRAME_SAMPLES

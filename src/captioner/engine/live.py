@@ -36,6 +36,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from types import MappingProxyType
 
 import numpy as np
@@ -52,6 +53,7 @@ from captioner.engine.language_check import (
     load_detector,
 )
 from captioner.engine.recognizer import Recognizer
+from captioner.engine.speakers import check_mode
 from captioner.errors import one_line
 from captioner.events import (
     FRAME_SAMPLES,
@@ -105,11 +107,17 @@ class CaptionStream:
         self._finishing = False
         self._done = False
         self._language_watch: StreamWatch | None = None
+        self._speakers = False
 
     @property
     def done(self) -> bool:
         """True once :meth:`finish` was called and ``step`` has committed everything."""
         return self._done
+
+    @property
+    def speakers(self) -> bool:
+        """Whether this stream's lines carry speaker labels (``CaptionUpdate.speaker``)."""
+        return self._speakers
 
     @property
     def pending_s(self) -> float:
@@ -208,6 +216,11 @@ class LiveCaptioner:
     the same device that takes new segments of English streams while the admitted load is high
     (``EngineConfig.admission.light_on_load``) and gives them back when it falls; ``tiny.en`` is
     English-only, so streams in other languages stay on the main model.
+
+    ``speakers``: who said what (``CaptionUpdate.speaker``, docs/speakers.md): ``"auto"`` labels
+    the streams opened with ``source="meeting"``, ``"file"`` or ``"remote"`` (a microphone, or a
+    stream whose source is not said, is one person); ``"on"`` every stream; ``"off"`` none.
+    ``None`` keeps ``config.speakers.mode`` (``"auto"`` by default).
     """
 
     def __init__(self, model: str = "tiny.en", device: str | None = None, *, language: str | None = None,
@@ -215,9 +228,12 @@ class LiveCaptioner:
                  recognizer: Recognizer | None = None, backend=None,
                  clock_ns: Callable[[], int] = time.monotonic_ns, timer_ns: Callable[[], int] | None = None,
                  language_check: bool | DetectorLoader = False, light_model: str | None = None,
-                 light_recognizer: Recognizer | None = None) -> None:
+                 light_recognizer: Recognizer | None = None, speakers: str | None = None) -> None:
         if task not in ("transcribe", "translate"):
             raise ValueError(f"unknown task {task!r}: use 'transcribe' or 'translate'")
+        if speakers is not None:
+            config = config or EngineConfig()
+            config = replace(config, speakers=replace(config.speakers, mode=check_mode(speakers)))
         self.model = model
         self.device = device
         self.task = task
@@ -278,7 +294,7 @@ class LiveCaptioner:
     # -- streams ---------------------------------------------------------------------------------
     def open_stream(self, label: str, language: str | None = None, *,
                     priority: int | str = Priority.LIVE, readmit: bool = False,
-                    history: Sequence[str] = ()) -> CaptionStream:
+                    history: Sequence[str] = (), source: str | None = None) -> CaptionStream:
         """A new stream named ``label`` (unique among the open streams). ``language``: a code
         ("en", "de", …), "auto"/``None`` for the captioner's default. ``priority``: ``"live"``
         (a microphone, a meeting; the default), ``"replay"`` (a file) or an integer, higher
@@ -286,6 +302,8 @@ class LiveCaptioner:
         was captioned before by a captioner that failed (a restart re-opens it): only memory
         can refuse it, not the time budget nor the growth limit; ``history``: the words that
         captioner had committed (``engine.prompt_history``), the prompt of its next window.
+        ``source``: ``"microphone"``, ``"meeting"``, ``"file"`` or ``"remote"`` (a server's
+        client), or ``None``: whether ``speakers="auto"`` labels the stream's speakers.
 
         Raises :class:`~captioner.errors.StreamRefused` (a one-line ``ValueError``) when the
         engine is at capacity; the streams already open are not touched."""
@@ -296,8 +314,9 @@ class LiveCaptioner:
             raise ValueError(f"a stream labelled {label!r} is already open")
         code = self._checked_language(language)
         rank = parse_priority(priority)
-        self.engine.add_stream(label, language=code, priority=rank, readmit=readmit, history=history)
+        self.engine.add_stream(label, language=code, priority=rank, readmit=readmit, history=history, source=source)
         stream = CaptionStream(self, label, code, rank)
+        stream._speakers = self.engine.speaker_labels(label)
         if self._wants_language_check(language_code(language)):
             stream._language_watch = self._checker().watch(label)
         self._streams[label] = stream

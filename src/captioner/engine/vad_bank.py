@@ -219,10 +219,12 @@ class VadBank:
         self.floor_db[rows] = floor
         return flags
 
-    def push_ragged(self, rows, counts, energy_db, change_db=None) -> np.ndarray:
+    def push_ragged(self, rows, counts, energy_db, change_db=None, frame_flags: bool = False):
         """Rows with different numbers of new frames in one call: ``energy_db`` (and
         ``change_db``) hold the frames of each row one row after another, ``counts[i]`` of them
-        for ``rows[i]`` (flat, distinct rows). Returns whether each row had a speech frame.
+        for ``rows[i]`` (flat, distinct rows). Returns whether each row had a speech frame; with
+        ``frame_flags``, also every frame's speech flag (flat, as ``energy_db``): the speaker
+        encoder hears only the speech frames.
 
         A push steps rows with as many frames together. Rows fed in equal steps (a capture,
         ``bench_capacity``) come as a few counts: one push per count. Network clients deliver
@@ -238,8 +240,9 @@ class VadBank:
         energy = np.asarray(energy_db, dtype=np.float64).reshape(-1)
         change = None if change_db is None else np.asarray(change_db, dtype=np.float64).reshape(-1)
         speech = np.zeros(rows.shape[0], dtype=bool)
+        every = np.zeros(energy.shape[0], dtype=bool) if frame_flags else None
         if rows.size == 0:
-            return speech
+            return (speech, every) if frame_flags else speech
         next_frame = np.cumsum(counts) - counts  # each row's next frame in the flat arrays
         distinct = np.unique(counts)
         if distinct.size <= RAGGED_COUNTS:
@@ -252,8 +255,10 @@ class VadBank:
                 index = next_frame[picked][:, None] + np.arange(size)
                 flags = self.push(rows[picked], energy[index], None if change is None else change[index])
                 speech[picked] |= flags.any(axis=1)
+                if every is not None:
+                    every[index] = flags
                 next_frame[picked] += size
-        return speech
+        return (speech, every) if frame_flags else speech
 
 
 def _floors(levels: np.ndarray, index: np.ndarray, smoothed: np.ndarray) -> np.ndarray:

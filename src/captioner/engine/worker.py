@@ -59,6 +59,9 @@ class OpenStream:
     priority: int | str = "live"
     """How the stream ranks when compute is short (``"live"``, ``"replay"`` or an int:
     :class:`~captioner.engine.admission.Priority`); the pipeline takes it from the source."""
+    source: str | None = None
+    """What the stream is (``microphone``, ``meeting``, ``file``, ``remote``; ``None``: not
+    said): whether ``speakers="auto"`` labels its speakers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,7 +339,7 @@ class Worker(threading.Thread):
                 clock.waiting = True
         elif isinstance(item, OpenStream):
             try:
-                live.open_stream(item.label, item.language, priority=item.priority)
+                live.open_stream(item.label, item.language, priority=item.priority, source=item.source)
             except StreamRefused as refused:
                 # At capacity: this stream only is refused (its audio that follows is dropped,
                 # as for any stream that is not open); the running ones go on.
