@@ -51,10 +51,14 @@ class Caption:
     """``(word, start_s, end_s)`` per word of ``text`` where they were measured (a live
     ``CaptionUpdate``'s ``words``); empty otherwise. SRT cues then take their times from the
     words, WebVTT cues carry a timestamp before each word, JSON Lines a ``words`` list."""
+    speaker: str = ""
+    """Who said it ("Speaker 2") where speakers are labelled: text lines and SRT cues begin with
+    ``Speaker 2: ``, a WebVTT cue is a voice span ``<v Speaker 2>``, JSON Lines has ``speaker``."""
 
     def to_json_dict(self) -> dict[str, Any]:
         """The same keys as a live ``CaptionUpdate``; an offline caption is final and has no
         emission times, so those are ``None``."""
+        extra = {"speaker": self.speaker} if self.speaker else {}
         return {
             "stream": self.stream,
             "kind": "final",
@@ -65,6 +69,7 @@ class Caption:
             "emitted_wall_s": None,
             "language": self.language,
             "words": [[w, round(float(a), 3), round(float(b), 3)] for w, a, b in self.words],
+            **extra,
         }
 
 
@@ -73,7 +78,7 @@ def captions_from_updates(updates: Iterable[Any]) -> list[Caption]:
     attributes), in order; partial updates are provisional and are left out."""
     return [
         Caption(u.start_s, u.end_s, u.text, getattr(u, "stream", ""), getattr(u, "language", ""),
-                tuple(getattr(u, "words", ()) or ()))
+                tuple(getattr(u, "words", ()) or ()), getattr(u, "speaker", "") or "")
         for u in updates
         if getattr(u, "kind", "final") == "final"
     ]
@@ -183,9 +188,21 @@ def _label_streams(captions: list[Caption], label_streams: bool | None) -> bool:
     return label_streams
 
 
+def _who(caption: Caption, label: bool) -> str:
+    """Whose the caption is, as its cue says: the stream (when streams are labelled), the
+    speaker (when there is one: "Speaker 2"), or both ("Meeting (Speaker 2)"); "" for neither.
+    :func:`captioner.layout.prefix_room` keeps room for exactly this."""
+    stream = caption.stream if label else ""
+    speaker = getattr(caption, "speaker", "")
+    if stream and speaker:
+        return f"{stream} ({speaker})"
+    return stream or speaker
+
+
 def _prefixed(caption: Caption, lines: list[str], label: bool) -> list[str]:
-    if label and caption.stream and lines:
-        lines = [f"{caption.stream}: {lines[0]}", *lines[1:]]
+    who = _who(caption, label)
+    if who and lines:
+        lines = [f"{who}: {lines[0]}", *lines[1:]]
     return lines
 
 
@@ -218,8 +235,9 @@ def _vtt_cue(caption: Caption, label: bool) -> str:
     timed = _vtt_word_lines(caption, start_ms, end_ms) if getattr(caption, "words", ()) else None
     if timed is not None:
         lines = timed
-    if label and caption.stream:
-        voice = " ".join(_vtt_escape(caption.stream).split())
+    who = _who(caption, label)
+    if who:
+        voice = " ".join(_vtt_escape(who).split())
         lines[0] = f"<v {voice}>{lines[0]}"
     timing = f"{format_timestamp(start_ms / 1000)} --> {format_timestamp(end_ms / 1000)}"
     return "\n".join([timing, *lines]) + "\n"
@@ -233,7 +251,8 @@ _CUE_SEPARATOR = "\n"
 
 def render_txt(captions: Iterable[Caption], *, label_streams: bool | None = None) -> str:
     """Each caption's lines, one after the other; ``stream: `` in front of a caption's first
-    line when the captions come from more than one stream (or ``label_streams`` says so)."""
+    line when the captions come from more than one stream (or ``label_streams`` says so), and
+    its speaker where it has one (``Speaker 2: ``)."""
     captions = list(captions)
     label = _label_streams(captions, label_streams)
     return "".join(_txt_line(caption, label) for caption in captions)
@@ -253,7 +272,8 @@ def render_srt(captions: Iterable[Caption], *, label_streams: bool | None = None
 
 def render_vtt(captions: Iterable[Caption], *, label_streams: bool | None = None) -> str:
     """WebVTT: header, cues with ``HH:MM:SS.mmm`` times, text escaped as cue markup; the
-    stream goes into a voice span (``<v Me>``) when streams are labelled."""
+    stream goes into a voice span (``<v Me>``) when streams are labelled, and so does a
+    caption's speaker (``<v Speaker 2>``)."""
     captions = list(captions)
     label = _label_streams(captions, label_streams)
     cues = [cue for cue in (_vtt_cue(caption, label) for caption in captions) if cue]
@@ -422,7 +442,7 @@ def laid_out(captions: Iterable[Any], pause_s: float, *, label_streams: bool = F
 
 
 def _caption_of(cue) -> Caption:
-    return Caption(cue.start_s, cue.end_s, cue.text, cue.stream, cue.language, cue.words)
+    return Caption(cue.start_s, cue.end_s, cue.text, cue.stream, cue.language, cue.words, cue.speaker)
 
 
 class CaptionStreamWriter:

@@ -11,7 +11,8 @@ cue about equal):
   the speech of at most :data:`MAX_CUE_S`; it is shown for at least :data:`MIN_CUE_S`
   (its end moves into the silence after it, and a cue that follows too soon starts a little
   later: a stream's cues never overlap);
-- a cue ends when another speaker (stream) speaks after it, at a pause after a sentence's end,
+- a cue ends when another speaker (stream, or another labelled speaker of the same stream)
+  speaks after it, at a pause after a sentence's end,
   at a long silence, or when it is full; a full cue ends at its most natural break: a sentence's end, then
   a pause, other punctuation, before a conjunction or preposition, last inside a phrase;
 - its lines break the same way, and stay about equal in length;
@@ -92,10 +93,21 @@ class Cue:
     language: str = ""
     words: tuple[tuple[str, float, float], ...] = ()
     """``(word, start_s, end_s)`` per word where every word's time was measured; else empty."""
+    speaker: str = ""
+    """Who said it, where the stream's speakers are labelled ("Speaker 2"); else empty."""
 
     @property
     def text(self) -> str:
         return "\n".join(self.lines)
+
+
+def prefix_room(label_text: str, speaker: str) -> int:
+    """Characters a cue's first line gives up to say whose it is: the stream's label as
+    ``label_text`` ("Meeting: ", or "") and the speaker, written "Speaker 2: " alone and
+    "Meeting (Speaker 2): " with a stream label (:mod:`captioner.formats`)."""
+    if not speaker:
+        return len(label_text)
+    return len(label_text) + len(speaker) + (3 if label_text else 2)
 
 
 def words_of(caption: Any, after: Word | None = None) -> list[Word]:
@@ -248,13 +260,16 @@ class _StreamState:
     last_end_s: float = 0.0
     """Where the stream's last cue ends: the next one starts no earlier."""
     language: str = ""
+    speaker: str = ""
+    """The speaker of the words not in a cue yet."""
 
 
 class LiveLayout:
     """Cues made as captions come: :meth:`add` takes committed captions (in order per stream)
     and returns the cues no later word can change; :meth:`flush` the rest. Every stream is laid
     out on its own. ``label``: the text each of a stream's cues begins with (``"Me: "``), which
-    takes room on its first line. Called from one thread."""
+    takes room on its first line. Captions with a ``speaker`` keep room for it too, and a change
+    of speaker within a stream ends the cue. Called from one thread."""
 
     def __init__(self, pause_s: float = 0.5, width: int = MAX_LINE_CHARS,
                  label: Callable[[str], str] | None = None, long_silence_s: float = LONG_SILENCE_S) -> None:
@@ -265,7 +280,9 @@ class LiveLayout:
         self._streams: dict[str, _StreamState] = {}
 
     def _rules(self, stream: str) -> _Rules:
-        return _Rules(self.pause_s, self.width - len(self.label(stream)), self.long_silence_s)
+        state = self._streams.get(stream)
+        room = prefix_room(self.label(stream), state.speaker if state is not None else "")
+        return _Rules(self.pause_s, self.width - room, self.long_silence_s)
 
     def add(self, captions: Iterable[Any]) -> list[Cue]:
         out: list[Cue] = []
@@ -281,6 +298,10 @@ class LiveLayout:
                 if other != stream and state.words and state.words[-1].end_s <= new[0].start_s:
                     out += self._take(other, state, final=True)
             state = self._streams.setdefault(stream, _StreamState())
+            speaker = getattr(caption, "speaker", "") or ""
+            if speaker != state.speaker:
+                out += self._take(stream, state, final=True)  # another speaker: a new cue
+                state.speaker = speaker
             state.words += words_of(caption, state.words[-1] if state.words else None)
             state.language = getattr(caption, "language", "") or state.language
             out += self._take(stream, state, final=False)
@@ -357,7 +378,8 @@ class LiveLayout:
         state.last_end_s = end_s
         timed = all(w.timed for w in words)
         return Cue(round(start_s, 3), round(end_s, 3), texts, stream, state.language,
-                   tuple((w.text, round(w.start_s, 3), round(w.end_s, 3)) for w in words) if timed else ())
+                   tuple((w.text, round(w.start_s, 3), round(w.end_s, 3)) for w in words) if timed else (),
+                   state.speaker)
 
 
 def _tail_lines(words: list[Word], rules: _Rules) -> list[list[Word]]:
@@ -392,7 +414,7 @@ def check(cue_list: Iterable[Cue], width: int = MAX_LINE_CHARS, label: Callable[
     last: dict[str, Cue] = {}
     for cue in cue_list:
         where = f"{cue.stream or 'cue'} {cue.start_s:.3f}-{cue.end_s:.3f}"
-        room = width - len(label(cue.stream))
+        room = width - prefix_room(label(cue.stream), cue.speaker)
         if not cue.lines or len(cue.lines) > MAX_LINES:
             problems.append(f"{where}: {len(cue.lines)} lines")
         for line in cue.lines:

@@ -205,6 +205,16 @@ def _open_output(args):
     return _FileOutput(args.output, args.format)
 
 
+def _with_speakers(config, args):
+    """The engine's configuration with ``--speakers``: the replay's one stream is a file, which
+    ``auto`` labels, so ``auto`` is ``on`` here (a live replay cannot wait to see whether a
+    second voice comes, as the offline path does)."""
+    from dataclasses import replace
+
+    mode = "off" if getattr(args, "speakers", "auto") == "off" else "on"
+    return replace(config, speakers=replace(config.speakers, mode=mode))
+
+
 def run_realtime(args) -> int:
     if getattr(args, "clock", "real") == "simulated":
         return _run_simulated(args)
@@ -218,7 +228,7 @@ def run_realtime(args) -> int:
     source = FileSource(args.file, realtime=True)  # a bad file fails here, before a model loads
     progress = TextProgress()
     pipeline = Pipeline([source], model=args.model, language=args.language, task=args.task,
-                        device=engine_device(args.device), progress=progress, config=engine_config(args))
+                        device=engine_device(args.device), progress=progress, config=_with_speakers(engine_config(args), args))
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     try:
@@ -284,7 +294,7 @@ def _run_simulated(args) -> int:
 
     samples = read_audio_16k(args.file)  # a bad file fails here, before a model loads
     device = engine_device(args.device)
-    config = engine_config(args)
+    config = _with_speakers(engine_config(args), args)
     opened: dict = {}
 
     def make_captioner(clock, timer_ns):

@@ -47,6 +47,9 @@ def add_arguments(parser) -> None:
                              "charged with each model step's measured time: the captions and latencies of "
                              "a live session on this machine, without the idle waiting)")
     add_policy_argument(parser)
+    parser.add_argument("--speakers", choices=("auto", "on", "off"), default="auto",
+                        help="label who speaks (Speaker 1, Speaker 2, ...): on, off, or auto (default): on for "
+                             "a file; offline, the labels are written only when more than one voice was heard")
 
 
 def _output_format(args) -> str:
@@ -146,7 +149,10 @@ def _run_offline(args, fmt: str) -> int:
     if result.info.language_notice is not None:  # an English-only model heard another language
         print(notice_line(result.info.language_notice), file=sys.stderr, flush=True)
     stream = Path(args.file).stem
-    captions = file_lines(result.captions(stream), fmt)  # sentence-shaped lines
+    captions = result.captions(stream)
+    if getattr(args, "speakers", "off") != "off":
+        captions = _with_speakers(args.file, captions, args.speakers)
+    captions = file_lines(captions, fmt)  # sentence-shaped lines
     if args.output:
         try:  # a new file renamed into place: a failure leaves no 0-byte or half-written file
             write_captions(captions, args.output, fmt, label_streams=False)
@@ -163,3 +169,18 @@ def _run_offline(args, fmt: str) -> int:
 
             raise stdout_failure(error) from None
     return 0
+
+
+def _with_speakers(path: str, captions, mode: str):
+    """The offline captions labelled with their speakers (the file is read again, as the live
+    engine hears a stream); under ``auto``, labels only where more than one voice was heard."""
+    from dataclasses import replace
+
+    from captioner.audio.file_source import audio_16k_blocks
+    from captioner.engine.offline_speakers import label_captions
+
+    _, blocks = audio_16k_blocks(Path(path))
+    labelled = label_captions(blocks, captions)
+    if mode == "auto" and len({c.speaker for c in labelled}) < 2:
+        return [replace(c, speaker="") for c in labelled]
+    return labelled
