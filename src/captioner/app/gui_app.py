@@ -89,6 +89,17 @@ def start_failure(exc: Exception) -> str:
     return f"could not start: {type(exc).__name__}: {one_line(exc)}"
 
 
+def _unsaved(transcript: Any) -> str | None:
+    """Once a session stopped: one sentence for the committed lines its transcript never got
+    (a disk still full at the end), else ``None``. Closing is the held lines' last try; a
+    pipeline that closed the transcript already makes it a no-op."""
+    if transcript is None:
+        return None
+    transcript.close()
+    loss = getattr(transcript, "loss", None)
+    return loss() if loss is not None else None
+
+
 class LiveController:
     """One captioning session at a time, behind the window.
 
@@ -171,7 +182,7 @@ class LiveController:
         status = pipeline.latest_status() if pipeline is not None else None
         if pipeline is not None:
             self._take_notices(pipeline)
-        status = self._without_notices(status)
+        status = self._with_transcript_problem(self._without_notices(status))
         if status is not None and self.metrics is not None:
             self.metrics.update_status(status)
         return status
@@ -210,6 +221,17 @@ class LiveController:
         parts = status.message.split("; ")
         kept = [part for part in parts if part not in known]
         return status if len(kept) == len(parts) else replace(status, message="; ".join(kept))
+
+    def _with_transcript_problem(self, status: PipelineStatus | None) -> PipelineStatus | None:
+        """``status`` whose message says when committed lines are not being saved (a full disk),
+        as the banner must, whichever pipeline runs (the engine's says it already; a server's
+        client does not)."""
+        problem = getattr(self._transcript, "problem", None)
+        if status is None or not problem or problem in status.message:
+            return status
+        from dataclasses import replace
+
+        return replace(status, message="; ".join(m for m in (status.message, problem) if m))
 
     def latest_telemetry(self) -> TelemetrySample | None:
         """The GPU the captions come from: this machine's, or the server's as its status says."""
@@ -289,8 +311,9 @@ class LiveController:
                 check_model(config.model)  # before the sources: a saved model that is gone is named as such
             setting = "sources"
             sources = open_sources(config)
-            setting = "server" if config.server else ""  # connecting is part of a remote start
+            setting = "transcript"  # its folder, or a disk too full for its first line
             transcript = TranscriptWriter(title=", ".join(s.stream for s in sources))
+            setting = "server" if config.server else ""  # connecting is part of a remote start
             pipeline = self._new_pipeline(sources, config, transcript)
             pipeline.start()
         except Exception as exc:  # show it; the app stays usable to pick something else
@@ -329,24 +352,27 @@ class LiveController:
         try:
             pipeline.stop()
         finally:
+            unsaved = _unsaved(self._transcript)  # before the lock: it may write what was held
             with self._lock:
                 # Once the app quits, the view's queue is no longer read: shutdown() drains the
                 # pipeline instead and hands the last words to the window itself.
                 if not self._closing:
-                    self._report_stopped(pipeline)
+                    self._report_stopped(pipeline, unsaved)
 
-    def _report_stopped(self, pipeline: Any) -> None:
-        """Stop helper thread, with the lock held: the session is over; the view gets its end."""
+    def _report_stopped(self, pipeline: Any, unsaved: str | None = None) -> None:
+        """Stop helper thread, with the lock held: the session is over; the view gets its end.
+        ``unsaved``: the committed lines its transcript never got, in a sentence."""
         self.pipeline = None
         self._transcript = None
         self._busy = False
         leftovers = self._observed(pipeline.drain_captions())
-        error = pipeline.error
+        error = None if pipeline.error is None else str(pipeline.error)
+        if unsaved:  # shown but never saved: the session ends on that, not on "Stopped"
+            error = f"{error}; {unsaved}" if error else unsaved
         # A check still running when the stream ended reports as it stops (on a busy CPU the
         # check, which yields to the captioning, may finish only then): the window shows it next.
         self._take_notices(pipeline)
-        self.view.session_stopped(leftovers, self._without_notices(pipeline.latest_status()),
-                                  None if error is None else str(error))
+        self.view.session_stopped(leftovers, self._without_notices(pipeline.latest_status()), error)
 
     def session_meta(self) -> dict[str, Any]:
         """Any thread: what a saved trace says about the run's device and back-end."""

@@ -1,8 +1,11 @@
 """The transcript file: every committed caption line, on disk the moment it is committed.
 
 Each line is appended, flushed and fsync'ed before :meth:`TranscriptWriter.write` returns, so a
-crash or a kill loses nothing that was shown as committed; a full disk holds lines in memory
-(never a torn line) until it has room again. Lines are plain text,
+crash or a kill loses nothing that was shown as committed. The first line is written (and
+fsync'ed) when the file is opened, so a disk that is already full is refused before any session
+starts. A disk that fills later holds lines in memory (never a torn line) until it has room
+again; :attr:`TranscriptWriter.problem` says so meanwhile, and :meth:`TranscriptWriter.loss`
+what never reached the disk. Lines are plain text,
 ``[HH:MM:SS.mmm --> HH:MM:SS.mmm] stream: text`` (times are the stream's audio clock), one per
 committed update; the first line names the session. Files live in the user data dir
 (``platformdirs``), one per session, named by the UTC start time.
@@ -10,6 +13,7 @@ committed update; the first line names the session. Files live in the user data 
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import stat
@@ -99,8 +103,9 @@ class TranscriptWriter:
     def __init__(self, path: Path | None = None, directory: Path | None = None, title: str = "") -> None:
         """Opens the file (appending to one that exists) and writes its first line. A path
         that cannot hold a transcript (a folder, a device, no permission, /proc, a folder that
-        cannot be made) is a one-line :class:`~captioner.errors.UserError` here, before any
-        session starts; a full disk later only pauses the writing (see :attr:`paused`)."""
+        cannot be made, a disk too full for that first line) is a one-line
+        :class:`~captioner.errors.UserError` here, before any session starts; a disk that fills
+        later only pauses the writing (see :attr:`paused`)."""
         try:
             if path is None:
                 from_env = directory is None and bool(os.environ.get("CAPTIONER_TRANSCRIPT_DIR"))
@@ -115,6 +120,7 @@ class TranscriptWriter:
             self.path = Path(path)
             _check_transcript_path(self.path)
             _make_folder(self.path.parent)
+            existed = self.path.exists()
             # O_APPEND: every write lands whole at the end even if another process appends too.
             self._fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         except OSError as error:  # no permission, a full disk, a name too long: one line
@@ -123,16 +129,48 @@ class TranscriptWriter:
         self.lines_written = 0
         self.paused: str | None = None
         """``None`` while lines reach the disk; else why they are held (e.g. "disk full")."""
-        self._held: deque[tuple[str, bool]] = deque()
-        """Lines not yet on disk, each with whether it is a caption (the header is not)."""
+        self._held: deque[str] = deque()
+        """Committed lines not yet on disk, oldest first."""
         header = f"# captioner transcript {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}"
-        self._held.append((header + (f" — {title}" if title else "") + "\n", False))
-        self._write_held()
+        try:
+            # Real bytes, fsync'ed: a full disk still lets the empty file be made, so only a
+            # write tells, and it must tell now, not after a session of captions held in memory.
+            self._append(header + (f" — {title}" if title else "") + "\n")
+        except OSError as error:
+            os.close(self._fd)
+            self._fd = -1
+            if not existed:
+                with contextlib.suppress(OSError):
+                    self.path.unlink()
+            raise UserError(f"cannot write the transcript {self.path}: {_reason(error)}") from None
 
     @property
     def held_lines(self) -> int:
         """Committed lines waiting in memory for the disk."""
-        return sum(is_caption for _, is_caption in self._held)
+        return len(self._held)
+
+    @property
+    def problem(self) -> str | None:
+        """While lines are held: one sentence for the person, the same every time it is asked
+        (a window shows it when it changes), else ``None``."""
+        why = self.paused
+        if why is None:
+            return None
+        return f"captions are not being saved ({why}): they are kept in memory and written when there is room"
+
+    def loss(self) -> str | None:
+        """After :meth:`close`: one line saying which committed lines never reached the disk
+        (they were shown, so the person must be told), else ``None``."""
+        held = self.held_lines
+        if not held:
+            return None
+        if not self.lines_written:
+            what = ("the committed line shown was not saved" if held == 1
+                    else f"none of the {held} committed lines shown was saved")
+        else:
+            lines = "1 committed line shown was" if held == 1 else f"{held} committed lines shown were"
+            what = f"the last {lines} not saved (it keeps the {self.lines_written} before them)"
+        return f"cannot write the transcript {self.path}: {self.paused or 'not written'}; {what}"
 
     def _append(self, text: str) -> None:
         """One line, whole, with one ``write`` where the kernel takes it all; on failure the
@@ -157,14 +195,13 @@ class TranscriptWriter:
             if self._fd < 0:
                 raise ValueError("transcript is closed")
             while self._held:
-                text, is_caption = self._held[0]
                 try:
-                    self._append(text)
+                    self._append(self._held[0])
                 except OSError as error:
                     self.paused = _reason(error)
                     return
                 self._held.popleft()
-                self.lines_written += is_caption
+                self.lines_written += 1
             self.paused = None
 
     def write(self, update: CaptionUpdate) -> None:
@@ -173,7 +210,7 @@ class TranscriptWriter:
         if update.kind != "final" or not update.text.strip():
             return
         with self._lock:
-            self._held.append((format_line(update), True))
+            self._held.append(format_line(update))
         self._write_held()
 
     def retry(self) -> None:

@@ -680,12 +680,12 @@ class Pipeline:
         return live.notices() if live is not None else []
 
     def latest_status(self) -> PipelineStatus | None:
-        """The worker's latest status; its message also says when the transcript is paused."""
+        """The worker's latest status; its message also says when the transcript is paused (in
+        the transcript's own words: the app's banner shows them)."""
         with self._status_lock:
             status = self._status
-        paused = self.transcript_paused
-        if status is not None and paused:
-            note = f"transcript paused: {paused}; the captions are kept and written when there is room"
+        note = getattr(self.transcript, "problem", None) if self.transcript is not None else None
+        if status is not None and note:
             status = replace(status, message="; ".join(m for m in (status.message, note) if m))
         return status
 

@@ -28,6 +28,8 @@ def demo_notice(title: str, devices_error: str | None = None) -> str:
 _NEXT_STEP = {
     "server": "Change the <b>Server</b> field (empty: caption on this computer), then press Start (F5).",
     "model": "Pick another model in the <b>Model</b> box, then press Start (F5).",
+    "transcript": "Make room on the transcripts' disk (or point CAPTIONER_TRANSCRIPT_DIR at a folder that "
+                  "can be written), then press Start (F5).",
 }
 _PICK_A_SOURCE = "Pick another source in Sources, then press Start (F5)."
 
@@ -43,9 +45,12 @@ def sentence_start(text: str) -> str:
 
 def failure_notice(message: str, hint: bool = True, setting: str = "") -> str:
     """The banner for a session that could not start or stopped on an error (``hint``: say what
-    to do next, in the field ``setting`` names: "server", "model", or the sources by default),
-    or for another failed request (a trace that would not open)."""
+    to do next, in the field ``setting`` names: "server", "model", "transcript" — also for a
+    message about the transcript — or the sources by default), or for another failed request (a
+    trace that would not open)."""
     text = message.strip() or "something went wrong"
+    if not setting and "the transcript" in text:
+        setting = "transcript"  # a session that stopped with lines unsaved: no other source helps
     html = f"<b>{escape(sentence_start(text))}</b>"
     return html + "<br>" + _NEXT_STEP.get(setting, _PICK_A_SOURCE) if hint else html
 

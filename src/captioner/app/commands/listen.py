@@ -7,6 +7,11 @@ goes to a transcript file in the user data dir, written as it is committed. Ctrl
 cleanly: pending text is committed and the transcript is closed. ``--device`` is the compute
 device, as in every command; ``--server`` captions on a `captioner serve` server instead.
 
+The transcript's first line is written before any model is loaded, so a full disk is one line,
+exit 2. A disk that fills during the session is said on one line the moment a line cannot be
+saved (the lines are held in memory and written when there is room), and again once they are; a
+session that ends with lines still unsaved says how many, exit 2, whatever ended it.
+
 A file plays at real-time pace, as if it were being said now (no microphone or sound server is
 needed for one). With files alone, the session ends by itself once every file has played: the
 last words are committed, the transcript closed, and the exit status is 0. With live inputs too,
@@ -108,7 +113,7 @@ def run(args) -> int:
     inputs = listen_inputs(args)
     sources, labels = open_inputs(inputs, args.label)  # a bad file or device: one line, before any model
     files_only = all(item.kind == "file" for item in inputs)
-    transcript = None
+    transcript = progress = None
     if not args.no_transcript:
         from pathlib import Path
 
@@ -121,9 +126,13 @@ def run(args) -> int:
         pipeline = remote_pipeline(sources, args, transcript)
     else:
         from captioner.app.commands.policy_option import engine_config
+        from captioner.app.progress import TextProgress
 
+        # A first use builds the model's graphs, a damaged cache rebuilds them: both say so.
+        progress = TextProgress()
         pipeline = Pipeline(sources, model=args.model, language=args.language, task=args.task,
-                            device=args.device, transcript=transcript, config=engine_config(args))
+                            device=args.device, transcript=transcript, config=engine_config(args),
+                            progress=progress)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     print(f"captioner: connecting to {args.server} …" if args.server else f"captioner: loading {args.model} …",
@@ -136,6 +145,9 @@ def run(args) -> int:
             if transcript.lines_written == 0:
                 transcript.path.unlink(missing_ok=True)  # no session happened: leave no empty file
         raise
+    finally:
+        if progress is not None:
+            progress.close()
     where = pipeline.provider if args.server else f"{args.model} on {pipeline.provider}"
     print(f"captioner: listening to {', '.join(labels)} ({where}); Ctrl-C stops"
           + (f"; transcript: {transcript.path}" if transcript else ""), file=sys.stderr, flush=True)
@@ -152,12 +164,14 @@ def run(args) -> int:
 
     deadline = None if args.duration is None else time.monotonic() + args.duration
     inputs_report = _InputsReport(view)
+    saving = _TranscriptReport(view, transcript, pipeline)
     played = _FilesPlayed(view, sources, say=not files_only)
     finished = False
     try:
         while pipeline.running and (deadline is None or time.monotonic() < deadline):
             show(pipeline.drain_captions())
             inputs_report.update(pipeline.lost_inputs, pipeline.source_errors)
+            saving.update()
             played.update()
             for line in getattr(pipeline, "worker_notices", list)():  # a model worker restarted; the CPU fall-back
                 view.note(f"captioner: {line}")
@@ -178,9 +192,14 @@ def run(args) -> int:
             pipeline.stop()
         show(pipeline.drain_captions())
         view.close()
+        if transcript is not None:
+            transcript.close()  # the last try for held lines (a pipeline that closed it already: no-op)
     error = pipeline.error
+    unsaved = saving.loss()
     if error is not None:
-        raise UserError(one_line(error))
+        raise UserError("; ".join(part for part in (one_line(error), unsaved) if part))
+    if unsaved:
+        raise UserError(unsaved)  # shown but not saved: never "transcript saved", never exit 0
     status = pipeline.latest_status()
     losses = pipeline.input_losses
     for line in _loss_lines(losses):
@@ -216,6 +235,51 @@ class _InputsReport:
             if label not in self._ended:
                 self._ended.add(label)
                 self._view.note(f"captioner: input {label!r} lost ({why})")
+
+
+class _TranscriptReport:
+    """Says, once each time, that committed lines can no longer be saved to the transcript (and
+    why), and that they are saved again (main thread, polling the writer)."""
+
+    def __init__(self, view, transcript, pipeline) -> None:
+        self._view = view
+        self._transcript = transcript
+        self._pipeline = pipeline
+        self._said_paused = False
+        self._said_failed = False
+
+    def update(self) -> None:
+        if self._transcript is None:
+            return
+        path = self._transcript.path
+        why = self._transcript.paused
+        if why and not self._said_paused:
+            self._said_paused = True
+            self._view.note(f"captioner: captions are no longer being saved to {path} ({why}); they are kept "
+                            "in memory and written when there is room")
+        elif not why and self._said_paused:
+            self._said_paused = False
+            self._view.note(f"captioner: captions are being saved to {path} again (the lines kept meanwhile "
+                            "are written)")
+        failed = self._failure()
+        if failed and not self._said_failed:
+            self._said_failed = True
+            self._view.note(f"captioner: captions are no longer being saved to {path} ({failed})")
+
+    def _failure(self) -> str:
+        """Why the pipeline stopped writing the transcript altogether, if it did."""
+        error = getattr(self._pipeline, "transcript_error", None)
+        return one_line(error) if error is not None else ""
+
+    def loss(self) -> str | None:
+        """After the session: one line for what was shown but never saved, else ``None``."""
+        if self._transcript is None:
+            return None
+        failed = self._failure()
+        if failed:
+            return (f"cannot write the transcript {self._transcript.path}: {failed}; the committed lines after "
+                    f"the first {self._transcript.lines_written} were not saved")
+        return self._transcript.loss()
 
 
 class _FilesPlayed:
