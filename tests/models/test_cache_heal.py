@@ -56,15 +56,25 @@ def test_the_manifest_records_every_file(cache):
     assert onnx_export.cache_problem(cache, "fp32") is None
 
 
-def test_random_bytes_in_the_weights_rebuild_the_cache(cache, tiny_files):  # noqa: F811
-    data = cache / "decoder.onnx.data"
-    size = data.stat().st_size
-    with data.open("r+b") as f:  # same size, other bytes: only the hash can tell
-        f.seek(size // 2)
-        f.write(os.urandom(4096))
-    assert "damaged" in onnx_export.cache_problem(cache, "fp32")
+def test_random_bytes_in_the_weights_with_the_time_kept_rebuild_the_cache(cache, tiny_files):  # noqa: F811
+    """Issue 47, item 3: 4 MiB of garbage inside encoder.onnx.data, its size and modification
+    time as they were (a bad sector, a restore that keeps times): only the bytes can tell, and
+    they are hashed at a process's first load. Before, such a cache passed as good and decoded
+    nothing. A folder found whole earlier in this process is hashed again too: the damage moved
+    its ctime, which no call puts back."""
+    data = cache / "encoder.onnx.data"
+    assert onnx_export.cache_problem(cache, "fp32") is None  # hashed and found whole: remembered
+    before = data.stat()
+    with data.open("r+b") as f:
+        f.seek(before.st_size // 2)
+        f.write(os.urandom(4 << 20))
+    os.utime(data, ns=(before.st_atime_ns, before.st_mtime_ns))
+    assert data.stat().st_mtime_ns == before.st_mtime_ns and data.stat().st_size == before.st_size
+    assert onnx_export.cache_problem(cache, "fp32") == "encoder.onnx.data is damaged (its contents changed)"
     files, messages = _ensure(tiny_files)
-    assert files.built and any("damaged" in m and "rebuilding" in m for m in messages)
+    assert files.built
+    assert messages[0] == ("tiny.en: the model cache is damaged (encoder.onnx.data is damaged (its contents "
+                           "changed)); rebuilding")
     assert onnx_export.cache_problem(files.folder, "fp32") is None
 
 
@@ -79,12 +89,10 @@ def test_a_missing_or_truncated_file_rebuilds_the_cache(cache, tiny_files, damag
     assert files.built and onnx_export.cache_problem(files.folder, "fp32") is None
 
 
-def test_a_touched_but_intact_file_is_hashed_once_and_kept(cache, tiny_files):  # noqa: F811
+def test_a_touched_but_intact_file_is_kept(cache, tiny_files):  # noqa: F811
     os.utime(cache / "encoder.onnx.data")  # a backup tool restored it, say: same bytes, new time
     files, messages = _ensure(tiny_files)
     assert not files.built and messages == ["tiny.en: ONNX graphs cached"]
-    record = json.loads((cache / "manifest.json").read_text())["files"]["encoder.onnx.data"]
-    assert record["mtime_ns"] == (cache / "encoder.onnx.data").stat().st_mtime_ns
 
 
 def test_a_killed_build_leaves_no_folder_behind(tmp_path, monkeypatch, tiny_files):  # noqa: F811

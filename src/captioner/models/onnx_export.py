@@ -6,11 +6,18 @@ models above protobuf's 2 GB limit work too) and ``manifest.json``. A folder is 
 temporary name in the same parent and renamed into place when complete, so a crash or a
 concurrent build never leaves a half cache behind: a cache folder either exists whole or not at all.
 
-The cache heals itself: the manifest records every file's size, modification time and SHA-256.
-Each use checks sizes and times (cheap); a file whose time moved is hashed, and a missing file, a
+The cache heals itself: the manifest records every file's size and SHA-256, and a process's first
+use hashes every file again (on a few threads: hashlib lets go of the GIL). A missing file, a
 wrong size or a wrong hash rebuilds the folder once, with progress, instead of failing or decoding
-garbage. A build holds a lock on its temporary folder; one left by a killed build (no lock held)
-is removed by the next build.
+garbage. Modification times are not trusted: bytes changed in place with the time put back (a bad
+sector, a restore, a tool that keeps times) pass a check by time. SHA-256, not a faster
+checksum: the manifests of caches built before record it (no rebuild for them), and with the
+CPU's SHA instructions it runs near a gigabyte a second, well under what opening the graphs
+costs (docs/models.md has the figures). Within one process a folder found
+whole is not hashed again while its files' inode, size, mtime and ctime stay as they were (a
+model swap, a restarted worker, a test run pay once): any write moves the ctime, and so does
+``os.utime``, and no call sets it back. A build holds a lock on its temporary folder; one left by
+a killed build (no lock held) is removed by the next build.
 
 The model hash is cheap by design (a 145 MB model must not be read whole at every start): SHA-256
 over, for each part of model.bin, its size, its first 4 MiB (header, variable table start) and its
@@ -127,21 +134,27 @@ between creating it and locking it), then removed."""
 
 
 def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
     with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def _sha256s(paths: list[Path]) -> list[str]:
+    """The SHA-256 of each file, in order; the biggest are started first, on a thread each of
+    up to four (the weights files are most of the bytes)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if len(paths) < 2:
+        return [_file_sha256(p) for p in paths]
+    order = sorted(range(len(paths)), key=lambda i: -paths[i].stat().st_size)
+    with ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1, len(paths))) as pool:
+        digests = dict(zip(order, pool.map(_file_sha256, [paths[i] for i in order])))
+    return [digests[i] for i in range(len(paths))]
 
 
 def _file_records(folder: Path) -> dict[str, dict]:
-    """Size, modification time and SHA-256 of every file of a built folder but the manifest."""
-    records = {}
-    for path in sorted(folder.iterdir()):
-        if path.is_file() and path.name not in ("manifest.json", _LOCK_NAME):
-            st = path.stat()
-            records[path.name] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": _file_sha256(path)}
-    return records
+    """Size and SHA-256 of every file of a built folder but the manifest."""
+    paths = [p for p in sorted(folder.iterdir()) if p.is_file() and p.name not in ("manifest.json", _LOCK_NAME)]
+    return {p.name: {"size": p.stat().st_size, "sha256": digest} for p, digest in zip(paths, _sha256s(paths))}
 
 
 def _write_manifest(folder: Path, manifest: dict) -> None:
@@ -150,10 +163,21 @@ def _write_manifest(folder: Path, manifest: dict) -> None:
     os.replace(tmp, folder / "manifest.json")
 
 
+_verified: dict[Path, tuple] = {}
+"""Cache folders this process hashed and found whole, with their files' stat signature then."""
+
+
+def _signature(folder: Path, names: list[str]) -> tuple:
+    out = []
+    for name in names:
+        st = (folder / name).stat()
+        out.append((name, st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns))
+    return tuple(out)
+
+
 def cache_problem(folder: Path, precision: str, variant: str = "") -> str | None:
-    """Why the cache folder cannot be used as it is (``None``: it can). Hashes only the files
-    whose modification time moved since the manifest was written, and records the new time of
-    a file whose hash still matches, so the next check is cheap again."""
+    """Why the cache folder cannot be used as it is (``None``: it can): a file missing, of
+    another size, or whose bytes hash to another SHA-256 than the manifest recorded at build."""
     try:
         manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -170,23 +194,25 @@ def cache_problem(folder: Path, precision: str, variant: str = "") -> str | None
         with contextlib.suppress(OSError):
             _write_manifest(folder, manifest)
         return None
-    touched = False
     for name, record in records.items():
-        path = folder / name
         try:
-            st = path.stat()
+            size = (folder / name).stat().st_size
         except FileNotFoundError:
             return f"{name} is missing"
-        if st.st_size != record.get("size"):
-            return f"{name} has {st.st_size} bytes, not {record.get('size')}"
-        if st.st_mtime_ns != record.get("mtime_ns"):
-            if _file_sha256(path) != record.get("sha256"):
-                return f"{name} is damaged (its contents changed)"
-            record["mtime_ns"] = st.st_mtime_ns
-            touched = True
-    if touched:
-        with contextlib.suppress(OSError):  # a read-only cache still works; it is just hashed again
-            _write_manifest(folder, manifest)
+        if size != record.get("size"):
+            return f"{name} has {size} bytes, not {record.get('size')}"
+    names = sorted(records)
+    try:
+        signature = _signature(folder, names)
+        if _verified.get(folder) == signature:
+            return None
+        digests = _sha256s([folder / name for name in names])
+    except OSError as error:  # unreadable (permissions, an I/O error): as damaged as a wrong hash
+        return f"a file cannot be read ({error.strerror or error})"
+    for name, digest in zip(names, digests):
+        if digest != records[name].get("sha256"):
+            return f"{name} is damaged (its contents changed)"
+    _verified[folder] = signature
     return None
 
 
