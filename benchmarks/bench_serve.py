@@ -319,7 +319,8 @@ class ServerProcess:
 
         command = [sys.executable, "-m", "captioner", "serve", "--port", "0", "--model", model, "--device", device,
                    "--token-file", str(token_file), "--quiet", "--frontends", str(frontends),
-                   "--engines-per-device", str(engines_per_device)]
+                   "--engines-per-device", str(engines_per_device),
+                   "--max-connections-per-client", "0"]  # every client is on this machine's address
         if isolation:
             command += ["--isolation", isolation]
         if flush_ms is not None:

@@ -166,3 +166,29 @@ def check_capacity_refusal(url: str) -> None:
             receive_all(ws, session)
             ended.append(session.close_code)
     assert ended == [protocol.CLOSE_NORMAL] * MAX_STREAMS
+
+
+def stream_then_stop(url: str, path, stop, speed: float = 2.0, token: str | None = TOKEN,
+                     timeout_s: float = 120.0) -> Session:
+    """Streams the recording at ``path`` ``speed`` times faster than real time (within the
+    protocol's 10 s ahead of the clock) with no ``end``, calls ``stop()`` (a SIGTERM to the
+    server) right after its last audio message, and returns what the client got until the close.
+    At the stop the server holds seconds of the recording it has not captioned yet."""
+    pcm, rate = pcm_of(path)
+    ws = connect(url, token, label="Whole", sample_rate_hz=rate)
+    assert '"ready"' in ws.recv(timeout=60)
+    session = Session()
+    receiver = threading.Thread(target=receive_all, args=(ws, session), daemon=True)
+    receiver.start()
+    step = rate // 10
+    started = time.monotonic()
+    for first in range(0, len(pcm), step):
+        ws.send(pcm[first:first + step].tobytes())
+        time.sleep(max(0.0, started + (first + step) / rate / speed - time.monotonic()))
+    stop()
+    receiver.join(timeout_s)
+    return session
+
+
+def words_of(text: str) -> set[str]:
+    return set(text.lower().replace(",", " ").replace(".", " ").split())

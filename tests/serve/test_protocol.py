@@ -29,6 +29,7 @@ def test_parameters_parse_with_defaults():
     ("/v1/listen?label=", "label must be"),
     ("/v1/listen?label=" + "x" * 65, "label must be"),
     ("/v1/listen?language=en-US;", "language must be"),
+    ("/v1/listen?language=xx", "unknown language 'xx'"),  # no model has it: refused before the engine
     ("/v2/listen", "unknown path"),
 ])
 def test_bad_parameters_are_policy_closes(path, words):
@@ -63,6 +64,38 @@ def test_pace_allows_real_time_and_a_burst_but_not_an_upload():
             fast.add(0.1, now_s=i * 0.01)  # ten times real time
     assert caught.value.code == protocol.CLOSE_POLICY and "faster than real time" in caught.value.reason
     assert 10.0 < fast.audio_s < 12.0
+
+
+def test_one_message_carries_at_most_the_audio_a_client_may_run_ahead():
+    """The bound docs/protocol.md gives: 10 s of audio in one message (320,000 bytes at 16 kHz)
+    is taken, a sample more is refused as it arrives (1008), far below the 1 MiB frame limit."""
+    taken = protocol.Pace(protocol.MAX_AHEAD_S)
+    taken.add(320_000 // 2 / 16_000, now_s=100.0)
+    with pytest.raises(ProtocolError) as caught:
+        protocol.Pace(protocol.MAX_AHEAD_S).add(320_002 // 2 / 16_000, now_s=100.0)
+    assert caught.value.code == protocol.CLOSE_POLICY
+    assert 960_000 < protocol.MAX_MESSAGE_BYTES  # 10 s at 48 kHz fits a message too
+
+
+def test_a_close_this_server_began_is_told_apart_from_the_clients():
+    """A slow reader dropped by websockets' keepalive (the server sends 1011 and hangs up) is the
+    server's close, logged with its code, not "closed by the client"."""
+    from websockets.exceptions import ConnectionClosedError, ConnectionClosedOK
+    from websockets.frames import Close
+
+    ping = protocol.closed_by_server(ConnectionClosedError(None, Close(1011, "keepalive ping timeout")))
+    assert (ping.code, ping.reason) == (1011, "keepalive ping timeout")
+    idle = protocol.closed_by_server(ConnectionClosedOK(Close(1001, "x"), Close(1001, "no audio"), False))
+    assert (idle.code, idle.reason) == (1001, "no audio")
+    assert protocol.closed_by_server(ConnectionClosedOK(Close(1000, ""), Close(1000, ""), True)) is None
+    assert protocol.closed_by_server(ConnectionClosedError(None, None)) is None  # it broke: no close frame
+    # A normal close (1000, 1001) ends websockets' iteration quietly: the connection's state says who began it.
+    state = type("State", (), {"close_sent": Close(1001, "no audio"), "close_rcvd": Close(1001, ""),
+                               "close_rcvd_then_sent": False})
+    assert protocol.ended_by_server(type("Ws", (), {"protocol": state})()).reason == "no audio"
+    state.close_rcvd_then_sent = True  # the client's close, echoed
+    assert protocol.ended_by_server(type("Ws", (), {"protocol": state})()) is None
+    assert protocol.ended_by_server(object()) is None
 
 
 def test_tokens_match_only_exactly():

@@ -13,6 +13,10 @@ engine's status with its name: the pipeline figures then carry an ``engine`` lab
 per engine; GPU figures come one series per GPU (the DCGM ``gpu`` label). The desktop app's one
 pipeline has no ``engine`` label.
 
+A server also says whether each engine is up (``captioner_engine_up``, 1 or 0: 0 from its failure
+until a fresh engine has taken its place) and how often one was restarted
+(``captioner_engine_restarts_total``), from :meth:`MetricsExporter.update_engine`.
+
 Lost inputs: ``captioner_inputs_lost`` is how many inputs are away now, and
 ``captioner_input_lost_total{stream}`` counts each stream's losses, from the statuses handed to
 :meth:`MetricsExporter.update_status` (a stream counts once each time it turns up lost; a loss
@@ -71,6 +75,7 @@ class _Collector:
     def collect(self) -> Iterator[Any]:
         samples, statuses = self._exporter.snapshot()
         input_losses = self._exporter.input_losses()
+        engines = self._exporter.engines()
         yield from _gpu_families([s for s in samples if s.gpu_name is not None])
         if samples:
             from prometheus_client.core import GaugeMetricFamily
@@ -85,6 +90,8 @@ class _Collector:
                     yield GaugeMetricFamily(name, help_text, value=float(value))
         if statuses:
             yield from _pipeline_families(statuses)
+        if engines:
+            yield from _engine_families(engines)
         if input_losses:
             from prometheus_client.core import CounterMetricFamily
 
@@ -160,6 +167,23 @@ def _pipeline_families(statuses: dict[str, PipelineStatus]) -> Iterator[Any]:
     yield from (f for f in families if f is not None)
 
 
+def _engine_families(engines: dict[str, tuple[bool, int]]) -> Iterator[Any]:
+    """A server's engines: up or not, and restarts (labelled ``engine`` when there are several)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    named = any(engines)
+    labels = ["engine"] if named else []
+    up = GaugeMetricFamily("captioner_engine_up", "1 while the engine takes streams, 0 from its failure until a "
+                           "fresh one has taken its place.", labels=labels)
+    restarts = CounterMetricFamily("captioner_engine_restarts", "Fresh engines started in a failed one's place.",
+                                   labels=labels)
+    for key, (is_up, count) in sorted(engines.items()):
+        up.add_metric([key] if named else [], 1.0 if is_up else 0.0)
+        restarts.add_metric([key] if named else [], float(count))
+    yield up
+    yield restarts
+
+
 class MetricsExporter:
     """A Prometheus endpoint on ``127.0.0.1:port`` (port 0 picks a free one; see :attr:`port`).
 
@@ -179,6 +203,7 @@ class MetricsExporter:
         self._samples: dict[int, TelemetrySample] = {}  # by GPU index
         self._statuses: dict[str, PipelineStatus] = {}  # by engine name ("": the app's one pipeline)
         self._input_losses: dict[str, int] = {}
+        self._engines: dict[str, tuple[bool, int]] = {}  # a server's engines: (up, restarts) by name
         self.registry.register(_Collector(self))
         self._latency = Histogram(
             "captioner_caption_latency_seconds",
@@ -234,6 +259,15 @@ class MetricsExporter:
                 if stream not in was_lost:
                     self._input_losses[stream] = self._input_losses.get(stream, 0) + 1
             self._statuses[engine] = status
+
+    def update_engine(self, up: bool, restarts: int, engine: str = "") -> None:
+        """A server's engine: whether it takes streams now, and how often it was restarted."""
+        with self._lock:
+            self._engines[engine] = (up, restarts)
+
+    def engines(self) -> dict[str, tuple[bool, int]]:
+        with self._lock:
+            return dict(self._engines)
 
     def input_losses(self) -> dict[str, int]:
         """Each stream seen so far, with how many times it was lost."""

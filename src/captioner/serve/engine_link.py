@@ -21,6 +21,7 @@ import asyncio
 import itertools
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
@@ -30,6 +31,8 @@ from captioner.audio.ingest import pcm16_to_float32
 from captioner.audio.source import RawChunk, SourceStats
 from captioner.errors import StreamRefused, UserError, one_line
 from captioner.events import CaptionUpdate, FramedAudio, PipelineStatus, TelemetrySample
+from captioner.languages import WHISPER_LANGUAGES
+from captioner.serve.engine_restart import EngineDown, Restarter, down_reason
 
 BATCH_BY_QUEUE_DEPTH = ((300, 0.0), (1500, 0.5), (None, 1.0))
 """How much of a connection's audio is handed to the worker at once, by the depth of the
@@ -245,15 +248,28 @@ class EngineWorker:
                  make_sampler: Callable[[str | None], object] | None) -> None:
         self.device = device
         self.index = index
+        self.make_pipeline = make_pipeline
         self.pipeline = make_pipeline(device)
         self.sampler = make_sampler(device) if make_sampler is not None else None
         self.leases: dict[str, Lease] = {}
         self.failed = ""
+        """Why the engine's pipeline failed ("" while it runs); set until a fresh one replaces it."""
+        self.restart_error = ""
+        """Why the last try to start a fresh pipeline failed ("" when none did)."""
+        self.replacement: tuple | None = None
+        """``(pipeline, seconds)``: a fresh pipeline started in the failed one's place, for
+        :meth:`EngineLink.poll` to adopt (set by the :class:`~captioner.serve.engine_restart.Restarter`)."""
+        self.restarts = 0
         self.last_drop_s: float | None = None
         """``time.monotonic()`` when a connection's audio last found this engine's inbox full."""
         self.scanned: tuple = ()
         """What the leases' states were last worked out from (:meth:`EngineLink.poll`)."""
         self.scanned_s = 0.0
+
+    @property
+    def name(self) -> str:
+        """How the log names it: its index and device."""
+        return f"{self.index} ({self.device or 'auto'})"
 
     def note_drop(self) -> None:
         self.last_drop_s = time.monotonic()
@@ -349,6 +365,20 @@ class EngineLink:
         self.workers = [EngineWorker(d, i, make_pipeline, make_sampler) for i, d in enumerate(devices)]
         self._ids = itertools.count(1)
         self._lock = threading.Lock()  # leases change on the loop thread and in open()
+        self._ring: Callable[[], None] | None = None
+        self._stopped = threading.Event()
+        self._notes: deque[str] = deque(maxlen=100)
+
+    def take_notes(self) -> list[str]:
+        """Lines for the server's log since the last call (an engine failed, was restarted, could
+        not be restarted); the server's loop takes them each round (any thread adds them)."""
+        notes = []
+        while self._notes:
+            notes.append(self._notes.popleft())
+        return notes
+
+    def _note(self, line: str) -> None:
+        self._notes.append(line)
 
     # -- lifecycle (any thread but the loop's) -----------------------------------------------------
     def start(self) -> None:
@@ -369,8 +399,12 @@ class EngineLink:
             raise
 
     def stop(self, timeout_s: float = 30.0) -> None:
+        self._stopped.set()  # an engine being restarted is not handed over any more
         for worker in self.workers:
             worker.pipeline.stop(timeout_s)
+            replacement, worker.replacement = worker.replacement, None
+            if replacement is not None:
+                replacement[0].stop(timeout_s)
             if worker.sampler is not None:
                 worker.sampler.stop()
 
@@ -391,15 +425,33 @@ class EngineLink:
             return len(worker.leases), rtf
         return min(alive, key=load)
 
+    def readiness(self) -> str:
+        """"" while a new stream would be taken now, else why not (one line; ``/readyz``): every
+        engine failed, or each one left is full (``--max-streams``) or cannot take in the audio it
+        already has. The engine's own admission (GPU memory, step time) still decides each stream."""
+        alive = [w for w in self.workers if not w.failed]
+        if not alive:
+            return down_reason(self.workers[0].restart_error)
+        reasons = []
+        for worker in alive:
+            limit = self.max_streams_per_device
+            reason = (f"the server is full: it takes {limit} stream{'s' if limit != 1 else ''} per device "
+                      "(--max-streams)" if limit is not None and len(worker.leases) >= limit
+                      else worker.input_pressure(self.drop_holdoff_s))
+            if not reason:
+                return ""
+            reasons.append(reason)
+        return reasons[0]
+
     def open(self, label: str, language: str | None, rate_hz: int,
              on_change: Callable[[Lease], None] | None = None) -> Lease:
         """A new stream for a connection (blocks while the inbox is full: not on the loop thread).
-        Raises :class:`StreamRefused` when the engine has no room, ``UserError`` for a language
-        the model lacks."""
+        Raises :class:`StreamRefused` when the engine has no room (:class:`EngineDown` while it
+        is being restarted), ``UserError`` for a language the model lacks."""
         with self._lock:
             worker = self.least_loaded()
             if worker.failed:
-                raise StreamRefused(f"the engine failed: {worker.failed}")
+                raise EngineDown(down_reason(worker.restart_error))
             limit = self.max_streams_per_device
             if limit is not None and len(worker.leases) >= limit:
                 raise StreamRefused(f"the server is full: it takes {limit} stream{'s' if limit != 1 else ''} "
@@ -421,8 +473,12 @@ class EngineLink:
 
     @staticmethod
     def _checked_language(worker: EngineWorker, language: str | None) -> str | None:
+        """``language`` as the engine takes it, checked against what the model has before the
+        stream reaches the engine (``UserError``: 1008 for this connection only)."""
         if language is None:
             return None
+        if language not in WHISPER_LANGUAGES:  # no model's tokenizer has it (the protocol refuses it first)
+            raise UserError(f"unknown language {language!r}: use a Whisper language code such as 'en' or 'de', or 'auto'")
         live = getattr(worker.pipeline, "captioner", None)
         check = getattr(getattr(live, "recognizer", None), "check_language", None)
         return check(language) if check is not None else language  # UserError when the model lacks it
@@ -460,7 +516,8 @@ class EngineLink:
     # -- the loop's pump ----------------------------------------------------------------------------
     def ring_on_captions(self, ring: Callable[[], None]) -> None:
         """``ring`` is called, on an engine's thread, whenever that engine has caption updates
-        for :meth:`poll` (:class:`CaptionBell`)."""
+        for :meth:`poll` (:class:`CaptionBell`); a restarted engine's too."""
+        self._ring = ring
         for worker in self.workers:
             worker.pipeline.on_captions = ring
 
@@ -471,6 +528,8 @@ class EngineLink:
         status shows (their ``on_change`` is called)."""
         out: list[tuple[Lease, CaptionUpdate]] = []
         for worker in self.workers:
+            if worker.replacement is not None:
+                self._adopt(worker)
             pipeline = worker.pipeline
             # Status first, then the captions: every update the worker made before the status
             # that no longer lists a stream is already in the outbox, so its finals are drained here.
@@ -483,7 +542,7 @@ class EngineLink:
                 if lease is not None:
                     out.append((lease, update))
             if error is not None and not worker.failed:
-                worker.failed = one_line(error)
+                self._failed(worker, one_line(error))
             # The leases' states and batch sizes follow from the status, the refusals and a
             # failure, which change a few times a second: the leases are looked at when one of
             # them did (and once a second regardless), not 50 times a second each.
@@ -498,7 +557,8 @@ class EngineLink:
             for lease in list(worker.leases.values()):
                 lease.source.batch_samples = int(batch_s * lease.source.rate_hz)
                 if worker.failed:
-                    self._end(lease, "failed", f"the engine failed: {worker.failed}")
+                    lease.source.stop()  # its audio no longer goes to the failed engine's inbox
+                    self._end(lease, "failed", "the engine failed under the stream; connect again")
                     continue
                 if lease.key in refusals and not lease.seen:
                     self._end(lease, "refused", refusals[lease.key])
@@ -510,6 +570,29 @@ class EngineLink:
                 elif lease.state == "closing" and lease.seen:
                     self._end(lease, "done")
         return out
+
+    def _failed(self, worker: EngineWorker, why: str) -> None:
+        """Loop thread: the engine's worker ended with ``why``. No new stream goes to it from now
+        (set under the lock :meth:`open` checks it in); its streams end (1011) in this poll, and
+        a fresh engine is started in its place, off the loop."""
+        with self._lock:
+            worker.failed = why
+        self._note(f"engine {worker.name} failed: {why}; its {len(worker.leases)} stream(s) end, "
+                   "a fresh engine is being started")
+        Restarter(worker, self._note, self._stopped).start()
+
+    def _adopt(self, worker: EngineWorker) -> None:
+        """Loop thread: the fresh engine takes the failed one's place."""
+        fresh, took_s = worker.replacement
+        worker.replacement = None
+        if self._ring is not None:
+            fresh.on_captions = self._ring
+        with self._lock:
+            worker.pipeline = fresh
+            worker.failed = worker.restart_error = ""
+            worker.scanned, worker.last_drop_s = (), None
+        worker.restarts += 1
+        self._note(f"engine {worker.name} restarted in {took_s:.1f} s: it takes new streams again")
 
     def _end(self, lease: Lease, state: str, reason: str = "") -> None:
         with self._lock:
@@ -525,11 +608,15 @@ class EngineLink:
 
 
 def export_metrics(metrics, link: EngineLink) -> None:
-    """Every engine's newest status and its GPU's newest telemetry to the Prometheus exporter
-    (``--metrics-port``); with several engines each is named by its index (the ``engine`` label)."""
+    """Every engine's newest status, whether it is up, and its GPU's newest telemetry to the
+    Prometheus exporter (``--metrics-port``); with several engines each is named by its index (the
+    ``engine`` label)."""
     named = len(link.workers) > 1
+    update_engine = getattr(metrics, "update_engine", None)
     for worker in link.workers:
         status, sample = worker.status(), worker.telemetry()
+        if update_engine is not None:
+            update_engine(not worker.failed, worker.restarts, engine=str(worker.index) if named else "")
         if status is not None:
             metrics.update_status(status, engine=str(worker.index) if named else "")
         if sample is not None:

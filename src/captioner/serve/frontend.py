@@ -13,8 +13,10 @@ The protocol is the one of the single-process server (docs/protocol.md): a clien
 Started by :class:`captioner.serve.hub.FrontendHub` as ``python -m captioner.serve.frontend FD
 INDEX`` (a fresh interpreter: none of the hub's threads, CUDA context or model). SIGINT and
 SIGTERM are ignored: Ctrl-C in a terminal or a service manager's SIGTERM reaches the whole process
-group, and the hub, which drains every stream first, tells the front-ends when to close. The
-end of the channel (the hub is gone) closes every connection with 1011 and ends the process.
+group, and the hub, which drains every stream first, tells the front-ends when to stop listening
+and when to close. The end of the channel (the hub is gone) closes every connection with 1011 and
+ends the process. ``/healthz`` and ``/readyz`` are answered here, the latter from what the hub
+last said of its engines.
 
 One thread, the loop's.
 """
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import os
 import signal
 import socket
@@ -33,9 +36,16 @@ from urllib.parse import urlsplit
 
 from captioner.heap import freeze_start_up
 from captioner.serve import channel, protocol
+from captioner.serve.bounds import close_idle
 from captioner.serve.gather import AudioGather
 from captioner.serve.loop_lag import LoopLag
-from captioner.serve.protocol import ProtocolError, close_reason, peer, send_outbox
+from captioner.serve.protocol import (
+    ProtocolError,
+    close_reason,
+    health_response,
+    peer,
+    send_outbox,
+)
 
 MAX_OUTBOX = 10_000
 """Messages waiting for a client that does not read: past this the connection is closed (1008)."""
@@ -50,7 +60,8 @@ STOPPING = (protocol.CLOSE_GOING_AWAY, "the server is shutting down")
 class _Conn:
     """One connection on this front-end."""
 
-    __slots__ = ("sid", "ws", "params", "pace", "peer", "outbox", "decision", "closing", "worker", "listed")
+    __slots__ = ("sid", "ws", "params", "pace", "peer", "outbox", "decision", "closing", "worker", "listed",
+                 "last_audio_s")
 
     def __init__(self, sid: int, ws, params: protocol.StreamParams, max_ahead_s: float, peer: str) -> None:
         loop = asyncio.get_running_loop()
@@ -64,6 +75,7 @@ class _Conn:
         self.closing: asyncio.Future = loop.create_future()  # (code, reason): the hub ended the stream
         self.worker = -1
         self.listed = False  # the ready message went out: status messages may follow
+        self.last_audio_s = math.inf  # when its last audio came (the idle watch), from its admission
 
     def put(self, text: str) -> None:
         self.outbox.put_nowait(text)
@@ -89,6 +101,9 @@ class FrontEnd:
         self.tls_files = config.get("tls_files")
         self.max_ahead_s = config.get("max_ahead_s", protocol.MAX_AHEAD_S)
         self.flush_s = config.get("flush_s", channel.FLUSH_S)
+        self.idle_timeout_s = config.get("idle_timeout_s", protocol.IDLE_TIMEOUT_S)
+        self.not_ready = ""  # why the hub's engines take no new stream now ("" while they do)
+        self._server = None
         self._reader, self._writer = reader, writer
         self.conns: dict[int, _Conn] = {}
         self._sids = itertools.count(1)
@@ -179,16 +194,23 @@ class FrontEnd:
                     conn = self.conns.get(event[1])
                     if conn is not None:
                         conn.resolve((event[2], event[3]))
-                elif kind == "stopping":
+                elif kind == "readiness":
+                    self.not_ready = event[1]
+                elif kind == "stopping":  # the drain: no new connection; the hub ends the streams
                     self.stopping = True
+                    if self._server is not None:
+                        self._server.close(close_connections=False)
                 elif kind == "exit":
                     self._end = STOPPING
                     return
 
     # -- handshake -----------------------------------------------------------------------------------
     def _process_request(self, connection, request):
-        """Before the upgrade: a wrong path is 404, a missing or wrong token 401."""
-        if urlsplit(request.path).path != protocol.PATH:
+        """Before the upgrade: the health endpoints, a wrong path is 404, a missing or wrong token 401."""
+        path = urlsplit(request.path).path
+        if path in (protocol.HEALTH_PATH, protocol.READY_PATH):
+            return health_response(connection, path, "the server is stopping" if self.stopping else self.not_ready)
+        if path != protocol.PATH:
             return connection.respond(HTTPStatus.NOT_FOUND, f"captioner: connect to {protocol.PATH}\n")
         if self.token is not None and not protocol.token_matches(request.headers.get("Authorization"), self.token):
             self._event(("refused",))
@@ -205,6 +227,7 @@ class FrontEnd:
             params = protocol.parse_path(ws.request.path)
         except ProtocolError as error:
             self._event(("refused",))
+            self.log(f"{peer(ws)}: refused {error.code} ({error.reason})")
             await ws.close(error.code, close_reason(error.reason))
             return
         if self.stopping:
@@ -223,6 +246,7 @@ class FrontEnd:
             self.conns.pop(conn.sid, None)
 
     async def _serve(self, conn: _Conn) -> None:
+        conn.last_audio_s = time.monotonic()
         sender = asyncio.create_task(self._sender(conn))
         receiver = asyncio.create_task(self._receive(conn))
         code, reason = protocol.CLOSE_NORMAL, ""
@@ -273,15 +297,22 @@ class FrontEnd:
             async for message in conn.ws:
                 n_samples = protocol.check_audio(message)
                 if n_samples < 0:
+                    conn.last_audio_s = math.inf  # its audio is over: waiting for its finals is not idling
                     return True
                 now_ns = time.monotonic_ns()
                 conn.pace.add(n_samples / rate, now_ns / 1e9)
                 if n_samples:
+                    conn.last_audio_s = now_ns / 1e9
                     self._add_audio(conn, message, n_samples, now_ns)
         except ConnectionClosed as closed:
-            for frame in (closed.rcvd, closed.sent):
-                if frame is not None and frame.code == protocol.CLOSE_TOO_BIG:
-                    raise ProtocolError(protocol.CLOSE_TOO_BIG, frame.reason) from None
+            # This front-end's own close (too big, idle, not reading, a keepalive ping unanswered)
+            # is said as such, not as the client's leaving.
+            by_server = protocol.closed_by_server(closed)
+            if by_server is not None:
+                raise by_server from None
+        by_server = protocol.ended_by_server(conn.ws)
+        if by_server is not None:
+            raise by_server
         return False
 
     @staticmethod
@@ -306,11 +337,14 @@ class FrontEnd:
         # (unfrozen, each front-end's one full collection at a thousand connections took 20-25 ms
         # on an H100, every caption of its connections held meanwhile).
         freeze_start_up()
+        self._server = server
         self._event(("listening", server.sockets[0].getsockname()[1] if server.sockets else self.port))
         self.flush()
         flusher = asyncio.create_task(self._flusher())
         lag = LoopLag(kept=10_000)
-        watchers = [asyncio.create_task(lag.watch()), asyncio.create_task(self._report_measures(lag))]
+        watchers = [asyncio.create_task(lag.watch()), asyncio.create_task(self._report_measures(lag)),
+                    asyncio.create_task(close_idle(lambda: () if self.stopping else self.conns.values(),
+                                                   self.idle_timeout_s))]  # none while the hub drains
         try:
             await self._from_hub()
         finally:

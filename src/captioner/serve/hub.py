@@ -18,7 +18,13 @@ front-ends, which close their connections with 1011.
 
 Tasks on the hub's loop: one reader per front-end, one task per stream (opened, ended, closed),
 the pump (captions from the engines as soon as one rings, then one frame to each front-end) and the status
-task (one ``status`` text per device a second, to every front-end).
+task (one ``status`` text per device a second, to every front-end, and whether the engines take
+new streams, for their ``/readyz``).
+
+What one client may hold is counted here, over all front-ends (connections per client address);
+each front-end closes its own connections that send no audio (``idle_timeout_s``). Stopping drains
+as the single-process server does: the front-ends stop listening, each stream's audio is captioned
+to its end within ``drain_s``, then 1001.
 """
 
 from __future__ import annotations
@@ -38,8 +44,10 @@ import numpy as np
 
 from captioner.errors import StreamRefused, UserError, one_line
 from captioner.serve import channel, protocol
+from captioner.serve.bounds import ConnectionCounter
 from captioner.serve.engine_link import (
     CaptionBell,
+    EngineDown,
     EngineLink,
     Lease,
     export_metrics,
@@ -48,12 +56,14 @@ from captioner.serve.engine_link import (
 )
 from captioner.serve.loop_lag import LoopLag
 from captioner.serve.server import (
+    CUT_REASON,
+    DRAIN_TAKE_S,
     END_TIMEOUT_S,
     OPEN_TIMEOUT_S,
     POLL_PERIOD_S,
-    SHUTDOWN_S,
     CaptionServer,
     _TranscriptThread,
+    drain_cut_line,
     is_loopback,
 )
 from captioner.serve.stream_flags import END_ASKED, ENDED, GONE, OPENED, StreamFlags
@@ -83,6 +93,8 @@ class _Frontend:
         self.alive = True
         self.accepted = 0
         """Streams admitted through this front-end so far."""
+        self.readiness_told: str | None = None
+        """What it was last told of the engines' readiness (``None``: nothing yet)."""
 
     @property
     def pid(self) -> int:
@@ -114,7 +126,9 @@ class FrontendHub:
                  token: str | None = None, tls_files: tuple[str, str] | None = None,
                  max_ahead_s: float = protocol.MAX_AHEAD_S, transcripts: Callable[[str], object] | None = None,
                  metrics=None, status_period_s: float = protocol.STATUS_PERIOD_S,
-                 flush_s: float = channel.FLUSH_S, log: Callable[[str], None] = lambda line: None) -> None:
+                 flush_s: float = channel.FLUSH_S, drain_s: float = protocol.DRAIN_S,
+                 idle_timeout_s: float | None = protocol.IDLE_TIMEOUT_S, max_connections_per_client: int | None = None,
+                 log: Callable[[str], None] = lambda line: None, notice: Callable[[str], None] | None = None) -> None:
         if not token and not is_loopback(host):
             raise UserError(f"refusing to serve on {host} without a token: anyone who can reach it could use "
                             "the GPU; give --token-file, or bind 127.0.0.1")
@@ -132,7 +146,11 @@ class FrontendHub:
         """How often each front-end sends its batch (``--frontend-flush-ms``)."""
         self.metrics = metrics
         self.status_period_s = status_period_s
+        self.drain_s = drain_s
+        self.idle_timeout_s = idle_timeout_s
         self.log = log
+        self.notice = notice or log
+        self._per_client = ConnectionCounter(max_connections_per_client)
         self.frontends: list[_Frontend] = []
         self._transcripts = _TranscriptThread(transcripts) if transcripts is not None else None
         self._by_lease: dict[str, _Stream] = {}
@@ -184,7 +202,7 @@ class FrontendHub:
         reader, writer = await channel.open_channel(ours)
         writer.write(channel.encode({"host": self.host, "port": self.port, "token": self.token,
                                      "tls_files": self.tls_files, "max_ahead_s": self.max_ahead_s,
-                                     "flush_s": self.flush_s}))
+                                     "flush_s": self.flush_s, "idle_timeout_s": self.idle_timeout_s}))
         return _Frontend(index, process, reader, writer)
 
     async def _wait_listening(self, fe: _Frontend) -> str:
@@ -346,9 +364,30 @@ class FrontendHub:
             self._send(fe, ("refuse", stream.sid, *_STOPPING))
             fe.streams.pop(stream.sid, None)
             return
+        too_many = self._per_client.take(stream.peer)  # over all front-ends: a client's connections land on any
+        if too_many:
+            self._refuse(stream, protocol.CLOSE_TRY_LATER, too_many)
+            return
+        try:
+            await self._run_admitted(stream)
+        finally:
+            self._per_client.give_back(stream.peer)
+
+    def _refuse(self, stream: _Stream, code: int, reason: str) -> None:
+        """A connection closed before its stream opened (no room for it, or a language the model lacks)."""
+        self.counts["refused"] += 1
+        self.log(f"#{stream.conn_id} {stream.peer}: refused {code} ({one_line(reason)})")
+        self._send(stream.fe, ("refuse", stream.sid, code, reason))
+        stream.fe.streams.pop(stream.sid, None)
+
+    async def _run_admitted(self, stream: _Stream) -> None:
+        fe = stream.fe
         try:
             lease = await asyncio.to_thread(self.link.open, stream.label, stream.language, stream.rate_hz,
                                             lambda lease: self._lease_changed(stream, lease))
+        except EngineDown as error:  # a failed engine, being restarted: the log said why once
+            self._refuse(stream, protocol.CLOSE_TRY_LATER, str(error))
+            return
         except StreamRefused as error:
             self.counts["refused"] += 1
             self.log(f"#{stream.conn_id} {stream.peer}: refused at capacity: {one_line(error)}")
@@ -356,14 +395,11 @@ class FrontendHub:
             fe.streams.pop(stream.sid, None)
             return
         except UserError as error:  # a language the model lacks
-            self.counts["refused"] += 1
-            self._send(fe, ("refuse", stream.sid, protocol.CLOSE_POLICY, str(error)))
-            fe.streams.pop(stream.sid, None)
+            self._refuse(stream, protocol.CLOSE_POLICY, str(error))
             return
         except Exception as error:  # the engine failed: the client is told, not left waiting
-            self.log(f"#{stream.conn_id} {stream.peer}: the engine could not open the stream: {one_line(error)}")
-            self._send(fe, ("refuse", stream.sid, protocol.CLOSE_INTERNAL, f"the engine failed: {error}"))
-            fe.streams.pop(stream.sid, None)
+            self.notice(f"#{stream.conn_id} {stream.peer}: the engine could not open the stream: {one_line(error)}")
+            self._refuse(stream, protocol.CLOSE_INTERNAL, "the engine failed; try again")
             return
         stream.lease = lease
         self._by_lease[lease.key] = stream
@@ -375,8 +411,8 @@ class FrontendHub:
         self._send(fe, ("admit", stream.sid, lease.worker.index))
         if lease.state == "open":  # listed already (the pump ran while the stream was opened)
             self._send(fe, ("ready", stream.sid, stream.ready))
-        if self._stopping:
-            asyncio.create_task(self._shutdown_one(stream))
+        if self._stopping:  # admitted while the stop began: drained like the others
+            asyncio.create_task(self._drain_one(stream))
         code: int | None = None
         reason = why = ""
         closed_by = None
@@ -435,13 +471,19 @@ class FrontendHub:
                 self._transcripts.items.put((stream.conn_id, "", None))
             self.counts["closed"] += 1
 
-    async def _shutdown_one(self, stream: _Stream) -> None:
-        """Commits the stream; its task closes it with 1001 once its finals are out."""
+    async def _drain_one(self, stream: _Stream) -> None:
+        """Ends one stream at the stop: the audio on its way (in its front-end's next frames) is
+        taken in, then the stream is closed (the engine captions what it holds to its end); its
+        task closes it with 1001 once its finals are out. The drain's deadline cuts what takes longer."""
+        await asyncio.sleep(DRAIN_TAKE_S)
+        lease = stream.lease
+        if lease is None or lease.state not in ("opening", "open"):
+            return
         try:
-            await stream.flags.wait(OPENED, SHUTDOWN_S)
-            await asyncio.to_thread(self.link.close, stream.lease)
+            await stream.flags.wait(OPENED, self.drain_s)
+            await asyncio.to_thread(self.link.close, lease)
         except asyncio.TimeoutError:
-            stream.flags.raise_flag(GONE)
+            pass
 
     # -- engine side ---------------------------------------------------------------------------------
     async def _pump(self) -> None:
@@ -461,6 +503,8 @@ class FrontendHub:
                 if self._transcripts is not None and update.kind == "final" and update.text.strip():
                     self._transcripts.items.put((stream.conn_id, f"{stream.label} via {stream.peer}",
                                                  relabelled(update, stream.label)))
+            for line in self.link.take_notes():
+                self.notice(line)
             self._flush()
             await bell.wait(POLL_PERIOD_S)
 
@@ -483,6 +527,16 @@ class FrontendHub:
             if texts:
                 for fe in self.frontends:
                     self._send(fe, ("status", texts))
+            self._tell_readiness()
+
+    def _tell_readiness(self) -> None:
+        """Each front-end's ``/readyz`` answers from what it was told last: told when it changes
+        (and a new front-end at once), at most a status period late."""
+        readiness = "the server is stopping" if self._stopping else self.link.readiness()
+        for fe in self.frontends:
+            if fe.readiness_told != readiness:
+                fe.readiness_told = readiness
+                self._send(fe, ("readiness", readiness))
 
     # -- running -------------------------------------------------------------------------------------
     def inbound_delay_ms(self) -> tuple[float, float] | None:
@@ -521,16 +575,34 @@ class FrontendHub:
                 self._transcripts.join(10)
 
     async def stop_all(self) -> None:
-        """Every open stream is committed, its finals sent, its connection closed with 1001."""
+        """The drain, as :meth:`CaptionServer.stop_all`: the front-ends stop listening, every
+        open stream's audio received is captioned to its end, its finals sent and its connection
+        closed with 1001, within ``drain_s``; what is left then is closed anyway, and one line says
+        how many streams were cut."""
         self._stopping = True
+        started_s = time.monotonic()
         for fe in self.frontends:
             self._send(fe, ("stopping",))
-        for stream in list(self._by_lease.values()):
-            if stream.lease.state in ("opening", "open"):
-                asyncio.create_task(self._shutdown_one(stream))
-        deadline = time.monotonic() + SHUTDOWN_S
-        while any(fe.streams for fe in self.frontends) and time.monotonic() < deadline:
+        draining = list(self._by_lease.values())
+        if draining:
+            self.notice(f"stopping: no new connections; captioning the {len(draining)} open stream(s) to the end "
+                        f"of their audio (at most {self.drain_s:g} s)")
+        for stream in draining:
+            asyncio.create_task(self._drain_one(stream))
+        deadline_s = started_s + self.drain_s
+        while any(fe.streams for fe in self.frontends) and time.monotonic() < deadline_s:
             await asyncio.sleep(0.05)
+        left = [stream for fe in self.frontends for stream in fe.streams.values() if stream.lease is not None]
+        for stream in left:
+            self._send(stream.fe, ("close", stream.sid, protocol.CLOSE_GOING_AWAY, CUT_REASON))
+            # Its task ends now, waiting no more for the engine (the loop's end would wait for it).
+            stream.closed_by = (protocol.CLOSE_GOING_AWAY, CUT_REASON)
+            stream.flags.raise_flag(OPENED | ENDED | GONE)
+        if left:
+            self.notice(drain_cut_line(len(left), len(draining), self.drain_s))
+        elif draining:
+            self.notice(f"drained: {len(draining)} stream(s) captioned to their end and closed in "
+                        f"{time.monotonic() - started_s:.1f} s")
         self._flush()
 
 

@@ -17,13 +17,19 @@ import hmac
 import json
 import math
 from dataclasses import dataclass
+from http import HTTPStatus
 from urllib.parse import parse_qsl, urlsplit
 
 from captioner.errors import one_line
 from captioner.events import CaptionUpdate
+from captioner.languages import WHISPER_LANGUAGES
 
 PATH = "/v1/listen"
-"""The one endpoint."""
+"""The one WebSocket endpoint."""
+HEALTH_PATH = "/healthz"
+"""Plain HTTP, no token: 200 while the process serves HTTP (liveness)."""
+READY_PATH = "/readyz"
+"""Plain HTTP, no token: 200 while the engine can take a new stream, else 503 and why (readiness)."""
 
 MIN_SAMPLE_RATE_HZ = 8_000
 MAX_SAMPLE_RATE_HZ = 48_000
@@ -36,13 +42,23 @@ STATUS_PERIOD_S = 1.0
 MAX_AHEAD_S = 10.0
 """How far a client's audio may run ahead of the wall clock (counted from its first audio)
 before the connection is closed with 1008: a live source cannot do that, and a client that
-does would take a real-time stream's share of the GPU for a file upload."""
+does would take a real-time stream's share of the GPU for a file upload. It bounds one message
+too: a message of more than this much audio (320,000 bytes at 16 kHz) is refused as it arrives."""
+IDLE_TIMEOUT_S = 60.0
+"""A connection that sends no audio for this long is closed with 1001 (``serve --idle-timeout-s``)."""
+MAX_CONNECTIONS_PER_CLIENT = 16
+"""Connections one client address may hold at once (``serve --max-connections-per-client``)."""
+DRAIN_S = 10.0
+"""How long a stopping server may take to caption every stream's audio to its end before it
+closes them all with 1001 (``serve --drain-s``). A service manager's own stop timeout must be
+longer (systemd's default is 90 s)."""
 
 # Close codes (RFC 6455 section 7.4.1, the IANA registry); docs/protocol.md lists when each is used.
 CLOSE_NORMAL = 1000
 """After ``end``: every final was sent."""
 CLOSE_GOING_AWAY = 1001
-"""The server is shutting down (what was captioned so far was sent first)."""
+"""The server is shutting down (each stream's audio was captioned to its end and sent first),
+or the connection sent no audio for :data:`IDLE_TIMEOUT_S`."""
 CLOSE_UNSUPPORTED = 1003
 """A text message other than ``{"type": "end"}`` where audio was expected."""
 CLOSE_BAD_PAYLOAD = 1007
@@ -52,9 +68,10 @@ CLOSE_POLICY = 1008
 CLOSE_TOO_BIG = 1009
 """A message over :data:`MAX_MESSAGE_BYTES`."""
 CLOSE_INTERNAL = 1011
-"""The engine failed."""
+"""The engine failed under the stream (or a client did not answer pings: websockets' keepalive)."""
 CLOSE_TRY_LATER = 1013
-"""The server is at capacity (no room for another stream): try later or another server."""
+"""The server is at capacity (no room for another stream), its engine is being restarted, or the
+client holds as many connections as one client may: try later or another server."""
 
 RETRYABLE_CLOSE_CODES = frozenset({CLOSE_GOING_AWAY, CLOSE_INTERNAL, CLOSE_TRY_LATER, 1006, 1012})
 """Codes after which a client may connect again (1006: the connection broke without a close;
@@ -108,6 +125,11 @@ def parse_path(path: str) -> StreamParams:
         language = None
     if language is not None and not (language.isascii() and language.isalpha() and len(language) <= 8):
         raise ProtocolError(CLOSE_POLICY, f"language must be a code such as 'en' or 'de', or 'auto', not {language!r}")
+    # A code no Whisper model has is refused here, before the engine: the model's tokenizer would
+    # fail on it inside the engine, for every stream there (the link checks what the model has).
+    if language is not None and language not in WHISPER_LANGUAGES:
+        raise ProtocolError(CLOSE_POLICY, f"unknown language {language!r}: use a Whisper language code "
+                                          "such as 'en' or 'de', or 'auto'")
     return StreamParams(label, language, parse_sample_rate(seen.get("sample_rate")))
 
 
@@ -246,6 +268,40 @@ def close_reason(text: str) -> str:
     """A close reason fits 123 bytes of UTF-8 (RFC 6455): cut at a character boundary."""
     raw = one_line(text).encode("utf-8")[:123]
     return raw.decode("utf-8", errors="ignore")
+
+
+def closed_by_server(closed) -> ProtocolError | None:
+    """Why a connection's reading ended (``closed``: websockets' ``ConnectionClosed``) when this
+    server closed it first: a message over the size limit (1009), a keepalive ping the client did
+    not answer (1011), an idle connection, a client that does not read. ``None`` when the client
+    closed it, or it broke without a close frame."""
+    return _by_server(closed.sent, closed.rcvd, closed.rcvd_then_sent)
+
+
+def ended_by_server(ws) -> ProtocolError | None:
+    """The same for a connection whose messages ended without an error: websockets ends the
+    iteration quietly at a normal close (1000 or 1001), whoever began it. ``None`` where ``ws``
+    does not say (the Ray Serve app's adapter)."""
+    state = getattr(ws, "protocol", None)  # websockets' sans-I/O side of the connection
+    if state is None or not hasattr(state, "close_sent"):
+        return None
+    return _by_server(state.close_sent, state.close_rcvd, state.close_rcvd_then_sent)
+
+
+def _by_server(sent, rcvd, rcvd_then_sent) -> ProtocolError | None:
+    if sent is not None and (rcvd is None or not rcvd_then_sent):
+        return ProtocolError(sent.code, sent.reason)
+    return None
+
+
+def health_response(connection, path: str, not_ready: str):
+    """``/healthz``: 200 (the process serves HTTP). ``/readyz``: 200 while the engine takes
+    streams, else 503 and why, on one line (``not_ready``)."""
+    if path == HEALTH_PATH:
+        return connection.respond(HTTPStatus.OK, "ok\n")
+    if not_ready:
+        return connection.respond(HTTPStatus.SERVICE_UNAVAILABLE, f"not ready: {one_line(not_ready)}\n")
+    return connection.respond(HTTPStatus.OK, "ready\n")
 
 
 def peer(connection) -> str:

@@ -9,7 +9,12 @@ sends reaches another connection's stream.
 
 Tasks on the loop: one handler and one sender per connection; the pump (captions and stream
 states from the engine, every 20 ms); the status task (one ``status`` message a second to each
-connection, from its device's engine status and GPU telemetry).
+connection, from its device's engine status and GPU telemetry); the idle watch (connections
+that send no audio, :mod:`captioner.serve.bounds`).
+
+Stopping (Ctrl-C, SIGTERM) drains: no new connection is taken, each stream's audio received is
+captioned to its end and its finals sent, then each connection is closed with 1001, all within
+``drain_s``; what is still open then is closed anyway, and the log says how many were cut.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import itertools
+import math
 import queue
 import threading
 import time
@@ -26,8 +32,10 @@ from urllib.parse import urlsplit
 
 from captioner.errors import StreamRefused, UserError, one_line
 from captioner.serve import protocol
+from captioner.serve.bounds import ConnectionCounter, close_idle
 from captioner.serve.engine_link import (
     CaptionBell,
+    EngineDown,
     EngineLink,
     Lease,
     export_metrics,
@@ -35,7 +43,13 @@ from captioner.serve.engine_link import (
     status_fields,
 )
 from captioner.serve.loop_lag import LoopLag
-from captioner.serve.protocol import ProtocolError, close_reason, peer, send_outbox
+from captioner.serve.protocol import (
+    ProtocolError,
+    close_reason,
+    health_response,
+    peer,
+    send_outbox,
+)
 from captioner.serve.stream_flags import ENDED, OPENED, StreamFlags
 
 POLL_PERIOD_S = 0.02
@@ -47,7 +61,9 @@ END_TIMEOUT_S = 300.0
 """How long the finals of an ended stream may take (its backlog is captioned first)."""
 MAX_OUTBOX = 10_000
 """Messages waiting for a client that does not read: past this the connection is closed (1008)."""
-SHUTDOWN_S = 15.0
+DRAIN_TAKE_S = 0.5
+"""At a stop, audio still arriving this long is taken in before each stream is closed: what a
+client had sent when the stop came may still be on its way (the socket, the front-end's batch)."""
 
 
 def is_loopback(host: str) -> bool:
@@ -63,7 +79,7 @@ def is_loopback(host: str) -> bool:
 class _Conn:
     """One connection: its stream's lease, its outbox and the events the pump sets (loop thread)."""
 
-    __slots__ = ("id", "ws", "params", "lease", "outbox", "flags", "pace", "peer", "ready")
+    __slots__ = ("id", "ws", "params", "lease", "outbox", "flags", "pace", "peer", "ready", "last_audio_s")
 
     def __init__(self, conn_id: int, ws, params: protocol.StreamParams, max_ahead_s: float) -> None:
         self.id = conn_id
@@ -75,6 +91,7 @@ class _Conn:
         self.pace = protocol.Pace(max_ahead_s)
         self.peer = ""
         self.ready = ""  # the ``ready`` message, sent once the engine has admitted the stream
+        self.last_audio_s = time.monotonic()  # when its last audio came (the idle watch)
 
     def lease_changed(self, lease: Lease) -> None:
         """Loop thread (from the pump)."""
@@ -101,13 +118,15 @@ class _TranscriptThread(threading.Thread):
                 break
             conn_id, title, update = item
             try:
+                if update is None:  # the connection is over: a file only if it committed a line
+                    writer = self._writers.pop(conn_id, None)
+                    if writer is not None:
+                        writer.close()
+                    continue
                 writer = self._writers.get(conn_id)
-                if writer is None:
+                if writer is None:  # made at its first committed line, not at its connection
                     writer = self._writers[conn_id] = self._make_writer(title)
-                if update is None:
-                    self._writers.pop(conn_id).close()
-                else:
-                    writer.write(update)
+                writer.write(update)
             except Exception as error:  # a full disk must not stop the captions
                 self.error = one_line(error)
         for writer in self._writers.values():
@@ -118,15 +137,20 @@ class CaptionServer:
     """The WebSocket server. ``link``: the started engines. ``token``: the bearer token clients
     must send (``None``: none needed, only allowed on a loopback address). ``ssl_context``:
     TLS. ``transcripts``: ``title -> writer`` for ``--transcripts`` (``None``: nothing is written).
-    ``metrics``: an object with ``observe_caption``, ``update_status`` and ``update_telemetry``
-    (the app's Prometheus exporter). ``log``: one line per event (a connection opened, refused,
-    closed); never audio or caption text."""
+    ``metrics``: an object with ``observe_caption``, ``update_status``, ``update_telemetry`` and
+    ``update_engine`` (the app's Prometheus exporter). ``drain_s``: how long a stop may take to
+    caption the streams to their end. ``idle_timeout_s``: a connection without audio this long
+    is closed (``None``: never). ``max_connections_per_client``: connections one client address
+    may hold (``None``: any number). ``log``: one line per event (a connection opened, refused,
+    closed); never audio or caption text. ``notice``: lines about the server itself (an engine
+    failed or came back, the drain), shown even where ``log`` is not (default: ``log``)."""
 
     def __init__(self, link: EngineLink, host: str = "127.0.0.1", port: int = 8765, *, token: str | None = None,
                  ssl_context=None, max_ahead_s: float = protocol.MAX_AHEAD_S,
                  transcripts: Callable[[str], object] | None = None, metrics=None,
-                 status_period_s: float = protocol.STATUS_PERIOD_S,
-                 log: Callable[[str], None] = lambda line: None) -> None:
+                 status_period_s: float = protocol.STATUS_PERIOD_S, drain_s: float = protocol.DRAIN_S,
+                 idle_timeout_s: float | None = protocol.IDLE_TIMEOUT_S, max_connections_per_client: int | None = None,
+                 log: Callable[[str], None] = lambda line: None, notice: Callable[[str], None] | None = None) -> None:
         if not token and not is_loopback(host):
             raise UserError(f"refusing to serve on {host} without a token: anyone who can reach it could use "
                             "the GPU; give --token-file, or bind 127.0.0.1")
@@ -138,7 +162,11 @@ class CaptionServer:
         self.max_ahead_s = max_ahead_s
         self.metrics = metrics
         self.status_period_s = status_period_s
+        self.drain_s = drain_s
+        self.idle_timeout_s = idle_timeout_s
         self.log = log
+        self.notice = notice or log
+        self._per_client = ConnectionCounter(max_connections_per_client)
         self._transcripts = _TranscriptThread(transcripts) if transcripts is not None else None
         self._conns: dict[int, _Conn] = {}
         self._by_lease: dict[str, _Conn] = {}
@@ -152,10 +180,18 @@ class CaptionServer:
         """Set once the socket is listening (``port`` is then the real one, for port 0)."""
 
     # -- handshake -----------------------------------------------------------------------------------
+    def readiness(self) -> str:
+        """"" while a new stream would be taken now, else why not (``/readyz``)."""
+        return "the server is stopping" if self._stopping else self.link.readiness()
+
     def _process_request(self, connection, request):
-        """Before the upgrade: a wrong path is 404, a missing or wrong token 401 (no WebSocket
-        is opened, so nothing of the server is reachable without the token)."""
-        if urlsplit(request.path).path != protocol.PATH:
+        """Before the upgrade: the health endpoints answer (no token: they say only whether the
+        server serves), a wrong path is 404, a missing or wrong token 401 (no WebSocket is opened,
+        so nothing of the server is reachable without the token)."""
+        path = urlsplit(request.path).path
+        if path in (protocol.HEALTH_PATH, protocol.READY_PATH):
+            return health_response(connection, path, self.readiness())
+        if path != protocol.PATH:
             return connection.respond(HTTPStatus.NOT_FOUND, f"captioner: connect to {protocol.PATH}\n")
         if self.token is not None and not protocol.token_matches(request.headers.get("Authorization"), self.token):
             self.counts["refused"] += 1
@@ -175,34 +211,60 @@ class CaptionServer:
         ``ServerConnection`` or anything with its surface (``request.path``, ``remote_address``,
         async iteration over messages, ``send``, ``close``: the Ray Serve app adapts Starlette's)."""
         self.start_background()
+        where = peer(ws)
         try:
             params = protocol.parse_path(ws.request.path)
         except ProtocolError as error:
-            self.counts["refused"] += 1
-            await ws.close(error.code, close_reason(error.reason))
+            await self._refuse(ws, where, error.code, error.reason)
             return
         if self._stopping:
             await ws.close(protocol.CLOSE_GOING_AWAY, "the server is shutting down")
             return
+        too_many = self._per_client.take(where)
+        if too_many:
+            await self._refuse(ws, where, protocol.CLOSE_TRY_LATER, too_many)
+            return
+        try:
+            await self._run(ws, where, params)
+        finally:
+            self._per_client.give_back(where)
+
+    async def _refuse(self, ws, where: str, code: int, reason: str) -> None:
+        """A connection closed before its stream opened (its request, or no room for it)."""
+        self.counts["refused"] += 1
+        self.log(f"{where}: refused {code} ({one_line(reason)})")
+        await ws.close(code, close_reason(reason))
+
+    async def _run(self, ws, where: str, params: protocol.StreamParams) -> None:
+        """One admitted connection, from its stream's opening to its close."""
         conn = _Conn(next(self._ids), ws, params, self.max_ahead_s)
-        conn.peer = peer(ws)
+        conn.peer = where
         try:
             lease = await asyncio.to_thread(self.link.open, params.label, params.language, params.sample_rate_hz,
                                             conn.lease_changed)
+        except EngineDown as error:  # a failed engine, being restarted: the log said why once
+            await self._refuse(ws, where, protocol.CLOSE_TRY_LATER, str(error))
+            return
         except StreamRefused as error:
             self.counts["refused"] += 1
             self.log(f"#{conn.id} {conn.peer}: refused at capacity: {one_line(error)}")
             await ws.close(protocol.CLOSE_TRY_LATER, close_reason(str(error)))
             return
         except UserError as error:  # a language the model lacks
-            self.counts["refused"] += 1
-            await ws.close(protocol.CLOSE_POLICY, close_reason(str(error)))
+            await self._refuse(ws, where, protocol.CLOSE_POLICY, str(error))
+            return
+        except Exception as error:  # the engine failed as it took the stream: the client is told, not left waiting
+            self.notice(f"#{conn.id} {conn.peer}: the engine could not open the stream: {one_line(error)}")
+            await self._refuse(ws, where, protocol.CLOSE_INTERNAL, "the engine failed; try again")
             return
         conn.lease = lease
+        conn.last_audio_s = time.monotonic()  # idle from its admission on
         self._conns[conn.id] = conn
         self._by_lease[lease.key] = conn
         self.counts["accepted"] += 1
         self.log(f"#{conn.id} {conn.peer}: open ({params.sample_rate_hz} Hz, {lease.worker.device or 'auto'})")
+        if self._stopping:  # admitted while the stop began: drained like the others
+            asyncio.create_task(self._drain_one(conn))
         sender = asyncio.create_task(self._sender(conn))
         conn.ready = protocol.ready_message(params.label, self.link.model, params.sample_rate_hz, lease.language)
         if lease.state == "open":  # listed already (the pump ran while the stream was opened)
@@ -261,18 +323,22 @@ class CaptionServer:
             async for message in conn.ws:
                 n_samples = protocol.check_audio(message)
                 if n_samples < 0:
+                    conn.last_audio_s = math.inf  # its audio is over: waiting for its finals is not idling
                     return True
-                now_ns = time.monotonic_ns()  # one clock read for the pace and the chunk's capture time
+                now_ns = time.monotonic_ns()  # one clock read for the pace, the idle watch and the capture time
                 conn.pace.add(n_samples / rate, now_ns / 1e9)
                 if n_samples:
+                    conn.last_audio_s = now_ns / 1e9
                     lease.push(message, now_ns)
         except ConnectionClosed as closed:
-            rcvd = closed.rcvd
-            if rcvd is not None and rcvd.code == protocol.CLOSE_TOO_BIG:
-                raise ProtocolError(protocol.CLOSE_TOO_BIG, rcvd.reason) from None
-            sent = closed.sent
-            if sent is not None and sent.code == protocol.CLOSE_TOO_BIG:
-                raise ProtocolError(protocol.CLOSE_TOO_BIG, sent.reason) from None
+            # This server's own close (too big, idle, not reading, a keepalive ping unanswered)
+            # is said as such, not as the client's leaving.
+            by_server = protocol.closed_by_server(closed)
+            if by_server is not None:
+                raise by_server from None
+        by_server = protocol.ended_by_server(conn.ws)
+        if by_server is not None:
+            raise by_server
         return False
 
     async def _finish(self, conn: _Conn) -> tuple[int, str]:
@@ -336,6 +402,8 @@ class CaptionServer:
                 if self._transcripts is not None and update.kind == "final" and update.text.strip():
                     self._transcripts.items.put((conn.id, f"{conn.params.label} via {conn.peer}",
                                                  relabelled(update, conn.params.label)))
+            for line in self.link.take_notes():
+                self.notice(line)
             await bell.wait(POLL_PERIOD_S)
 
     async def _status(self) -> None:
@@ -362,7 +430,14 @@ class CaptionServer:
             self._transcripts.start()
         self._tasks = [asyncio.create_task(self._pump(), name="captioner-serve-pump"),
                        asyncio.create_task(self._status(), name="captioner-serve-status"),
-                       asyncio.create_task(self.loop_lag.watch(), name="captioner-serve-loop-lag")]
+                       asyncio.create_task(self.loop_lag.watch(), name="captioner-serve-loop-lag"),
+                       asyncio.create_task(close_idle(self._idle_candidates, self.idle_timeout_s),
+                                           name="captioner-serve-idle")]
+
+    def _idle_candidates(self):
+        """The connections the idle watch looks at: none while the server drains (a stream whose
+        audio is over waits for its finals, which is not idling)."""
+        return () if self._stopping else self._conns.values()
 
     def stop_background(self) -> None:
         for task in self._tasks:
@@ -373,13 +448,31 @@ class CaptionServer:
             self._transcripts.join(10)
 
     async def stop_all(self) -> None:
-        """Every open stream is committed, its finals sent, its connection closed with 1001."""
+        """The drain: every open stream's audio received is captioned to its end, its finals
+        sent and its connection closed with 1001, within ``drain_s``; then whatever is left is
+        closed anyway, and one line says how many streams were cut."""
         self._stopping = True
-        await self._drain_on_stop()
+        started_s = time.monotonic()
+        draining = list(self._conns.values())
+        if draining:
+            self.notice(f"stopping: no new connections; captioning the {len(draining)} open stream(s) to the end "
+                        f"of their audio (at most {self.drain_s:g} s)")
+        for conn in draining:
+            asyncio.create_task(self._drain_one(conn))
+        deadline_s = started_s + self.drain_s
+        while self._conns and time.monotonic() < deadline_s:
+            await asyncio.sleep(0.05)
+        left = list(self._conns.values())
+        for conn in left:
+            asyncio.create_task(conn.ws.close(protocol.CLOSE_GOING_AWAY, CUT_REASON))
+        if left:
+            self.notice(drain_cut_line(len(left), len(draining), self.drain_s))
+        elif draining:
+            self.notice(f"drained: {len(draining)} stream(s) captioned to their end and closed in "
+                        f"{time.monotonic() - started_s:.1f} s")
 
     async def serve(self, stop: asyncio.Event) -> None:
-        """Serves until ``stop`` is set; then every open stream is committed, its finals sent and
-        its connection closed with 1001."""
+        """Serves until ``stop`` is set; then stops listening and drains (:meth:`stop_all`)."""
         from websockets.asyncio.server import serve
 
         self.start_background()
@@ -392,28 +485,32 @@ class CaptionServer:
                     self.port = sockets[0].getsockname()[1]
                 self.bound.set()
                 await stop.wait()
+                server.close(close_connections=False)  # the listening socket first: no new connection
                 await self.stop_all()
-                server.close(close_connections=False)
         finally:
             self.stop_background()
 
-    async def _drain_on_stop(self) -> None:
-        """Every open stream is committed and its finals sent before its connection closes."""
-        conns = list(self._conns.values())
-        for conn in conns:
-            if conn.lease is not None and conn.lease.state in ("opening", "open"):
-                asyncio.create_task(self._shutdown_one(conn))
-        deadline = time.monotonic() + SHUTDOWN_S
-        while self._conns and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-
-    async def _shutdown_one(self, conn: _Conn) -> None:
-        """Commits the stream; its handler sends the finals and closes with 1001 once it is done."""
+    async def _drain_one(self, conn: _Conn) -> None:
+        """Ends one stream at the stop: the audio on its way is taken in, then the stream is
+        closed (the engine captions what it holds to its end); its handler sends the finals and
+        closes with 1001 once the engine is done. The drain's deadline cuts what takes longer."""
+        await asyncio.sleep(DRAIN_TAKE_S)
+        lease = conn.lease
+        if lease is None or lease.state not in ("opening", "open"):
+            return
         try:
-            await conn.flags.wait(OPENED, SHUTDOWN_S)
-            await asyncio.to_thread(self.link.close, conn.lease)
+            await conn.flags.wait(OPENED, self.drain_s)
+            await asyncio.to_thread(self.link.close, lease)
         except asyncio.TimeoutError:
-            await conn.ws.close(protocol.CLOSE_GOING_AWAY, "the server is shutting down")
+            pass
+
+
+CUT_REASON = "the server is shutting down (its drain time ran out before this stream's audio was captioned)"
+
+
+def drain_cut_line(cut: int, draining: int, drain_s: float) -> str:
+    return (f"drain: {cut} of {draining} stream(s) cut after {drain_s:g} s (--drain-s), the end of their audio "
+            "not captioned")
 
 
 class ServerThread:
@@ -463,8 +560,11 @@ class ServerThread:
         """Blocks until the server has stopped (or ``timeout_s``); whether it has."""
         return self._done.wait(timeout_s)
 
-    def stop(self, timeout_s: float = 30.0) -> None:
-        """Drains (each stream committed, 1001) and joins; safe to call twice."""
+    def stop(self, timeout_s: float | None = None) -> None:
+        """Drains (each stream captioned to its end, 1001) and joins; safe to call twice.
+        ``timeout_s``: how long to wait for that (default: the server's drain time and 30 s)."""
+        if timeout_s is None:
+            timeout_s = getattr(self.server, "drain_s", protocol.DRAIN_S) + 30.0
         if not self._thread.ident:  # never started
             return
         if self._loop is not None and self._stop is not None and not self._done.is_set():

@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 from captioner.errors import UserError
+from captioner.serve import protocol
 from captioner.serve.channel import FLUSH_S
 
 DEFAULT_PORT = 8765
@@ -36,6 +37,9 @@ for it (``sys.setswitchinterval``; CPython's own default). The serving loop, eve
 and the threads that talk to the model processes share that one lock: each time the loop comes
 back from a socket call it may wait this long per thread ahead of it (docs/serve.md)."""
 GIL_SWITCH_MS_RANGE = (0.1, 50.0)
+
+DRAIN_S_RANGE = (0.0, 3600.0)
+IDLE_TIMEOUT_S_RANGE = (1.0, 86400.0)
 
 MAX_ENGINES_PER_DEVICE = 8
 """``--engines-per-device`` at most: each engine is a process with its own model copy, CUDA
@@ -78,6 +82,37 @@ def gil_switch_ms(text: str) -> float:
     return _milliseconds("--gil-switch-ms", text, *GIL_SWITCH_MS_RANGE)
 
 
+def _seconds(flag: str, text: str, low: float, high: float, off: str = "") -> float:
+    """``flag``'s value: seconds from ``low`` to ``high`` (or 0 where ``off`` says what 0 means)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (low <= value <= high or (off and value == 0)):
+        raise UserError(f"{flag} must be a number of seconds from {low:g} to {high:g}{off}, not {text!r}")
+    return value
+
+
+def drain_s(text: str) -> float:
+    return _seconds("--drain-s", text, *DRAIN_S_RANGE)
+
+
+def idle_timeout_s(text: str) -> float | None:
+    """``--idle-timeout-s``: seconds, or 0 for never (``None``)."""
+    return _seconds("--idle-timeout-s", text, *IDLE_TIMEOUT_S_RANGE, off=", or 0 (never)") or None
+
+
+def connections_per_client(text: str) -> int | None:
+    """``--max-connections-per-client``: a whole number, or 0 for no limit (``None``)."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise UserError(f"--max-connections-per-client must be a whole number, 0 for no limit, not {text!r}")
+    return count or None
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1",
                         help="address to bind (default 127.0.0.1; any other address needs --token-file)")
@@ -117,6 +152,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="how long a thread of this process may hold the interpreter lock while another "
                              f"waits (default {GIL_SWITCH_MS:g}; shorter: the network loop waits less behind the "
                              "engines' threads, at the cost of more switches)")
+    parser.add_argument("--drain-s", default=str(protocol.DRAIN_S), metavar="S",
+                        help="at Ctrl-C or SIGTERM: no new connection, and each open stream's audio is captioned to "
+                             f"its end and sent before its connection closes (1001), within S seconds (default {protocol.DRAIN_S:g}; "
+                             "then the rest are closed anyway and a line says how many were cut)")
+    parser.add_argument("--idle-timeout-s", default=str(protocol.IDLE_TIMEOUT_S), metavar="S",
+                        help="close a connection that sends no audio for S seconds (1001; default "
+                             f"{protocol.IDLE_TIMEOUT_S:g}; 0: never)")
+    parser.add_argument("--max-connections-per-client", default=str(protocol.MAX_CONNECTIONS_PER_CLIENT), metavar="N",
+                        help="connections one client address may hold at once; more are closed with 1013 "
+                             f"(default {protocol.MAX_CONNECTIONS_PER_CLIENT}; 0: no limit; behind a proxy every "
+                             "client has its address)")
     parser.add_argument("--ray", action="store_true",
                         help="run as a Ray Serve application instead (needs captioner[cluster]; docs/cluster.md)")
     parser.add_argument("--replicas", type=int, default=None, metavar="N",
@@ -204,6 +250,13 @@ def check_arguments(args) -> tuple[str | None, object]:
     args.gil_switch_ms = gil_switch_ms(str(args.gil_switch_ms))
     if args.ray and args.gil_switch_ms != GIL_SWITCH_MS:
         raise UserError("--gil-switch-ms is for the plain server: with --ray, each replica is Ray's process")
+    args.drain_s = drain_s(str(args.drain_s))
+    args.idle_timeout_s = idle_timeout_s(str(args.idle_timeout_s))
+    args.max_connections_per_client = connections_per_client(str(args.max_connections_per_client))
+    if args.ray and (args.drain_s, args.idle_timeout_s, args.max_connections_per_client) != (
+            protocol.DRAIN_S, protocol.IDLE_TIMEOUT_S, protocol.MAX_CONNECTIONS_PER_CLIENT):
+        raise UserError("--drain-s, --idle-timeout-s and --max-connections-per-client are for the plain server: "
+                        "with --ray, Ray Serve's proxy holds the connections")
     if args.ray and args.engines_per_device != 1:
         raise UserError("--engines-per-device is for the plain server: with --ray, give more --replicas")
     return token, context
@@ -270,15 +323,20 @@ def run(args) -> int:
         from captioner.app.metrics import MetricsExporter
 
         metrics = MetricsExporter(args.metrics_port)
-    log = (lambda line: None) if args.quiet else (lambda line: print(f"captioner: {line}", file=sys.stderr, flush=True))
+    def notice(line: str) -> None:  # the server's own events (an engine failed, the drain): even with --quiet
+        print(f"captioner: {line}", file=sys.stderr, flush=True)
+
+    log = (lambda line: None) if args.quiet else notice
+    bounds = {"drain_s": args.drain_s, "idle_timeout_s": args.idle_timeout_s,
+              "max_connections_per_client": args.max_connections_per_client}
     if args.frontends > 1:
         server = FrontendHub(link, args.host, args.port, frontends=args.frontends, token=token,
                              tls_files=(args.certfile, args.keyfile) if context is not None else None,
                              transcripts=transcripts, metrics=metrics, flush_s=args.frontend_flush_ms / 1000.0,
-                             log=log)
+                             log=log, notice=notice, **bounds)
     else:
         server = CaptionServer(link, args.host, args.port, token=token, ssl_context=context, transcripts=transcripts,
-                               metrics=metrics, log=log)
+                               metrics=metrics, log=log, notice=notice, **bounds)
     print(f"captioner: loading {args.model} on {', '.join(d or 'auto' for d in devices)} …", file=sys.stderr, flush=True)
     thread = None
     try:
