@@ -368,10 +368,17 @@ class FrontendHub:
         if too_many:
             self._refuse(stream, protocol.CLOSE_TRY_LATER, too_many)
             return
+        counted = [True]
+
+        def give_back() -> None:  # once the connection is over, not once its stream has left the engine
+            if counted[0]:
+                counted[0] = False
+                self._per_client.give_back(stream.peer)
+
         try:
-            await self._run_admitted(stream)
+            await self._run_admitted(stream, give_back)
         finally:
-            self._per_client.give_back(stream.peer)
+            give_back()
 
     def _refuse(self, stream: _Stream, code: int, reason: str) -> None:
         """A connection closed before its stream opened (no room for it, or a language the model lacks)."""
@@ -380,7 +387,7 @@ class FrontendHub:
         self._send(stream.fe, ("refuse", stream.sid, code, reason))
         stream.fe.streams.pop(stream.sid, None)
 
-    async def _run_admitted(self, stream: _Stream) -> None:
+    async def _run_admitted(self, stream: _Stream, give_back: Callable[[], None]) -> None:
         fe = stream.fe
         try:
             lease = await asyncio.to_thread(self.link.open, stream.label, stream.language, stream.rate_hz,
@@ -431,6 +438,7 @@ class FrontendHub:
         finally:
             if code is not None:
                 self._send(fe, ("close", stream.sid, code, reason))
+            give_back()
             await self._retire(stream)
             if code is None and closed_by is not None:  # the front-end closed it for the client's input
                 code, reason = closed_by, why
