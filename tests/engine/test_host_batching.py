@@ -39,7 +39,7 @@ class ScriptFactory:
 def _core() -> HostCore:
     core = HostCore(HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory()))
     for label in SCRIPTS:
-        core.apply(("open", label, None, 0, 0, False, "live", ()))
+        core.apply(("open", label, None, 0, 0, False, "live", (), None))
     return core
 
 
@@ -115,7 +115,7 @@ def test_a_streams_chunks_wait_for_the_next_step_together():
     rows, and the engine fell behind), and the step feeds each 100 ms where it lies."""
     core = _core()
     for k in range(300):  # quiet company: the step spacing of a busy server (100 ms)
-        core.apply(("open", f"quiet{k}", None, 0, 0, False, "live", ()))
+        core.apply(("open", f"quiet{k}", None, 0, 0, False, "live", (), None))
     core.step()
     chunk = np.zeros(CHUNK, np.float32)
     now_ns = time.monotonic_ns()
@@ -141,11 +141,11 @@ def test_opens_and_finishes_leave_the_waiting_audio_for_the_next_step():
                     config=EngineConfig(admission=AdmissionConfig(time_budget="on", growth_streams=3)))
     core = HostCore(spec)
     for label in ("a", "b"):
-        core.apply(("open", label, None, 0, 0, False, "live", ()))
+        core.apply(("open", label, None, 0, 0, False, "live", (), None))
     speech = _audio()["a"][:int(4.5 * SAMPLE_RATE_HZ)]  # a's first phrase, from 1.0 s
     core.apply(("audio", ("a",), (0,), (time.monotonic_ns(),), (speech.shape[0],), speech))
-    assert core.apply(("open", "c", None, 0, 0, False, "live", ())) == [("opened", "c")]
-    refused = core.apply(("open", "d", None, 0, 0, False, "live", ()))
+    assert core.apply(("open", "c", None, 0, 0, False, "live", (), None)) == [("opened", "c")]
+    refused = core.apply(("open", "d", None, 0, 0, False, "live", (), None))
     assert [m[0] for m in refused] == ["refused"]
     assert core.apply(("finish", "b")) == []
     assert core.apply(("finish", "a")) == []
@@ -165,7 +165,7 @@ def test_a_busy_hosts_step_feeds_two_waiting_chunks_in_one_tick():
     busy host: a second tick for the few such streams was a model step of a few rows."""
     core = _core()
     for k in range(300):
-        core.apply(("open", f"quiet{k}", None, 0, 0, False, "live", ()))
+        core.apply(("open", f"quiet{k}", None, 0, 0, False, "live", (), None))
     core.step()
     chunk = np.zeros(CHUNK, np.float32)
     now_ns = time.monotonic_ns()
@@ -185,7 +185,7 @@ def test_chunks_that_come_together_lose_nothing_and_make_no_extra_steps():
     spacing has passed, and the words come out whole, each stream's in order, before its end."""
     core = _core()
     for k in range(300):  # quiet company: the step spacing of a busy server (100 ms)
-        core.apply(("open", f"quiet{k}", None, 0, 0, False, "live", ()))
+        core.apply(("open", f"quiet{k}", None, 0, 0, False, "live", (), None))
     audio = _audio()
     out = core.step()
     steps = core.live.engine.steps
@@ -220,7 +220,7 @@ def test_a_backlog_is_stepped_a_second_at_a_time():
     host's heartbeat would wait for all of it)."""
     core = _core()
     for k in range(300):
-        core.apply(("open", f"quiet{k}", None, 0, 0, False, "live", ()))
+        core.apply(("open", f"quiet{k}", None, 0, 0, False, "live", (), None))
     core.step()
     speech = _audio()["a"]
     for k in range(35):  # 3.5 s of a's audio, back to back
@@ -236,7 +236,7 @@ def test_a_host_with_many_streams_spaces_its_steps_and_one_with_few_does_not():
     core.step()
     assert core.step_wait_s() < 0.002  # three streams: 1.2 ms at most
     for k in range(1000):
-        core.apply(("open", f"quiet{k}", None, 0, 0, False, "live", ()))
+        core.apply(("open", f"quiet{k}", None, 0, 0, False, "live", (), None))
     core.step()
     wait_s = core.step_wait_s()
     assert 0.0 < wait_s <= STEP_SPACING_MAX_S

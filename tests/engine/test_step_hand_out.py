@@ -92,7 +92,7 @@ def test_a_model_host_sends_each_ticks_updates_before_the_steps_other_messages()
         core = HostCore(HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory()))
         audio = {label: render_speech(words, BACKLOG_S, seed=k) for k, (label, words) in enumerate(SCRIPTS.items())}
         for label, samples in audio.items():
-            core.apply(("open", label, None, 0, 0, False, "live", ()))
+            core.apply(("open", label, None, 0, 0, False, "live", (), None))
             core.apply(("audio", (label,), (0,), (time.monotonic_ns(),), (samples.shape[0],), samples))
             core.apply(("finish", label))
         sent: list[tuple] = []
@@ -201,7 +201,7 @@ def test_an_inline_hosts_captions_made_before_its_first_poll_are_not_overtaken()
     host = InlineHost(HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory()))
     host.start()
     assert host.poll()[0][0] == "ready"
-    host.send(("open", label, None, 0, 0, False, "live", ()), wait=False)
+    host.send(("open", label, None, 0, 0, False, "live", (), None), wait=False)
     tail = int(5.0 * SAMPLE_RATE_HZ)  # the first sentence and its pause, 100 ms a message...
     for first in range(0, tail, CHUNK):
         chunk = audio[first:min(first + CHUNK, tail)]

@@ -85,7 +85,7 @@ def test_a_model_process_sends_a_steps_captions_before_its_checkpoints_and_statu
             core.send_updates = sent.append
         for k, (label, words) in enumerate(SCRIPTS.items()):
             samples = render_speech(words, SPEECH_S, seed=k)
-            core.apply(("open", label, None, 0, 0, False, "live", ()))
+            core.apply(("open", label, None, 0, 0, False, "live", (), None))
             core.apply(("audio", (label,), (0,), (time.monotonic_ns(),), (samples.shape[0],), samples))
             core.apply(("finish", label))
         returned = core.step()

@@ -169,11 +169,12 @@ class SupervisedStream:
     """One stream of a :class:`SupervisedCaptioner`, as the worker sees it (worker thread)."""
 
     def __init__(self, owner: SupervisedCaptioner, label: str, language: str | None,
-                 priority: int | str = "live") -> None:
+                 priority: int | str = "live", source: str | None = None) -> None:
         self._owner = owner
         self.label = label
         self.language = language
         self.priority = priority
+        self.source = source  # what the audio is (LiveCaptioner.open_stream): whether speakers are labelled
         self._ingest = StreamIngest(label)
         self.ring: deque[tuple[int, int, np.ndarray]] = deque()  # (first sample, capture_ns, 16 kHz)
         self.ring_samples = 0
@@ -392,16 +393,16 @@ class SupervisedCaptioner:
         return MappingProxyType(self._streams)
 
     def open_stream(self, label: str, language: str | None = None, *,
-                    priority: int | str = "live") -> SupervisedStream:
+                    priority: int | str = "live", source: str | None = None) -> SupervisedStream:
         if self._closed:
             raise ValueError("this captioner is closed")
         if label in self._streams:
             raise ValueError(f"a stream labelled {label!r} is already open")
         code = self.recognizer.check_language(language) if language_code(language) else None
         parse_priority(priority)  # a bad one is the caller's one-line ValueError, here
-        stream = SupervisedStream(self, label, code, priority)
+        stream = SupervisedStream(self, label, code, priority, source)
         self._streams[label] = stream
-        self._send(("open", label, code, 0, 0, False, priority, ()))
+        self._send(("open", label, code, 0, 0, False, priority, (), source))
         return stream
 
     def accept_framed(self, audio: FramedAudio) -> None:
@@ -661,7 +662,7 @@ class SupervisedCaptioner:
     def _refeed(self, stream: SupervisedStream) -> None:
         segment_base = stream.segment_max + 1
         self._host.send(("open", stream.label, stream.language, stream.checkpoint, segment_base, True,
-                        stream.priority, stream.history))
+                        stream.priority, stream.history, stream.source))
         for first, capture_ns, samples in stream.replay():
             self._batch[stream.label] = (first, capture_ns, samples)
             self._flush_audio(wait=False)

@@ -12,7 +12,7 @@ worker thread and makes a new one after a failure.
 Both speak the same small messages, plain tuples that pickle cheaply:
 
 parent -> host
-    ``("open", label, language, base_sample, segment_base, readmit, priority, history)`` a
+    ``("open", label, language, base_sample, segment_base, readmit, priority, history, source)`` a
     stream whose clock starts at 16 kHz index ``base_sample`` of the supervisor's stream clock,
     its first windows prompted by ``history`` (the texts of words committed before, ``()`` for
     a new stream); ``("audio", labels,
@@ -231,9 +231,10 @@ class HostCore:
                 self._accept(label, first, capture_ns, samples[offset:offset + n_samples])
                 offset += n_samples
         elif kind == "open":
-            _, label, language, base_sample, segment_base, readmit, priority, history = message
+            _, label, language, base_sample, segment_base, readmit, priority, history, source = message
             try:
-                self.live.open_stream(label, language, readmit=readmit, priority=priority, history=history)
+                self.live.open_stream(label, language, readmit=readmit, priority=priority, history=history,
+                                      source=source)
             except StreamRefused as refused:  # at capacity: this stream only; the host goes on
                 return [*out, ("refused", label, one_line(refused))]
             self._base[label] = (base_sample, segment_base)
