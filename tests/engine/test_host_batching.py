@@ -359,3 +359,33 @@ def test_a_stream_is_listed_once_the_host_took_it_and_never_when_refused():
     recorder.replies = [("done", "taken")]
     supervisor.step()
     assert supervisor.status().streams == ()
+
+
+def test_a_model_process_outlives_a_stop_signal_until_its_parent_closes_it():
+    """A service manager stops a unit by signalling every process in it (systemd's default): the
+    model's process must stay for the server's drain, which captions through it, and end only
+    when its parent closes it."""
+    import os
+    import signal
+
+    host = ProcessHost(HostSpec("scripted", "cpu", recognizer_factory=QuietFactory()))
+    host.start()
+    try:
+        deadline_s = time.monotonic() + 60
+        while not any(m[0] == "ready" for m in host.poll()) and time.monotonic() < deadline_s:
+            time.sleep(0.05)
+        pid = host.process.pid
+        for stop in (signal.SIGTERM, signal.SIGINT):
+            os.kill(pid, stop)
+        time.sleep(0.5)
+        assert host.process.poll() is None  # still there
+        host.send(("open", "a", None, 0, 0, False, "live", (), None), wait=False)
+        deadline_s = time.monotonic() + 10
+        opened = []
+        while not opened and time.monotonic() < deadline_s:
+            opened = [m for m in host.poll() if m[0] == "opened"]
+            time.sleep(0.02)
+        assert opened == [("opened", "a")]  # and still answering
+    finally:
+        host.stop()
+    assert host.process.poll() is not None

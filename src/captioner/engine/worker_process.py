@@ -510,11 +510,20 @@ def _name_process(name: str) -> None:
         pass
 
 
+def _ignore_stop_signals() -> None:
+    """The model process outlives a stop signal until its parent closes it (or, the parent gone,
+    ``_watch_parent`` ends it; a hard stop is the parent's SIGKILL)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def child_main(inbox, outbox, spec: HostSpec, parent_pid: int) -> None:
     """The child process: makes a :class:`HostCore`, then applies the parent's messages and steps
-    until ``("close",)``. Ctrl-C reaches the whole process group: the parent decides when this
-    process ends, so SIGINT is ignored here."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    until ``("close",)``. Ctrl-C reaches the whole process group, and a service manager's stop
+    (systemd's SIGTERM to every process of the unit) the same: the parent decides when this
+    process ends — a server drains its streams through it first — so both are ignored here
+    (:func:`_ignore_stop_signals`)."""
+    _ignore_stop_signals()
     threading.Thread(target=_watch_parent, args=(parent_pid,), name="captioner-parent-watch", daemon=True).start()
     try:
         if spec.progress is not None:  # the parent's callback stayed there: tell it how loading goes
@@ -573,7 +582,7 @@ def main(argv: list[str] | None = None) -> None:
     _name_process(name)
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID` prints where a hung worker is
     inbox, outbox = Connection(int(in_fd), writable=False), Connection(int(out_fd), readable=False)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _ignore_stop_signals()
     try:
         paths = inbox.recv()
         sys.path[:] = [p for p in paths if p not in sys.path] + sys.path
