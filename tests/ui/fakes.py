@@ -3,12 +3,27 @@ records its calls, and a pipeline (with its factory) that needs no model."""
 
 from __future__ import annotations
 
+import math
+import struct
 import threading
 import time
+import wave
 
 from captioner.events import CaptionUpdate, PipelineStatus
 
 TIMEOUT_S = 10.0
+
+
+def write_tone_wav(path):
+    """Half a second of a 440 Hz tone, 16 kHz mono, at ``path``: a file source that opens (the
+    fake pipelines never read it); returns ``path``."""
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1)
+        out.setsampwidth(2)
+        out.setframerate(16000)
+        out.writeframes(b"".join(struct.pack("<h", int(8000 * math.sin(2 * math.pi * 440 * i / 16000)))
+                                 for i in range(8000)))
+    return path
 
 
 def final(stream, text, start_s=0.0, end_s=1.0):

@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import argparse
 import time
-import wave
 
 import pytest
-from fakes import TIMEOUT_S, Factory, final
+from fakes import TIMEOUT_S, Factory, final, write_tone_wav
 from PySide6.QtCore import QPoint, QRect, QSize
 from PySide6.QtWidgets import QApplication, QPushButton
 
@@ -43,14 +42,7 @@ def ini(tmp_path):
 
 @pytest.fixture
 def clip(tmp_path):
-    """Half a second of silence, 16 kHz mono: a file source that opens."""
-    path = tmp_path / "clip.wav"
-    with wave.open(str(path), "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(16000)
-        out.writeframes(b"\0\0" * 8000)
-    return str(path)
+    return str(write_tone_wav(tmp_path / "clip.wav"))
 
 
 def saved(ini: str) -> AppSettings:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 
 import pytest
-from fakes import TIMEOUT_S, Factory
+from fakes import TIMEOUT_S, Factory, write_tone_wav
 
 from captioner.engine.core import EngineConfig
 from captioner.ui.controls import ControlPanel
@@ -56,14 +56,7 @@ def test_gui_policy_reaches_the_engine_config_and_only_the_app_s_choice_is_saved
     from captioner.ui.settings import load_settings, open_settings
 
     monkeypatch.setenv("CAPTIONER_TRANSCRIPT_DIR", str(tmp_path / "transcripts"))
-    clip = tmp_path / "clip.wav"
-    import wave
-
-    with wave.open(str(clip), "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(16000)
-        out.writeframes(b"\0\0" * 8000)
+    clip = write_tone_wav(tmp_path / "clip.wav")
     factory = ConfigTakingFactory()
     args = gui_args("--policy", policy, "--file", str(clip), "--no-start")
     window, controller = open_window(args, pipeline_factory=factory)

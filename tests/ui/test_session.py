@@ -7,17 +7,14 @@ joined by the GUI entry point's wiring.
 
 from __future__ import annotations
 
-import math
 import os
-import struct
 import subprocess
 import sys
 import threading
 import time
-import wave
 
 import pytest
-from fakes import TIMEOUT_S, Factory, RecordingView, final, status
+from fakes import TIMEOUT_S, Factory, RecordingView, final, status, write_tone_wav
 
 from captioner.errors import UserError
 from captioner.ui.run_config import RunConfig, SourceChoice
@@ -26,15 +23,7 @@ from captioner.ui.session_view import SessionView
 
 @pytest.fixture
 def clip_path(tmp_path):
-    """Half a second of a 440 Hz tone, 16 kHz mono: a file source that opens."""
-    path = tmp_path / "clip.wav"
-    with wave.open(str(path), "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(16000)
-        out.writeframes(b"".join(struct.pack("<h", int(8000 * math.sin(2 * math.pi * 440 * i / 16000)))
-                                 for i in range(8000)))
-    return path
+    return write_tone_wav(tmp_path / "clip.wav")
 
 
 @pytest.fixture

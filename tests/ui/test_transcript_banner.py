@@ -5,12 +5,8 @@ real transcript writer, on a real 64 KiB tmpfs where one can be mounted (tests/s
 
 from __future__ import annotations
 
-import math
-import struct
-import wave
-
 import pytest
-from fakes import Factory, RecordingView, final
+from fakes import Factory, RecordingView, final, write_tone_wav
 
 from captioner.ui.notices import failure_notice
 from small_disk import SmallDisk
@@ -26,14 +22,7 @@ def disk(tmp_path, monkeypatch):
 
 @pytest.fixture
 def clip_path(tmp_path):
-    """Half a second of a tone: a file source that opens."""
-    path = tmp_path / "clip.wav"
-    with wave.open(str(path), "wb") as out:
-        out.setnchannels(1)
-        out.setsampwidth(2)
-        out.setframerate(16000)
-        out.writeframes(b"".join(struct.pack("<h", int(8000 * math.sin(i / 4))) for i in range(8000)))
-    return path
+    return write_tone_wav(tmp_path / "clip.wav")
 
 
 @pytest.fixture
