@@ -25,6 +25,8 @@ from captioner.gpu.features import FeaturePool
 
 PUSH_FRAMES = 100  # 1 s of audio a push: the features' largest push by default
 N_MELS = 80  # the VAD's bands (its speech band is set in mel bands of Whisper's features)
+PAUSE_S = 0.2
+"""A pause between two words of an offline caption at which it is labelled in two pieces."""
 
 
 def hear_recording(blocks: Iterable[np.ndarray], config: SpeakerConfig | None = None, encoder=None,
@@ -64,12 +66,36 @@ def label_captions(blocks: Iterable[np.ndarray], captions: list[Caption], config
     track = hear_recording(blocks, config, encoder)
     out = []
     for caption in sorted(captions, key=lambda c: (c.start_s, c.end_s)):
-        line = CaptionUpdate(caption.stream, "final", caption.text, caption.start_s, caption.end_s, caption.end_s,
-                             caption.end_s, language=caption.language, words=caption.words)
-        for part in track.label(line):
-            out.append(replace(caption, text=part.text, start_s=part.start_s, end_s=part.end_s, words=part.words,
-                               speaker=part.speaker))
+        for piece in _at_pauses(caption):
+            line = CaptionUpdate(piece.stream, "final", piece.text, piece.start_s, piece.end_s, piece.end_s,
+                                 piece.end_s, language=piece.language, words=piece.words)
+            for part in track.label(line):
+                out.append(replace(piece, text=part.text, start_s=part.start_s, end_s=part.end_s, words=part.words,
+                                   speaker=part.speaker))
     return out
+
+
+def _at_pauses(caption: Caption) -> list[Caption]:
+    """``caption`` cut at every pause of :data:`PAUSE_S` between its words (where it has word
+    times that spell its text). A Whisper segment runs on over a change of speaker where a live
+    line would have been committed; labelled whole it would mix two voices (the layout joins the
+    pieces of one speaker into cues again)."""
+    from captioner.layout import join, spelled
+
+    words = caption.words
+    spelt = spelled(" ".join(caption.text.split()), words) if len(words) > 1 else None
+    if spelt is None:
+        return [caption]
+    cuts = [i for i in range(1, len(words)) if words[i][1] - words[i - 1][2] >= PAUSE_S]
+    if not cuts:
+        return [caption]
+    pieces = []
+    for a, b in zip([0, *cuts], [*cuts, len(words)]):
+        piece = words[a:b]
+        pieces.append(replace(caption, text=join(spelt[a:b]), words=piece,
+                              start_s=caption.start_s if a == 0 else piece[0][1],
+                              end_s=caption.end_s if b == len(words) else piece[-1][2]))
+    return pieces
 
 
 class _Judge:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-DEFAULT_THRESHOLD = 0.70
+DEFAULT_THRESHOLD = 0.74
 """Cosine similarity to a speaker's centroid from which a line is theirs. Measured on the tuning
 set (benchmarks/bench_speakers.py --tune; docs/speakers.md), not on the measured conversations."""
 

@@ -60,8 +60,9 @@ class SpeakerConfig:
     new_min_frames: int = 80
     """Speech (frames) the partials under a line must have heard for it to make a new speaker; a
     line on less that matches no one is the last speaker's."""
-    pause_frames: int = 50
-    """Silence (frames) that ends a run of partials."""
+    pause_frames: int = 15
+    """Silence (frames the VAD calls silence, after its 0.3 s hangover) that ends a run of
+    partials: a pause of about 0.45 s, where turns change."""
     target_dbfs: float = -30.0
     """The speech level the network hears (resemblyzer's), raised to, never lowered."""
 
