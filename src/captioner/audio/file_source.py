@@ -5,17 +5,23 @@ every command that reads a file shares.
 resamples a whole file, :class:`FileSource` replays one at its native rate, mixed to mono,
 either paced in real time (against an injectable clock, so a test can simulate the replay
 deterministically) or as fast as the consumer takes it. A file source never drops audio.
+
+Only regular files are read: every reader checks a whole file before it starts, which a pipe
+cannot give, and opening a FIFO that nobody writes to blocks for ever. A float file whose
+samples go far past full scale (±1) is scaled to ±1 with a warning (:data:`FLOAT_PEAK_LIMIT`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import struct
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +32,14 @@ from captioner.errors import UserError, one_line
 from captioner.events import SAMPLE_RATE_HZ
 
 _DECODE_FRAMES = 8192  # native frames decoded per step: small enough to start fast, big enough to be cheap
+
+FLOAT_PEAK_LIMIT = 2.0
+"""A float file whose samples reach past this is scaled to a peak of 1 (with a warning). Full
+scale is ±1; a mix that was never limited overshoots it by a little, which the model hears as it
+is, but 6 dB past it means the file was written at the wrong scale (int16 counts stored as
+floats, a gain of 10^6): read as they are, such samples turned speech into "and and that and",
+and a server connection's int16 conversion clips them to a square wave."""
+_FLOAT_SUBTYPES = frozenset({"FLOAT", "DOUBLE"})  # the PCM kinds that hold any value, not a fixed range
 
 
 @dataclass(frozen=True)
@@ -38,6 +52,9 @@ class AudioFileInfo:
     rate_hz: int
     channels: int
     frames: int
+    gain: float = 1.0
+    """What every sample is multiplied by as it is read: 1, or 1/peak for a float file whose
+    samples go past :data:`FLOAT_PEAK_LIMIT` (set where the samples are checked)."""
 
     @property
     def duration_s(self) -> float:
@@ -157,7 +174,12 @@ def open_audio_file(path: str | os.PathLike) -> AudioFileInfo:
     if path.is_dir():
         raise UserError(f"{path} is a folder, not an audio file")
     try:
-        size_bytes = path.stat().st_size
+        status = path.stat()
+        if not stat.S_ISREG(status.st_mode):
+            # Checked before the file is opened: opening a FIFO blocks until someone writes.
+            raise UserError(f"{path} is {_file_kind(status.st_mode)}, not a regular file: "
+                            "save the audio to a file and give its path")
+        size_bytes = status.st_size
         with path.open("rb"):
             pass
     except OSError as error:
@@ -191,6 +213,18 @@ def open_audio_file(path: str | os.PathLike) -> AudioFileInfo:
     return AudioFileInfo(path, info.format, info.subtype, int(info.samplerate), int(info.channels), int(info.frames))
 
 
+def _file_kind(mode: int) -> str:
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
 def _check_finite(block: np.ndarray, info: AudioFileInfo, first_frame: int) -> None:
     if not np.isfinite(block).all():
         bad = int(np.flatnonzero(~np.isfinite(block).all(axis=-1) if block.ndim == 2 else ~np.isfinite(block))[0])
@@ -219,7 +253,7 @@ def _native_blocks(sound_file, info: AudioFileInfo) -> Iterator[np.ndarray]:
             )
         _check_finite(block, info, position)
         position += block.shape[0]
-        yield block
+        yield block if info.gain == 1.0 else block * np.float32(info.gain)
 
 
 def _open_sound_file(info: AudioFileInfo):
@@ -230,21 +264,44 @@ def _open_sound_file(info: AudioFileInfo):
         raise UserError(f"cannot open {info.path}: {_libsndfile_reason(error, info.path)}") from None
 
 
-def check_audio_samples(path: str | os.PathLike) -> AudioFileInfo:
-    """:func:`open_audio_file`, then decodes every sample once (truncation, NaN/Inf)."""
-    info = open_audio_file(path)
+def _peak(info: AudioFileInfo) -> float:
+    """The largest absolute sample of the file, decoded once (truncation and NaN/Inf are
+    reported as they are met)."""
+    peak = 0.0
     with _open_sound_file(info) as sound_file:
-        for _ in _native_blocks(sound_file, info):
-            pass
-    return info
+        for block in _native_blocks(sound_file, info):
+            peak = max(peak, float(np.abs(block).max(initial=0.0)))
+    return peak
+
+
+def _scaled(info: AudioFileInfo, peak: float) -> AudioFileInfo:
+    """``info``, with the gain that brings a float file's ``peak`` to 1 where it lies past
+    :data:`FLOAT_PEAK_LIMIT`, said in a one-line warning. Scaled rather than refused: a file
+    whose full scale is plainly wrong still holds the recording, and its level does not matter."""
+    if info.subtype not in _FLOAT_SUBTYPES or peak <= FLOAT_PEAK_LIMIT:
+        return info
+    # Said from here, so a file read twice in a run (offline words, then speakers) says it once.
+    warnings.warn(f"{info.path}: samples reach {peak:.3g}: the file is not normalised (full scale is ±1); "
+                  "scaled to ±1", UserWarning, stacklevel=1)
+    return replace(info, gain=1.0 / peak)
+
+
+def check_audio_samples(path: str | os.PathLike) -> AudioFileInfo:
+    """:func:`open_audio_file`, then decodes every sample once (truncation, NaN/Inf, and a float
+    file's peak: the info returned carries the gain its samples are read with)."""
+    info = open_audio_file(path)
+    return _scaled(info, _peak(info))
 
 
 def audio_16k_blocks(path: str | os.PathLike) -> tuple[AudioFileInfo, Iterator[np.ndarray]]:
     """The file's header, and its audio as a stream of 16 kHz mono float32 blocks (a few
     thousand samples each), decoded and resampled as they are taken: any length in bounded
     memory. The header is checked at once; NaN/Inf samples and a file that turns out shorter
-    than its header says are a :class:`UserError` when the iteration reaches them."""
+    than its header says are a :class:`UserError` when the iteration reaches them (a float file
+    is decoded once first, for its peak: there they are reported at once)."""
     info = open_audio_file(path)
+    if info.subtype in _FLOAT_SUBTYPES:
+        info = _scaled(info, _peak(info))
 
     def blocks() -> Iterator[np.ndarray]:
         resampler = Resampler(info.rate_hz)

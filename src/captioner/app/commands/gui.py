@@ -46,8 +46,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     for path in args.file or ():
-        if not Path(path).is_file():
+        if not Path(path).exists():
             raise UserError(f"no such audio file: {path}")
+        from captioner.audio.file_source import open_audio_file
+
+        open_audio_file(path)  # its header: a FIFO, a folder or a text file is one line now, not a hang or a banner
     if args.trace is not None and not Path(args.trace).is_file():
         raise UserError(f"no such trace file: {args.trace}")
     if args.compare is not None and (args.trace is None or not Path(args.compare).is_file()):
