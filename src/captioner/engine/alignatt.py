@@ -77,10 +77,10 @@ class AlignAttPolicy(LocalAgreementPolicy):
         self._line_words = 0  # words committed since the segment or sentence began
 
     def update(self, hypothesis: Hypothesis, emitted_audio_s: float, emitted_wall_s: float,
-               close_segment: bool = False, close_at_s: float | None = None):
+               close_segment: bool = False, close_at_s: float | None = None, cut_in_speech: bool = False):
         if not hypothesis.rejected and _unanchored(hypothesis):
             hypothesis = replace(hypothesis, rejected=True, reason="unanchored")
-        return super().update(hypothesis, emitted_audio_s, emitted_wall_s, close_segment, close_at_s)
+        return super().update(hypothesis, emitted_audio_s, emitted_wall_s, close_segment, close_at_s, cut_in_speech)
 
     def _agreed(self, tail: list[Word], hypothesis: Hypothesis) -> int:
         if not tail or any(w.attend_s is None for w in tail):

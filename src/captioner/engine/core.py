@@ -236,6 +236,8 @@ class _Decoded:
     """Per stream its hypothesis, or ``None`` while it is still to be read from :attr:`unread`."""
     closing: list[bool]
     unread: list = field(default_factory=list)
+    cut_in_speech: list[bool] = field(default_factory=list)
+    """Per stream (empty: none): a closing window whose audio ends inside speech."""
     """``(rows, pending)``: hypotheses decoded but not read yet (a recognizer's
     ``decode_pending``); :meth:`read` reads them, during the next step's encoding."""
     names: frozenset[str] = frozenset()
@@ -839,16 +841,20 @@ class Engine:
                                                      [r - f for f, r in spans])
         groups: dict[str, list[int]] = {}
         requests = []
+        cut = self._cut_in_speech(streams, closing)
         for i, (s, (first, _), log_mel) in enumerate(zip(streams, spans, log_mels)):
             model = self._choose_model(s)
             groups.setdefault(model, []).append(i)
             start_s = (first + s.frame_offset) / FRAMES_PER_S
             name = (self.light_recognizer if model == "light" else self.recognizer).name
+            # A window cut off inside speech is timed by the attention whatever the policy: the
+            # times tell the words heard from those guessed past the cut. A forced prefix is
+            # prefilled without attention, so such a window decodes its buffer whole.
             requests.append(WindowRequest(
                 s.name, log_mel, start_s, s.policy.prompt_text(),
                 s.language or self.language or s.segment_language,
-                alignment=getattr(s.policy, "wants_alignment", False),
-                prefix=s.policy.forced_prefix(start_s) if s.decoded_by == name else (),
+                alignment=getattr(s.policy, "wants_alignment", False) or cut[i],
+                prefix=s.policy.forced_prefix(start_s) if s.decoded_by == name and not cut[i] else (),
             ))
         # The previous step's hypotheses, if held back, are read and folded while this step encodes.
         earlier, self._pending = self._pending, None
@@ -905,7 +911,7 @@ class Engine:
             captured = s.capture_ns_at((ready + s.frame_offset) * FRAME_SAMPLES)
             if captured is not None:
                 self._lags.append((t1, max(0.0, (t1 - captured) / 1e9)))
-        decoded = _Decoded(streams, ends_s, hypotheses, [closing[s.name] for s in streams], unread)
+        decoded = _Decoded(streams, ends_s, hypotheses, [closing[s.name] for s in streams], unread, cut)
         if defer:
             self._pending = decoded
         else:
@@ -925,6 +931,16 @@ class Engine:
         self.steps += 1
         self.last_batch_size = len(streams)
         return updates
+
+    def _cut_in_speech(self, streams: list[_Stream], closing: dict[str, bool]) -> list[bool]:
+        """Per stream: whether its window closes a segment on audio that ends inside speech
+        (less than ``pause_s`` of quiet after the last speech: a stream stopped mid-sentence).
+        A close at a pause ends in quiet."""
+        if not any(closing[s.name] for s in streams):
+            return [False] * len(streams)
+        quiet = self.vad.silence_frames_many([s.vad_row for s in streams]).tolist()
+        pause_frames = self.config.pause_s * FRAMES_PER_S
+        return [closing[s.name] and frames < pause_frames for s, frames in zip(streams, quiet)]
 
     def _defer(self) -> bool:
         """Whether this step's hypotheses wait to be folded during the next step's encoding."""
@@ -958,13 +974,15 @@ class Engine:
                 self._note_language(s, decoded.hypotheses[i], closed=decoded.closing[i])
         out = []
         lead_in_s = self.config.lead_in_s
-        for s, end_s, hyp, is_closing in zip(decoded.streams, decoded.ends_s, decoded.hypotheses, decoded.closing):
+        for i, (s, end_s, hyp, is_closing) in enumerate(zip(decoded.streams, decoded.ends_s, decoded.hypotheses,
+                                                            decoded.closing)):
             if streams.get(s.name) is not s:
                 continue
             wall_s = (at_ns - s.start_ns) / 1e9 if s.start_ns is not None else end_s
             if is_closing:
                 mine = s.policy.update(hyp, end_s, wall_s, close_segment=True,
-                                       close_at_s=max(s.policy.buffer_start_s, end_s - lead_in_s))
+                                       close_at_s=max(s.policy.buffer_start_s, end_s - lead_in_s),
+                                       cut_in_speech=bool(decoded.cut_in_speech) and decoded.cut_in_speech[i])
             else:
                 mine = s.policy.update(hyp, end_s, wall_s)
             out.append((s, self._labelled(s, mine)))

@@ -11,8 +11,9 @@ first, so a window never fills; the text committed before the buffer becomes the
 next window. A pause does not cut the buffer by itself: a hesitation in the middle of a
 sentence keeps the audio before it in the next windows; a long silence closes the segment
 (:meth:`LocalAgreementPolicy.settle`), and so does the end of a stream, where the last
-hypothesis is committed whole and the buffer restarts after it. Hypotheses the decoder's guards
-rejected (text invented on silence, loops) never reach the screen.
+hypothesis is committed whole and the buffer restarts after it; a stream cut off inside speech
+(a Ctrl-C mid-sentence) commits only the words the audio holds (:func:`heard_before_cut`).
+Hypotheses the decoder's guards rejected (text invented on silence, loops) never reach the screen.
 
 This module is pure Python: no model, no clock, no thread; the worker thread calls it.
 :func:`captioner.engine.policies.make_policy` builds the policy a :class:`PolicyConfig` names:
@@ -174,6 +175,31 @@ def words_from_segments(segments, window_start_s: float = 0.0) -> tuple[list[Wor
             cursor += span
         ends.append(end_s)
     return words, ends
+
+
+CUT_WORD_S = 0.12
+"""At a cut inside speech: a last word with less audio of its own than this before the cut, that
+runs up to it (ends within ``CUT_NEAR_S``), is a word's first sound heard as whatever fits it."""
+CUT_NEAR_S = 0.1
+
+
+def heard_before_cut(words: list[Word], end_s: float) -> int:
+    """How many of ``words`` (a closing hypothesis; the stream's audio was cut off inside speech
+    at ``end_s``) the audio holds. Not held: the last words that the alignment gave no audio of
+    their own, Whisper's guesses at what follows the cut ("It was not so much" decoded as "... so
+    much to me.", a cut inside "the" as "the fact that"), and a last word with only the sliver
+    of audio before the cut ("gr" heard as "group"). Judged only where the words' times were
+    measured (the alignment heads' DTW): times spread over a segment say nothing of it."""
+    n = len(words)
+    while n > 0:
+        w = words[n - 1]
+        if w.attend_s is None:
+            break
+        own_s = min(w.end_s, end_s) - w.start_s  # 0: the DTW path gave it no frame (20 ms) of its own
+        if own_s >= 0.01 and (own_s >= CUT_WORD_S or w.end_s < end_s - CUT_NEAR_S):
+            break
+        n -= 1
+    return n
 
 
 POLICIES = ("auto", "localagreement", "alignatt")
@@ -404,11 +430,14 @@ class LocalAgreementPolicy:
         emitted_wall_s: float,
         close_segment: bool = False,
         close_at_s: float | None = None,
+        cut_in_speech: bool = False,
     ) -> list[CaptionUpdate]:
         """Fold in the hypothesis of one update and return the caption changes it causes.
 
         ``close_segment``: the stream ends (or its model changes); everything the hypothesis holds beyond the committed text is committed, and the
-        next buffer starts at ``close_at_s`` (default: the hypothesis' end).
+        next buffer starts at ``close_at_s`` (default: the hypothesis' end). ``cut_in_speech``
+        (with ``close_segment``): the audio stops inside speech, so the words at its end that it
+        does not hold are left out (:func:`heard_before_cut`), shown ones too.
         """
         s = self._s
         out: list[CaptionUpdate] = []
@@ -442,7 +471,12 @@ class LocalAgreementPolicy:
         tail = words[start_index:]
 
         if close_segment:
-            self._commit(emit, tail + self._shown_beyond(tail))
+            closing = tail + self._shown_beyond(tail)
+            if cut_in_speech:
+                # Shown words after the closing window's are judged alike: the partial on screen
+                # at a cut ends in the same guesses.
+                closing = closing[:heard_before_cut(closing, hypothesis.end_s)]
+            self._commit(emit, closing)
             emit.partial([])
             self._close(close_at_s if close_at_s is not None else hypothesis.end_s)
             return out
