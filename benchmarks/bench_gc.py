@@ -69,7 +69,7 @@ def one_variant(streams: int, audio_s: float, freeze: bool, device: str, speech:
     base = census()
     labels = [f"s{k}" for k in range(streams)]
     for label in labels:
-        core.apply(("open", label, None, 0, 0, False, "live", ()))
+        core.apply(("open", label, None, 0, 0, False, "live", (), None))
     out["every_10_s"] = []
     updates = 0
     for step, first in enumerate(range(0, n_samples, STEP_SAMPLES)):

@@ -128,7 +128,7 @@ def run(streams: int, seconds: float, jitter: bool, rule: str, fixed_s: float, r
         tick = engine.tick
         engine.tick = lambda: (ticks.__setitem__(0, ticks[0] + 1), tick())[1]
         for label in scripts:
-            core.apply(("open", label, None, 0, 0, False, "live", ()))
+            core.apply(("open", label, None, 0, 0, False, "live", (), None))
         chunks = int(seconds * 16000) // CHUNK
         arrive = arrivals(streams, chunks, jitter, rng)
         sent = np.zeros(streams, dtype=int)
