@@ -206,12 +206,13 @@ def _open_output(args):
 
 
 def _with_speakers(config, args):
-    """The engine's configuration with ``--speakers``: the replay's one stream is a file, which
-    ``auto`` labels, so ``auto`` is ``on`` here (a live replay cannot wait to see whether a
-    second voice comes, as the offline path does)."""
+    """The engine's configuration with ``--speakers``. A live replay cannot wait to see whether a
+    second voice comes, as the offline path does, so ``auto`` is ``off`` here: one speaker's
+    recording labelled from its first line reads as noise, and the live labels split one voice
+    in two often enough (JFK's 11 s as two speakers) that they wait to be asked for (``on``)."""
     from dataclasses import replace
 
-    mode = "off" if getattr(args, "speakers", "auto") == "off" else "on"
+    mode = "on" if getattr(args, "speakers", "auto") == "on" else "off"
     return replace(config, speakers=replace(config.speakers, mode=mode))
 
 

@@ -48,8 +48,9 @@ def add_arguments(parser) -> None:
                              "a live session on this machine, without the idle waiting)")
     add_policy_argument(parser)
     parser.add_argument("--speakers", choices=("auto", "on", "off"), default="auto",
-                        help="label who speaks (Speaker 1, Speaker 2, ...): on, off, or auto (default): on for "
-                             "a file; offline, the labels are written only when more than one voice was heard")
+                        help="label who speaks (Speaker 1, Speaker 2, ...): on, off, or auto (default): "
+                             "offline, the labels are written only when more than one voice was heard; "
+                             "with --realtime, only with on")
 
 
 def _output_format(args) -> str:
