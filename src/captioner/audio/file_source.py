@@ -344,6 +344,9 @@ class FileSource(ReplaySource):
     anyway ends with a ``SourceEnd`` that carries the error).
     """
 
+    origin = "file"
+    """A recording: ``speakers="auto"`` labels its speakers (docs/speakers.md)."""
+
     def __init__(
         self,
         path: str | os.PathLike,

@@ -402,6 +402,15 @@ class MicrophoneSource:
 
     live = True
 
+    @property
+    def origin(self) -> str:
+        """``meeting`` for a monitor of an output (what the machine plays: a call's other
+        people), else ``microphone`` (one person, "Me"): whether ``speakers="auto"`` labels it."""
+        # Imported here: devices.py imports this module.
+        from captioner.audio.devices import is_loopback_name
+
+        return "meeting" if is_loopback_name(self.device.pulse_source or self.device.name) else "microphone"
+
     def __init__(
         self,
         device: str | int | DeviceChoice | None = None,

@@ -77,6 +77,12 @@ def source_priority(source) -> int | str:
     return getattr(source, "priority", "live")
 
 
+def source_origin(source) -> str | None:
+    """What a source's audio is (``microphone``, ``meeting``, ``file``, ``remote``; ``None`` when
+    it does not say): whether ``speakers="auto"`` labels its speakers (docs/speakers.md)."""
+    return getattr(source, "origin", None)
+
+
 _WAIT_FOR_ROOM_S = 0.1
 _RETRY_TRANSCRIPT_S = 2.0
 
@@ -433,7 +439,7 @@ class Pipeline:
         self._worker = Worker(make_captioner if isolation == "none" else make_supervised, self._inbox,
                               self._deliver, self._publish, source_drops=self._source_drops)
         for source in self.sources:  # before any audio: the inbox keeps the order
-            self._inbox.put(OpenStream(source.stream, priority=source_priority(source)))
+            self._inbox.put(OpenStream(source.stream, priority=source_priority(source), source=source_origin(source)))
         self._watch = _InputWatch(self._inbox, self._stopping, self._retire, self._adopt)
         self._worker.start()
         self._worker.ready.wait(timeout_s)
@@ -629,7 +635,7 @@ class Pipeline:
         if source.stream in taken:
             raise UserError(f"a source labelled {source.stream!r} is already captioned")
         check_room_for_stream(self.latest_status())
-        self._send(OpenStream(source.stream, language_code(language), source_priority(source)))
+        self._send(OpenStream(source.stream, language_code(language), source_priority(source), source_origin(source)))
         source.start(self._sink_for(source))
         with self._sources_lock:
             self.sources.append(source)

@@ -101,6 +101,8 @@ class NetworkSource:
     ``batch_samples`` (set by the link from the inbox's depth) joins messages into bigger chunks."""
 
     live = True
+    origin = "remote"
+    """A server's client: ``speakers="auto"`` labels its speakers (docs/speakers.md)."""
 
     def __init__(self, stream: str, rate_hz: int, on_drop: Callable[[], None] | None = None) -> None:
         self.stream = stream
