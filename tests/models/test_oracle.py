@@ -59,9 +59,21 @@ def _espeak(text: str, voice: str, tmp_path) -> np.ndarray:
     return load_audio_16k(wav)
 
 
+def _corpus(clip_id: str) -> str:
+    """``en_spont_hvb`` of ``en_spont_hvb_02e4..._agent``: the collection a spontaneous clip is from."""
+    return "_".join(clip_id.split("_")[:3])
+
+
 def _inputs(speech_clips, tmp_path, multilingual: bool):
-    """(label, language, audio) for every recording the model can transcribe, plus espeak-ng speech."""
-    for clip in speech_clips.values():
+    """(label, language, audio) for every read recording the model can transcribe, the first
+    spontaneous one of each collection (AMI, NOTSOFAR, the phone calls: the same graphs on more
+    conversation added minutes and no new path), plus espeak-ng speech."""
+    seen = set()
+    for clip in sorted(speech_clips.values(), key=lambda c: c.id):
+        if clip.id.startswith("en_spont_"):
+            if _corpus(clip.id) in seen:
+                continue
+            seen.add(_corpus(clip.id))
         if multilingual or clip.language == "en":
             yield clip.id, clip.language, load_audio_16k(clip.wav)
     for language, text in ESPEAK_TEXTS.items():
