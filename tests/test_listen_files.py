@@ -9,6 +9,7 @@ Through a `captioner serve` server the same file is captioned there: tests/serve
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -51,9 +52,12 @@ def test_a_file_is_captioned_in_real_time_and_the_session_ends_by_itself(tmp_pat
     assert "captioner: finished: every file has played" in errors, errors
     assert errors[-1].startswith(f"captioner: transcript saved to {transcript} ("), errors
     lines = done.stdout.splitlines()
-    assert lines and lines[0].startswith("[jfk_inaugural_1961] "), lines  # a cue's first line names the file
-    text = " ".join(line.removeprefix("[jfk_inaugural_1961] ") for line in lines)
+    # A file's speakers are labelled (--speakers auto): each turn is headed by the file and the
+    # speaker on a line of its own.
+    assert lines and re.fullmatch(r"\[jfk_inaugural_1961 \(Speaker \d\)\]", lines[0]), lines
+    text = " ".join(line for line in lines if not line.startswith("[jfk_inaugural_1961"))
     assert {"fellow", "americans", "country", "do", "for", "your"} <= words_of(text), text
     saved = transcript.read_text(encoding="utf-8").splitlines()[1:]
     # Every committed line is in the transcript, the last words too: the same words as the cues.
-    assert " ".join(line.split("jfk_inaugural_1961: ", 1)[1] for line in saved).split() == text.split()
+    assert all(re.match(r"\[[^]]+\] jfk_inaugural_1961 \(Speaker \d\): ", line) for line in saved), saved
+    assert " ".join(line.split("): ", 1)[1] for line in saved).split() == text.split()

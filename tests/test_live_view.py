@@ -162,3 +162,44 @@ def test_a_reader_that_went_away_is_left_to_the_cli():
         view.show([u("Me", "final", "hello")])
     view.close()
     assert out.writes == 1
+
+
+def spk(stream, text, speaker, start_s, end_s):
+    return CaptionUpdate(stream, "final", text, start_s, end_s, end_s, end_s, speaker=speaker)
+
+
+def test_a_speakers_turn_is_headed_by_their_name_on_a_line_of_its_own():
+    out = io.StringIO()
+    view = TerminalView(out, tty=False)
+    view.show([spk("Meeting", "Shall we start?", "Speaker 1", 0.0, 1.2),
+               spk("Meeting", "Yes, the budget first, then the new office in town.", "Speaker 2", 2.0, 5.5),
+               spk("Meeting", "Agreed.", "Speaker 1", 7.0, 7.5)])
+    view.show([u("Me", "final", "I agree too.", start_s=9.0, end_s=10.0),
+               spk("Meeting", "Good.", "Speaker 1", 11.0, 11.5)])
+    view.close()
+    assert out.getvalue().splitlines() == [
+        "[Meeting (Speaker 1)]", "Shall we start?",
+        "[Meeting (Speaker 2)]", "Yes, the budget first,", "then the new office in town.",
+        "[Meeting (Speaker 1)]", "Agreed.",
+        "[Me] I agree too.",
+        "[Meeting (Speaker 1)]", "Good.",
+    ]
+
+
+def test_without_stream_labels_the_speaker_heads_the_turn_and_the_lines_have_the_whole_width():
+    out = io.StringIO()
+    view = TerminalView(out, tty=False, label_streams=False)
+    words = "and so we decided that the second quarter would be about the new office in town"
+    view.show([spk("Meeting", words, "Speaker 12", 0.0, 6.0)])
+    view.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "Speaker 12:"
+    assert max(len(line) for line in lines[1:]) > 30 and all(len(line) <= 42 for line in lines), lines
+    assert " ".join(lines[1:]).split() == words.split()
+
+
+def test_on_a_terminal_the_open_turn_is_headed_too():
+    out = io.StringIO()
+    view = TerminalView(out, tty=True)
+    view.show([spk("Meeting", "Shall we", "Speaker 1", 0.0, 0.8)])
+    assert screen(out.getvalue())[:2] == ["[Meeting (Speaker 1)]", "Shall we"]

@@ -45,3 +45,14 @@ def test_the_api_default_is_the_cli_default_on_every_device_class():
     for provider in ("CUDAExecutionProvider", "CPUExecutionProvider"):
         assert resolve(api, provider) == resolve(cli, provider)
         assert type(make_policy("s", resolve(api, provider))).__name__ == "AlignAttPolicy"  # words with times
+
+
+def test_speakers_offers_the_engines_modes_and_reaches_its_config():
+    from captioner.app.commands.policy_option import SPEAKERS_CHOICES, add_speakers_argument
+    from captioner.engine.speakers import MODES
+
+    assert set(SPEAKERS_CHOICES) == set(MODES)
+    parser = argparse.ArgumentParser()
+    add_speakers_argument(parser)
+    assert engine_config(parser.parse_args([])).speakers.mode == "auto"
+    assert engine_config(parser.parse_args(["--speakers", "off"])).speakers.mode == "off"

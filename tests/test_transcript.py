@@ -147,3 +147,48 @@ def test_a_path_that_cannot_hold_a_transcript_is_one_line_before_any_session(tmp
     monkeypatch.setattr(os, "open", full_disk)
     with pytest.raises(UserError, match=r"^cannot write the transcript .*: disk full$"):
         TranscriptWriter(directory=tmp_path / "new")
+
+
+def spoken(text, speaker, start, stream="Meeting"):
+    return CaptionUpdate(stream, "final", text, start, start + 1.0, start + 1.0, start + 1.0, speaker=speaker)
+
+
+def test_a_speakers_lines_name_them_and_a_rename_reaches_the_lines_written_before_it(tmp_path):
+    path = tmp_path / "t.txt"
+    w = TranscriptWriter(path)
+    w.write(spoken("Shall we start?", "Speaker 1", 0.0))
+    w.write(spoken("Yes.", "Speaker 2", 2.0))
+    w.write(upd("my own words", start=3.0, end=4.0))
+    assert path.read_text(encoding="utf-8").splitlines()[1:] == [
+        "[00:00:00.000 --> 00:00:01.000] Meeting (Speaker 1): Shall we start?",
+        "[00:00:02.000 --> 00:00:03.000] Meeting (Speaker 2): Yes.",
+        "[00:00:03.000 --> 00:00:04.000] Me: my own words",
+    ]
+    w.rename_speaker("Meeting", "Speaker 1", "  Ada   Lovelace ")
+    w.write(spoken("Then the budget.", "Speaker 1", 5.0))
+    # On disk at once, before the close: the rename itself, and the name on the lines after it.
+    assert path.read_text(encoding="utf-8").splitlines()[4:] == [
+        "# Meeting (Speaker 1) is Ada Lovelace",
+        "[00:00:05.000 --> 00:00:06.000] Meeting (Ada Lovelace): Then the budget.",
+    ]
+    w.rename_speaker("Meeting", "Speaker 1", "Ada")  # renamed twice: the last name holds
+    w.rename_speaker("Meeting", "Speaker 2", "")  # an empty name changes nothing
+    w.close()
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines[1] == "[00:00:00.000 --> 00:00:01.000] Meeting (Ada): Shall we start?"
+    assert lines[2] == "[00:00:02.000 --> 00:00:03.000] Meeting (Speaker 2): Yes."
+    assert lines[5] == "[00:00:05.000 --> 00:00:06.000] Meeting (Ada): Then the budget."
+    assert lines[4:] == ["# Meeting (Speaker 1) is Ada Lovelace", lines[5], "# Meeting (Speaker 1) is Ada"]
+    assert not list(tmp_path.glob("*.names"))
+
+
+def test_a_rename_in_a_transcript_appended_to_rewrites_only_its_own_lines(tmp_path):
+    path = tmp_path / "t.txt"
+    with TranscriptWriter(path) as first:
+        first.write(spoken("an earlier session", "Speaker 1", 0.0))
+    with TranscriptWriter(path) as w:
+        w.write(spoken("this session", "Speaker 1", 0.0))
+        w.rename_speaker("Meeting", "Speaker 1", "Grace")
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert lines[1] == "[00:00:00.000 --> 00:00:01.000] Meeting (Speaker 1): an earlier session"
+    assert lines[3] == "[00:00:00.000 --> 00:00:01.000] Meeting (Grace): this session"

@@ -272,16 +272,22 @@ class LiveLayout:
     of speaker within a stream ends the cue. Called from one thread."""
 
     def __init__(self, pause_s: float = 0.5, width: int = MAX_LINE_CHARS,
-                 label: Callable[[str], str] | None = None, long_silence_s: float = LONG_SILENCE_S) -> None:
+                 label: Callable[[str], str] | None = None, long_silence_s: float = LONG_SILENCE_S,
+                 speaker_line: bool = False) -> None:
+        """``speaker_line``: a cue with a speaker is headed by a line of its own (a terminal,
+        where "[lecture.wav (Speaker 2)] " would leave a few characters for the words), not by
+        a prefix on its first line."""
         self.pause_s = pause_s
         self.width = width
         self.label = label or (lambda stream: "")
+        self.speaker_line = speaker_line
         self.long_silence_s = long_silence_s
         self._streams: dict[str, _StreamState] = {}
 
     def _rules(self, stream: str) -> _Rules:
         state = self._streams.get(stream)
-        room = prefix_room(self.label(stream), state.speaker if state is not None else "")
+        speaker = state.speaker if state is not None else ""
+        room = 0 if speaker and self.speaker_line else prefix_room(self.label(stream), speaker)
         return _Rules(self.pause_s, self.width - room, self.long_silence_s)
 
     def add(self, captions: Iterable[Any]) -> list[Cue]:
@@ -337,6 +343,11 @@ class LiveLayout:
         """The words of ``stream`` that no cue holds yet (the cue being spoken)."""
         state = self._streams.get(stream)
         return list(state.words) if state is not None else []
+
+    def open_speaker(self, stream: str) -> str:
+        """The speaker of the cue being spoken on ``stream`` ("" where there is none)."""
+        state = self._streams.get(stream)
+        return state.speaker if state is not None else ""
 
     def open_lines(self, stream: str, partial: str = "") -> list[list[Word]]:
         """The lines a live view shows for ``stream`` now: the cue being spoken, its committed

@@ -53,7 +53,8 @@ class TerminalView:
         self._heard: dict[str, tuple[float, float]] = {}  # stream -> (audio captured, clock then)
         self.tty = out.isatty() if tty is None else tty
         self.label_streams = label_streams
-        self._layout = layout.LiveLayout(pause_s, label=self._label)
+        self._layout = layout.LiveLayout(pause_s, label=self._label, speaker_line=True)
+        self._headed: tuple[str, str] | None = None  # (stream, speaker) the lines last scrolled are under
         self._partials: dict[str, str] = {}
         self._drawn = 0  # lines of the live area on screen
         self._failed = False  # the output refused a write: nothing more is tried (close, a stop)
@@ -73,6 +74,11 @@ class TerminalView:
 
     def _label(self, stream: str) -> str:
         return f"[{stream}] " if self.label_streams else ""
+
+    def _speaker_line(self, stream: str, speaker: str) -> str:
+        """The line above a speaker's cues: "[Meeting (Speaker 2)]", or "Speaker 2:" where
+        streams are not labelled."""
+        return f"[{stream} ({speaker})]" if self.label_streams else f"{speaker}:"
 
     def note(self, text: str, err=None) -> None:
         """Print ``text`` as one line on ``err`` (default: stderr). On a TTY the live area is
@@ -126,6 +132,14 @@ class TerminalView:
         """Closed cues as the lines that scroll: the first labelled (where labels are on)."""
         out = []
         for cue in cues:
+            if cue.speaker:
+                # A speaker's name heads their turn once, on a line of its own.
+                if self._headed != (cue.stream, cue.speaker):
+                    out.append(self._speaker_line(cue.stream, cue.speaker))
+                    self._headed = (cue.stream, cue.speaker)
+                out += list(cue.lines)
+                continue
+            self._headed = None
             out += [(self._label(cue.stream) if n == 0 else "") + line for n, line in enumerate(cue.lines)]
         return out
 
@@ -139,8 +153,11 @@ class TerminalView:
         streams += [s for s in self._partials if s not in known]
         for stream in streams:
             lines = self._layout.open_lines(stream, self._partials.get(stream, ""))
+            speaker = self._layout.open_speaker(stream)
+            if speaker and lines and (live or self._headed != (stream, speaker)):
+                live.append(self._speaker_line(stream, speaker))
             for n, line in enumerate(lines):
-                text = self._label(stream) if n == 0 else ""
+                text = self._label(stream) if n == 0 and not speaker else ""
                 dim = False
                 for k, word in enumerate(line):
                     sep = "" if not k or word.joined else " "

@@ -7,7 +7,10 @@ starts. A disk that fills later holds lines in memory (never a torn line) until 
 again; :attr:`TranscriptWriter.problem` says so meanwhile, and :meth:`TranscriptWriter.loss`
 what never reached the disk. Lines are plain text,
 ``[HH:MM:SS.mmm --> HH:MM:SS.mmm] stream: text`` (times are the stream's audio clock), one per
-committed update; the first line names the session. Files live in the user data dir
+committed update, ``stream (Speaker 2): text`` where the stream's speakers are labelled; the first
+line names the session. A speaker renamed in the app (:meth:`TranscriptWriter.rename_speaker`)
+gets a ``#`` line saying so at once, and the lines already written are rewritten with the name
+when the file is closed (a new file, fsync'ed, put in its place). Files live in the user data dir
 (``platformdirs``), one per session, named by the UTC start time.
 """
 
@@ -36,9 +39,16 @@ def default_transcript_dir() -> Path:
     return Path(platformdirs.user_data_dir("captioner", appauthor=False)) / "transcripts"
 
 
-def format_line(update: CaptionUpdate) -> str:
+def _who(stream: str, speaker: str) -> str:
+    return f"{stream} ({speaker})" if speaker else stream
+
+
+def format_line(update: CaptionUpdate, speaker: str | None = None) -> str:
+    """The line of a committed caption; ``speaker``: the name to write for its speaker (a
+    rename), else its label."""
     text = " ".join(update.text.split())
-    return f"[{format_timestamp(update.start_s)} --> {format_timestamp(update.end_s)}] {update.stream}: {text}\n"
+    who = _who(update.stream, update.speaker if speaker is None else speaker)
+    return f"[{format_timestamp(update.start_s)} --> {format_timestamp(update.end_s)}] {who}: {text}\n"
 
 
 def _reason(error: OSError) -> str:
@@ -131,6 +141,15 @@ class TranscriptWriter:
         """``None`` while lines reach the disk; else why they are held (e.g. "disk full")."""
         self._held: deque[str] = deque()
         """Committed lines not yet on disk, oldest first."""
+        self._names: dict[tuple[str, str], str] = {}
+        """(stream, speaker label) -> the name the person gave that speaker."""
+        self._labelled: list[tuple[int, str, str, str]] = []
+        """(line number, stream, label, name written) of each line with a speaker, for the
+        rewrite at close."""
+        self._lines_queued = 1  # the header, after the lines of a file appended to
+        if existed:
+            with contextlib.suppress(OSError), open(self.path, "rb") as f:
+                self._lines_queued += sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
         header = f"# captioner transcript {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}"
         try:
             # Real bytes, fsync'ed: a full disk still lets the empty file be made, so only a
@@ -210,7 +229,25 @@ class TranscriptWriter:
         if update.kind != "final" or not update.text.strip():
             return
         with self._lock:
-            self._held.append(format_line(update))
+            name = self._names.get((update.stream, update.speaker), update.speaker)
+            if update.speaker:
+                self._labelled.append((self._lines_queued, update.stream, update.speaker, name))
+            self._held.append(format_line(update, name))
+            self._lines_queued += 1
+        self._write_held()
+
+    def rename_speaker(self, stream: str, speaker: str, name: str) -> None:
+        """From now on ``speaker`` ("Speaker 2") of ``stream`` is written as ``name``; a ``#``
+        line records it at once, and :meth:`close` rewrites the lines already written."""
+        name = " ".join(name.split())
+        if not speaker or not name:
+            return
+        with self._lock:
+            if self._names.get((stream, speaker), speaker) == name:
+                return
+            self._names[(stream, speaker)] = name
+            self._held.append(f"# {_who(stream, speaker)} is {name}\n")
+            self._lines_queued += 1
         self._write_held()
 
     def retry(self) -> None:
@@ -225,6 +262,32 @@ class TranscriptWriter:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
+                if not self._held:
+                    self._apply_names()
+
+    def _apply_names(self) -> None:
+        """The lines written before a speaker was renamed, rewritten with the name: a new file
+        beside this one, fsync'ed, then put in its place. A line that is not as written (another
+        process appended too) is left as it is; any failure leaves the file as it was."""
+        stale = {n: (stream, label, written) for n, stream, label, written in self._labelled
+                 if self._names.get((stream, label), label) != written}
+        if not stale:
+            return
+        tmp = self.path.with_name(self.path.name + ".names")
+        try:
+            lines = self.path.read_text(encoding="utf-8").splitlines(keepends=True)
+            for n, (stream, label, written) in stale.items():
+                old = f"] {_who(stream, written)}: "
+                if n < len(lines) and old in lines[n]:
+                    lines[n] = lines[n].replace(old, f"] {_who(stream, self._names[(stream, label)])}: ", 1)
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.writelines(lines)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
     def __enter__(self) -> TranscriptWriter:
         return self

@@ -32,7 +32,7 @@ import threading
 import time
 
 from captioner.app.commands.device_option import add_device_argument, engine_device
-from captioner.app.commands.policy_option import add_policy_argument
+from captioner.app.commands.policy_option import add_policy_argument, add_speakers_argument
 from captioner.app.listen_inputs import InOrder, listen_inputs, open_inputs
 from captioner.errors import UserError, one_line
 
@@ -67,6 +67,7 @@ def add_arguments(parser) -> None:
                         help="language code, or auto (multilingual models; what they detect is said on stderr)")
     parser.add_argument("--task", choices=("transcribe", "translate"), default="transcribe")
     add_policy_argument(parser)
+    add_speakers_argument(parser)
     add_device_argument(parser)
     parser.add_argument("--compute", action=_DeprecatedCompute, metavar="DEVICE", help=argparse.SUPPRESS)
     parser.add_argument("--transcript", default=None, metavar="PATH",

@@ -1,6 +1,7 @@
-"""``--policy``, the streaming commit policy of the live engine, the same in every live command.
+"""``--policy``, the streaming commit policy of the live engine, the same in every live command,
+and ``--speakers`` where a live command labels who speaks.
 
-Not a command itself: the option, and the :class:`~captioner.engine.core.EngineConfig` it makes.
+Not a command itself: the options, and the :class:`~captioner.engine.core.EngineConfig` they make.
 ``auto`` (the default) lets the engine take the policy measured better on its device class
 (:data:`captioner.engine.policies.DEFAULT_BY_DEVICE`, see docs/latency.md).
 """
@@ -17,13 +18,27 @@ POLICY_HELP = ("when a word is final: localagreement (two updates agree on it), 
                "step: sooner still), or auto (the better one measured for the device; default)")
 
 
+SPEAKERS_CHOICES = ("auto", "on", "off")
+""":data:`captioner.engine.speakers.MODES` (a test keeps them the same), literal for the same reason."""
+LIVE_SPEAKERS_HELP = ("label who speaks (Speaker 1, Speaker 2, ...): auto (the default) labels a meeting's "
+                      "audio (a monitor of an output), files and a server's clients, not a microphone; on "
+                      "labels every stream, off none")
+
+
 def add_policy_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", choices=POLICY_CHOICES, default="auto", help=POLICY_HELP)
 
 
+def add_speakers_argument(parser: argparse.ArgumentParser, help_text: str = LIVE_SPEAKERS_HELP) -> None:
+    parser.add_argument("--speakers", choices=SPEAKERS_CHOICES, default="auto", help=help_text)
+
+
 def engine_config(args: argparse.Namespace):
-    """The live engine's configuration for these arguments (its defaults, the policy chosen)."""
+    """The live engine's configuration for these arguments (its defaults, the policy and the
+    speakers chosen)."""
     from captioner.engine.core import EngineConfig
     from captioner.engine.policy import PolicyConfig
+    from captioner.engine.speakers import SpeakerConfig
 
-    return EngineConfig(policy=PolicyConfig(kind=getattr(args, "policy", None) or "auto"))
+    return EngineConfig(policy=PolicyConfig(kind=getattr(args, "policy", None) or "auto"),
+                        speakers=SpeakerConfig(mode=getattr(args, "speakers", None) or "auto"))
