@@ -43,3 +43,19 @@ def plain_wer(references: list[str], hypotheses: list[str]) -> float:
         errors += row[-1]
         total += len(r)
     return errors / max(total, 1)
+
+
+def cue_text(lines: list[str], stream: str) -> str:
+    """The words of ``captioner listen``'s printed cues of ``stream``: each cue's first line
+    labelled ``[Meeting] ``, or, where its speakers are labelled, each turn headed by a line
+    ``[Meeting (Speaker 2)]`` of its own."""
+    heading = re.compile(rf"\[{re.escape(stream)} \([^)]*\)\]")
+    return " ".join(line.removeprefix(f"[{stream}] ") for line in lines if not heading.fullmatch(line))
+
+
+def saved_text(line: str, stream: str) -> str:
+    """The words of a transcript line of ``stream``: ``[t --> t] Meeting: words`` or, with a
+    speaker, ``[t --> t] Meeting (Speaker 2): words``."""
+    found = re.match(rf"\[[^]]*\] {re.escape(stream)}(?: \([^)]*\))?: (.*)", line)
+    assert found, f"not a transcript line of {stream}: {line!r}"
+    return found.group(1)

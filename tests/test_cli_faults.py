@@ -286,8 +286,9 @@ def test_listen_refuses_a_transcript_it_cannot_write_on_one_line(pulse_server, t
 def test_listen_piped_into_head_ends_quietly_and_keeps_its_transcript(pulse_server, speech_clips, tmp_path):
     transcript = tmp_path / "t.txt"
     process = subprocess.Popen(
+        # No speaker labels: the one line `head` reads is then a cue's words, not a turn's heading.
         [sys.executable, "-m", "captioner", "listen", "--input", pulse_server.sink.device,
-         "--transcript", str(transcript)],
+         "--transcript", str(transcript), "--speakers", "off"],
         env=dict(pulse_server.env, CAPTIONER_DEVICE="cpu"), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
     try:

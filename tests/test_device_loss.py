@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_helpers import wait_for, words_of
+from e2e_helpers import cue_text, saved_text, wait_for, words_of
 
 pytestmark = [pytest.mark.pulse, pytest.mark.slow]
 
@@ -221,12 +221,12 @@ def test_listen_says_when_the_server_is_killed_and_back_and_captions_after(pulse
     assert "captioner: input 'Meeting' was lost 1 time (" in errors
     assert "drops 0, inputs lost 1 (" in errors
     assert_no_portaudio_lines(errors)
-    saved = [line.split("Meeting: ", 1)[1] for line in (tmp_path / "t.txt").read_text(encoding="utf-8").splitlines()[1:]]
+    saved = [saved_text(line, "Meeting") for line in (tmp_path / "t.txt").read_text(encoding="utf-8").splitlines()[1:]]
     # A line per commit in the transcript, cues on stdout: the same words, none lost at the kill.
     saved_words = " ".join(saved).split()
-    shown_before = " ".join(line.removeprefix("[Meeting] ") for line in before).split()
+    shown_before = cue_text(before, "Meeting").split()
     assert saved_words[: len(shown_before)] == shown_before
-    assert saved_words == " ".join(line.removeprefix("[Meeting] ") for line in listen.lines).split()
+    assert saved_words == cue_text(listen.lines, "Meeting").split()
 
 
 def test_listen_on_a_frozen_server_reports_it_and_stops_at_once(pulse_helper, tmp_path):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_helpers import wait_for, words_of
+from e2e_helpers import cue_text, saved_text, wait_for, words_of
 
 pytestmark = [pytest.mark.pulse, pytest.mark.slow]
 
@@ -64,7 +64,7 @@ def test_engine_captions_two_monitors_at_once(pulse_server, speech_clips, tmp_pa
     assert pipeline.latest_status().state == "stopped"
     lines = transcript.path.read_text(encoding="utf-8").splitlines()[1:]
     assert len(lines) == sum(1 for u in updates if u.kind == "final")
-    assert any(line.split("] ", 1)[1].startswith("Meeting: ") for line in lines)
+    assert any(line.split("] ", 1)[1].startswith("Meeting (Speaker ") for line in lines)
 
 
 def _shown_partials(updates):
@@ -76,8 +76,8 @@ def _shown_partials(updates):
 
 
 def _cue_text(lines: list[str]) -> str:
-    """The words of printed cues: their lines, the first of each labelled ``[Meeting] ``."""
-    return " ".join(line.removeprefix("[Meeting] ") for line in lines)
+    """The words of printed cues of the monitor ("Meeting", its speakers labelled)."""
+    return cue_text(lines, "Meeting")
 
 
 class Listen:
@@ -125,12 +125,13 @@ def test_listen_command_captions_the_monitor(pulse_server, speech_clips, tmp_pat
     time.sleep(0.2)
     printed = listen.lines
     # Plain committed cues (stdout is not a TTY): a cue's first line labelled, no ANSI codes.
-    assert printed and printed[0].startswith("[Meeting] ") and not any("\x1b" in line for line in printed)
+    # A meeting's speakers are labelled (--speakers auto): its turn is headed by the speaker.
+    assert printed and printed[0].startswith("[Meeting (Speaker ") and not any("\x1b" in line for line in printed)
     text = _cue_text(printed)
     assert {"stew", "dinner", "carrots", "potatoes"} <= words_of(text), text
     saved = transcript.read_text(encoding="utf-8").splitlines()[1:]
     # The transcript has a line per commit: the same words as the cues.
-    assert " ".join(line.split("Meeting: ", 1)[1] for line in saved).split() == text.split()
+    assert " ".join(saved_text(line, "Meeting") for line in saved).split() == text.split()
     assert any("transcript saved" in line for line in listen.errors)
 
 
@@ -147,7 +148,7 @@ def test_transcript_survives_kill(pulse_server, speech_clips, tmp_path):
     finally:
         if listen.process.poll() is None:
             listen.process.kill()
-    saved = [line.split("Meeting: ", 1)[1] for line in transcript.read_text(encoding="utf-8").splitlines()[1:]]
+    saved = [saved_text(line, "Meeting") for line in transcript.read_text(encoding="utf-8").splitlines()[1:]]
     # Every word shown before the kill is on disk (a commit is written before it is shown).
     shown = _cue_text(printed).split()
     assert " ".join(saved).split()[: len(shown)] == shown
