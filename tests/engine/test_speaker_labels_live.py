@@ -79,3 +79,24 @@ def test_off_labels_nothing_and_a_bad_mode_or_source_is_one_line():
         live.open_stream("b", source="radio")
     assert "b" not in live.streams
     live.close()
+
+
+def test_an_encoder_that_cannot_load_leaves_auto_unlabelled_and_fails_on(monkeypatch):
+    """Under ``auto`` labels are extra: a missing or broken voice encoder captions the meeting
+    without them (and says why once); asked for with ``on``, it is the stream's error."""
+    import captioner.models.speaker.encoder as encoder
+
+    def missing(*args, **kwargs):
+        raise UserError("speaker labels need the voice encoder of the resemblyzer package")
+
+    monkeypatch.setattr(encoder, "SpeakerEncoder", missing)
+    live = LiveCaptioner(recognizer=ScriptedRecognizer({}), speakers="auto")
+    assert not live.open_stream("meeting", source="meeting").speakers
+    assert not live.open_stream("file", source="file").speakers
+    assert live.engine.speakers_unavailable == ("speaker labels are off: speaker labels need the voice encoder "
+                                                "of the resemblyzer package")
+    live.close()
+    live = LiveCaptioner(recognizer=ScriptedRecognizer({}), speakers="on")
+    with pytest.raises(UserError, match="resemblyzer"):
+        live.open_stream("meeting", source="meeting")
+    live.close()

@@ -21,6 +21,7 @@ caller) and the worker thread that owns one GPU (:mod:`captioner.engine.worker`)
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import time
 from collections import deque
@@ -67,6 +68,7 @@ from captioner.engine.vad import (
     speech_band,
 )
 from captioner.engine.vad_bank import VadBank
+from captioner.errors import one_line
 from captioner.events import (
     FRAME_SAMPLES,
     FRAMES_PER_S,
@@ -77,6 +79,8 @@ from captioner.events import (
     PipelineStatus,
 )
 from captioner.gpu.features import FeaturePool, RingWindow
+
+_log = logging.getLogger(__name__)
 
 DATED_LATER_MIN_NS = 1_000_000
 """The least shift :meth:`Engine.dated_later` makes: a millisecond, far under any caption's
@@ -286,6 +290,8 @@ class Engine:
         self.last_step_s = 0.0
         check_mode(self.config.speakers.mode)
         self._speaker_bank: SpeakerBank | None = None
+        self.speakers_unavailable: str | None = None
+        """Why speaker labels are off where ``auto`` would have them (the encoder could not load)."""
         self._build_features(recognizer.n_mels)
         self.scheduler = Scheduler(self.config.scheduler)
         self.language = self.config.language
@@ -405,12 +411,27 @@ class Engine:
             self.admission.check_time(name, rank, self.load_estimate(extra=(language, rank), with_host=True),
                                       self.measured_interval_p99_s(), base_s, self.measured_lag_s())
             self.admission.admitted(now_s)
-        bank = self._speakers() if labelled else None  # the encoder loads before anything changes
+        bank = self._speaker_bank_for(source) if labelled else None  # loaded before anything changes
         slot = self.features.acquire()
         policy = self._make_policy(name)
         policy.resume(history)
         self._streams[name] = _Stream(name, slot, self.vad.acquire(), policy, language=language, priority=rank,
                                       speakers=bank.open(name, slot) if bank is not None else None)
+
+    def _speaker_bank_for(self, source: str | None) -> SpeakerBank | None:
+        """The speakers' bank for a stream to label. Asked for (``on``), an encoder that cannot
+        load is the stream's error; under ``auto`` the stream is captioned unlabelled instead,
+        and :attr:`speakers_unavailable` says why (once: the encoder is not tried again)."""
+        if self.speakers_unavailable is not None:
+            return None
+        try:
+            return self._speakers()
+        except Exception as error:  # noqa: BLE001 - any failure to load: labels are extra under auto
+            if self.config.speakers.mode != "auto":
+                raise
+            self.speakers_unavailable = f"speaker labels are off: {one_line(error)}"
+            _log.warning("%s (a %s stream is captioned without them)", self.speakers_unavailable, source)
+            return None
 
     def _speakers(self) -> SpeakerBank:
         """The voice encoder and its state, loaded with the first stream that is labelled."""
