@@ -70,13 +70,14 @@ def pcm_of(path) -> tuple[np.ndarray, int]:
 
 
 def stream_recording(url: str, path, label: str, chunk_s: float = 0.1, token: str = TOKEN,
-                     timeout_s: float = 240.0) -> Session:
-    """Streams ``path`` at real-time pace as one connection; returns what came back."""
+                     timeout_s: float = 240.0, source: str | None = None) -> Session:
+    """Streams ``path`` at real-time pace as one connection (``source``: the ``source=`` it
+    sends, none by default); returns what came back."""
     from captioner.serve import protocol
 
     pcm, rate = pcm_of(path)
     session = Session()
-    ws = connect(url, token, label=label, sample_rate_hz=rate)
+    ws = connect(url, token, label=label, sample_rate_hz=rate, source=source)
     receiver = threading.Thread(target=receive_all, args=(ws, session), daemon=True)
     receiver.start()
     step = max(1, int(rate * chunk_s))

@@ -91,6 +91,8 @@ def test_three_clients_get_their_own_captions(hub_served, speech_clips, offline_
         session = sessions[clip.id]
         last_final = max(i for i, c in enumerate(session.captions) if c["kind"] == "final")
         assert all(not c["text"] for c in session.captions[last_final + 1:]), "the end commits everything shown"
+        # The speaker crosses the hub and the front-end like every field ("remote": labelled under auto).
+        assert all(c.get("speaker", "").startswith("Speaker ") for c in session.captions if c["kind"] == "final")
         assert len(session.statuses) >= 3, "one status a second while the recording plays"
         status = session.statuses[-1]
         assert status["model"] == "tiny.en" and status["provider"] == "CPUExecutionProvider"
@@ -156,6 +158,7 @@ def test_auth_and_bad_inputs_are_refused_by_the_frontends(hub_served):
         "language": (_bad(url, path="/v1/listen?language=de"), protocol.CLOSE_POLICY, "English-only"),
         # No model has it: refused before the engine, whose tokenizer failed on it for everyone (issue 47).
         "unknown language": (_bad(url, path="/v1/listen?language=xx"), protocol.CLOSE_POLICY, "unknown language 'xx'"),
+        "source": (_bad(url, path="/v1/listen?source=radio"), protocol.CLOSE_POLICY, "source must be one of"),
         "text": (_bad(url, send=[second, "hello"], label="T"), protocol.CLOSE_UNSUPPORTED, "text message"),
         "odd bytes": (_bad(url, send=[b"\x00\x01\x02"], label="O"), protocol.CLOSE_BAD_PAYLOAD, "even number of bytes"),
         "too big": (_bad(url, send=[b"\x00" * (protocol.MAX_MESSAGE_BYTES + 2)], label="B"), protocol.CLOSE_TOO_BIG, ""),

@@ -6,6 +6,7 @@ none was sent, and says it refused the token when a wrong one was."""
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -120,8 +121,11 @@ def test_listen_plays_a_file_to_the_server_and_ends_when_it_has_played(tmp_path)
         server.process.terminate()
         server.finish(60)
     assert f"on the server {url}" in listen.err[1] and "captioner: finished: every file has played" in listen.err
-    text = " ".join(line.removeprefix("[jfk_inaugural_1961] ") for line in listen.out)
-    assert listen.out[0].startswith("[jfk_inaugural_1961] ")
+    # listen says it plays a file (source=file): the server's --speakers auto labels its speakers,
+    # as a local listen does, each turn headed by the file and the speaker on a line of its own.
+    assert re.fullmatch(r"\[jfk_inaugural_1961 \(Speaker \d\)\]", listen.out[0]), listen.out
+    text = " ".join(line for line in listen.out if not line.startswith("[jfk_inaugural_1961"))
     assert {"fellow", "americans", "country", "do", "for", "your"} <= words_of(text), text
     saved = transcript.read_text(encoding="utf-8").splitlines()[1:]
-    assert " ".join(line.split("jfk_inaugural_1961: ", 1)[1] for line in saved).split() == text.split()
+    assert all(re.match(r"\[[^]]+\] jfk_inaugural_1961 \(Speaker \d\): ", line) for line in saved), saved
+    assert " ".join(line.split("): ", 1)[1] for line in saved).split() == text.split()

@@ -6,6 +6,7 @@ lines it had shown stay in its output and its transcript."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -103,10 +104,13 @@ def test_listen_captions_on_the_server_and_survives_its_restart(pulse_server, sp
         server.stop()
     printed = listen.out
     assert printed[:len(shown_before)] == shown_before, "nothing shown before the restart was lost"
-    assert printed[0].startswith("[Meeting] ")  # each cue's first line is labelled
-    text = " ".join(line.removeprefix("[Meeting] ") for line in printed)
+    # A monitor of an output is a meeting (source=meeting): the server's --speakers auto labels
+    # its speakers, each turn headed by the stream and the speaker on a line of its own.
+    assert re.fullmatch(r"\[Meeting \(Speaker \d\)\]", printed[0]), printed
+    text = " ".join(line for line in printed if not line.startswith("[Meeting"))
     assert {"stew", "dinner", "carrots", "potatoes", "ask", "country"} <= words_of(text), text
     saved = transcript.read_text(encoding="utf-8").splitlines()[1:]
     # A line per commit in the transcript, cues on stdout: the same words.
-    assert " ".join(line.split("Meeting: ", 1)[1] for line in saved).split() == text.split()
+    assert all(re.match(r"\[[^]]+\] Meeting \(Speaker \d\): ", line) for line in saved), saved
+    assert " ".join(line.split("): ", 1)[1] for line in saved).split() == text.split()
     assert any("was lost 1 time" in line for line in listen.err), listen.err

@@ -140,3 +140,146 @@ def test_a_caption_message_made_from_its_fields_is_the_update_as_jsonl_writes_it
     assert json.loads(message) == expected
     assert message == json.dumps(expected)
     assert json.loads(message)["words"] == [["ask", 1.235, 1.5], ["not", 1.5, 1.778]]
+
+
+def test_a_client_may_say_what_its_audio_is():
+    """``source=microphone|meeting|file`` (any case, as ``language=``); without it, or empty, the
+    stream is ``remote``. The client's URL carries it only when it knows."""
+    assert protocol.parse_path("/v1/listen").source == protocol.DEFAULT_SOURCE == "remote"
+    assert protocol.parse_path("/v1/listen?source=").source == "remote"
+    for source in protocol.CLIENT_SOURCES:
+        assert protocol.parse_path(f"/v1/listen?source={source.upper()}").source == source
+        path = protocol.listen_path("Me", None, 16000, source)
+        assert protocol.parse_path(path) == protocol.StreamParams("Me", None, 16000, source)
+    assert "source" not in protocol.listen_path("Me")
+    assert stream_url("ws://h:8765", "Me", None, source="meeting") == \
+        "ws://h:8765/v1/listen?label=Me&sample_rate=16000&source=meeting"
+
+
+@pytest.mark.parametrize("path", ["/v1/listen?source=radio", "/v1/listen?source=remote", "/v1/listen?source=mic",
+                                  "/v1/listen?source=file&source=meeting", "/v1/listen?source=%0Ameeting%0Ax"])
+def test_a_bad_source_is_a_policy_close_on_one_line(path):
+    with pytest.raises(ProtocolError) as caught:
+        protocol.parse_path(path)
+    assert caught.value.code == protocol.CLOSE_POLICY
+    reason = caught.value.reason
+    assert ("source must be one of microphone, meeting, file" in reason or "given twice" in reason), reason
+    assert "\n" not in reason and len(close_reason(reason).encode()) <= 123
+
+
+def _update(speaker: str):
+    from captioner.events import CaptionUpdate
+
+    return CaptionUpdate("engine-key-3", "final", "we are at present concerned", 9.5, 11.25, 12.0, 12.4,
+                         segment=3, language="en", words=(("we", 9.5, 9.7),), speaker=speaker)
+
+
+def test_the_speaker_travels_in_the_caption_message_only_where_there_is_one():
+    import json
+    import pickle
+
+    labelled = json.loads(protocol.caption_message("Me", pickle.loads(pickle.dumps(
+        protocol.caption_fields(_update("Speaker 2"))))))
+    assert labelled["speaker"] == "Speaker 2"
+    assert list(labelled)[-1] == "speaker"  # after the fields a client that predates it knows
+    plain = json.loads(protocol.caption_message("Me", protocol.caption_fields(_update(""))))
+    assert "speaker" not in plain
+    assert {k: v for k, v in labelled.items() if k != "speaker"} == plain
+
+
+def test_a_client_that_predates_the_speaker_still_reads_the_message():
+    """A reader written before the field (the project's client as it was: every known field by
+    name, ``.get`` for the optional ones, nothing else looked at) gets the same caption from a
+    labelled message as from an unlabelled one."""
+    import json
+
+    from captioner.events import CaptionUpdate
+
+    def old_reader(text: str) -> CaptionUpdate:
+        message = protocol.parse_server_message(text)
+        assert message["type"] == "caption"
+        return CaptionUpdate(
+            stream="Me", kind=message["kind"], text=message["text"], start_s=message["start_s"],
+            end_s=message["end_s"], emitted_audio_s=message["emitted_audio_s"],
+            emitted_wall_s=message["emitted_wall_s"], segment=message.get("segment", 0),
+            language=message.get("language", ""),
+            words=tuple((str(w), float(a), float(b)) for w, a, b in message.get("words", ())))
+
+    labelled = protocol.caption_message("Me", protocol.caption_fields(_update("Speaker 1")))
+    plain = protocol.caption_message("Me", protocol.caption_fields(_update("")))
+    assert old_reader(labelled) == old_reader(plain)
+    assert old_reader(labelled).text == "we are at present concerned"
+    assert json.loads(labelled)["speaker"] == "Speaker 1"
+
+
+def test_the_project_client_keeps_the_speaker_and_says_what_its_sources_are(tmp_path):
+    """`listen --server` and the app's remote mode: a caption's ``speaker`` reaches the update
+    (an unlabelled message gives ""), and each source's ``origin`` becomes its ``source=``."""
+    from captioner.audio.file_source import FileSource
+    from captioner.serve.client import RemotePipeline, _Link, source_kind
+
+    remote = RemotePipeline([], server="ws://127.0.0.1:9")
+    link = _Link(remote, "Me")
+    for speaker in ("Speaker 2", ""):
+        text = protocol.caption_message("Me", protocol.caption_fields(_update(speaker)))
+        link._caption(protocol.parse_server_message(text), offset_s=100.0)
+    first, second = remote.drain_captions()
+    assert (first.speaker, second.speaker) == ("Speaker 2", "")
+    assert first.start_s == 109.5 and first.text == "we are at present concerned"
+
+    import numpy as np
+    import soundfile as sf
+
+    wav = tmp_path / "a.wav"
+    sf.write(str(wav), np.zeros(1600, np.int16), 16000, subtype="PCM_16")
+
+    class Monitor:
+        stream = "Meeting"
+        origin = "meeting"
+
+    class Microphone:
+        stream = "Me"
+        origin = "microphone"
+
+    class Odd:
+        stream = "Odd"
+        origin = "remote"  # not one a client may give: not said
+
+    class Silent:
+        stream = "Synthetic"  # says nothing
+
+    sources = [FileSource(wav, stream="File"), Monitor(), Microphone(), Odd(), Silent()]
+    assert [source_kind(s) for s in sources] == ["file", "meeting", "microphone", None, None]
+    remote = RemotePipeline(sources, server="ws://127.0.0.1:9")
+    assert {label: link.source for label, link in remote._links.items()} == {
+        "File": "file", "Meeting": "meeting", "Me": "microphone", "Odd": None, "Synthetic": None}
+
+
+def test_the_clients_speakers_option_drops_the_labels_or_leaves_a_microphone_unsaid():
+    """`listen --server --speakers off` drops the server's labels; `--speakers on` does not say a
+    microphone is one (a server under ``auto`` labels it then); ``auto`` says what each source is."""
+    import argparse
+
+    from captioner.app.remote_listen import remote_pipeline
+    from captioner.serve.client import _Link
+
+    class Microphone:
+        stream = "Me"
+        origin = "microphone"
+
+    class Monitor:
+        stream = "Meeting"
+        origin = "meeting"
+
+    sources = [Microphone(), Monitor()]
+    for speakers, said, kept in (("auto", {"Me": "microphone", "Meeting": "meeting"}, "Speaker 2"),
+                                 ("on", {"Me": None, "Meeting": "meeting"}, "Speaker 2"),
+                                 ("off", {"Me": "microphone", "Meeting": "meeting"}, "")):
+        args = argparse.Namespace(server="ws://127.0.0.1:9", token=None, language=None, speakers=speakers)
+        remote = remote_pipeline(sources, args, transcript=None)
+        assert {label: link.source for label, link in remote._links.items()} == said, speakers
+        _Link(remote, "Meeting")._caption(protocol.parse_server_message(
+            protocol.caption_message("Meeting", protocol.caption_fields(_update("Speaker 2")))), 0.0)
+        assert [u.speaker for u in remote.drain_captions()] == [kept], speakers
+    with pytest.raises(UserError, match="speakers must be one of auto, on, off"):
+        remote_pipeline(sources, argparse.Namespace(server="ws://127.0.0.1:9", language=None, speakers="yes"), None)

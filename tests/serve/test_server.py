@@ -40,8 +40,10 @@ def test_three_clients_get_their_own_captions(served, speech_clips, offline_tiny
     for clip in clips:
         session = sessions[clip.id]
         fields = set(session.captions[0])
+        # A client that says nothing of its audio is "remote": the default --speakers auto labels it.
         assert fields == {"type", "stream", "kind", "text", "start_s", "end_s", "emitted_audio_s",
-                          "emitted_wall_s", "segment", "language", "words"}
+                          "emitted_wall_s", "segment", "language", "words", "speaker"}
+        assert all(c["speaker"].startswith("Speaker ") for c in session.captions if c["kind"] == "final")
         last_final = max(i for i, c in enumerate(session.captions) if c["kind"] == "final")
         assert all(not c["text"] for c in session.captions[last_final + 1:]), "the end commits everything shown"
         assert len(session.statuses) >= 3, "one status a second while the recording plays"
@@ -94,6 +96,7 @@ def test_bad_inputs_are_closed_with_their_codes_while_another_stream_captions(se
         "language": (_bad(served, path="/v1/listen?language=de"), protocol.CLOSE_POLICY, "English-only"),
         # No model has it: refused before the engine, whose tokenizer failed on it for everyone (issue 47).
         "unknown language": (_bad(served, path="/v1/listen?language=xx"), protocol.CLOSE_POLICY, "unknown language 'xx'"),
+        "source": (_bad(served, path="/v1/listen?source=radio"), protocol.CLOSE_POLICY, "source must be one of"),
         "text": (_bad(served, send=[second, "hello"], label="T"), protocol.CLOSE_UNSUPPORTED, "text message"),
         "odd bytes": (_bad(served, send=[b"\x00\x01\x02"], label="O"), protocol.CLOSE_BAD_PAYLOAD, "even number of bytes"),
         "too big": (_bad(served, send=[b"\x00" * (protocol.MAX_MESSAGE_BYTES + 2)], label="B"), protocol.CLOSE_TOO_BIG, ""),
@@ -190,3 +193,51 @@ def test_sigterm_captions_the_audio_received_to_its_end_then_closes_1001(tmp_pat
     last_final = max(i for i, c in enumerate(session.captions) if c["kind"] == "final")
     assert not [c for c in session.captions[last_final + 1:] if c["text"]], "nothing left on show"
     assert "drained: 1 stream(s) captioned to their end and closed in" in err, err
+
+
+def test_two_voices_are_two_speakers_and_a_microphone_none(served, speech_clips, tmp_path):
+    """Speaker labels over the protocol, for real: a LibriSpeech reader (male), a 1 s pause, then
+    LJ Speech's reader (female), 11.4 s sent at real-time pace by two clients at once. Under the default
+    ``--speakers auto`` a plain WebSocket client that says nothing of its audio ("remote") gets
+    finals of two speakers, the first reader's and the second's; the project's own client
+    (``listen --server``, the app), playing it from a source whose ``origin`` is a microphone,
+    says ``source=microphone`` (one person) and gets no speaker at all."""
+    import soundfile as sf
+
+    from captioner.audio.file_source import FileSource
+    from captioner.serve.client import RemotePipeline
+
+    first, rate = sf.read(str(speech_clips["en_ls_1089-134691-0001"].wav), dtype="int16")
+    second, rate_2 = sf.read(str(speech_clips["en_ljspeech_LJ001-0001"].wav), dtype="int16")
+    assert rate == rate_2 == 16000
+    wav = tmp_path / "two_voices.wav"
+    # LJ Speech's first 5 s ("Printing, in the only sense with which we are at present concerned"):
+    # 11.4 s in all, plenty for two voices (a new speaker needs 0.8 s of speech).
+    sf.write(str(wav), np.concatenate([first, np.zeros(rate, np.int16), second[:5 * rate]]), rate, subtype="PCM_16")
+
+    class Microphone(FileSource):  # what a MicrophoneSource on a microphone says it is
+        origin = "microphone"
+
+    sessions: dict[str, Session] = {}
+    client = threading.Thread(target=lambda: sessions.update(s=stream_recording(served.url, wav, label="Remote",
+                                                                                  timeout_s=120)))
+    remote = RemotePipeline([Microphone(wav, stream="Me", realtime=True)], server=served.url, token=served.token)
+    assert remote._links["Me"].source == "microphone"
+    client.start()
+    remote.start(timeout_s=60)
+    try:
+        assert remote.wait_exhausted(120)
+    finally:
+        remote.stop(30)
+    client.join(120)
+
+    session = sessions["s"]
+    assert session.close_code == protocol.CLOSE_NORMAL, (session.close_code, session.close_reason)
+    assert {"hour", "printing"} <= words_of(session.committed), session.committed
+    finals = [c for c in session.captions if c["kind"] == "final" and c["text"].strip()]
+    speakers = [c["speaker"] for c in finals]
+    assert len(set(speakers)) >= 2 and all(s.startswith("Speaker ") for s in speakers), finals
+    assert speakers[0] != speakers[-1], finals  # the first reader's line, the second reader's
+    mic = remote.drain_captions()
+    assert {"hour", "printing"} <= words_of(" ".join(u.text for u in mic if u.kind == "final")), mic
+    assert not [u for u in mic if u.speaker], "a microphone is one person: no labels"

@@ -3,6 +3,12 @@
 The terminal side of `listen` stays as it is: a :class:`~captioner.serve.client.RemotePipeline`
 has the shape of the local pipeline (captions, status, lost inputs — here a connection being
 retried — and the transcript written as lines are committed), so the same loop drives either.
+Each input tells the server what its audio is (``source=``: ``microphone``, ``meeting`` for a
+monitor of an output, ``file`` for ``--file``), so the server's ``--speakers auto`` labels the
+speakers of a meeting or a file and leaves a microphone unlabelled; the captions' ``speaker``
+reaches the view and the transcript as a local pipeline's does. ``--speakers off`` drops the
+labels here; ``--speakers on`` does not tell the server that a microphone is one, so it labels
+that too (what a server started with ``--speakers off`` does not do: the server decides).
 """
 
 from __future__ import annotations
@@ -28,4 +34,5 @@ def remote_pipeline(sources, args, transcript):
     from captioner.serve.client import RemotePipeline
 
     return RemotePipeline(sources, server=args.server, token=getattr(args, "token", None),
-                          language=args.language, transcript=transcript)
+                          language=args.language, transcript=transcript,
+                          speakers=getattr(args, "speakers", None) or "auto")

@@ -15,7 +15,8 @@ NumPy call, then resampled and framed per connection: :mod:`captioner.serve.gath
 frames.
 ``events`` (in order):
 
-- ``("open", sid, label, language, rate_hz, peer)``: a connection passed its handshake checks
+- ``("open", sid, label, language, rate_hz, peer, source)``: a connection passed its handshake
+  checks (``source``: what the client said its audio is, ``protocol.StreamParams.source``)
 - ``("end", sid)``: the client sent ``end`` (its last audio is in this frame or an earlier one)
 - ``("gone", sid, code, reason)``: the connection is over without ``end``: the client left
   (``code`` None) or the front-end closed it for breaking the protocol (its code and reason)

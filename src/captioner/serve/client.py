@@ -16,7 +16,10 @@ source is one connection (one stream on the server), run by a :class:`_Link`:
   connection's captions are moved on by the audio sent before, so a stream's clock goes on;
 - every committed line received is written to the transcript (when there is one) before it
   reaches the outbox, and kept; a partial that was on show when a connection broke is committed
-  here, since the server that would have committed it is gone. A committed line is never lost.
+  here, since the server that would have committed it is gone. A committed line is never lost;
+- each connection says what its source's audio is (``source=``, from the source's ``origin``: a
+  microphone, a meeting's audio from a monitor of an output, a file), so the server's
+  ``--speakers auto`` leaves a microphone unlabelled; the captions' ``speaker`` is kept.
 """
 
 from __future__ import annotations
@@ -54,9 +57,11 @@ END_WAIT_S = 300.0
 _STOP = object()
 
 
-def stream_url(server: str, label: str, language: str | None, sample_rate_hz: int = SAMPLE_RATE_HZ) -> str:
+def stream_url(server: str, label: str, language: str | None, sample_rate_hz: int = SAMPLE_RATE_HZ,
+               source: str | None = None) -> str:
     """``ws://host:port`` (or ``wss://``, with or without ``/v1/listen``) -> the stream's URL; a
-    one-line ``UserError`` for anything else."""
+    one-line ``UserError`` for anything else. ``source``: what the audio is (one of
+    ``protocol.CLIENT_SOURCES``), left out when not known."""
     parts = urlsplit(server.strip())
     if parts.scheme not in ("ws", "wss") or not parts.hostname:
         raise UserError(f"--server must be ws://HOST:PORT or wss://HOST:PORT, not {server!r}")
@@ -64,8 +69,21 @@ def stream_url(server: str, label: str, language: str | None, sample_rate_hz: in
         parts.port  # noqa: B018 - a port that is not a number raises here
     except ValueError:
         raise UserError(f"bad port in --server {server!r}") from None
-    path, _, query = protocol.listen_path(label, language, sample_rate_hz).partition("?")
+    path, _, query = protocol.listen_path(label, language, sample_rate_hz, source).partition("?")
     return urlunsplit((parts.scheme, parts.netloc, path, query, ""))
+
+
+def source_kind(source, speakers: str = "auto") -> str | None:
+    """What a local source's audio is, as the protocol's ``source=`` says it: its ``origin``
+    (``MicrophoneSource``: ``meeting`` for a monitor of an output, else ``microphone``;
+    ``FileSource``: ``file``) where it is one a client may give; ``None`` (not said: the server
+    takes the stream as ``remote``) for anything else. With ``speakers="on"`` (the user wants
+    every stream labelled) a microphone is not said to be one, so a server labelling under
+    ``auto`` labels it too."""
+    origin = getattr(source, "origin", None)
+    if origin == "microphone" and speakers == "on":
+        return None
+    return origin if origin in protocol.CLIENT_SOURCES else None
 
 
 class _Fatal(Exception):
@@ -101,10 +119,11 @@ def _connect(url: str, token: str | None, ssl_context, timeout_s: float):
 class _Link(threading.Thread):
     """One source's connection(s) to the server (its own thread; a receiver thread per connection)."""
 
-    def __init__(self, owner: RemotePipeline, label: str) -> None:
+    def __init__(self, owner: RemotePipeline, label: str, source: str | None = None) -> None:
         super().__init__(name=f"captioner-client-{label}", daemon=True)
         self.owner = owner
         self.label = label
+        self.source = source  # what the audio is (source=), None: not said
         self.inbox: queue.Queue = queue.Queue(maxsize=INBOX_CHUNKS)
         self.connected = threading.Event()
         self.first_attempt = threading.Event()  # the first connection succeeded or failed
@@ -167,7 +186,7 @@ class _Link(threading.Thread):
 
     def _session(self) -> str:
         """One connection: "done" after its finals and a 1000 close, else why it ended (retry)."""
-        url = stream_url(self.owner.server, self.label, self.owner.language)
+        url = stream_url(self.owner.server, self.label, self.owner.language, source=self.source)
         try:
             ws = _connect(url, self.owner.token, self.owner.ssl_context, timeout_s=10.0)
         except OSError as error:
@@ -296,7 +315,8 @@ class _Link(threading.Thread):
             emitted_audio_s=message["emitted_audio_s"] + offset_s,
             emitted_wall_s=message["emitted_wall_s"] + offset_s,
             segment=message.get("segment", 0), language=message.get("language", ""),
-            words=tuple((str(w), float(a) + offset_s, float(b) + offset_s) for w, a, b in message.get("words", ())))
+            words=tuple((str(w), float(a) + offset_s, float(b) + offset_s) for w, a, b in message.get("words", ())),
+            speaker="" if self.owner.speakers == "off" else str(message.get("speaker") or ""))
         self._partial = update.text if update.kind == "partial" else ""
         self._last = update
         self.owner._publish([update])
@@ -314,12 +334,15 @@ class RemotePipeline:
 
     Takes the arguments of :class:`~captioner.engine.pipeline.Pipeline` that mean something for
     a client (``sources``, ``language``, ``transcript``) and ignores the others (the model and
-    the device are the server's). Threads: each source's own; one link thread per source and a
+    the device are the server's). ``speakers`` (``auto``, ``on``, ``off``; ``None``: ``auto``):
+    the server labels speakers as its ``--speakers`` and each stream's ``source=`` say; ``off``
+    drops the labels here, ``on`` does not tell the server that a microphone is one
+    (:func:`source_kind`). Threads: each source's own; one link thread per source and a
     receiver thread per connection. The public methods are for the owner's thread, the
     outboxes for any thread."""
 
     def __init__(self, sources, server: str, token: str | None = None, language: str | None = None,
-                 transcript=None, ssl_context=None, **_ignored) -> None:
+                 transcript=None, ssl_context=None, speakers: str | None = "auto", **_ignored) -> None:
         self.sources = list(sources)
         names = [s.stream for s in self.sources]
         if len(set(names)) != len(names):
@@ -334,7 +357,11 @@ class RemotePipeline:
 
             ssl_context = ssl.create_default_context()
         self.ssl_context = ssl_context
-        self._links = {s.stream: _Link(self, s.stream) for s in self.sources}
+        speakers = speakers or "auto"
+        if speakers not in ("auto", "on", "off"):
+            raise UserError(f"speakers must be one of auto, on, off, not {speakers!r}")
+        self.speakers = speakers
+        self._links = {s.stream: _Link(self, s.stream, source_kind(s, speakers)) for s in self.sources}
         self._captions: deque[CaptionUpdate] = deque()
         self._lock = threading.Lock()
         self._status: dict | None = None

@@ -66,17 +66,19 @@ capacity figures of docs/capacity.md), not the desktop's 0.5 s on a GPU, which w
 streams one GPU holds."""
 
 
-def server_engine_config():
+def server_engine_config(speakers: str = "auto"):
     """The engine configuration every server pipeline runs with (``captioner serve``, the Ray
-    replica): updates every :data:`SERVER_INTERVAL_S`, and warmed up at start."""
+    replica): updates every :data:`SERVER_INTERVAL_S`, warmed up at start, and speaker labels as
+    ``serve --speakers`` says (``auto``: every stream but a client's microphone, docs/speakers.md)."""
     from captioner.engine.core import EngineConfig  # noqa: PLC0415 - the engine loads with the pipeline
     from captioner.engine.scheduler import SchedulerConfig  # noqa: PLC0415
+    from captioner.engine.speakers import SpeakerConfig, check_mode  # noqa: PLC0415
 
     # Warm: a server meets every batch shape before its first client, not under load. Up to
     # SERVER_MAX_BATCH streams a step: a thousand streams due once a second over ten ticks make
     # steps of about a hundred, which the desktop's 64 would cut short.
     return EngineConfig(scheduler=SchedulerConfig(base_interval_s=SERVER_INTERVAL_S, max_batch=SERVER_MAX_BATCH),
-                        warm_up=True)
+                        warm_up=True, speakers=SpeakerConfig(mode=check_mode(speakers)))
 
 
 def server_standby(engines_per_device: int) -> bool:
@@ -102,11 +104,15 @@ class NetworkSource:
 
     live = True
     origin = "remote"
-    """A server's client: ``speakers="auto"`` labels its speakers (docs/speakers.md)."""
+    """What the client's audio is: ``remote`` (a server's client that did not say: ``speakers="auto"``
+    labels its speakers), or what it said with ``source=`` (``microphone``: not labelled under
+    ``auto``; ``meeting``, ``file``), docs/speakers.md."""
 
-    def __init__(self, stream: str, rate_hz: int, on_drop: Callable[[], None] | None = None) -> None:
+    def __init__(self, stream: str, rate_hz: int, on_drop: Callable[[], None] | None = None,
+                 origin: str = "remote") -> None:
         self.stream = stream
         self.rate_hz = rate_hz
+        self.origin = origin
         self.batch_samples = 0
         self._on_drop = on_drop  # told (loop thread) when a chunk found the inbox full
         self._sink = None
@@ -446,8 +452,10 @@ class EngineLink:
         return reasons[0]
 
     def open(self, label: str, language: str | None, rate_hz: int,
-             on_change: Callable[[Lease], None] | None = None) -> Lease:
+             on_change: Callable[[Lease], None] | None = None, source: str = "remote") -> Lease:
         """A new stream for a connection (blocks while the inbox is full: not on the loop thread).
+        ``source``: what the client said its audio is (``protocol.StreamParams.source``), the
+        stream's origin in the engine (whether ``speakers="auto"`` labels it).
         Raises :class:`StreamRefused` when the engine has no room (:class:`EngineDown` while it
         is being restarted), ``UserError`` for a language the model lacks."""
         with self._lock:
@@ -463,7 +471,8 @@ class EngineLink:
                 raise StreamRefused(pressure)
             key = f"{label}#{next(self._ids)}"
             lease = Lease(label, key, self._checked_language(worker, language),
-                          NetworkSource(key, rate_hz, on_drop=worker.note_drop), worker, on_change=on_change)
+                          NetworkSource(key, rate_hz, on_drop=worker.note_drop, origin=source), worker,
+                          on_change=on_change)
             worker.leases[key] = lease
         try:
             worker.pipeline.add_source(lease.source, language=lease.language)

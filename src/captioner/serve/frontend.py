@@ -235,7 +235,8 @@ class FrontEnd:
             return
         conn = _Conn(next(self._sids), ws, params, self.max_ahead_s, peer(ws))
         self.conns[conn.sid] = conn
-        self._event(("open", conn.sid, params.label, params.language, params.sample_rate_hz, conn.peer))
+        self._event(("open", conn.sid, params.label, params.language, params.sample_rate_hz, conn.peer,
+                     params.source))
         try:
             refusal = await conn.decision
             if refusal is not None:

@@ -104,13 +104,14 @@ class _Frontend:
 class _Stream:
     """One connection's stream, as the hub sees it (hub loop thread)."""
 
-    __slots__ = ("fe", "sid", "conn_id", "label", "language", "rate_hz", "peer", "lease", "ready",
+    __slots__ = ("fe", "sid", "conn_id", "label", "language", "rate_hz", "peer", "source", "lease", "ready",
                  "flags", "closed_by")
 
     def __init__(self, fe: _Frontend, sid: int, conn_id: int, label: str, language: str | None, rate_hz: int,
-                 peer: str) -> None:
+                 peer: str, source: str = protocol.DEFAULT_SOURCE) -> None:
         self.fe, self.sid, self.conn_id = fe, sid, conn_id
         self.label, self.language, self.rate_hz, self.peer = label, language, rate_hz, peer
+        self.source = source  # what the client said its audio is (source=): the stream's origin
         self.lease: Lease | None = None
         self.ready = ""  # the ready message, once the stream is admitted
         self.flags = StreamFlags()  # OPENED, ENDED, END_ASKED, GONE
@@ -278,8 +279,8 @@ class FrontendHub:
         for event in events:
             kind = event[0]
             if kind == "open":
-                _, sid, label, language, rate_hz, peer = event
-                stream = _Stream(fe, sid, next(self._ids), label, language, rate_hz, peer)
+                _, sid, label, language, rate_hz, peer, source = event
+                stream = _Stream(fe, sid, next(self._ids), label, language, rate_hz, peer, source)
                 fe.streams[sid] = stream
                 asyncio.create_task(self._run_stream(stream))
             elif kind == "end":
@@ -391,7 +392,7 @@ class FrontendHub:
         fe = stream.fe
         try:
             lease = await asyncio.to_thread(self.link.open, stream.label, stream.language, stream.rate_hz,
-                                            lambda lease: self._lease_changed(stream, lease))
+                                            lambda lease: self._lease_changed(stream, lease), stream.source)
         except EngineDown as error:  # a failed engine, being restarted: the log said why once
             self._refuse(stream, protocol.CLOSE_TRY_LATER, str(error))
             return

@@ -3,7 +3,7 @@
 Pure values and checks, no I/O: the server, the clients and the tests share them, so both ends
 agree on one set of names, limits and close codes.
 
-A client connects to ``/v1/listen?label=..&language=..&sample_rate=..`` (with
+A client connects to ``/v1/listen?label=..&language=..&sample_rate=..&source=..`` (with
 ``Authorization: Bearer TOKEN`` when the server has a token), sends binary messages of
 little-endian int16 mono PCM at ``sample_rate`` and, when its audio ends, the text message
 ``{"type": "end"}``. The server sends text messages, one JSON object each: ``ready`` once the
@@ -77,7 +77,14 @@ RETRYABLE_CLOSE_CODES = frozenset({CLOSE_GOING_AWAY, CLOSE_INTERNAL, CLOSE_TRY_L
 """Codes after which a client may connect again (1006: the connection broke without a close;
 1012: service restart). Every other code means the client's request itself was refused."""
 
-KNOWN_PARAMETERS = ("label", "language", "sample_rate")
+KNOWN_PARAMETERS = ("label", "language", "sample_rate", "source")
+
+CLIENT_SOURCES = ("microphone", "meeting", "file")
+"""What a client may say its audio is (``source=``): a microphone (one person: under the
+server's ``--speakers auto`` its lines carry no speaker), a meeting's audio (a monitor of an
+output) or a recording. A stream whose client does not say is :data:`DEFAULT_SOURCE`."""
+DEFAULT_SOURCE = "remote"
+"""A stream whose client did not say what its audio is: ``--speakers auto`` labels its speakers."""
 
 
 class ProtocolError(ValueError):
@@ -98,13 +105,16 @@ class StreamParams:
     """A language code, or ``None`` (the server's default: English for English-only models,
     detection per segment for multilingual ones)."""
     sample_rate_hz: int = DEFAULT_SAMPLE_RATE_HZ
+    source: str = DEFAULT_SOURCE
+    """What the audio is (one of :data:`CLIENT_SOURCES`, else :data:`DEFAULT_SOURCE`): whether
+    the server's ``--speakers auto`` labels the stream's speakers."""
 
 
 def parse_path(path: str) -> StreamParams:
     """The request path (``/v1/listen?...``) as :class:`StreamParams`; raises
     :class:`ProtocolError` (1008) for another path, an unknown or repeated parameter, a label
-    that is empty, too long or not printable, or a sample rate that is not a whole number of Hz
-    in 8000..48000."""
+    that is empty, too long or not printable, a sample rate that is not a whole number of Hz
+    in 8000..48000, or a source other than :data:`CLIENT_SOURCES`."""
     parts = urlsplit(path)
     if parts.path != PATH:
         raise ProtocolError(CLOSE_POLICY, f"unknown path {parts.path!r}: connect to {PATH}")
@@ -130,7 +140,19 @@ def parse_path(path: str) -> StreamParams:
     if language is not None and language not in WHISPER_LANGUAGES:
         raise ProtocolError(CLOSE_POLICY, f"unknown language {language!r}: use a Whisper language code "
                                           "such as 'en' or 'de', or 'auto'")
-    return StreamParams(label, language, parse_sample_rate(seen.get("sample_rate")))
+    return StreamParams(label, language, parse_sample_rate(seen.get("sample_rate")), parse_source(seen.get("source")))
+
+
+def parse_source(text: str | None) -> str:
+    """``source=``: one of :data:`CLIENT_SOURCES` (:data:`DEFAULT_SOURCE` when not given or empty);
+    anything else is refused (1008) before the stream reaches the engine."""
+    source = (text or "").strip().lower()
+    if not source:
+        return DEFAULT_SOURCE
+    if source not in CLIENT_SOURCES:
+        raise ProtocolError(CLOSE_POLICY, f"source must be one of {', '.join(CLIENT_SOURCES)} (or not given), "
+                                          f"not {source[:32]!r}")
+    return source
 
 
 def parse_sample_rate(text: str | None) -> int:
@@ -148,13 +170,17 @@ def parse_sample_rate(text: str | None) -> int:
     return int(rate)
 
 
-def listen_path(label: str = "Me", language: str | None = None, sample_rate_hz: int = DEFAULT_SAMPLE_RATE_HZ) -> str:
-    """The request path a client connects to (the inverse of :func:`parse_path`)."""
+def listen_path(label: str = "Me", language: str | None = None, sample_rate_hz: int = DEFAULT_SAMPLE_RATE_HZ,
+                source: str | None = None) -> str:
+    """The request path a client connects to (the inverse of :func:`parse_path`); ``source``
+    (one of :data:`CLIENT_SOURCES`) only where the client knows what its audio is."""
     from urllib.parse import urlencode
 
     query = {"label": label, "sample_rate": str(int(sample_rate_hz))}
     if language:
         query["language"] = language
+    if source:
+        query["source"] = source
     return f"{PATH}?{urlencode(query)}"
 
 
@@ -239,15 +265,16 @@ def caption_fields(update: CaptionUpdate) -> tuple:
     hub hands a front-end for each caption. Making and pickling them is a tenth of making the
     message's JSON, which the front-ends do (:func:`caption_message`), in parallel and off the
     interpreter the engines' threads share: a step's burst of hundreds of captions no longer waits
-    for the hub to encode each one (docs/serve.md)."""
+    for the hub to encode each one (docs/serve.md). ``speaker`` last, as in ``CaptionUpdate``."""
     return (update.kind, update.text, update.start_s, update.end_s, update.emitted_audio_s, update.emitted_wall_s,
-            update.segment, update.language, update.words)
+            update.segment, update.language, update.words, update.speaker)
 
 
 def caption_message(label: str, fields: tuple) -> str:
     """A caption update of the stream the client named ``label`` (``fields``: :func:`caption_fields`):
     the fields of ``transcribe --format jsonl`` (``CaptionUpdate.to_json_dict``) with
-    ``"type": "caption"`` in front."""
+    ``"type": "caption"`` in front; ``"speaker"`` only where the line has one, so a client that
+    predates the field reads what it always read."""
     return json.dumps({"type": "caption", **CaptionUpdate(label, *fields).to_json_dict()})
 
 

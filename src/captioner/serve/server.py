@@ -241,7 +241,7 @@ class CaptionServer:
         conn.peer = where
         try:
             lease = await asyncio.to_thread(self.link.open, params.label, params.language, params.sample_rate_hz,
-                                            conn.lease_changed)
+                                            conn.lease_changed, params.source)
         except EngineDown as error:  # a failed engine, being restarted: the log said why once
             await self._refuse(ws, where, protocol.CLOSE_TRY_LATER, str(error))
             return

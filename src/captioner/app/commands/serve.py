@@ -14,6 +14,7 @@ import sys
 import threading
 from pathlib import Path
 
+from captioner.app.commands.policy_option import add_speakers_argument
 from captioner.errors import UserError
 from captioner.serve import protocol
 from captioner.serve.channel import FLUSH_S
@@ -26,6 +27,10 @@ beside the network loop), on the CPU the worker thread. A stream the child's eng
 capacity is reported as refused (1013) like one refused in-process (seen on the H200: 34 of 1,000
 connections refused that way, docs/serve.md)."""
 
+
+SERVE_SPEAKERS_HELP = ("label who speaks (Speaker 1, Speaker 2, ...) in each stream's captions: auto (the default) "
+                       "every stream but one whose client says it is a microphone (source=microphone); on every "
+                       "stream, off none (docs/speakers.md)")
 
 MAX_FRONTENDS = 64
 FRONTENDS_AUTO_DOC = "half the CPU cores, 1 to 8"
@@ -134,6 +139,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--transcripts", metavar="DIR",
                         help="write each connection's committed lines here (default: nothing is written)")
     parser.add_argument("--metrics-port", type=int, metavar="N", help="serve Prometheus metrics on 127.0.0.1:N")
+    add_speakers_argument(parser, SERVE_SPEAKERS_HELP)
     parser.add_argument("--max-streams", type=int, metavar="N",
                         help="streams per engine at most (default: as many as the engine admits by "
                              "measured GPU memory and step time)")
@@ -229,6 +235,24 @@ def shared_gpu_warning(devices: list[str | None]) -> str:
             "`nvidia-cuda-mps-control -d` first (docs/serve.md)")
 
 
+def speakers_mode(mode: str) -> tuple[str, str]:
+    """``--speakers`` as the engines take it, and a line for the log ("" when none is due). The
+    voice encoder's weights (the resemblyzer package) are looked up before any model loads:
+    without them every labelled stream would fail at its open, so ``on`` is refused on one line
+    and ``auto`` serves without labels and says so."""
+    if mode == "off":
+        return mode, ""
+    from captioner.models.speaker.weights import checkpoint_path
+
+    try:
+        checkpoint_path()
+    except UserError as error:
+        if mode == "on":
+            raise UserError(f"--speakers on: {error}") from None
+        return "off", f"speaker labels are off: {error}"
+    return mode, ""
+
+
 def check_arguments(args) -> tuple[str | None, object]:
     from captioner.serve.server import is_loopback
 
@@ -259,6 +283,7 @@ def check_arguments(args) -> tuple[str | None, object]:
                         "with --ray, Ray Serve's proxy holds the connections")
     if args.ray and args.engines_per_device != 1:
         raise UserError("--engines-per-device is for the plain server: with --ray, give more --replicas")
+    args.speakers, args.speakers_notice = speakers_mode(getattr(args, "speakers", "auto"))
     return token, context
 
 
@@ -273,6 +298,8 @@ def run(args) -> int:
     # halved the process's CPU at 20 connections (docs/serve.md). An operator's setting wins.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     token, context = check_arguments(args)
+    if args.speakers_notice:
+        print(f"captioner: {args.speakers_notice}", file=sys.stderr, flush=True)
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
     if args.ray:
@@ -301,7 +328,8 @@ def run(args) -> int:
     from captioner.serve.server import CaptionServer, ServerThread
 
     def make_pipeline(device):
-        return Pipeline([], model=args.model, language=args.language, device=device, config=server_engine_config(),
+        return Pipeline([], model=args.model, language=args.language, device=device,
+                        config=server_engine_config(args.speakers),
                         isolation=args.isolation, standby=server_standby(args.engines_per_device))
 
     samplers: dict = {}  # one per device, shared by the engines on it (a sampler started twice is a no-op)
