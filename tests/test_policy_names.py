@@ -48,7 +48,10 @@ def test_the_api_default_is_the_cli_default_on_every_device_class():
 
 
 def test_speakers_offers_the_engines_modes_and_reaches_its_config():
-    from captioner.app.commands.policy_option import SPEAKERS_CHOICES, add_speakers_argument
+    from captioner.app.commands.policy_option import (
+        SPEAKERS_CHOICES,
+        add_speakers_argument,
+    )
     from captioner.engine.speakers import MODES
 
     assert set(SPEAKERS_CHOICES) == set(MODES)

@@ -8,12 +8,10 @@ from dataclasses import dataclass
 from captioner.audio import pulse
 from captioner.audio.microphone import (
     import_sounddevice,
+    is_loopback_name,
     portaudio_lock,
     refresh_portaudio,
 )
-
-# Names that mark a device capturing what the machine plays rather than a microphone.
-_LOOPBACK_MARKS = ("monitor", "loopback", "stereo mix", "what u hear", "wave out")
 
 
 @dataclass(frozen=True)
@@ -35,11 +33,6 @@ class InputDevice:
     @property
     def open_as(self) -> str:
         return str(self.index) if self.index is not None else f"{pulse.PULSE_PREFIX}{self.name}"
-
-
-def is_loopback_name(name: str) -> bool:
-    lowered = name.lower()
-    return any(mark in lowered for mark in _LOOPBACK_MARKS)
 
 
 def list_input_devices(include_pulse: bool = True) -> list[InputDevice]:

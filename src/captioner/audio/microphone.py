@@ -190,6 +190,15 @@ def refresh_portaudio() -> bool:
     return True
 
 
+# Names that mark a device capturing what the machine plays rather than a microphone.
+_LOOPBACK_MARKS = ("monitor", "loopback", "stereo mix", "what u hear", "wave out")
+
+
+def is_loopback_name(name: str) -> bool:
+    lowered = name.lower()
+    return any(mark in lowered for mark in _LOOPBACK_MARKS)
+
+
 @dataclass(frozen=True)
 class DeviceChoice:
     """A resolved device: what to open and how."""
@@ -406,9 +415,6 @@ class MicrophoneSource:
     def origin(self) -> str:
         """``meeting`` for a monitor of an output (what the machine plays: a call's other
         people), else ``microphone`` (one person, "Me"): whether ``speakers="auto"`` labels it."""
-        # Imported here: devices.py imports this module.
-        from captioner.audio.devices import is_loopback_name
-
         return "meeting" if is_loopback_name(self.device.pulse_source or self.device.name) else "microphone"
 
     def __init__(

@@ -32,7 +32,10 @@ import threading
 import time
 
 from captioner.app.commands.device_option import add_device_argument, engine_device
-from captioner.app.commands.policy_option import add_policy_argument, add_speakers_argument
+from captioner.app.commands.policy_option import (
+    add_policy_argument,
+    add_speakers_argument,
+)
 from captioner.app.listen_inputs import InOrder, listen_inputs, open_inputs
 from captioner.errors import UserError, one_line
 
