@@ -69,7 +69,9 @@ def test_real_pipeline_drives_the_window(window, qtbot, speech_clips, transcript
     assert "partial" in kinds and "final" in kinds
     assert kinds.index("partial") < kinds.index("final")  # shown provisionally before committed
     view_text = window.caption_view.committed_text().lower()
-    assert view_text.startswith("meeting: ")
+    # A file's speakers are labelled (speakers "auto"): its one voice heads the view.
+    assert view_text.startswith("meeting (speaker 1): ")
+    assert window.caption_view.toPlainText().startswith("Meeting · Speaker 1\n")
     # the words may be committed in several pieces (and segments): read them as one text
     committed = " ".join(" ".join(u.text for u in updates if u.kind == "final").lower().split())
     assert "wait no longer" in committed, updates

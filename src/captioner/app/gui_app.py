@@ -36,13 +36,24 @@ def unique_streams(choices: tuple[SourceChoice, ...]) -> list[tuple[SourceChoice
     return list(zip(choices, unique_labels(c.stream for c in choices)))
 
 
-def engine_config(policy: str) -> Any:
+def engine_config(policy: str, speakers: str = "auto") -> Any:
     """The local engine's configuration for a session: its defaults, the policy chosen in the
-    window (``"auto"``: the one measured better on the engine's device)."""
+    window (``"auto"``: the one measured better on the engine's device) and which streams'
+    speakers are labelled (``"auto"``: a meeting's audio and files, not a microphone)."""
     from captioner.engine.core import EngineConfig
     from captioner.engine.policy import PolicyConfig
+    from captioner.engine.speakers import SpeakerConfig
 
-    return EngineConfig(policy=PolicyConfig(kind=policy or "auto"))
+    return EngineConfig(policy=PolicyConfig(kind=policy or "auto"), speakers=SpeakerConfig(mode=speakers or "auto"))
+
+
+def session_speakers(config: RunConfig) -> str:
+    """The speaker labels a session asks the engine for: the run's choice, except that the demo
+    alone (one voice, the first thing a new user sees) is not labelled under ``"auto"``: the live
+    labels split its 11 s of one man in two at times (docs/speakers.md)."""
+    if config.speakers == "auto" and config.sources and all(c.demo for c in config.sources):
+        return "off"
+    return config.speakers
 
 
 def _takes_config(factory: Any) -> bool:
@@ -241,6 +252,16 @@ class LiveController:
             self.metrics.update_telemetry(sample)
         return sample
 
+    def rename_speaker(self, stream: str, speaker: str, name: str) -> None:
+        """GUI thread: the person named ``speaker`` ("Speaker 2") of ``stream`` in the session
+        running; its transcript writes the name from now on (and, where the writer can, in the
+        lines already saved). Nothing runs: nothing to tell (the last session's file is closed)."""
+        with self._lock:
+            transcript = self._transcript if self.pipeline is not None else None
+        rename = getattr(transcript, "rename_speaker", None)  # a writer that predates renaming has none
+        if rename is not None:
+            rename(stream, speaker, name)
+
     # -- devices (GUI thread) ------------------------------------------------------------------
 
     def refresh_devices(self) -> None:
@@ -286,7 +307,8 @@ class LiveController:
             factory = Pipeline
         options = {}
         if not config.server and _takes_config(factory):
-            options["config"] = engine_config(config.policy)  # a server keeps its own policy
+            # A server keeps its own policy and speaker labels.
+            options["config"] = engine_config(config.policy, session_speakers(config))
         return factory(
             sources,
             model=config.model,

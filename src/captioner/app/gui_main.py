@@ -46,6 +46,7 @@ def connect_window(window, controller) -> None:
     The signals are emitted on the GUI thread, so the controller's methods run there."""
     window.start_requested.connect(controller.start)
     window.stop_requested.connect(controller.stop)
+    window.speaker_renamed.connect(controller.rename_speaker)
     window.refresh_devices_requested.connect(controller.refresh_devices)
     window.set_feed(controller)
 
@@ -68,7 +69,8 @@ def open_window(args: argparse.Namespace, pipeline_factory=None):
     controller.refresh_devices()  # the list is applied at once: the sources below pick from it
     # For this run only: an option given once must not become every later launch's setting.
     window.apply_command_line(model=args.model, language=args.language, policy=getattr(args, "policy", None),
-                              server=getattr(args, "server", None), theme=args.theme)
+                              speakers=getattr(args, "speakers", None), server=getattr(args, "server", None),
+                              theme=args.theme)
     if args.file:
         choices = [window.controls.add_file(str(Path(path).resolve())) for path in args.file]
         window.controls.select_only([c.key() for c in choices])

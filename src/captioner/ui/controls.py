@@ -1,5 +1,5 @@
 """Controls: sources (microphones, meeting/system audio monitors, files; several at once), model,
-language, translate, start/stop, clear.
+language, translate, policy, speaker labels, server, start/stop, clear.
 
 The panel knows devices only as values handed to it (``index``, ``name``, ``is_monitor``), so the
 UI never touches the audio library; the app lists the devices and turns a :class:`RunConfig`
@@ -28,7 +28,13 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from captioner.ui.run_config import LANGUAGES, POLICIES, RunConfig, SourceChoice
+from captioner.ui.run_config import (
+    LANGUAGES,
+    POLICIES,
+    SPEAKER_MODES,
+    RunConfig,
+    SourceChoice,
+)
 from captioner.ui.source_list import SourceGroup, SourceList
 
 BUILTIN_MODELS = ("tiny.en", "base")
@@ -97,6 +103,13 @@ class ControlPanel(QWidget):
         self.policy_combo.setToolTip("When a word is final: LocalAgreement (two updates agree on it), AlignAtt "
                                      "(the model's attention says it was heard whole; sooner), or Automatic "
                                      "(the one measured better on this device)")
+        self.speakers_combo = QComboBox()
+        self.speakers_combo.setObjectName("speakersCombo")
+        for code, name in SPEAKER_MODES:
+            self.speakers_combo.addItem(name, code)
+        self.speakers_combo.setToolTip("Who said what: label the speakers (\"Speaker 1\", \"Speaker 2\", … — click a "
+                                       "name in the captions to rename them) of a meeting's audio and files, of "
+                                       "every source (a microphone too), or of none")
         # A `captioner serve` box to caption on instead of this machine (its model is the server's).
         self.server_edit = QLineEdit()
         self.server_edit.setObjectName("serverEdit")
@@ -108,6 +121,7 @@ class ControlPanel(QWidget):
         form.addRow("Language", self.language_combo)
         form.addRow("", self.translate_check)
         form.addRow("Policy", self.policy_combo)
+        form.addRow("Speakers", self.speakers_combo)
         form.addRow("Server", self.server_edit)
         self.model_combo.currentIndexChanged.connect(self._update_language_enabled)
 
@@ -265,6 +279,13 @@ class ControlPanel(QWidget):
         """Select policy ``name``; an unknown one (a hand-edited settings file) selects auto."""
         self.policy_combo.setCurrentIndex(max(0, self.policy_combo.findData(name)))
 
+    def speakers(self) -> str:
+        return self.speakers_combo.currentData() or "auto"
+
+    def set_speakers(self, mode: str) -> None:
+        """Select speaker labels ``mode`` (auto, on, off); an unknown one selects auto."""
+        self.speakers_combo.setCurrentIndex(max(0, self.speakers_combo.findData(mode)))
+
     def server(self) -> str:
         return self.server_edit.text().strip()
 
@@ -281,6 +302,7 @@ class ControlPanel(QWidget):
             translate=self.translate(),
             server=self.server(),
             policy=self.policy(),
+            speakers=self.speakers(),
         )
 
     @property
@@ -291,7 +313,8 @@ class ControlPanel(QWidget):
         self._running = running
         self.start_button.setText("Stop" if running else "Start")
         for widget in (self.source_list, self.add_file_button, self.refresh_button, self.model_combo,
-                       self.language_combo, self.translate_check, self.server_edit, self.policy_combo):
+                       self.language_combo, self.translate_check, self.server_edit, self.policy_combo,
+                       self.speakers_combo):
             widget.setEnabled(not running)
         if not running:
             self._update_language_enabled()

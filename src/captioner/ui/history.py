@@ -2,12 +2,15 @@
 
 Export goes through :mod:`captioner.formats`, the same writers the CLI uses. (The transcript on
 disk is written by the engine's transcript writer as each caption is committed; this panel only
-exports on request.)
+exports on request.) A speaker the person named in the caption view is called by that name here
+and in the exports (:attr:`HistoryPanel.speaker_name`).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import replace
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
@@ -44,6 +47,10 @@ class HistoryPanel(QWidget):
         self.pause_s = pause_s
         """The engine's pause: where a cue may end (:mod:`captioner.layout`)."""
         self._finals: list[CaptionUpdate] = []
+        self._sessions: list[int] = []  # the session of each of _finals
+        self.speaker_name: Callable[[str, str, int], str] | None = None
+        """``(stream, speaker, session) -> name``: what a labelled speaker is called (the caption
+        view's names); ``None``: the labels."""
         self.search_edit = QLineEdit()
         self.search_edit.setPlaceholderText("Search the transcript…")
         self.search_edit.setClearButtonEnabled(True)
@@ -75,34 +82,58 @@ class HistoryPanel(QWidget):
     def set_transcript_path(self, path: str | None) -> None:
         self.transcript_label.setText(f"Saved as committed to: {path}" if path else "")
 
-    def add_updates(self, updates: list[CaptionUpdate]) -> None:
+    def add_updates(self, updates: list[CaptionUpdate], session: int = 0) -> None:
+        """The committed ones of ``updates``, of session number ``session`` (whose speakers are
+        its own: :attr:`speaker_name` is asked with it)."""
         new = [u for u in updates if u.kind == "final" and u.text.strip()]
         if not new:
             return
         self._finals.extend(new)
+        self._sessions.extend([session] * len(new))
         query = self.search_edit.text().strip().lower()
         for update in new:
-            if not query or query in update.text.lower():
-                self._add_item(update)
+            named = self._named(update, session)
+            if self._matches(named, query):
+                self._add_item(named)
         self._update_count()
 
     def clear(self) -> None:
         self._finals.clear()
+        self._sessions.clear()
         self._refilter()
+
+    def refresh_names(self) -> None:
+        """A speaker was renamed: the list (and the next export) says the new name."""
+        self._refilter()
+
+    def named_finals(self) -> list[CaptionUpdate]:
+        """The committed captions, each labelled speaker as :attr:`speaker_name` calls them."""
+        return [self._named(u, session) for u, session in zip(self._finals, self._sessions)]
+
+    def _named(self, update: CaptionUpdate, session: int) -> CaptionUpdate:
+        if not update.speaker or self.speaker_name is None:
+            return update
+        name = self.speaker_name(update.stream, update.speaker, session)
+        return update if name == update.speaker else replace(update, speaker=name)
+
+    @staticmethod
+    def _matches(update: CaptionUpdate, query: str) -> bool:
+        return not query or query in update.text.lower() or (bool(update.speaker) and query in update.speaker.lower())
 
     def matches(self) -> list[CaptionUpdate]:
         return [self.results.item(i).data(Qt.ItemDataRole.UserRole) for i in range(self.results.count())]
 
     def _add_item(self, update: CaptionUpdate) -> None:
-        item = QListWidgetItem(f"{_clock(update.start_s)}  {update.stream}: {update.text.strip()}")
+        who = f"{update.stream} ({update.speaker})" if update.speaker else update.stream
+        item = QListWidgetItem(f"{_clock(update.start_s)}  {who}: {update.text.strip()}")
         item.setData(Qt.ItemDataRole.UserRole, update)
         self.results.addItem(item)
 
     def _refilter(self) -> None:
         query = self.search_edit.text().strip().lower()
         self.results.clear()
-        for update in self._finals:
-            if not query or query in update.text.lower():
+        for update in self.named_finals():
+            if self._matches(update, query):
                 self._add_item(update)
         self._update_count()
 
@@ -114,8 +145,9 @@ class HistoryPanel(QWidget):
     def export(self, path: str | os.PathLike, fmt: str) -> int:
         """Writes the committed captions to ``path`` in ``fmt`` (txt, srt, vtt), laid out as
         cues for reading (every stream named where there are several); returns the cue count."""
-        several = len({u.stream for u in self._finals}) > 1
-        captions = formats.laid_out(self._finals, self.pause_s, label_streams=several)
+        finals = self.named_finals()
+        several = len({u.stream for u in finals}) > 1
+        captions = formats.laid_out(finals, self.pause_s, label_streams=several)
         formats.write_captions(captions, path, fmt, label_streams=several)
         self.exported.emit(str(path))
         return len(captions)

@@ -43,7 +43,7 @@ from captioner.errors import UserError
 from captioner.events import CaptionUpdate, PipelineStatus, TelemetrySample
 from captioner.trace import load_trace, save_trace
 from captioner.ui.banner import Banner
-from captioner.ui.caption_view import DEFAULT_FONT_PT, CaptionView
+from captioner.ui.caption_view import DEFAULT_FONT_PT, SEPARATOR, CaptionView
 from captioner.ui.collector import GuiThreadCollector
 from captioner.ui.controls import AUDIO_FILE_FILTER, DEFAULT_INPUT, ControlPanel
 from captioner.ui.dashboard import Dashboard
@@ -93,6 +93,7 @@ class MainWindow(QMainWindow):
 
     start_requested = Signal(object)  # RunConfig
     stop_requested = Signal()
+    speaker_renamed = Signal(str, str, str)  # stream, speaker ("Speaker 2"), the name given
     refresh_devices_requested = Signal()
     closing = Signal()
 
@@ -141,6 +142,7 @@ class MainWindow(QMainWindow):
         self.controls.refresh_requested.connect(self.refresh_devices_requested)
         self.controls.clear_requested.connect(self.clear_captions)
         self.history = HistoryPanel()
+        self.history.speaker_name = self.caption_view.speaker_name  # a renamed speaker, by name
         self.history.exported.connect(lambda path: self.statusBar().showMessage(f"Exported {path}", 5000))
         self.side_tabs = QTabWidget()
         self.side_tabs.addTab(self.controls, "Captioning")
@@ -177,6 +179,7 @@ class MainWindow(QMainWindow):
                       self.streams_label, self.language_label):
             self.statusBar().addPermanentWidget(label)
         self.caption_view.following_changed.connect(self._on_following_changed)
+        self.caption_view.speaker_renamed.connect(self._on_speaker_renamed)
 
         self._build_actions()
         self._apply_settings()
@@ -238,6 +241,7 @@ class MainWindow(QMainWindow):
         self.controls.set_language(s.language)
         self.controls.translate_check.setChecked(s.translate)
         self.controls.set_policy(s.policy)
+        self.controls.set_speakers(s.speakers)
         self.controls.set_server(s.server)
         self.controls.want_sources(s.sources)  # ticked once the device listing shows they exist
         if s.window_geometry:
@@ -263,6 +267,7 @@ class MainWindow(QMainWindow):
         s.language = self.controls.language_combo.currentData()
         s.translate = self.controls.translate_check.isChecked()
         s.policy = self.controls.policy()
+        s.speakers = self.controls.speakers()
         s.server = self.controls.server()
         if self.remember_sources:
             s.sources = self.controls.remembered_sources()
@@ -278,11 +283,12 @@ class MainWindow(QMainWindow):
             save_settings(self._store, self.chosen.to_save(self.collect_settings()))
 
     def apply_command_line(self, **values: Any) -> None:
-        """Options given on the command line (``model``, ``language``, ``policy``, ``server``,
-        ``theme``, ``overlay_visible``; ``None``: not given): shown and used for this run, not
-        saved (:class:`~captioner.ui.settings.ChosenSettings`)."""
+        """Options given on the command line (``model``, ``language``, ``policy``, ``speakers``,
+        ``server``, ``theme``, ``overlay_visible``; ``None``: not given): shown and used for this
+        run, not saved (:class:`~captioner.ui.settings.ChosenSettings`)."""
         setters = {"model": self.controls.set_model, "language": self.controls.set_language,
-                   "policy": self.controls.set_policy, "server": self.controls.set_server,
+                   "policy": self.controls.set_policy, "speakers": self.controls.set_speakers,
+                   "server": self.controls.set_server,
                    "theme": self._set_theme_checked, "overlay_visible": self.set_overlay_visible}
         for name, value in values.items():
             if value is None:
@@ -356,6 +362,18 @@ class MainWindow(QMainWindow):
     def _on_overlay_dragged(self) -> None:
         self._overlay_placed = True
 
+    def _on_speaker_renamed(self, session: int, stream: str, speaker: str, name: str) -> None:
+        """A speaker was named in the caption view: the overlay says it too, and for a speaker of
+        this session (not of one before it, whose transcript is closed) the controller,
+        connected to :attr:`speaker_renamed`, has the transcript say it."""
+        if self.overlay_action.isChecked() and self.overlay.isVisible():
+            self._update_overlay()
+        self.history.refresh_names()
+        self.statusBar().showMessage(f"{speaker} of {stream} is now {name}" if name != speaker
+                                     else f"{stream}: {speaker} has its label back", 5000)
+        if session == self.caption_view.session:
+            self.speaker_renamed.emit(stream, speaker, name)
+
     def _focus_search(self) -> None:
         self.side_tabs.setCurrentWidget(self.history)
         self.history.search_edit.setFocus()
@@ -399,6 +417,8 @@ class MainWindow(QMainWindow):
                                      actions=(("Caption the default input", self.caption_default_input),))
 
     def show_session_starting(self, model: str) -> None:
+        # Speakers are numbered afresh by each session's engine: a name given now is this one's.
+        self.caption_view.begin_session()
         self.set_running(True, f"Preparing {model}…")
         self.controls.start_button.setEnabled(False)  # no stop until the model is up
         # In the status bar, not a dialog: the window stays readable and usable meanwhile.
@@ -563,7 +583,7 @@ class MainWindow(QMainWindow):
         if not updates:
             return
         self.caption_view.apply_updates(updates)
-        self.history.add_updates(updates)
+        self.history.add_updates(updates, self.caption_view.session)
         self.dashboard.add_captions(updates, time.monotonic() if now_s is None else now_s)
         languages = dict(self._languages)
         for update in updates:
@@ -584,29 +604,19 @@ class MainWindow(QMainWindow):
 
     def _update_overlay(self) -> None:
         """The overlay's lines: those of the last cues and of the cues being spoken, as the
-        caption view lays them out; the speaker named where the stream changes, and only with
-        several streams."""
+        caption view lays them out, each with whose it is: the speaker's name where the stream's
+        speakers are labelled (as the view names them, renamed or not), with the stream's label
+        where several streams speak ("Meeting · Anna"), the stream alone for an unlabelled one
+        among several, nothing with one unlabelled stream."""
         view = self.caption_view
-        cues = view.cues()[-4:]
-        open_streams = view._open_streams()
+        open_streams = view.open_streams()
         several = len({c.stream for c in view.cues()[-20:]} | set(open_streams)) > 1
-        lines: list[list[tuple[str, bool]]] = []
-        previous = None
-
-        def add(stream: str, texts: list[list[tuple[str, bool]]]) -> None:
-            nonlocal previous
-            for n, line in enumerate(texts):
-                label = f"{stream}: " if several and n == 0 and stream != previous else ""
-                lines.append([(label, False)] + line if label else line)
-            previous = stream
-
-        for cue in cues:
-            add(cue.stream, [[((" " if k else "") + word, False) for k, word in enumerate(line.split(" "))]
-                             for line in cue.lines])
-        for stream in open_streams:
-            add(stream, [[(("" if not k or w.joined else " ") + w.text, w.provisional) for k, w in enumerate(line)]
-                         for line in view.open_lines(stream)])
-        self.overlay.set_lines(lines)
+        lines, who = [], []
+        for (session, stream, speaker), words in view.recent_lines(4):
+            name = view.speaker_name(stream, speaker, session) if speaker else ""
+            who.append(stream + SEPARATOR + name if several and name else name or (stream if several else ""))
+            lines.append(words)
+        self.overlay.set_lines(lines, who)
         idle = time.monotonic() - self._last_caption_s >= OVERLAY_IDLE_S
         self._show_overlay(self.overlay_action.isChecked() and bool(lines) and not idle)
 

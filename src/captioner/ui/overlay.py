@@ -4,6 +4,10 @@ It shows the last two or three lines of the captions (committed white, partial g
 the caption view lays them out (:mod:`captioner.layout`: lines of at most 42 characters broken
 at sentences, pauses and punctuation first). Drag it anywhere to move it, drag the corner grip
 to resize it; a line wider than the bar still wraps rather than being cut.
+
+Who speaks is said compactly, before the line's words: "Anna:" in a colour of its own, on a
+line whose speaker (or stream) is not the one of the line above it, and on the top line shown
+whenever it has one, so the bar always says whose words it shows.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from PySide6.QtWidgets import QHBoxLayout, QLabel, QSizeGrip, QVBoxLayout, QWidg
 DEFAULT_LINES = 3
 DEFAULT_FONT_PT = 22
 _BACKGROUND = QColor(12, 14, 18, 185)
+_NAME_COLOR = "#9fd0ff"
+_PARTIAL_COLOR = "#b8bec8"
 
 
 Line = list[tuple[str, bool]]
@@ -44,6 +50,7 @@ class CaptionOverlay(QWidget):
         self.setMinimumSize(320, 80)
         self.n_lines = n_lines
         self._lines: list[Line] = []
+        self._who: list[str] = []
         self._drag_offset: QPoint | None = None
 
         self.label = QLabel(self)
@@ -77,9 +84,14 @@ class CaptionOverlay(QWidget):
             self.resize(self.width(), needed_px)
         self._relayout()
 
-    def set_lines(self, lines: list[Line]) -> None:
-        """The caption lines so far, laid out (only the last ones are shown)."""
-        self._lines = list(lines[-max(self.n_lines, 8):])
+    def set_lines(self, lines: list[Line], who: list[str] | None = None) -> None:
+        """The caption lines so far, laid out (only the last ones are shown); ``who``: whose
+        each line is ("Anna", "Meeting · Speaker 2"; "" where it needs no name), one per line."""
+        keep = max(self.n_lines, 8)
+        who = list(who) if who is not None else []
+        who += [""] * (len(lines) - len(who))
+        self._lines = list(lines[-keep:])
+        self._who = who[:len(lines)][-keep:] if lines else []
         self._relayout()
 
     def shown_text(self) -> str:
@@ -89,12 +101,17 @@ class CaptionOverlay(QWidget):
         metrics = QFontMetrics(self.label.font())
         # As many lines as fit (the user may have made the bar shorter), at most n_lines.
         fit = max(1, self.label.height() // max(1, metrics.lineSpacing())) if self.label.height() > 0 else self.n_lines
+        shown = min(self.n_lines, fit)
         rendered = []
-        for line in self._lines[-min(self.n_lines, fit):]:
+        above = None
+        for line, who in zip(self._lines[-shown:], self._who[-shown:]):
             parts = []
+            if who and who != above:
+                parts.append(f'<span style="color:{_NAME_COLOR}">{html.escape(who)}:</span> ')
+            above = who
             for word, partial in line:
                 text = html.escape(word)
-                parts.append(f'<i><span style="color:#b8bec8">{text}</span></i>' if partial else text)
+                parts.append(f'<i><span style="color:{_PARTIAL_COLOR}">{text}</span></i>' if partial else text)
             rendered.append("".join(parts).strip())
         self.label.setText("<br>".join(rendered))
 

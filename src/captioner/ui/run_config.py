@@ -22,6 +22,11 @@ POLICIES = (("auto", "Automatic"), ("localagreement", "LocalAgreement"), ("align
 measured better on the engine's device (docs/latency.md); "alignatt-gpu" is AlignAtt's setting
 for a fast GPU step (:data:`captioner.engine.policies.PRESETS`)."""
 
+SPEAKER_MODES = (("auto", "Meeting audio and files"), ("on", "Every source"), ("off", "Off"))
+"""Who-said-what labels (``--speakers`` name, label; docs/speakers.md): "auto" labels a meeting's
+audio (a monitor of an output) and files and leaves a microphone ("Me": one person) unlabelled;
+"on" labels every source, "off" none."""
+
 
 @dataclass(frozen=True)
 class SourceChoice:
@@ -48,7 +53,8 @@ class SourceChoice:
 class RunConfig:
     """One session: its sources (several at once), the model, the spoken language, translate;
     ``server``: a `captioner serve` URL to caption on (``""``: this machine); ``policy``: when a
-    word is final (a :data:`POLICIES` name; a server keeps its own)."""
+    word is final (a :data:`POLICIES` name; a server keeps its own); ``speakers``: which streams'
+    speakers are labelled (a :data:`SPEAKER_MODES` name; a server keeps its own)."""
 
     sources: tuple[SourceChoice, ...]
     model: str = "tiny.en"
@@ -56,3 +62,4 @@ class RunConfig:
     translate: bool = False
     server: str = ""
     policy: str = "auto"
+    speakers: str = "auto"

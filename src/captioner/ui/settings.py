@@ -25,6 +25,7 @@ class AppSettings:
     language: str = "auto"
     translate: bool = False
     policy: str = "auto"  # the streaming commit policy (ui.run_config.POLICIES)
+    speakers: str = "auto"  # which streams' speakers are labelled (ui.run_config.SPEAKER_MODES)
     server: str = ""  # a `captioner serve` URL ("": caption on this machine); the token is never stored
     sources: list[str] = field(default_factory=list)  # SourceChoice.key() of the checked sources
     dashboard_visible: bool = True

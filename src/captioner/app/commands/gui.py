@@ -13,7 +13,11 @@ import os
 from pathlib import Path
 
 from captioner.app.commands.device_option import add_device_argument
-from captioner.app.commands.policy_option import POLICY_CHOICES, POLICY_HELP
+from captioner.app.commands.policy_option import (
+    POLICY_CHOICES,
+    POLICY_HELP,
+    SPEAKERS_CHOICES,
+)
 from captioner.errors import UserError
 
 
@@ -25,6 +29,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         "repeat for several streams at once")
     parser.add_argument("--language", help="spoken language code, or auto (multilingual models)")
     parser.add_argument("--policy", choices=POLICY_CHOICES, help=POLICY_HELP.replace("; default", "") + " (this run)")
+    parser.add_argument("--speakers", choices=SPEAKERS_CHOICES,
+                        help="who said what: label the speakers of a meeting's audio and files (auto), of every "
+                        "source (on), or of none (off); this run (docs/speakers.md)")
     parser.add_argument("--trace", metavar="PATH", help="open a recorded run (captioner trace) in the dashboard")
     parser.add_argument("--compare", metavar="PATH", help="draw a second recorded run over --trace, dashed")
     parser.add_argument("--no-start", action="store_true", help="open the window without starting to caption")
