@@ -232,20 +232,9 @@ class StreamingFeatures:
         contiguous within a band, as :meth:`log_mel_window` gives them; not C-contiguous as a
         whole). A model step's windows cost one gather and one transposing copy, not a few
         copies and an event per stream."""
-        slots = np.asarray(stream_slots, dtype=np.int64).reshape(-1)
-        firsts = np.asarray(first_frames, dtype=np.int64).reshape(-1)
-        counts = np.asarray(n_frames, dtype=np.int64).reshape(-1)
-        if not slots.shape == firsts.shape == counts.shape or (counts.size and counts.min() < 0):
-            raise ValueError("stream_slots, first_frames and n_frames must match, n_frames be >= 0")
-        self._check_reads(slots, firsts, counts)
+        index, ends = self._flat_index(stream_slots, first_frames, n_frames)
+        starts = np.concatenate(([0], ends[:-1]))
         xp = self.xp
-        ends = np.cumsum(counts)
-        starts = ends - counts
-        total = int(ends[-1]) if ends.size else 0
-        # Frame j of the flat gather belongs to row r(j), at offset j - starts[r] in its window.
-        row_of = np.repeat(np.arange(slots.size), counts)
-        cols = (firsts[row_of] + np.arange(total) - starts[row_of]) % self.ring_frames
-        index = slots[row_of] * self.ring_frames + cols  # rows of the rings seen as [slots * ring, n_mels]
         with self._context():
             # One take along the first axis: NumPy's fancy indexing with two index arrays was
             # slower than the copies per stream it replaces.
@@ -269,16 +258,7 @@ class StreamingFeatures:
         axis, as the encoder takes them)."""
         if not self.n_speaker:
             raise ValueError("this StreamingFeatures computes no speaker bands (speaker_bands=False)")
-        slots = np.asarray(stream_slots, dtype=np.int64).reshape(-1)
-        firsts = np.asarray(first_frames, dtype=np.int64).reshape(-1)
-        counts = np.asarray(n_frames, dtype=np.int64).reshape(-1)
-        if not slots.shape == firsts.shape == counts.shape or (counts.size and counts.min() < 0):
-            raise ValueError("stream_slots, first_frames and n_frames must match, n_frames be >= 0")
-        self._check_reads(slots, firsts, counts)
-        ends = np.cumsum(counts)
-        row_of = np.repeat(np.arange(slots.size), counts)
-        cols = (firsts[row_of] + np.arange(int(ends[-1]) if ends.size else 0) - (ends - counts)[row_of]) % self.ring_frames
-        index = slots[row_of] * self.ring_frames + cols
+        index, _ = self._flat_index(stream_slots, first_frames, n_frames)
         xp = self.xp
         with self._context():
             out = xp.take(self._speaker_ring.reshape(-1, self.n_speaker), xp.asarray(index), axis=0)
@@ -294,6 +274,23 @@ class StreamingFeatures:
         self.backend.synchronize()
 
     # ----------------------------------------------------------------------------------
+    def _flat_index(self, stream_slots, first_frames, n_frames) -> tuple[np.ndarray, np.ndarray]:
+        """Where each frame of a one-gather read of several streams' windows lives in a ring
+        seen as ``[slots * ring_frames, bands]``, and each window's end in the gather
+        (row ``i`` is ``n_frames[i]`` frames of slot ``stream_slots[i]`` from ``first_frames[i]``)."""
+        slots = np.asarray(stream_slots, dtype=np.int64).reshape(-1)
+        firsts = np.asarray(first_frames, dtype=np.int64).reshape(-1)
+        counts = np.asarray(n_frames, dtype=np.int64).reshape(-1)
+        if not slots.shape == firsts.shape == counts.shape or (counts.size and counts.min() < 0):
+            raise ValueError("stream_slots, first_frames and n_frames must match, n_frames be >= 0")
+        self._check_reads(slots, firsts, counts)
+        ends = np.cumsum(counts)
+        # Frame j of the flat gather belongs to row r(j), at offset j - starts[r] in its window.
+        row_of = np.repeat(np.arange(slots.size), counts)
+        total = int(ends[-1]) if ends.size else 0
+        cols = (firsts[row_of] + np.arange(total) - (ends - counts)[row_of]) % self.ring_frames
+        return slots[row_of] * self.ring_frames + cols, ends
+
     def _check_slot(self, stream_slot: int) -> None:
         if not 0 <= stream_slot < self.max_streams:
             raise ValueError(f"stream slot must be in 0..{self.max_streams - 1}, got {stream_slot}")
