@@ -3,6 +3,7 @@ window-manager features it lacks are the only messages ignored)."""
 
 from __future__ import annotations
 
+import argparse
 import gc
 import os
 
@@ -56,3 +57,13 @@ def window(qtbot, settings_store):
     win.show()
     qtbot.waitExposed(win)
     return win
+
+
+@pytest.fixture
+def gui_args(tmp_path):
+    """``captioner gui`` arguments, with a settings file of the test's own."""
+    from captioner.app.commands import gui
+
+    parser = argparse.ArgumentParser()
+    gui.add_arguments(parser)
+    return lambda *argv: parser.parse_args(["--settings", str(tmp_path / "settings.ini"), *argv])

@@ -7,7 +7,6 @@ window says, and that nothing modal ever stands in front of it.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 from pathlib import Path
 
@@ -23,16 +22,6 @@ WAIT_MS = int(TIMEOUT_S * 1000)
 
 class Microphone:
     name, is_monitor, open_as = "USB headset", False, "3"
-
-
-@pytest.fixture
-def gui_args(tmp_path):
-    """``captioner gui`` arguments, with a settings file of the test's own."""
-    from captioner.app.commands import gui
-
-    parser = argparse.ArgumentParser()
-    gui.add_arguments(parser)
-    return lambda *argv: parser.parse_args(["--settings", str(tmp_path / "settings.ini"), *argv])
 
 
 @pytest.fixture

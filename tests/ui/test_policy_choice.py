@@ -4,8 +4,6 @@
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 from fakes import TIMEOUT_S, Factory, write_tone_wav
 
@@ -39,15 +37,6 @@ def test_the_panel_offers_the_policies_and_puts_the_choice_in_the_run_config(qtb
     assert panel.policy() == "auto"
     panel.set_running(True)
     assert not panel.policy_combo.isEnabled()  # fixed while a session runs
-
-
-@pytest.fixture
-def gui_args(tmp_path):
-    from captioner.app.commands import gui
-
-    parser = argparse.ArgumentParser()
-    gui.add_arguments(parser)
-    return lambda *argv: parser.parse_args(["--settings", str(tmp_path / "settings.ini"), *argv])
 
 
 @pytest.mark.parametrize("policy", ["alignatt", "localagreement"])

@@ -5,8 +5,6 @@ it; `captioner gui --speakers` and the panel's choice reach the engine's ``Engin
 
 from __future__ import annotations
 
-import argparse
-
 import pytest
 from fakes import TIMEOUT_S, Factory, write_tone_wav
 from PySide6.QtCore import Qt
@@ -210,15 +208,6 @@ class ConfigTakingFactory(Factory):
 
 
 @pytest.fixture
-def gui_args(tmp_path):
-    from captioner.app.commands import gui
-
-    parser = argparse.ArgumentParser()
-    gui.add_arguments(parser)
-    return lambda *argv: parser.parse_args(["--settings", str(tmp_path / "settings.ini"), *argv])
-
-
-@pytest.fixture
 def opened(qtbot, tmp_path, monkeypatch):
     """Opens the app as `captioner gui ARGS` does, on a fake pipeline; yields ``open(args)``."""
     from captioner.app.gui_main import open_window
@@ -288,6 +277,18 @@ def test_the_gui_refuses_an_unknown_speakers_mode(gui_args):
         gui_args("--speakers", "sometimes")
 
 
+def _one_line_of_speaker_1(opened, gui_args, tmp_path, qtbot):
+    """The app captioning a file on a fake pipeline, its view showing one line of Speaker 1."""
+    clip = write_tone_wav(tmp_path / "clip.wav")
+    factory = Factory()
+    window, controller = opened(gui_args("--file", str(clip), "--no-start"), factory)
+    window.controls.start_button.click()
+    qtbot.waitUntil(lambda: window.state_label.text() == "Captioning", timeout=WAIT_MS)
+    factory.built[0].captions = [final("clip", "Hello there.", 0.0, 1.0, "Speaker 1")]
+    qtbot.waitUntil(lambda: window.caption_view.name_rect("clip", "Speaker 1") is not None, timeout=WAIT_MS)
+    return window, controller
+
+
 def test_a_rename_reaches_the_session_s_transcript(opened, tmp_path, gui_args, qtbot, monkeypatch):
     import captioner.app.transcript as transcript_module
 
@@ -299,13 +300,7 @@ def test_a_rename_reaches_the_session_s_transcript(opened, tmp_path, gui_args, q
             super().rename_speaker(stream, speaker, name)
 
     monkeypatch.setattr(transcript_module, "TranscriptWriter", Writer)
-    clip = write_tone_wav(tmp_path / "clip.wav")
-    factory = Factory()
-    window, controller = opened(gui_args("--file", str(clip), "--no-start"), factory)
-    window.controls.start_button.click()
-    qtbot.waitUntil(lambda: window.state_label.text() == "Captioning", timeout=WAIT_MS)
-    factory.built[0].captions = [final("clip", "Hello there.", 0.0, 1.0, "Speaker 1")]
-    qtbot.waitUntil(lambda: window.caption_view.name_rect("clip", "Speaker 1") is not None, timeout=WAIT_MS)
+    window, controller = _one_line_of_speaker_1(opened, gui_args, tmp_path, qtbot)
     click_name(qtbot, window.caption_view, "clip", "Speaker 1")
     qtbot.keyClicks(window.caption_view.name_editor, "Ada")
     qtbot.keyClick(window.caption_view.name_editor, Qt.Key.Key_Return)
@@ -328,12 +323,6 @@ def test_a_transcript_writer_without_renaming_is_left_alone(opened, tmp_path, gu
             pass
 
     monkeypatch.setattr(transcript_module, "TranscriptWriter", OldWriter)
-    clip = write_tone_wav(tmp_path / "clip.wav")
-    factory = Factory()
-    window, controller = opened(gui_args("--file", str(clip), "--no-start"), factory)
-    window.controls.start_button.click()
-    qtbot.waitUntil(lambda: window.state_label.text() == "Captioning", timeout=WAIT_MS)
-    factory.built[0].captions = [final("clip", "Hello there.", 0.0, 1.0, "Speaker 1")]
-    qtbot.waitUntil(lambda: window.caption_view.name_rect("clip", "Speaker 1") is not None, timeout=WAIT_MS)
+    window, controller = _one_line_of_speaker_1(opened, gui_args, tmp_path, qtbot)
     assert window.caption_view.rename_speaker("clip", "Speaker 1", "Ada")
     assert window.caption_view.speaker_name("clip", "Speaker 1") == "Ada"
