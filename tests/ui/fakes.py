@@ -144,3 +144,16 @@ class Factory:
         pipeline = FakePipeline(sources, **kwargs, **self.options)
         self.built.append(pipeline)
         return pipeline
+
+
+class ConfigTakingFactory(Factory):
+    """Builds the fake pipelines as the engine's Pipeline is built: with ``config=`` (an
+    ``EngineConfig``), which it keeps for the test."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.configs: list = []
+
+    def __call__(self, sources, config=None, **kwargs):
+        self.configs.append(config)
+        return super().__call__(sources, **kwargs)

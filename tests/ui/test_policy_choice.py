@@ -5,25 +5,13 @@
 from __future__ import annotations
 
 import pytest
-from fakes import TIMEOUT_S, Factory, write_tone_wav
+from fakes import TIMEOUT_S, ConfigTakingFactory, write_tone_wav
 
 from captioner.engine.core import EngineConfig
 from captioner.ui.controls import ControlPanel
 from captioner.ui.run_config import POLICIES
 
 WAIT_MS = int(TIMEOUT_S * 1000)
-
-
-class ConfigTakingFactory(Factory):
-    """Builds the fake pipelines as the engine's Pipeline is built: with ``config=``."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.configs: list[EngineConfig] = []
-
-    def __call__(self, sources, config: EngineConfig | None = None, **kwargs):
-        self.configs.append(config)
-        return super().__call__(sources, **kwargs)
 
 
 def test_the_panel_offers_the_policies_and_puts_the_choice_in_the_run_config(qtbot):

@@ -6,7 +6,7 @@ it; `captioner gui --speakers` and the panel's choice reach the engine's ``Engin
 from __future__ import annotations
 
 import pytest
-from fakes import TIMEOUT_S, Factory, write_tone_wav
+from fakes import TIMEOUT_S, ConfigTakingFactory, Factory, write_tone_wav
 from PySide6.QtCore import Qt
 
 from captioner.engine.core import EngineConfig
@@ -193,18 +193,6 @@ def test_the_panel_offers_the_speaker_modes(qtbot):
     assert panel.speakers() == "auto"
     panel.set_running(True)
     assert not combo.isEnabled()
-
-
-class ConfigTakingFactory(Factory):
-    """Fake pipelines built as the engine's Pipeline is: with ``config=``."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.configs: list[EngineConfig] = []
-
-    def __call__(self, sources, config: EngineConfig | None = None, **kwargs):
-        self.configs.append(config)
-        return super().__call__(sources, **kwargs)
 
 
 @pytest.fixture
