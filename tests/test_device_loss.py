@@ -11,6 +11,7 @@ captured by PortAudio, tiny.en on the CPU; the faults are real ones of a private
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import sys
@@ -126,7 +127,7 @@ def test_an_unplugged_input_is_reported_the_other_goes_on_and_it_comes_back(own_
     assert losses["Me"].count == 1 and losses["Me"].lost_s > 1.0
     # The transcript holds every committed line, those before the loss first and in order.
     lines = transcript.path.read_text(encoding="utf-8").splitlines()[1:]
-    me_lines = [line.split("Me: ", 1)[1] for line in lines if "] Me: " in line]
+    me_lines = [saved_text(line, "Me") for line in lines if re.match(r"\[[^]]*\] Me[ :]", line)]
     assert me_lines == [u.text for u in me]
     assert len(lines) == sum(1 for u in captions.updates if u.kind == "final")
 
