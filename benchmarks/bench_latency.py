@@ -15,6 +15,10 @@ policy with any :class:`~captioner.engine.policy.PolicyConfig` fields set, e.g.
 ``alignatt:first_context_s=1,attend_margin_s=0.2;alignatt-gpu``). *Revised*: words shown
 (committed + partial) that a later update took back or replaced; committed words never are.
 
+Speakers: ``--speakers off,on`` replays every configuration with speaker labels off and on,
+side by side (the voice encoder and clustering run in the engine's step; captions' text and
+latency should not move). ``auto``, the default, labels the live mode's file streams only.
+
 No speech: ``--no-speech`` (on by default) also replays 60 s of digital silence, of generated
 room noise and of two synthesised pieces of music (``music``: chords of pure tones;
 ``music-drums``: a melody of harmonic notes with bass, kick, and noise-burst snare and hi-hat)
@@ -273,13 +277,15 @@ def policy_config(policy: Policy):
         raise SystemExit(f"bench_latency: {exc}") from None
 
 
-def _config(interval_s: float, target_busy: float, pause_s: float | None, policy: Policy = ("localagreement", ())):
+def _config(interval_s: float, target_busy: float, pause_s: float | None, policy: Policy = ("localagreement", ()),
+            speakers: str = "auto"):
     from captioner.engine.core import EngineConfig
     from captioner.engine.scheduler import SchedulerConfig
+    from captioner.engine.speakers import SpeakerConfig
 
     policy_config_ = policy_config(policy)
     config = EngineConfig(scheduler=SchedulerConfig(base_interval_s=interval_s, target_busy=target_busy),
-                          policy=policy_config_)
+                          policy=policy_config_, speakers=SpeakerConfig(mode=speakers))
     if pause_s is not None:
         config.pause_s = pause_s
     return config
@@ -334,11 +340,11 @@ class MemoRecognizer:
 
 
 def run_simulated(recognizer, backend, paths: list, interval_s: float, target_busy: float, pause_s=None,
-                  policy: Policy = ("localagreement", ()), step_cost_s: float | None = None):
+                  policy: Policy = ("localagreement", ()), step_cost_s: float | None = None, speakers: str = "auto"):
     from captioner.engine.live import LiveCaptioner
     from captioner.engine.simulate import replay
 
-    config = _config(interval_s, target_busy, pause_s, policy)
+    config = _config(interval_s, target_busy, pause_s, policy, speakers)
     result = replay(
         lambda clock, timer: LiveCaptioner(recognizer=recognizer, backend=backend, config=config,
                                            clock_ns=clock, timer_ns=timer),
@@ -349,11 +355,11 @@ def run_simulated(recognizer, backend, paths: list, interval_s: float, target_bu
 
 
 def run_live(recognizer, backend, paths: list[Path], interval_s: float, target_busy: float, pause_s=None,
-             policy: Policy = ("localagreement", ()), step_cost_s: float | None = None):
+             policy: Policy = ("localagreement", ()), step_cost_s: float | None = None, speakers: str = "auto"):
     from captioner.audio.file_source import FileSource
     from captioner.engine.pipeline import Pipeline
 
-    config = _config(interval_s, target_busy, pause_s, policy)
+    config = _config(interval_s, target_busy, pause_s, policy, speakers)
     pipeline = Pipeline([FileSource(path, stream=f"s{i}", realtime=True) for i, path in enumerate(paths)], config=config,
                         recognizer_factory=lambda: (backend, recognizer))
     statuses = []
@@ -379,7 +385,7 @@ def _policy_name(policy: Policy) -> str:
 
 
 def summarize(per_clip: list[dict], kind: str, policy: str, mode: str, interval_s: float, busy: float, n: int,
-              pause_s, step_cost_ms) -> dict:
+              pause_s, step_cost_ms, speakers: str = "auto") -> dict:
     """One configuration's figures over ``per_clip`` (one kind of speech). WER against the
     references leaves out the crosstalk clips (their references hold one speaker of several);
     those are scored by the reference words missed, and every clip by its agreement with the
@@ -402,7 +408,7 @@ def summarize(per_clip: list[dict], kind: str, policy: str, mode: str, interval_
     audio_total = sum(p["audio_s"] for p in per_clip)
     step_means = [p["step_ms_mean"] for p in per_clip if p["step_ms_mean"]]
     return {
-        "speech": kind, "policy": policy,
+        "speech": kind, "policy": policy, "speakers": speakers,
         "mode": mode, "interval_s": interval_s, "target_busy": busy, "streams": n, "pause_s": pause_s,
         "clips": len(per_clip), "audio_s": round(audio_total, 1),
         "words": len(words),
@@ -471,6 +477,9 @@ def main() -> int:
     parser.add_argument("--no-speech", default=",".join(NO_SPEECH),
                         help=f"60 s recordings without speech replayed under each policy (comma separated, of "
                              f"{', '.join(NO_SPEECH)}; 'none' to skip)")
+    parser.add_argument("--speakers", default="auto",
+                        help="speaker labels, comma separated to compare: auto (the default: labels the live mode's "
+                             "file streams, not the simulated replay's), on, off")
     parser.add_argument("--out", default=None, help="write the full results (JSON) here")
     args = parser.parse_args()
     from captioner.engine.scheduler import SchedulerConfig
@@ -495,6 +504,9 @@ def main() -> int:
     if args.decode_cache and step_cost_s is None:
         parser.error("--decode-cache needs --step-cost-ms (a measured step's duration is not replayed)")
     pauses = [float(x) for x in args.pause_s.split(",")] if args.pause_s else [None]
+    speaker_modes = args.speakers.split(",")
+    if any(m not in ("auto", "on", "off") for m in speaker_modes):
+        parser.error(f"--speakers: choose from auto, on, off (got {args.speakers})")
     busies = [float(x) for x in args.target_busy.split(",")] if args.target_busy else [SchedulerConfig().target_busy]
 
     from captioner.engine.live import load_recognizer
@@ -564,8 +576,8 @@ def main() -> int:
     # N clips are replayed at once as N streams of one engine (batched steps); the last group
     # is filled up with clips from the start, which are not counted twice.
     modes = ["simulated", "live"] if args.mode == "both" else [args.mode]
-    configs = [(m, i, b, n, p, pol) for m in modes for i in intervals for b in busies for n in n_streams for p in pauses
-               for pol in policies]
+    configs = [(m, i, b, n, p, pol, spk) for m in modes for i in intervals for b in busies for n in n_streams
+               for p in pauses for pol in policies for spk in speaker_modes]
     groups = {n: [list(range(g, g + n)) for g in range(0, len(clips), n)] for n in n_streams}
     per_config: dict[tuple, list] = {cfg: [] for cfg in configs}
     with tempfile.TemporaryDirectory() as tmp_dir:
@@ -573,7 +585,7 @@ def main() -> int:
         paths = [padded_clip(c["path"], tmp) for c in clips]
         for g in range(max(len(v) for v in groups.values())):
             for cfg in configs:
-                mode, interval_s, busy, n, pause_s, policy = cfg
+                mode, interval_s, busy, n, pause_s, policy, speakers = cfg
                 if g >= len(groups[n]):
                     continue
                 members = [i % len(clips) for i in groups[n][g]]
@@ -581,7 +593,7 @@ def main() -> int:
                 run = run_simulated if mode == "simulated" else run_live
                 wall0 = time.perf_counter()
                 updates, steps, statuses = run(recognizer, backend, [paths[i] for i in members], interval_s, busy, pause_s,
-                                               policy, step_cost_s)
+                                               policy, step_cost_s, speakers)
                 wall_s = time.perf_counter() - wall0
                 group_audio_s = max(clips[i]["duration_s"] for i in members) + LEAD_S + TAIL_S
                 for k, i in enumerate(members):
@@ -615,15 +627,15 @@ def main() -> int:
                         "words": lat,
                     })
                     p = per_config[cfg][-1]
-                    print(f"[{_policy_name(policy)}, {mode}, {interval_s:.2f} s, busy {busy}, {n} streams, pause {pause_s}] {c['id']}: {p['steps']} steps, "
+                    print(f"[{_policy_name(policy)}, speakers {speakers}, {mode}, {interval_s:.2f} s, busy {busy}, {n} streams, pause {pause_s}] {c['id']}: {p['steps']} steps, "
                           f"{p['step_ms_mean']} ms/step, WER {p['wer_streaming']} vs offline {p['wer_offline']}",
                           file=sys.stderr)
-    for (mode, interval_s, busy, n, pause_s, policy), all_clips in per_config.items():
+    for (mode, interval_s, busy, n, pause_s, policy, speakers), all_clips in per_config.items():
         for kind in ("read", "spontaneous"):
             per_clip = [p for p in all_clips if p["kind"] == kind]
             if per_clip:
                 summary = summarize(per_clip, kind, _policy_name(policy), mode, interval_s, busy, n, pause_s,
-                                    args.step_cost_ms)
+                                    args.step_cost_ms, speakers)
                 report["runs"].append({"summary": summary, "clips": per_clip})
                 print(json.dumps(summary), file=sys.stderr)
 
@@ -642,19 +654,19 @@ def main() -> int:
                                         "text": " ".join(u.text for u in updates if u.kind == "final")})
             print(json.dumps(report["no_speech"][-1]), file=sys.stderr)
 
-    print("\n| speech | policy | replay | streams | update interval | partial p50 / p90 | committed p50 / p90 | WER streaming "
+    print("\n| speech | policy | speakers | replay | streams | update interval | partial p50 / p90 | committed p50 / p90 | WER streaming "
           "| WER offline | worst clip (streaming - offline) | words revised | layout problems (live / offline) "
           "| commit problems | compute / audio | ms per step |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for run in report["runs"]:
         s = run["summary"]
-        print(f"| {s['speech']} | {s['policy']} | {s['mode']} | {s['streams']} | {s['interval_s']:.2f} s "
+        print(f"| {s['speech']} | {s['policy']} | {s['speakers']} | {s['mode']} | {s['streams']} | {s['interval_s']:.2f} s "
               f"| {s['partial_p50_s']} / {s['partial_p90_s']} s | {s['commit_p50_s']} / {s['commit_p90_s']} s "
               f"| {s['wer_streaming_pct']} % | {s['wer_offline_pct']} % | {s['worst_clip']} {s['worst_clip_points']:+.1f} "
               f"| {s['words_revised']} of {s['words_shown']} | {s['layout_problems_live']} / {s['layout_problems_offline']} "
               f"| {s['commit_problems']} | {s['compute_over_audio']} | {s['step_ms_mean']} |")
         if s.get("crosstalk_clips"):
-            print(f"|  | (crosstalk: {s['crosstalk_clips']} clips, reference words missed) |  |  |  |  |  "
+            print(f"|  | (crosstalk: {s['crosstalk_clips']} clips, reference words missed) |  |  |  |  |  |  "
                   f"| {s['crosstalk_missed_streaming_pct']} % | {s['crosstalk_missed_offline_pct']} % "
                   f"| agreement with offline {s['streaming_vs_offline_pct']} % WER |  |  |  |  |  |")
     if report["no_speech"]:
