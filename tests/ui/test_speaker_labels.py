@@ -126,6 +126,39 @@ def test_escape_cancels_and_an_empty_name_keeps_the_old_one(view, qtbot):
     assert view.speaker_name("Meeting", "Speaker 1") == "Speaker 1"
 
 
+def test_f2_renames_the_last_speaker_and_up_and_down_reach_the_others(view, qtbot):
+    view.apply_updates(CONVERSATION + [final("Meeting", "Agreed.", 9.0, 10.0, "Speaker 3")])
+    view.setFocus()
+    qtbot.keyClick(view, Qt.Key.Key_F2)
+    editor = view.name_editor
+    assert editor.isVisible() and editor.hasFocus() and view.renaming == (view.session, "Meeting", "Speaker 3")
+    qtbot.keyClick(editor, Qt.Key.Key_Up)  # the speakers in the order first heard: 1, 2, 3
+    assert view.renaming[2] == "Speaker 2" and editor.text() == "Speaker 2" and editor.selectedText() == "Speaker 2"
+    qtbot.keyClick(editor, Qt.Key.Key_Up)
+    qtbot.keyClick(editor, Qt.Key.Key_Up)  # round from the first to the last
+    assert view.renaming[2] == "Speaker 3"
+    qtbot.keyClick(editor, Qt.Key.Key_Down)
+    assert view.renaming[2] == "Speaker 1"
+    with qtbot.waitSignal(view.speaker_renamed, timeout=WAIT_MS) as renamed:
+        qtbot.keyClicks(editor, "Ada")
+        qtbot.keyClick(editor, Qt.Key.Key_Return)
+    assert renamed.args == [view.session, "Meeting", "Speaker 1", "Ada"]
+    assert lines(view).count("Meeting · Ada") == 2 and not editor.isVisible()
+
+
+def test_the_rename_action_finds_the_speaker_or_says_there_is_none(window, qtbot):
+    window.rename_action.trigger()
+    assert not window.caption_view.name_editor.isVisible()
+    assert window.statusBar().currentMessage().startswith("No speaker to rename yet")
+    assert window.rename_action.shortcut().toString() == "F2"
+    window.apply_captions(CONVERSATION[:2])
+    window.rename_action.trigger()
+    assert window.caption_view.renaming == (window.caption_view.session, "Meeting", "Speaker 2")
+    qtbot.keyClicks(window.caption_view.name_editor, "Anna")
+    qtbot.keyClick(window.caption_view.name_editor, Qt.Key.Key_Return)
+    assert window.caption_view.speaker_name("Meeting", "Speaker 2") == "Anna"
+
+
 def test_a_name_belongs_to_its_session(window):
     view = window.caption_view
     forwarded = []

@@ -13,7 +13,8 @@ sideways scrolling.
 Speakers: where a stream's lines carry speaker labels (``CaptionUpdate.speaker``), the heading
 names the speaker too ("Meeting · Speaker 2") and comes back wherever the speaker changes.
 Clicking the name opens a small editor over it: Enter (or clicking elsewhere) keeps the typed
-name, Escape cancels, an empty name keeps the old one. The name then heads every line of that
+name, Escape cancels, an empty name keeps the old one. Without a mouse, F2 opens it on the last
+speaker heard, and Up/Down in the editor move it to the session's other speakers. The name then heads every line of that
 speaker of that stream in this session, those already shown included (:meth:`rename_speaker`,
 :attr:`speaker_renamed`). A session's speakers are its own: the engine numbers them afresh each
 time it starts, so "Speaker 1" of the next session is not renamed with this one's
@@ -58,14 +59,21 @@ are not labelled."""
 
 
 class _NameEditor(QLineEdit):
-    """The inline editor of a speaker's name: Escape cancels (``cancelled``)."""
+    """The inline editor of a speaker's name: Escape cancels (``cancelled``), Up and Down ask for
+    the speaker before or after (``step``: -1 or +1)."""
 
     cancelled = Signal()
+    step = Signal(int)
 
     def keyPressEvent(self, event) -> None:  # noqa: N802 (Qt name)
+        steps = {Qt.Key.Key_Up: -1, Qt.Key.Key_Down: +1}
         if event.key() == Qt.Key.Key_Escape:
             event.accept()
             self.cancelled.emit()
+            return
+        if event.key() in steps:
+            event.accept()
+            self.step.emit(steps[event.key()])
             return
         super().keyPressEvent(event)
 
@@ -117,6 +125,7 @@ class CaptionView(QTextEdit):
         self.name_editor.hide()
         self.name_editor.editingFinished.connect(self._save_edit)
         self.name_editor.cancelled.connect(self.cancel_rename)
+        self.name_editor.step.connect(self._step_rename)
         self.document().setDocumentMargin(16)
         self.set_font_pt(font_pt)
         self.verticalScrollBar().valueChanged.connect(self._on_user_scroll)
@@ -315,6 +324,44 @@ class CaptionView(QTextEdit):
             block = block.previous()
         return None
 
+    def rename_last_speaker(self) -> bool:
+        """Opens the name editor over the last heading that names a speaker (the keyboard's way
+        to rename: F2); returns whether there was one."""
+        for voice, position in self._named_headings(reverse=True):
+            self.start_rename(voice, position)
+            return True
+        return False
+
+    def _step_rename(self, step: int) -> None:
+        """Moves the open editor to the speaker before (-1) or after (+1) the one edited, in the
+        order the session's speakers were first heard; what was typed is dropped."""
+        if self._editing is None:
+            return
+        last_heading: dict[Voice, int] = {}
+        for voice, position in self._named_headings():
+            last_heading[voice] = position
+        voices = [v for v in self._voices if v in last_heading and v[0] == self._editing[0]]
+        if len(voices) < 2 or self._editing not in voices:
+            return
+        voice = voices[(voices.index(self._editing) + step) % len(voices)]
+        self.start_rename(voice, last_heading[voice])
+
+    def _named_headings(self, reverse: bool = False):
+        """``(voice, position)`` of every speaker's name in a heading, in document order (or
+        from the end)."""
+        block = self.document().lastBlock() if reverse else self.document().firstBlock()
+        while block.isValid():
+            it = block.begin()
+            found = []
+            while not it.atEnd():
+                fragment = it.fragment()
+                href = fragment.charFormat().anchorHref() if fragment.isValid() else ""
+                if href.startswith(_SPEAKER_HREF):
+                    found.append((self._voices[int(href[len(_SPEAKER_HREF):])], fragment.position()))
+                it += 1
+            yield from (reversed(found) if reverse else found)
+            block = block.previous() if reverse else block.next()
+
     def start_rename(self, voice: Voice, position: int) -> None:
         """Opens the name editor over the name of ``voice`` starting at document ``position``."""
         self._editing, self._edit_pos = voice, position
@@ -324,6 +371,7 @@ class CaptionView(QTextEdit):
         editor.setFont(font)
         editor.setText(self.speaker_name(*voice[1:], session=voice[0]))
         editor.selectAll()
+        self._show_position(position)
         self._place_editor()
         editor.show()
         editor.raise_()
@@ -360,6 +408,16 @@ class CaptionView(QTextEdit):
         width = min(width, max(80, self.viewport().width() - rect.left() - 8))
         height = editor.sizeHint().height()
         editor.setGeometry(max(0, rect.left() - 4), rect.center().y() - height // 2, width, height)
+
+    def _show_position(self, position: int) -> None:
+        """Scrolls so that document ``position`` is in view (a heading reached by the keyboard
+        may lie above what is shown)."""
+        cursor = QTextCursor(self.document())
+        cursor.setPosition(min(position, self.document().characterCount() - 1))
+        rect = self.cursorRect(cursor)
+        if rect.top() < 0 or rect.bottom() > self.viewport().height():
+            bar = self.verticalScrollBar()
+            bar.setValue(bar.value() + rect.top() - self.viewport().height() // 3)
 
     def _span_rect(self, start: int, length: int) -> QRect:
         cursor = QTextCursor(self.document())
@@ -615,6 +673,8 @@ class CaptionView(QTextEdit):
     def keyPressEvent(self, event) -> None:  # noqa: N802
         if event.key() == Qt.Key.Key_End:
             self.scroll_to_live()
+            return
+        if event.key() == Qt.Key.Key_F2 and self.rename_last_speaker():
             return
         super().keyPressEvent(event)
 

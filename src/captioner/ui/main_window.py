@@ -219,6 +219,7 @@ class MainWindow(QMainWindow):
         self.start_stop_action = self._action(run_menu, "Start / stop", self.controls.toggle, "F5")
         self._action(run_menu, "Clear", self.clear_captions, "Ctrl+L")
         self._action(run_menu, "Search history", self._focus_search, QKeySequence.StandardKey.Find)
+        self.rename_action = self._action(run_menu, "Rename speaker…", self.rename_speaker, "F2")
 
         view_menu = bar.addMenu("&View")
         self.overlay_action = self._action(view_menu, "Overlay", self.set_overlay_visible, "Ctrl+Shift+O", True)
@@ -373,6 +374,15 @@ class MainWindow(QMainWindow):
                                      else f"{stream}: {speaker} has its label back", 5000)
         if session == self.caption_view.session:
             self.speaker_renamed.emit(stream, speaker, name)
+
+    def rename_speaker(self) -> None:
+        """The keyboard's way to rename (F2): the editor opens over the last speaker heard; Up and
+        Down in it reach the others."""
+        self.raise_()
+        self.activateWindow()
+        if not self.caption_view.rename_last_speaker():
+            self.statusBar().showMessage("No speaker to rename yet: labels come with a meeting's audio or a file "
+                                         "(Speakers: auto or on)", 5000)
 
     def _focus_search(self) -> None:
         self.side_tabs.setCurrentWidget(self.history)
