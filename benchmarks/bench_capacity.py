@@ -31,7 +31,7 @@ Admission is relaxed for the measurement (every stream is opened whatever the ti
 the 15 % VRAM floor still holds and its refusals are reported); the engine's own estimate —
 admitted load, predicted interval, fitted step costs — is recorded beside the measurement.
 
-Run (here):  .venv/bin/python benchmarks/bench_capacity.py --device cpu --max-n 4 --audio-s 20 --out docs/capacity-cpu.json
+Run (here):  .venv/bin/python benchmarks/bench_capacity.py --device cpu --max-n 4 --audio-s 20 --out benchmarks/results/capacity/2026-12-01-cpu-capacity.json
 Run (H200):  PYTHONPATH=src:/tmp/site:/tmp/stage/ortsite:/tmp/stage python3 benchmarks/bench_capacity.py \
                  --device cuda:0 --models tiny.en,base --decode-on host,device --max-n 4096 \
                  --time-limit-s 1500 --out $OUT/capacity-h200.json

@@ -9,7 +9,7 @@ ONNX Runtime's arena growing); repetitions 1 and 2 are warm. The decoder steps a
 the first step and the median of steps 3-20.
 
 Run (H200): PYTHONPATH=src:/tmp/site:/tmp/stage/ortsite:/tmp/stage python3 benchmarks/bench_first_runs.py \\
-                --device cuda:0 --batches 1,64,128,256,37,101,200 --out $OUT/graph-first-runs-h200.json
+                --device cuda:0 --batches 1,64,128,256,37,101,200 --out $OUT/2026-12-01-h200-graph-first-runs.json
 Run (here, CPU: shapes cost little to meet there): .venv/bin/python benchmarks/bench_first_runs.py --device cpu --batches 1,2
 
 ``--prompt-tokens 48,128,224`` repeats every batch size at each longest prompt length (rows

@@ -11,7 +11,7 @@ when it is done).
 
 Run (H200):
     PYTHONPATH=src:/tmp/site:/tmp/stage/ortsite:/tmp/stage python3 benchmarks/bench_prefill_shapes.py \\
-        --device cuda:0 --shapes 96x64,128x96,128x128,192x64,256x128 --runs 20 --out $OUT/prefill-shapes-h200.json
+        --device cuda:0 --shapes 96x64,128x96,128x128,192x64,256x128 --runs 20 --out $OUT/2026-12-02-h200-prefill-shapes.json
 Run (here): .venv/bin/python benchmarks/bench_prefill_shapes.py --device cpu --shapes 2x32,4x64 --runs 2
 """
 

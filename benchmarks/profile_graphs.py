@@ -9,7 +9,7 @@ GPU. The prefill is also run at several prompt lengths, so its GPU cost per toke
 
 Run (H200):
     PYTHONPATH=src:/tmp/site:/tmp/stage/ortsite:/tmp/stage python3 benchmarks/profile_graphs.py \\
-        --device cuda:0 --batch 64 --out $OUT/profile-graphs-h200.json
+        --device cuda:0 --batch 64 --out $OUT/2026-12-01-h200-profile-graphs.json
 Run (here, the CPU provider): .venv/bin/python benchmarks/profile_graphs.py --device cpu --batch 2 --runs 2
 
 ``--prefill-forms`` profiles only the prompt prefill, in the two forms of its alignment weights
