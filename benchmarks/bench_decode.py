@@ -17,7 +17,7 @@ step is decoding. Both modes must give the same words; the table says whether th
 
 Run (here):  .venv/bin/python benchmarks/bench_decode.py --device cpu --batches 1,4,16
 Run (H200):  PYTHONPATH=src:/tmp/site:/tmp/stage/ortsite:/tmp/stage python3 benchmarks/bench_decode.py \\
-                 --device cuda:0 --batches 1,2,4,8,16,32,64,128,256 --out $OUT/bench-decode-h200.json
+                 --device cuda:0 --batches 1,2,4,8,16,32,64,128,256 --out $OUT/2026-12-01-h200-decode.json
 (the recordings from ``$CAPTIONER_SPEECH_DIR``, else ../shared/speech, else tests/data/speech)
 """
 

@@ -16,7 +16,7 @@ log-probabilities are apart.
 
 Run (here, NumPy only):  .venv/bin/python benchmarks/bench_device_rules.py --device cpu --batches 4,16 --steps 5
 Run (H200):  PYTHONPATH=src:/tmp/site:/tmp/stage/ortsite:/tmp/stage python3 benchmarks/bench_device_rules.py \\
-                 --device cuda:0 --batches 16,64,256 --steps 300 --out $OUT/bench-device-rules-h200.json
+                 --device cuda:0 --batches 16,64,256 --steps 300 --out $OUT/2026-12-01-h200-device-rules.json
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ the contexts' times weighted by how many windows each got.
 
 Run (here):  .venv/bin/python benchmarks/bench_encoder_windows.py --device cpu --out docs/encoder-windows-cpu.json
 Run (H200):  PYTHONPATH=src:/tmp/site:/tmp/stage/ortsite:/tmp/stage python3 benchmarks/bench_encoder_windows.py \\
-                 --device cuda:0 --models tiny.en base --batch 64 --out $OUT/encoder-windows-h200.json
+                 --device cuda:0 --models tiny.en base --batch 64 --out $OUT/2026-12-01-h200-encoder-windows.json
 (the recordings from ``$CAPTIONER_SPEECH_DIR``, else ../shared/speech, else tests/data/speech)
 """
 
