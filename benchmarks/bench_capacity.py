@@ -267,7 +267,7 @@ class GpuSampler:
 
 CUT_VALUES = {"prefix": ("on", "off"), "rings": ("on", "off"), "riders": ("load", "on"), "fill": ("on", "off", "ROWS"),
               "closewait": ("0", "SECONDS"), "overlap": ("auto", "off"), "compact": ("on", "off"),
-              "widths": ("auto", "split", "merge")}
+              "widths": ("auto", "split", "merge"), "speakers": ("off", "on")}
 """Each ``--cuts`` key, its values; the first is the default (``ROWS``, ``SECONDS``: a number)."""
 
 
@@ -451,6 +451,7 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
     from captioner.engine.policy import PolicyConfig
     from captioner.engine.scheduler import SchedulerConfig
     from captioner.engine.simulate import ChargedRecognizer, SimClock
+    from captioner.engine.speakers import SpeakerConfig
     from captioner.errors import StreamRefused
     from captioner.events import NS_PER_S
 
@@ -470,6 +471,7 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
         ring_kernels=cut["rings"] == "on",
         block_streams=getattr(args, "block_streams", 64),
         overlap_updates=cut["overlap"],
+        speakers=SpeakerConfig(mode=cut["speakers"]),
     )
     gc.collect()
     if backend.is_cuda:
@@ -717,8 +719,9 @@ def main() -> int:
                              "step, SchedulerConfig.fill_close_wait_s; 0: never), "
                              "overlap=auto|off (a step's hypotheses read and folded while the next step encodes, "
                              "EngineConfig.overlap_updates), compact=on|off (the greedy loop moves rows still "
-                             "decoding to a smaller batch as others finish, DecodingOptions.drop_finished); "
-                             "e.g. 'prefix=off,rings=off;prefix=on,rings=on'")
+                             "decoding to a smaller batch as others finish, DecodingOptions.drop_finished), "
+                             "speakers=off|on (every stream labelled: the voice encoder and clustering in each "
+                             "round, EngineConfig.speakers); e.g. 'prefix=off,rings=off;prefix=on,rings=on'")
     parser.add_argument("--out", default=None, help="JSON results here")
     args = parser.parse_args()
     try:
@@ -808,7 +811,7 @@ def main() -> int:
                     result.update(model=recognizer.name, decode_on=mode, warm_up=warm, warm_up_s=warm_up_s,
                                   forced_prefix=cut["prefix"], ring_kernels=cut["rings"], riders=cut["riders"],
                                   fill=cut["fill"], closewait=cut["closewait"], overlap=cut["overlap"],
-                                  compact=cut["compact"], widths=cut["widths"])
+                                  compact=cut["compact"], widths=cut["widths"], speakers=cut["speakers"])
                     chooser = getattr(recognizer, "decode_chooser", None)
                     if chooser is not None:  # auto: which path small groups took, as timed so far
                         result["decode_choice"] = {str(k): v for k, v in chooser.table().items()}
@@ -844,7 +847,7 @@ def main() -> int:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in report["runs"]:
         mib = lambda b: "–" if b is None else f"{b / 2**20:.1f} MiB"  # noqa: E731
-        print(f"| {r['model']} | {r['decode_on']}{' (cold)' if r.get('warm_up') == 'off' else ''}"
+        print(f"| {r['model']} | {r['decode_on']}{' (cold)' if r.get('warm_up') == 'off' else ''}{', speakers' if r.get('speakers') == 'on' else ''}"
               f"{' (no prefix)' if r.get('forced_prefix') == 'off' else ''}"
               f"{' (rings: array code)' if r.get('ring_kernels') == 'off' else ''} | {r['streams']}{'' if r['finished'] else ' (cut)'} | "
               f"{r['step_ms_p50']} / {r['step_ms_p99']} | {r['wall_ms_per_update']} / {r['host_cpu_ms_per_update']} / "
