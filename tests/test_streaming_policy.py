@@ -240,6 +240,33 @@ def test_a_number_at_a_pause_waits_for_the_long_pause():
     assert finals(out) == "seven" and not policy.has_pending_text
 
 
+def test_a_dictated_number_is_committed_as_one_number():
+    """A zip code read out digit by digit is written "70023", as Whisper writes it offline, not
+    "7, 0, 0, 2, 3." as a live window ending between the digits hears it; counting stays a list.
+    The joined word spans the digits' times, and the committed text is still matched whole by
+    the hypotheses that follow (nothing is committed twice)."""
+    from captioner.engine.alignatt import AlignAttPolicy
+    from captioner.engine.policy import join_dictated_digits
+
+    texts = [" it's", " 7,", " 0,", " 0,", " 2,", " 3.", " Thanks."]
+    words = tuple(Word(t, 0.4 * i, 0.4 * i + 0.3, 0, attend_s=0.4 * i + 0.3) for i, t in enumerate(texts))
+    policy = AlignAttPolicy("s", PolicyConfig(kind="alignatt", first_context_s=0.0, attend_margin_s=0.0))
+    out = policy.update(Hypothesis(words, 0.0, 6.0, (float("inf"),)), 6.0, 6.0)
+    out += policy.update(Hypothesis(words + (Word(" Bye.", 3.0, 3.3, 0, attend_s=3.3),), 0.0, 8.0, (float("inf"),)),
+                         8.0, 8.0, close_segment=True)
+    assert finals(out) == "it's 70023. Thanks. Bye."
+    number = next(u for u in out if u.kind == "final").words[1]
+    assert number == ("70023.", 0.4, 2.3)
+
+    def joined(*texts):
+        return "".join(w.text for w in join_dictated_digits([Word(t, 0.0, 0.0) for t in texts]))
+
+    assert joined(" 1,", " 2,", " 3,", " go.") == " 1, 2, 3, go."  # three: counting, not a number
+    assert joined(" PIN", " 4-", "0-", "9-", "1", " please") == " PIN 4091 please"
+    assert joined(" call", " 5", " 5", " 5", " 0,", " then") == " call 5550, then"
+    assert joined(" in", " 1999", " 2", " 3", " 4") == " in 1999 2 3 4"  # digits alone only
+
+
 def test_a_long_window_without_a_decoder_timestamp_is_trimmed_in_a_pause_after_a_committed_sentence():
     """Conversation often comes as one decoder segment: the buffer is cut where the words'
     measured times leave a pause after a committed sentence, and only there."""

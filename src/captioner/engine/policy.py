@@ -140,6 +140,41 @@ def whole_words(words: list[Word], n: int) -> int:
     return 0
 
 
+DICTATED_MIN_DIGITS = 4
+"""A run of this many single digits is a dictated number (a PIN, a zip code, a phone or account
+number); counting "1, 2, 3" is left as it is."""
+_DIGIT_PIECE = re.compile(r"\s*(\d)([,-]?)")
+_LAST_DIGIT_PIECE = re.compile(r"\s*(\d)([.,?!;:]?)")
+
+
+def join_dictated_digits(words: list[Word]) -> list[Word]:
+    """``words`` with each run of at least :data:`DICTATED_MIN_DIGITS` single digits, apart by
+    spaces, commas or hyphens ("7, 0, 0, 2, 3."), written as one number ("70023."): the way
+    Whisper writes a dictated number when its window holds the whole of it and what follows,
+    as offline. A live window that ends between the digits hears each as a number of its own."""
+    out: list[Word] = []
+    i = 0
+    while i < len(words):
+        j = i
+        while j < len(words) and _DIGIT_PIECE.fullmatch(words[j].text):
+            j += 1
+        last = j if j < len(words) and _LAST_DIGIT_PIECE.fullmatch(words[j].text) else j - 1
+        if last - i + 1 < DICTATED_MIN_DIGITS:
+            out.append(words[i])
+            i += 1
+            continue
+        run = words[i:last + 1]
+        digits = "".join(_LAST_DIGIT_PIECE.fullmatch(w.text.rstrip(",-")).group(1) for w in run[:-1])
+        tail = _LAST_DIGIT_PIECE.fullmatch(run[-1].text)
+        lead = run[0].text[:len(run[0].text) - len(run[0].text.lstrip())]
+        attends = [w.attend_s for w in run if w.attend_s is not None]
+        sure = [w.confidence for w in run if w.confidence is not None]
+        out.append(Word(lead + digits + tail.group(1) + tail.group(2), run[0].start_s, run[-1].end_s, run[0].segment,
+                        max(attends) if len(attends) == len(run) else None, min(sure) if sure else None))
+        i = last + 1
+    return out
+
+
 WORD_PIECES = re.compile(r"\s*[^\s-]+-*|\s*-+")
 """How a segment's text splits into words (hyphenated compounds into their parts)."""
 
@@ -849,6 +884,7 @@ class _Emitter:
         if not words:
             return
         self.policy.committed_words_total += len(words)
+        words = join_dictated_digits(words)
         self.out.append(self._update("final", words, join_words(words)))
         self.policy._s.partial_text = ""  # a final takes the partial off the screen
 
