@@ -19,7 +19,7 @@ reported. Taking turns keeps a shared machine's changing load from favouring one
 call of each shape runs first, untimed (graph set-up, CUDA graph capture). ``auto``'s time is
 the contexts' times weighted by how many windows each got.
 
-Run (here):  .venv/bin/python benchmarks/bench_encoder_windows.py --device cpu --out docs/encoder-windows-cpu.json
+Run (here):  .venv/bin/python benchmarks/bench_encoder_windows.py --device cpu --out benchmarks/results/encoder-windows/DATE-cpu-encoder-windows.json
 Run (H200):  PYTHONPATH=src:/tmp/site:/tmp/stage/ortsite:/tmp/stage python3 benchmarks/bench_encoder_windows.py \\
                  --device cuda:0 --models tiny.en base --batch 64 --out $OUT/2026-12-01-h200-encoder-windows.json
 (the recordings from ``$CAPTIONER_SPEECH_DIR``, else ../shared/speech, else tests/data/speech)

@@ -16,7 +16,7 @@ Measures, for every back-end available (``cpu`` always, ``cuda`` when usable):
 
 Prints a markdown table and writes everything as JSON::
 
-    PYTHONPATH=src python3 benchmarks/bench_features.py --json docs/bench_features.json \
+    PYTHONPATH=src python3 benchmarks/bench_features.py --json benchmarks/results/features/DATE-MACHINE-features.json \
         --speech-dir ../shared/speech
 """
 
