@@ -28,8 +28,8 @@ shared memory and writes finished log-mel (and speaker band) frames into the rin
 a 400-point real FFT, power, mel filters and ``log10(max(., 1e-10))`` never touch global
 memory in between; each stream's first block also rolls its history on.
 ``fft_precision`` ``"mixed"`` runs the FFT's DFT-25 stage in float64 and keeps every kept cell
-within 1e-4 of the specification; ``"float32"`` is faster, within 1e-4 at 80 mels but measured
-up to 1.1e-4 off at 128; ``"auto"`` (default) picks between them by mel count (see
+within 1e-4 of the specification; ``"float32"`` is faster, within 1e-4 at 80 mels but not
+always at 128; ``"auto"`` (default) picks between them by mel count (see
 docs/gpu-validation.md). Host input goes through pinned buffers; with ``use_graphs`` (default
 on CUDA) a whole push of host frames is one CUDA graph replay, so per-frame latency costs one
 launch. NumPy path: the same arithmetic with NumPy (or CuPy) array operations; it is also the
@@ -385,7 +385,8 @@ _MODULES: dict[tuple[int, str], object] = {}
 
 def _compiled_module(cp, source: str):
     """The kernels compiled once per device and source: every bank of stream slots an engine adds
-    builds a ``_CudaPath``, and NVRTC took about 0.26 s each time (H200 host, 512 streams).
+    builds a ``_CudaPath``, and an NVRTC compile each time stalled every stream (docs/capacity.md,
+    "Where a full step's time goes").
     Called with the device active, on the thread that owns it."""
     key = (cp.cuda.Device().id, source)
     module = _MODULES.get(key)

@@ -1,11 +1,12 @@
 """The CUDA source of one fused kernel for streaming log-mel: samples in, ring frames out.
 
 Why one kernel: the earlier design (windowed frames cut out to memory, cuFFT, then a mel
-pass) moved every frame through HBM three times and could not pass about 1,750 hours of audio
-per second. Here a block reads its stream's samples once into shared memory and writes only
-the finished log-mel frames (and the speaker encoder's bands). What limits it is how many instructions it issues
-(docs/gpu-validation.md), so the kernels' layout is chosen to keep every shared-memory address a
-per-thread base plus a constant, and every barrier that can go, gone.
+pass) moved every frame through HBM three times, which capped its throughput
+(docs/gpu-validation.md, "The first session's design"). Here a block reads its stream's samples
+once into shared memory and writes only the finished log-mel frames (and the speaker encoder's
+bands). What limits it is how many instructions it issues (docs/gpu-validation.md), so the
+kernels' layout is chosen to keep every shared-memory address a per-thread base plus a
+constant, and every barrier that can go, gone.
 
 The 400-point real FFT is done the textbook way for real input:
 
@@ -24,12 +25,12 @@ code, generated with the bins' slots written in, reads them where they are.
 
 Accuracy: every twiddle and DFT constant is computed in float64 and rounded once, and the
 DFT-5 uses Winograd's form, whose cosine part cancels exactly on smooth input. A float32
-transform leaves the quietest kept cells of loud frames (7 to 8 decades under the peak) up to
-6.6e-5 off a float64 reference at 80 mels and 1.07e-4 at 128 (narrower bands average fewer
-bins); ``"mixed"`` precision runs stage 1 in float64 (6.2e-5), and :func:`auto_precision`
-picks between the two by mel count. The two scale
-factors of 1/2 become one exact 1/4 folded into the float32 mel weights, which are written into
-the code as constants. Bins 0 and 200 have no mel weight and are not computed.
+transform keeps the quietest kept cells of loud frames (7 to 8 decades under the peak) within
+1e-4 of a float64 reference at 80 mels but not always at 128 (narrower bands average fewer
+bins); ``"mixed"`` precision runs stage 1 in float64 and stays within it, and
+:func:`auto_precision` picks between the two by mel count (docs/gpu-validation.md, "Accuracy").
+The two scale factors of 1/2 become one exact 1/4 folded into the float32 mel weights, which are
+written into the code as constants. Bins 0 and 200 have no mel weight and are not computed.
 
 Speaker bands: with ``speaker_filters`` (the voice encoder's 40 Slaney bands over the same 201
 bins, :func:`captioner.gpu.features_ref.speaker_filters`), the mel stage works them out from the
@@ -316,8 +317,8 @@ def kernel_source(filters: np.ndarray, precision: str = "float32", speaker_filte
 
     ``precision``: ``"float32"``, or ``"mixed"`` (stage 1, the DFT-25s and their twiddles, in float64).
     Worked out once per process for each set of filters: the warp grouping of the mel bands is a
-    dynamic programme that took 0.4 s of Python, and an engine asks again for every bank of 64
-    stream slots it adds (measured on the H200 host at 512 streams: 3.1 s of the engine thread).
+    slow dynamic programme, and an engine asks again for every bank of stream slots it adds, each
+    time stalling every stream (docs/capacity.md, "Where a full step's time goes").
     """
     filters = np.ascontiguousarray(filters, dtype=np.float32)
     n_spk = 0

@@ -65,9 +65,9 @@ MIN_BLOCKS = {"float32": 4, "mixed": 2}
 
 
 def tables_in_shared(precision: str) -> bool:
-    """Where the kernel reads its window and twiddles. Measured on the H200: from constant
-    memory float32 is fastest (in shared memory they cost registers, and spill); with float64
-    twiddles constant loads queue up (0.85 ms against 1.39 ms per 1000 x 1024 push)."""
+    """Where the kernel reads its window and twiddles: float32 is fastest from constant memory
+    (in shared memory they cost registers, and spill); float64 twiddles' constant loads queue up,
+    so ``mixed`` reads them from shared memory (docs/decisions/001-gpu-kernels.md)."""
     return precision != "float32"
 
 
@@ -88,8 +88,7 @@ def grids(n_rows: int, n_frames: int, n_sms: int) -> tuple[tuple[int, int] | Non
     A packed block costs about what a full one does whatever its rows (its lanes run the same
     stages), so rows share blocks up to ``TILE_FRAMES // rem``; but no further than leaves a
     block per multiprocessor, because a block's loads and history roll grow with its rows
-    (measured on the H200: 64 rows of one frame took 27 us as two blocks of 32 rows, 12 us as
-    64 blocks of one).
+    (docs/gpu-validation.md, "The fourth session's changes").
     """
     n_full, rem = divmod(n_frames, TILE_FRAMES)
     full = (n_rows, n_full) if n_full else None

@@ -1,10 +1,10 @@
 """Whether NVIDIA's Multi-Process Service (MPS) is running for this user's processes.
 
-Engines in separate processes on one GPU take turns on it (time-slicing) unless MPS runs: on an
-H200 two engines without it made steps two to four times slower than one engine's, and held 481
-connections where one engine held 917; with MPS three engines held all 1,000 of a test with no
-audio dropped (docs/serve.md). The check reads the control daemon's pipe directory, as CUDA's own clients find
-it; it loads no library and never raises."""
+Engines in separate processes on one GPU take turns on it (time-slicing) unless MPS runs:
+without it two engines held fewer connections than one, with it three held the whole test
+(docs/serve.md, "two engines on one GPU" and "Three engines on one GPU with MPS"). The check
+reads the control daemon's pipe directory, as CUDA's own clients find it; it loads no library
+and never raises."""
 
 from __future__ import annotations
 

@@ -7,12 +7,11 @@ the band's spectral shape changed against the frame ``lag`` earlier, level chang
 the NumPy path of the engine runs those on frames gathered from the rings, and the tests hold
 this kernel to them (on the CPU under the thread emulation of the tests, on CUDA itself).
 
-Why a kernel: on the H200 at 1,536 streams (py-spy, 2026-12-01) the VAD was 13 % of the engine
-thread, most of it gathering frames: one gather per bank and per group of streams with the
-same number of new frames (24 banks, several groups a push), each an indexed copy with two
-host-to-device index copies, then a dozen array operations per group. Here every row of a push
-(any number of frames each, any bank) is one launch; its parameters go over in one copy and
-only two floats per frame come back.
+Why a kernel: at many streams the array-code VAD was a large share of the engine thread, most
+of it gathering frames (one indexed copy per bank and group of streams, a dozen array operations
+per group; docs/capacity.md, "kernels that read the rings"). Here every row of a push (any number
+of frames each, any bank) is one launch; its parameters go over in one copy and only two floats
+per frame come back.
 
 Layout: one warp per (stream, frame); each lane holds up to four bands of the frame and of the
 frame ``lag`` before it, and warp shuffles do the band sums and maxima. A row's earlier frames

@@ -35,8 +35,9 @@ HISTORY_SAMPLES = 2 * 60 * 10
 def process_tree_pids(pid: int) -> set[int]:
     """``pid`` and every process it started, at any depth. On a GPU the model runs in a child
     process (the engine's host, ``engine/worker_process.py``; a server's engines): counting only
-    the process that samples showed a server on an H200 at 0.5 GiB while its three engines held
-    31 GiB each (docs/serve.md). A child that ends while being listed is left out."""
+    the process that samples showed a server's GPU memory as a small fraction of what its
+    engines held (docs/serve.md, "The server's own figure for its GPU memory was wrong"). A child
+    that ends while being listed is left out."""
     try:
         children = psutil.Process(pid).children(recursive=True)
     except psutil.Error:  # the process itself is gone: only its own pid is ours to match
@@ -51,8 +52,8 @@ def process_tree_pids(pid: int) -> set[int]:
 CPU_MIN_INTERVAL_S = 0.1
 """The shortest interval a CPU share is worked out over. The kernel counts a process's CPU time in
 clock ticks (10 ms on most Linux systems), so over a few milliseconds one tick reads as hundreds
-of percent: the sampler's first reading, right after the meter was made, showed the app at
-380 % of a core on two cores."""
+of percent, as the sampler's first reading right after the meter was made once did
+(docs/ui.md)."""
 
 
 class CpuMeter:

@@ -9,10 +9,9 @@ all of that; every value clamped to at most ``clamp`` below the peak, then ``(x 
 The same float32 operations in the same order, so the same bits (the tests hold it to that: on
 the CPU under the thread emulation of the tests, on CUDA itself).
 
-Why a kernel: on the H200 at 1,536 streams (py-spy, 2026-12-01) reading a step's windows (one
-gather per bank of 64 streams, an index array copied to the device each time, a transposing
-copy) and building the batch (a fill, one copy per window, four array operations over the
-whole [B, n_mels, 3000] batch) were 8 % of the engine thread.
+Why a kernel: at many streams reading a step's windows (a gather and an index copy per bank, a
+transposing copy) and building the batch (a copy per window, four passes over it) were a
+noticeable share of the engine thread (docs/capacity.md, "kernels that read the rings").
 
 Layout: kernel 1, one block per window, takes the peak of its frames; kernel 2, one block per
 (window, 32 output frames), reads those frames from the ring into shared memory frame by frame
