@@ -4,11 +4,9 @@ Greedy decoding has two paths that give the same tokens: the host's (``LogitRule
 row on logits copied to NumPy) and the device's (the rules, argmax and log-probability where
 the logits lie, one ``[2, B]`` copy a step; on CUDA one kernel launch). Which is faster below
 ``DEVICE_DECODING_MIN_BATCH`` rows depends on the machine and on the code of the day: the
-threshold of 16 was measured on the H200 on 2026-12-01 against the device path's array code (a
-dozen launches a step, host/device 0.28x at 1 row, 0.78x at 8), before the rules became one
-kernel (0.075 against 1.6 ms a step at 64 rows, docs/decoding.md), and a served engine makes
-many model steps that small: ``_sample_on_host`` was 12 of the model process's 84 busy seconds
-at 631 served streams (docs/serve.md). So below the threshold each
+threshold was measured against the device path's old array code, before the rules became one
+kernel, and a served engine makes many model steps that small, whose host decoding showed in its
+profile (docs/decoding.md, "Choosing host or device decoding"). So below the threshold each
 size class (1, 2, 3-4, 5-8, 9-15 rows) tries both paths a few times, then keeps to the one whose
 decoder steps took less time, and tries the other again now and then (GPU clocks, contention
 and the batch mix drift). A desktop's one stream starts on the host, as before.
@@ -30,8 +28,8 @@ RETRY_EVERY = 64
 """After that, one decode in this many (per size class) goes to the path not kept."""
 RECENT = 5
 """A path's time is the median of its last this many decodes (s per decoder step): one slow
-outlier (a CUDA graph captured at a bucket's first use, 0.1-1 s on the H200; a pause of the
-collector) moves no choice, and three newer decodes on one side turn it."""
+outlier (a CUDA graph captured at a bucket's first use; a pause of the collector) moves no
+choice, and three newer decodes on one side turn it."""
 
 
 def size_class(rows: int) -> int:
@@ -61,8 +59,8 @@ class DecodeChooser:
     language check decodes on its own thread)."""
 
     def __init__(self, min_device_rows: int) -> None:
-        """``min_device_rows``: from this many rows the device decodes, unmeasured (measured
-        12x the host at 256 rows on the H200; the host row by row only gets slower per row)."""
+        """``min_device_rows``: from this many rows the device decodes, unmeasured (it is far
+        ahead of the host there, docs/decoding.md; the host row by row only gets slower per row)."""
         self.min_device_rows = int(min_device_rows)
         self._times: dict[tuple[int, str], _PathTime] = {}
         self._decisions: dict[int, int] = {}

@@ -50,12 +50,10 @@ WINDOW_S = 30.0
 N_TEXT_CTX = 448
 DECODE_ON = ("auto", "device", "host")
 DEVICE_DECODING_MIN_BATCH = 16
-"""``decode_on="auto"`` rules on the device from this many rows up. Measured on the H200
-(tiny.en, 8 s windows, 2026-12-01, benchmarks/bench_decode.py): host/device 0.28x at 1 row,
-0.78x at 8, 3.2x at 64, 12x at 256: the device's fixed cost per step (array launches) only pays
-off once the host's per-row NumPy work outgrows it. Below it, a recognizer's
-:class:`~captioner.models.decode_choice.DecodeChooser` times both paths and keeps the faster
-(the rules have since become one kernel a step, so this measurement has aged)."""
+"""``decode_on="auto"`` rules on the device from this many rows up: the device's fixed cost per
+step only pays off once the host's per-row NumPy work outgrows it (docs/decoding.md, "Measured").
+Below it, a recognizer's :class:`~captioner.models.decode_choice.DecodeChooser` times both paths
+and keeps the faster (the rules have since become one kernel a step, so that measurement has aged)."""
 
 
 class Runtime(Protocol):
@@ -560,8 +558,8 @@ def _record(chosen, chosen_logprobs, eot, last_step, sampled, sums, done, hit_li
     Row j of the step is window ``current[j]`` (default: window j).
 
     Array operations across the rows, and plain ints for the appends: it runs once per decoder
-    step for every row (256 rows, ~40 steps per batch on a server), where a loop of NumPy
-    scalars cost about 1 µs a row."""
+    step for every row of a server's large batches, where a loop over NumPy scalars costs far
+    more per row."""
     windows = np.arange(len(chosen)) if current is None else np.asarray(current)
     live = np.flatnonzero(~done[windows])
     if not live.size:

@@ -28,7 +28,7 @@ Cache layout, and why it grows by concatenation rather than living in a fixed-ca
 standard ONNX has no in-place update, so a fixed [.., 448, ..] cache would be rewritten (Scatter
 into a new output) at every step anyway, and attention over it would need a mask and a full 448
 columns of work from the first token. A concatenated cache costs one copy of P entries per step
-(tiny.en at P=448: 1.3 MB per layer-step pair, microseconds on an H200), attention works on only the
+(tiny.en at P=448: 1.3 MB per layer-step pair, little for a GPU), attention works on only the
 P real columns, and ORT's BFC arena reuses the freed blocks so there are no cudaMalloc calls in
 the loop. Keys are stored pre-transposed ([.., dh, P]) so Q.K^T is one plain MatMul.
 
@@ -125,7 +125,8 @@ class _Graph:
     def gelu(self, x: str) -> str:
         if self.fused_ops:
             # ONNX Runtime's GeluFusion did not take the fp16 form below (its 1/sqrt 2 rounds in
-            # fp16): on the H200 the encoder's Erf and Mul nodes were 16 of its 60 ms at 256 rows.
+            # fp16), and the unfused Erf and Mul were a large share of the encoder's time
+            # (docs/capacity.md, "kernels that read the rings").
             return self.op("Gelu", [x], domain="com.microsoft", hint="gelu")
         # 0.5 x (1 + erf(x / sqrt 2)).
         half = self.const(np.asarray(0.5, self.dtype), "half")
@@ -138,8 +139,8 @@ class _Graph:
         """A kernel-3, padding-1 convolution over time on time-major ``x_btc`` [B, T, C_in] as one
         matrix product: the three taps of every output frame side by side, [B * T_out, 3 C_in],
         times the weights [C_out, 3 C_in] (tap-major), plus the bias; [B, T_out, C_out] out, time
-        major, as the encoder goes on. cuDNN's 1-D convolution ran at 28 TFLOP/s on the H200
-        (17 of the encoder's 60 ms at 256 rows); a GEMM of this size runs many times faster."""
+        major, as the encoder goes on. cuDNN's 1-D convolution ran far below the GPU's GEMM rate
+        (docs/capacity.md, "kernels that read the rings"); a GEMM of this size runs many times faster."""
         w = self.weights.array(f"{prefix}/weight", np.float32)  # [C_out, C_in, 3]
         c_out, c_in, k = w.shape
         assert k == 3, f"{prefix}: a kernel of {k}, not 3"
@@ -505,7 +506,7 @@ def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fuse
         if prefill:
             # Every row's T columns: the positions broadcast to the new tensor's shape. (Version
             # 8 multiplied by a one-hot [T, C] matrix and rewrote the whole cache with a Where:
-            # the prefill's largest cost at 256 rows on the H200, and doubled with forced prefixes.)
+            # the prefill's largest cost, grown with forced prefixes; docs/capacity.md.)
             where = g.op("Reshape", [positions, g.ints([1, 1, -1, 1] if axis == 2 else [1, 1, 1, -1], f"pos_axis{axis}")])
             index = g.op("Expand", [where, g.op("Shape", [new])], hint="cols")
         else:
@@ -529,7 +530,7 @@ def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fuse
         v_new = g.heads(g.linear(y, qkv, 1.0, slice(2 * dt, 3 * dt)), shape_bthd, [0, 2, 1, 3])
         # The new columns written in place: the cache is bound as input and output, and
         # ScatterElements then skips its copy, where Where read and rewrote the whole cache
-        # (on an H200 about a third of a step's memory traffic at 448 columns).
+        # (a large share of a step's memory traffic; docs/capacity.md, "Warm at start").
         write_at(k_new, f"cache_k_{i}", f"new_cache_k_{i}", 2 if fused else 3)
         write_at(v_new, f"cache_v_{i}", f"new_cache_v_{i}", 2)
         outputs += [
@@ -553,8 +554,8 @@ def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fuse
                 if last_query:
                     # Only each row's last position is output: its query alone, [B, a, 1, dh].
                     # (Version 10 weighed every prompt column against every audio position and
-                    # then kept one: the prefill took 1.1-1.5 times as long at 192 rows on the
-                    # H200, docs/capacity.md.)
+                    # then kept one: a slower prefill; docs/capacity.md, "The prefill's
+                    # alignment weights".)
                     at_last = g.op("Expand", [g.op("Reshape", ["last", g.ints([-1, 1, 1, 1], "b111_last")]),
                                               g.ints([1, len(align[i]), 1, dh], f"a1dh_{i}")])
                     q = g.op("GatherElements", [q, at_last], axis=2, hint="q_last")

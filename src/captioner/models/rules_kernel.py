@@ -3,10 +3,10 @@ the greedy choice, the chosen token's log-probability and the row-state update i
 launch per decoder step.
 
 Why a kernel: the array code of ``DeviceRules`` is dozens of CuPy launches per step (masks,
-maxima, sums, copies), each costing the engine thread Python and launch time; profiled on the
-H200 (tiny.en, 512 streams) the GPU sat idle 75 % of the time behind them. Here one thread block
-takes one row of the [B, V] float32 logits and does in registers what the array code does in
-passes over memory:
+maxima, sums, copies), each costing the engine thread Python and launch time, and the GPU sat
+idle most of the time behind them (docs/capacity.md, "Where a full step's time goes"). Here one
+thread block takes one row of the [B, V] float32 logits and does in registers what the array code
+does in passes over memory:
 
 * pass A, over the whole row: the mask of each column (the static suppress list, the blank rule
   at the first token, the timestamp rules from the row's state), and the best (NumPy's argmax
@@ -37,7 +37,7 @@ from typing import Any
 
 THREADS = 1024
 """Threads per block (one block per row): a pass over 51,864 columns is 7 strides of 8 loads in
-flight per thread (ptxas, sm_90: 51 registers, no spills)."""
+flight per thread, within the register budget (docs/decisions/001-gpu-kernels.md)."""
 ADVANCE_THREADS = 128
 """Threads per block of the state-only kernel (one thread per row)."""
 CHOOSE = "captioner_rules_choose"

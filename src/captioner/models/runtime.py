@@ -62,11 +62,10 @@ BATCH_BUCKETS = (1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256)
 
 PREFILL_COLUMNS = 32
 """Prompt prefills are padded to a multiple of this many tokens. Every new input shape costs ONNX
-Runtime's CUDA provider a slow first run (the attention kernels' set-up and memory), and the
-longest prompt of a batch took almost every length from 4 to 52 tokens: on the H200 at 512
-streams the prefill was 30 % of the engine thread (py-spy), while a warm prefill of 64 rows takes
-3.3-3.8 ms at any length from 1 to 48 tokens (``benchmarks/profile_graphs.py``). Padding is
-masked and then overwritten, as for the shorter rows of a ragged batch."""
+Runtime's CUDA provider a slow first run (the attention kernels' set-up and memory), and a
+batch's longest prompt took almost every length, while a warm prefill costs about the same at
+any length (docs/capacity.md, "After the profile"). Padding is masked and then overwritten, as
+for the shorter rows of a ragged batch."""
 
 
 def prefill_columns(n_tokens: int, limit: int) -> int:
@@ -86,10 +85,10 @@ def _pad_columns(tokens: np.ndarray, limit: int) -> np.ndarray:
 
 ENCODER_ROW_STEP = 8
 """Above 8 windows the encoder runs on a multiple of this many rows (the last window repeated):
-every new batch size was a new input shape, whose first run cost ONNX Runtime 90-240 ms against
-10-60 ms warm on the H200 (benchmarks/bench_first_runs.py), and a server meets nearly every size
-from 1 to 256. 35 shapes up to 256 rows can all be met at start (``WhisperRecognizer.warm_up``),
-for at most 7 spare rows a batch. Every bucket from 8 up is a multiple of 8, so the rows fit the
+every new batch size was a new input shape, whose first run costs ONNX Runtime many times a
+warm one (docs/capacity.md, "Warm at start"), and a server meets nearly every size from 1 to 256.
+35 shapes up to 256 rows can all be met at start (``WhisperRecognizer.warm_up``), for at most 7
+spare rows a batch. Every bucket from 8 up is a multiple of 8, so the rows fit the
 bucket's encoder buffer."""
 
 
@@ -416,8 +415,8 @@ class WhisperRuntime:
         if run_rows > shape[0]:
             # Spare rows repeat the last window: an indexed copy, the same on NumPy and device arrays.
             mel = mel[np.minimum(np.arange(run_rows), shape[0] - 1)]
-        # The encoder is the largest single device run of a step (20 ms for 100 windows on an
-        # H200): with host work to overlap, it is queued and the work runs while it computes.
+        # The encoder is the largest single device run of a step: with host work to overlap, it
+        # is queued and the work runs while it computes.
         queued = overlap is not None and not overlap.done and overlap.synchronize is not None
         context.encoder.run_into({"mel": mel}, "encoder_out", buffer.value, (run_rows, n_ctx, self.dims.n_audio_state),
                                  wait=not queued)
@@ -710,8 +709,8 @@ class WhisperRuntime:
         """The fixed-cache decoder's own device buffers: its slots (each batch bucket's caches,
         cross K/V and logits; up to MAX_SLOTS_PER_BATCH per bucket and greedy path) and the
         encoder's output buffers. ONNX Runtime's arena (the graphs' working memory) is not in it.
-        On an H200 a served engine's process held about 30 GiB (docs/serve.md): this says how
-        much of it is these."""
+        A served engine's process holds much more GPU memory than these (docs/serve.md, "Three
+        engines on one GPU with MPS"): this says how much of it is these."""
         slots = [slot for pool in self._slots.values() for slot in pool]
         return {"decoder_slots": float(len(slots)),
                 "decoder_slot_bytes": float(sum(slot.nbytes for slot in slots)),

@@ -42,12 +42,11 @@ CUDNN_ATTENTION_ENV = "ORT_ENABLE_CUDNN_FLASH_ATTENTION"
 """ONNX Runtime's switch for cuDNN's fused attention (``0`` turns it off for every attention op of
 the CUDA provider; read when a session makes its kernels). On compute capability 9 and newer ONNX
 Runtime prefers cuDNN's attention for fp16 MultiHeadAttention (onnxruntime PR #28849). The
-prompt prefill, whose shapes (bucket x prompt width) change from step to step, took 10.7-14.5 ms a
-run inside the engine on the H200 with it and 2.4-3.2 ms without (ONNX Runtime's own flash and
-memory-efficient kernels); the decoder step was no slower with it (0.69-0.92 ms a step with,
-0.76-0.96 without, varying with the rows per step). docs/capacity.md, "The prefill's missing ten
-milliseconds". So sessions opened with ``cudnn_attention=False`` (the prefill) get ``0`` while
-they are made, unless the environment already sets the switch, which then holds for all."""
+prompt prefill, whose shapes (bucket x prompt width) change from step to step, ran several times
+slower with it than with ONNX Runtime's own kernels; the decoder step was no slower with it
+(docs/capacity.md, "the prefill's missing ten milliseconds"). So sessions opened with
+``cudnn_attention=False`` (the prefill) get ``0`` while they are made, unless the environment
+already sets the switch, which then holds for all."""
 
 
 def _ort():
@@ -327,8 +326,8 @@ class Binding:
         CUDA graph to capture/replay when the session was made with ``cuda_graph=True``."""
         options = None
         if self.model.cuda_graph and graph_id is not None:
-            # One RunOptions per graph, made once: the decoder step is about 0.5 ms on an H200,
-            # so building it on every step was a measurable share of the step.
+            # One RunOptions per graph, made once: a decoder step is short enough that building
+            # it on every step was a measurable share (docs/benchmarks.md, "Per-step overhead").
             options = self._graph_options.get(graph_id)
             if options is None:
                 options = self._graph_options[graph_id] = self._ort.RunOptions()

@@ -89,7 +89,7 @@ def weights_from_state(state: dict, source: str = "") -> SpeakerWeights:
 @functools.lru_cache(maxsize=2)
 def load_weights(path: str | Path | None = None) -> SpeakerWeights:
     """resemblyzer's pretrained voice encoder (``path``: another checkpoint of the same shape),
-    read once a process (about 20 ms)."""
+    read once a process."""
     path = Path(path) if path is not None else checkpoint_path()
     checkpoint = load_legacy_checkpoint(path)
     state = checkpoint.get("model_state") if isinstance(checkpoint, dict) else None
