@@ -70,9 +70,9 @@ class AdmissionConfig:
     time_budget: str = "gpu"
     """Where the step-time budget refuses streams: ``"gpu"`` (the default: on an engine whose
     features run on a GPU), ``"on"`` or ``"off"``. A CPU engine is slow for the 1 s base
-    interval whatever its stream count (a tiny.en step of one window takes most of a second on
-    two cores), so the 1.5 × limit would refuse its second stream; there the scheduler stretches
-    the interval instead (docs/capacity.md)."""
+    interval whatever its stream count (a tiny.en step of one window takes a large part of a
+    second on a small CPU), so the 1.5 × limit would refuse its second stream; there the
+    scheduler stretches the interval instead (docs/capacity.md)."""
     max_interval_factor: float = 1.5
     """Limit on the update interval (p99) of running streams, in base intervals."""
     max_interval_s: float | None = None
@@ -92,8 +92,8 @@ class AdmissionConfig:
     """...or this share of the streams running before them, when that is more. A new stream's
     cost is known only once it has spoken and been stepped; streams opened faster than that
     (a thousand clients reconnecting at once) would all be admitted on the old measurement and
-    then slow every stream down together. Measured on the H200: 1,000 clients opened at 100 a
-    second were all admitted and none was captioned in time (docs/serve.md)."""
+    then slow every stream down together: a thousand clients opened at once were all admitted
+    and none was captioned in time (docs/capacity.md, "Admission", Growth)."""
     growth_window_s: float = 2.0
     """The window of the growth limit, seconds of the engine's clock."""
 
@@ -154,9 +154,9 @@ class HostCost:
     not the clock, so a simulated clock reads it as a real one does. Sampled every
     ``window_audio_s`` of audio (all streams' together), exponentially weighted.
 
-    On the H200 this work was a third of the thread's time at 930 served streams (0.37 ms per
-    stream-second), and a time budget that counted only the model steps let them all in while
-    the thread had no time left: the engine fell behind, served and in-process (docs/serve.md)."""
+    At many served streams this work was a large share of the thread's time, and a time budget
+    that counted only the model steps let them all in while the thread had no time left: the
+    engine fell behind, served and in-process (docs/capacity.md, "Admission", Time)."""
 
     def __init__(self, window_audio_s: float = 20.0, alpha: float = 0.3) -> None:
         self.window_audio_s = window_audio_s
@@ -229,8 +229,8 @@ TIME_BUDGETS = ("gpu", "on", "off")
 LAG_WINDOW_S = 2.0
 """The window of engine clock over which the lag of the updates is taken (its median): long
 enough that one slow step does not refuse anything, short enough to see an engine falling behind
-within a few seconds. On an H200 at 917 served streams the lag went from 0.9 s to 1.6 s in five
-seconds, and 85 streams were admitted after it had passed 1.5 s (docs/serve.md)."""
+within a few seconds, as a served engine's lag did while streams were still being admitted
+(docs/capacity.md, "Admission", Lag)."""
 
 
 class Admission:

@@ -84,14 +84,14 @@ _log = logging.getLogger(__name__)
 
 DATED_LATER_MIN_NS = 1_000_000
 """The least shift :meth:`Engine.dated_later` makes: a millisecond, far under any caption's
-latency; a copy of each update costs about 2.5 µs on this CPU's Python."""
+latency and far over what copying an update costs (docs/decisions/002-engine-host-path.md)."""
 
 
 class BlockSlice(NamedTuple):
     """A part of an :class:`~captioner.events.AudioBlock` (its fields, its samples a view of the
     block's read-only ones), cut on the engine's own thread when a backlog is fed in slices: a
-    frozen dataclass with its checks cost several microseconds per stream per slice, 3 % of the
-    engine thread at 1,536 streams on the H200 (py-spy), for a value that never leaves the thread."""
+    frozen dataclass with its checks cost a visible share of the engine thread at many streams
+    (docs/decisions/002-engine-host-path.md), for a value that never leaves the thread."""
 
     stream: str
     first_sample: int
@@ -138,9 +138,8 @@ class EngineConfig:
     :attr:`overlap_min_load`; ``"on"`` always (tests of the bookkeeping on the CPU); ``"off"``
     never. The updates then reach the caller one tick later (under load, when steps follow one
     another); the next tick with nothing due, :meth:`Engine.flush`, and every stream's end fold
-    them at once. On two H200s at 1,536 streams this took the engine thread's time per second
-    of audio from 1.07-1.14 to 0.98-1.04, the update interval p99 from 1.87-2.14 s to
-    1.49-1.70 s, and captions came 0.4-0.6 s sooner (docs/capacity.md, "Hypotheses read while the
+    them at once. At many streams this cut the engine thread's time per second of audio and the
+    update interval's tail, and captions came sooner (docs/capacity.md, "Hypotheses read while the
     next step encodes"); a desktop's stream or two never reach the load where it applies."""
     overlap_min_load: float = 0.5
     """The admitted load from which ``overlap_updates="auto"`` defers (the load at which riders
@@ -213,7 +212,7 @@ class _Stream:
         x = self.last_samples
         if x is None:
             return -120.0
-        # The level is for display: a float32 dot is plenty, and 5x cheaper.
+        # The level is for display: a float32 dot is plenty, and much cheaper.
         rms = math.sqrt(float(np.dot(x, x)) / x.size) if x.size else 0.0
         return 20 * math.log10(max(rms, 1e-6))
 
@@ -345,8 +344,9 @@ class Engine:
     def _warm_features(self) -> None:
         """Push a second of quiet noise through the feature rings and the VAD of a slot no stream
         owns, so that what a first push compiles or captures happens now, not while streams
-        wait: on a fresh GPU machine the log-mel kernel's first bank took 2.4 s of NVRTC on the
-        H200 (py-spy, 2026-12-01), and the VAD's kernels compile at their first launch too.
+        wait: on a fresh GPU machine the log-mel kernel's first bank compiles for seconds
+        (docs/capacity.md, "kernels that read the rings"), and the VAD's kernels compile at their
+        first launch too.
         Admission, status and the streams never see it."""
         slot, row = self.features.acquire(), self.vad.acquire()
         s = _Stream("warm-up", slot, row, self._make_policy("warm-up"))
@@ -1055,8 +1055,9 @@ class Engine:
         """A last update over what is left of each stream, committed whole (the last step's
         pending hypotheses, any stream's, folded first). The last updates of streams that end
         together are one model step (up to ``max_batch`` rows each): a step of one row costs
-        most of what one of a hundred does (H200, tiny.en: 13.5 ms against 40-60), and a server
-        whose clients come and go, or a close of every stream, made one per stream."""
+        most of what one of a hundred does (docs/serve.md, "streams that end together share their
+        last model steps"), and a server whose clients come and go, or a close of every stream,
+        made one per stream."""
         updates: list[CaptionUpdate] = self.flush()
         last = [s for s in streams if (s.speech_since_update or s.policy.has_uncommitted_text) and (
             s.segment_speech_frames >= self.config.min_speech_s * FRAMES_PER_S or s.policy.has_uncommitted_text)]

@@ -43,23 +43,21 @@ log = logging.getLogger(__name__)
 DETECTOR_MODEL = "base"
 """The multilingual model that names the language (installed as a package, see the registry)."""
 DETECTOR_THREADS = 1
-"""ONNX Runtime threads of the check. One: on this project's 2-core test machine two threads
-were no faster (1.3 s vs 1.6 s per window), and one thread leaves the other core to the
-captioning model that runs meanwhile."""
+"""ONNX Runtime threads of the check. One: on a small CPU two threads were no faster
+(docs/decisions/004-language-check.md), and one thread leaves the other core to the captioning
+model that runs meanwhile."""
 NOTICE_MIN_PROBABILITY = 0.5
-"""A notice needs a non-English language at least this likely. Measured with ``base`` on the
-windows this module checks (the first 3 s of speech) of the 20 test recordings: on the 16
-English ones English scored 0.866 to 1.000 and no other language above 0.114 (Chinese, on an
-LJSpeech clip); the German, Spanish and two Mandarin ones scored 0.978, 0.955, 0.998 and 0.996
-for their language. 0.5 lies in that gap with a wide margin each side, and means "more likely
-this language than all the others together"."""
+"""A notice needs a non-English language at least this likely: on the test recordings' checked
+windows English and the other languages scored far apart, and 0.5 lies in that gap with a wide
+margin each side (docs/decisions/004-language-check.md). It means "more likely this language
+than all the others together"."""
 CHECK_SPEECH_S = 3.0
 """Voiced audio a live stream gathers before it is checked: enough for every recording above,
 little enough that the notice comes within seconds of the first words."""
 MIN_SPEECH_S = 1.0
 """A stream that ends (or spreads its speech over a whole window) with less voiced audio than
-this is not checked: a cough or a word is not enough to name a language. (The two shortest
-English clips, 1.1 s and 1.5 s of speech, still gave English >= 0.993.)"""
+this is not checked: a cough or a word is not enough to name a language (the shortest test
+clips, just over it, were still named right: docs/decisions/004-language-check.md)."""
 LEAD_S = 0.5
 """Audio kept before the first speech, as the offline path keeps before a window: onsets are soft."""
 WINDOW_S = 30.0
@@ -139,7 +137,7 @@ def load_detector(model: str = DETECTOR_MODEL) -> LanguageDetector | None:
     once per user, see :mod:`captioner.models.onnx_export`); ``None`` when the model is not
     installed or fails to load — the check is a hint, so that is only logged (debug). The answer
     is kept either way: a failed load is not retried for every stream. Any thread; the first
-    caller pays the load (measured: 0.5 s from the cache, 2.1 s the first time)."""
+    caller pays the load (docs/decisions/004-language-check.md)."""
     with _detectors_lock:
         if model in _detectors:
             return _detectors[model]
@@ -276,10 +274,9 @@ class SpeechOnset:
 
 
 CHECK_NICENESS = 10
-"""How much the check thread yields the CPU to the captioning thread. Measured on the 2-core
-machine, tiny.en on German at real time: mean step 102 ms with the check at normal priority,
-75 ms niced (72 ms with no check at all); the check itself takes longer instead (its
-notice is not urgent, captions are)."""
+"""How much the check thread yields the CPU to the captioning thread: niced, the check barely
+slows the captioning model's steps, and takes longer itself instead (its notice is not urgent,
+captions are; docs/decisions/004-language-check.md)."""
 
 
 def _lower_priority() -> None:
@@ -373,8 +370,8 @@ class LiveLanguageCheck(threading.Thread):
             self._put((watch, _END))
 
     def close(self, timeout_s: float = 5.0) -> None:
-        """Stop the thread: a check in progress finishes (at most about 2 s on the CPU), those
-        still to come are skipped."""
+        """Stop the thread: a check in progress finishes (one window's check), those still to
+        come are skipped."""
         self.stop_event.set()
         if self.is_alive():
             try:

@@ -379,9 +379,8 @@ class LiveCaptioner:
         ``hand_out``, every tick's updates are returned at the end, each dated then
         (``emitted_wall_s``: nobody could see it before). With ``hand_out``, each tick's updates
         are passed to it as soon as they exist, and ``step`` returns none: a caller that sends
-        captions on (the worker, a model host) gets the first tick's out while the next one runs.
-        On an H200 serving a thousand streams a step ran several ticks of a few hundred
-        milliseconds each (docs/serve.md)."""
+        captions on (the worker, a model host) gets the first tick's out while the next one runs;
+        a busy server's step runs several long ticks (docs/serve.md, "handed out tick by tick")."""
         self._check_open()
         made: list[tuple[int, list[CaptionUpdate]]] = []  # (clock when made, updates), kept for the end
 

@@ -77,8 +77,8 @@ class TranscribeOptions:
     show each cue while its words are spoken, not over a whole segment's span."""
     language_check: bool = True
     """English-only models: ask ``base`` (when installed) what language the first window is in,
-    and report another one in ``info.language_notice``. Costs about 1.3 s of CPU once per file
-    (plus 0.5 s to load ``base`` once per process)."""
+    and report another one in ``info.language_notice``. Costs one window of ``base`` on the CPU
+    once per file, plus loading ``base`` once per process (docs/decisions/004-language-check.md)."""
     decoding: DecodingOptions = field(default_factory=DecodingOptions)
 
 

@@ -350,9 +350,9 @@ class Pipeline:
     "none": a bare :class:`LiveCaptioner` on the worker thread, nothing restarted. "auto" (the
     default): "process" on a GPU, "inline" on the CPU, "none" with a ``recognizer_factory``
     (which must then be picklable for "process"). ``standby``: whether "process" keeps a loaded
-    standby beside the model's process (a restart in about a second, for a second copy of the
-    model's memory: on an H200 about 30 GiB with its arenas grown); without one, a failed process
-    is replaced by a fresh one, loaded then.
+    standby beside the model's process (a quick restart, for a second copy of the model's memory,
+    large on a GPU once its arenas have grown: docs/serve.md, "Running it"); without one, a failed
+    process is replaced by a fresh one, loaded then.
     """
 
     def __init__(

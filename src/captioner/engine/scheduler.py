@@ -5,16 +5,16 @@ is due when it has speech waiting and ``interval_s`` of new audio since its last
 once when its speaker paused (an update hears what they said before the pause). When one stream is due, others that are more than
 ``merge_fraction`` of the way to due ride along, so one batched step serves them all (merging
 work). Riders are a use of spare compute (their captions come sooner), not a saving: each
-update spent early is one more update a second. At the H200's thousand streams a step is full
-of due streams anyway, and riders had raised the updates per stream-second from about 0.8 to
-1.2-1.4 (docs/capacity.md), so they ride only while the engine's load — the time budget's
-estimate, ``admission.predict`` — is under ``merge_max_load``. From that load on, a step has a
-cost of its own whatever its rows (on the H200 about 40 ms, against 0.4 ms a row), so a step
-that would be mostly that fixed cost waits, up to ``fill_wait_s`` past due, for more streams to
-come due: fewer, fuller steps. After each step the worker reports how long it took; the
-interval stretches so that model steps take at most ``target_busy`` of the wall time, and
-shrinks back when compute frees up — a slow machine gets fewer, larger updates instead of a
-growing backlog.
+update spent early is one more update a second. At a thousand streams a step is full of due
+streams anyway, and riders had raised the updates per stream-second well above one
+(docs/capacity.md, "Riders only with spare compute"), so they ride only while the engine's load
+— the time budget's estimate, ``admission.predict`` — is under ``merge_max_load``. From that
+load on, a step has a cost of its own whatever its rows, large against a row's (docs/capacity.md,
+"Fewer, fuller steps under load"), so a step that would be mostly that fixed cost waits, up to
+``fill_wait_s`` past due, for more streams to come due: fewer, fuller steps. After each step
+the worker reports how long it took; the interval stretches so that model steps take at most
+``target_busy`` of the wall time, and shrinks back when compute frees up — a slow machine gets
+fewer, larger updates instead of a growing backlog.
 
 A step takes at most ``max_batch`` streams (a bounded batch keeps the device's working memory
 and a step's duration bounded). When more are due, streams of higher ``priority`` go first
@@ -34,9 +34,9 @@ from typing import NamedTuple
 BASE_INTERVAL_BY_DEVICE_S = {"cuda": 0.5, "cpu": 1.0}
 """The base update interval when the configuration leaves it to the engine's device class
 (docs/latency.md; the interval runs in benchmarks/results/latency/HISTORY.md). CUDA: 0.5 s: at
-1.0 s the GPU preset commits later with the same WER, and a model step there takes 20-40 ms, so
-the second update a second costs a few per cent of the GPU. CPU: 1.0 s — a tiny.en step takes
-most of a second on two cores, and the scheduler stretches the interval anyway."""
+1.0 s the GPU preset commits later with the same WER, and a model step there is short, so the
+second update a second costs a few per cent of the GPU. CPU: 1.0 s — a tiny.en step takes a
+large part of a second on a small CPU, and the scheduler stretches the interval anyway."""
 
 
 class StreamView(NamedTuple):
@@ -88,16 +88,15 @@ class SchedulerConfig:
     fill_rows: int | None = None
     """The batch a step waits for under load instead (``None``: from the fit, above), at most
     ``max_batch`` and the streams speaking. While steps are always about as full, a fit cannot
-    tell a step's fixed cost from its cost per row (on the H200 at 1,536 streams it put all of
-    it per row, so no step ever waited)."""
+    tell a step's fixed cost from its cost per row (at a thousand streams and more it put all of
+    it per row, so no step ever waited; docs/capacity.md, "Fuller steps")."""
     fill_close_wait_s: float = 0.0
     """How long past its pause (``paused_s``) a pausing segment's update may wait for a fuller
     step; 0: it never waits (its speaker waits for the final). At a
     thousand streams nearly every tick has a closing segment due, so at 0 no step ever waits.
-    Both off by default: on the H200 at 1,536 streams ``fill_rows=192`` with 0.15 s here made
-    steps half as full again and cut the model's time per update by 10 %, but a tick that holds
-    its step back reads the held hypotheses outside the encoder's shadow, and the thread's time
-    did not fall (docs/capacity.md, "Hypotheses read while the next step encodes")."""
+    Both off by default: set, they made steps fuller and cut the model's time per update, but a
+    tick that holds its step back reads the held hypotheses outside the encoder's shadow, and the
+    thread's time did not fall (docs/capacity.md, "Hypotheses read while the next step encodes")."""
     min_new_audio_s: float = 0.1
     """A closing update still needs this much new audio... unless the segment is closing."""
     max_batch: int = 64

@@ -52,8 +52,8 @@ REPLAY_S = 30.0
 HEARTBEAT_TIMEOUT_S = 10.0
 """A GPU host not heard from for this long is hung (its model steps take milliseconds)."""
 CPU_HEARTBEAT_TIMEOUT_S = 60.0
-"""The same for a CPU host in a process: one step of tiny.en took 4.5 s on a 2-core machine
-under load (and a CPU process cannot be poisoned, only slow)."""
+"""The same for a CPU host in a process: a small CPU under load takes seconds for one step of
+tiny.en (docs/decisions/003-waits-and-bounds.md; a CPU process cannot be poisoned, only slow)."""
 LOAD_TIMEOUT_S = 300.0
 MAX_FAILURES = 3
 FAILURE_WINDOW_S = 60.0
@@ -474,10 +474,10 @@ class SupervisedCaptioner:
     def take_waiting(self) -> None:
         """Worker thread, between its inbox items, and while a send to the model process waits
         for room: what that process has sent so far is taken now, its captions handed to
-        :attr:`hand_out_now`. On a served H200 a caption otherwise waited for the worker to
-        work through the audio it had taken in and to step (25 ms at p99 with 1,000
-        connections, docs/serve.md). A failure among the messages is kept by the host for the
-        next step to act on."""
+        :attr:`hand_out_now`. Otherwise a served caption waited for the worker to work through
+        the audio it had taken in and to step (docs/serve.md, "A busy worker hands out captions
+        between its items"). A failure among the messages is kept by the host for the next step
+        to act on."""
         if self._host.kind != "process" or self.hand_out_now is None:
             return
         updates = self._take(self._host.poll())

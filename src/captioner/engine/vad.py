@@ -18,19 +18,17 @@ Two parts:
   frames in a row (clicks are not speech), and a hangover that keeps short gaps between words
   inside the speech.
 
-Why the articulation tests: the energy test alone called 86 % of a minute of synthesised chords
+Why the articulation tests: the energy test alone called most of a minute of synthesised chords
 speech (their tones lie in the speech band and decay between onsets, so they rise above the
-floor), and Whisper heard " you" in it. Measured on 80-band log-mel frames: of the last 20
-frames, those whose shape changed by 1.5 dB or more (4 frames apart, 40 dB range) number at most
-6 on those chords, at least 13 on 98 % of the speech frames of every read recording in
-``/work/shared/speech`` (English, German, Spanish, Mandarin); a melody with drums passes that
-count at its beats, but only 57 % of its loud frames do, against 98-100 % of speech's
-(benchmarks/results/latency/HISTORY.md, "Music, fixed").
+floor), and Whisper heard " you" in it. Of the last 20 frames, those whose shape changed (4
+frames apart) are few on held chords and many on read speech in every language tried; a melody
+with drums passes that count at its beats, but far fewer of its loud frames do than speech's
+(benchmarks/results/latency/HISTORY.md, "Music, fixed", has the counts).
 
 Conversation adds two cases the count alone got wrong (docs/latency.md, "What the engine does with conversation"):
 a telephone line sends digital silence between words, whose spectrum never changes, so the
-first 100 ms of every word after it failed the count (and, word after word, pulled the share
-of articulated frames under its bar: 2.2 s of a call-centre agent lost); and a filled pause or a
+first frames of every word after it failed the count (and, word after word, pulled the share
+of articulated frames under its bar: a call-centre agent's words were lost); and a filled pause or a
 drawn-out vowel ("uhhh", "so...") holds its shape for a few hundred milliseconds, as a note does.
 So a frame too quiet to be speech says nothing about articulation (it counts as articulated,
 as room noise, whose shape changes at random, always did), and a held sound that continues
@@ -143,9 +141,8 @@ class VadConfig:
     share of loud frames (those that pass the energy test) that also pass the articulation test,
     an exponential average over about ``articulated_share_frames`` loud frames, from
     ``articulated_share_start``; below ``articulated_share_min`` no frame is speech-like. Speech
-    keeps it near 1 (98-100 % of its loud frames are articulated); music with drums articulates
-    at each beat and note onset but holds its notes between them (57 % on the bench's second
-    piece), so its articulated frames do not add up to speech."""
+    keeps it near 1; music with drums articulates at each beat and note onset but holds its notes
+    between them, so its articulated frames do not add up to speech (HISTORY.md, "Music, fixed")."""
 
 
 class VoiceActivity:

@@ -1,8 +1,8 @@
 """The voice activity detector of :mod:`captioner.engine.vad`, for many streams at once.
 
-:class:`~captioner.engine.vad.VoiceActivity` decides frame by frame in a Python loop: about
-8 µs a frame, 0.8 ms per second of every stream, which alone would take a whole core at 1,200
-streams. :class:`VadBank` keeps the same state for every stream in arrays, one row per stream,
+:class:`~captioner.engine.vad.VoiceActivity` decides frame by frame in a Python loop, which
+alone would take a whole core at a server's stream counts (docs/decisions/002-engine-host-path.md).
+:class:`VadBank` keeps the same state for every stream in arrays, one row per stream,
 and steps all rows that received frames together: the loop runs over the frames of one push
 (10 for 100 ms), each step a few NumPy operations across the rows.
 

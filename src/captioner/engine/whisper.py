@@ -116,8 +116,8 @@ class WhisperRecognizer:
         of a batch need are padded to the next wider context of the batch instead of decoded
         apart (:func:`merged_widths`), so that fewer groups decode, each larger. Only with
         shorter encoder windows on (without them every window has the one 30 s context). Off:
-        never measured with them on; the H200 run that was meant to compare them ran without, so
-        its two sides were the same code (docs/capacity.md, "Correction")."""
+        never measured with them on; the run that was meant to compare them ran without, so its
+        two sides were the same code (docs/capacity.md, "Correction")."""
         self.runtime = runtime
         self.tokenizer = tokenizer
         self.xp = xp
@@ -163,8 +163,8 @@ class WhisperRecognizer:
 
     def _prompt_tokens(self, text: str) -> tuple[int, ...]:
         """The last ``prompt_tokens`` tokens of a prompt text. Cached: a stream's prompt changes
-        only when its buffer is trimmed or a segment closes, and encoding it at every update was
-        2 % of the engine thread at 1,536 streams on the H200."""
+        only when its buffer is trimmed or a segment closes, and encoding it at every update
+        showed in the engine thread's profile (docs/capacity.md, "kernels that read the rings")."""
         tokens = self._prompt_cache.get(text)
         if tokens is None:
             if len(self._prompt_cache) >= PROMPT_CACHE_SIZE:
@@ -238,8 +238,9 @@ class WhisperRecognizer:
         """:meth:`decode` with the host's reading of the decoded tokens (text, segments, the
         guards, words) put off until ``hypotheses()`` is called: the model's work is done when
         this returns. The engine reads a step's hypotheses while the device encodes its next
-        step (``EngineConfig.overlap_updates``): at 1,536 streams on the H200 that reading was
-        about 15 % of the engine thread, the encoder's wait a little less."""
+        step (``EngineConfig.overlap_updates``): at many streams that reading was a large share
+        of the engine thread, about as much as the encoder's wait (docs/capacity.md, "Hypotheses
+        read while the next step encodes")."""
         overlap = Overlap(while_encoding, self._synchronize if self.overlaps_host_work else None) \
             if while_encoding is not None else None
         try:
@@ -273,10 +274,10 @@ class WhisperRecognizer:
     def warm_up(self, max_rows: int, prefix_tokens: int | None = None) -> int:
         """Meet once, now, every shape that batches of up to ``max_rows`` windows will meet, so
         that no stream waits for a first run later: on CUDA each batch bucket's decoder buffers
-        and captured step graph, and its prompt prefill at each padded width, cost 0.1-1 s the
-        first time (H200, tiny.en: a first step 0.2-1.0 s against 0.5-3.3 ms warm; a first start
-        0.2-0.7 s against 3-16 ms), which a server with hundreds of streams otherwise pays
-        in the middle of its first minutes, every stream of the batch waiting.
+        and captured step graph, and its prompt prefill at each padded width, cost hundreds of
+        times a warm run the first time (docs/capacity.md, "Warm at start"), which a server with
+        hundreds of streams otherwise pays in the middle of its first minutes, every stream of the
+        batch waiting.
 
         Largest buckets first (ONNX Runtime's memory arena then grows once). Per bucket, five
         decodes of silent windows: no prompt (steps only), short prompts, full-length ones, and

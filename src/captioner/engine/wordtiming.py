@@ -84,7 +84,7 @@ def token_times(rows: np.ndarray, n_frames: int, ended: bool, keep: np.ndarray |
     token's row starts, or (no end token) at the end of the path. ``keep``: where given, the
     encoder frames the path may run through (those that hold speech): a long silence inside the
     window is then no place a word can be put, which the path through every frame did on a phone
-    call's silences (tiny.en: "checkbook." 7 s after it was said)."""
+    call's silences (tiny.en put a word seconds after it was said)."""
     n_text = rows.shape[0] - (1 if ended else 0)
     if n_text <= 0:
         return np.zeros(0), np.zeros(0)
@@ -196,7 +196,7 @@ def fit_to_voice(starts: np.ndarray, ends: np.ndarray, voiced: np.ndarray) -> tu
     """Token times moved onto the speech: a token's span that holds speech (``voiced``, one flag
     per 10 ms frame from the window's start) is trimmed to its first and last speech frame. The
     DTW path gives every silence to a token beside it: the last word before the other side of a
-    phone call speaks was dated 8 s late, at the end of the silence it was given."""
+    phone call speaks was dated seconds late, at the end of the silence it was given."""
     starts, ends = starts.copy(), ends.copy()
     speech = np.flatnonzero(np.asarray(voiced, dtype=bool))
     if not speech.size:
@@ -217,8 +217,8 @@ def _clip_pauses(words: list) -> list:
     """Words that do not swallow the pause before them.
 
     On the DTW path a word starts where the one before it ends, so a pause is counted into the
-    word after it ("ask" of JFK's "Americans ... ask not" measured over 2.24-3.88 s, the pause
-    included) and captions could not end at it. As Whisper's word timestamps do, a word longer
+    word after it ("ask" of JFK's "Americans ... ask not" spanned the pause before it) and
+    captions could not end at it. As Whisper's word timestamps do, a word longer
     than twice the median word duration (the median capped at 0.7 s) keeps its end and starts
     that long before it: the pause shows as a gap between the words."""
 

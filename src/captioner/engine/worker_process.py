@@ -60,9 +60,9 @@ wait for a child before the sender waits..."""
 QUEUED_PER_STREAM = 20
 """...and this many more per open stream (:attr:`ProcessHost.streams_open`; 2 s of a network
 client's 100 ms chunks). The child reads nothing while it works a model step, and a served
-engine's worker that waited for it stopped taking its connections' audio: on an H200 with 233
-connections it waited 29 of 69 s, its inbox filled past the half at which new connections are
-refused, and the server took no more (docs/serve.md)."""
+engine's worker that waited for it stopped taking its connections' audio: its inbox filled past
+the half at which new connections are refused, and the server took no more (docs/serve.md,
+"Where the model's process spent its steps")."""
 _RECEIVE_WAIT_S = 0.05
 BACKLOG_STEP_S = 1.0
 """A stream's audio that may wait for a step on a host whose steps are spaced by
@@ -72,16 +72,16 @@ after a restart) is worked off, and its captions and the heartbeat sent, a secon
 while a live stream's few chunks between two steps (the spacing, a step's time, a network's
 jitter) never come near it; with one or a few streams, a backlog is stepped chunk by chunk, its
 checkpoints falling in its pauses as they would live.
-(Every repeated chunk stepped the ones before it until 2026-12-04: 453 served streams on an H200
-took about 20 model steps a second of 25 rows, and the engine fell behind, docs/serve.md.)"""
+(When every repeated chunk stepped the ones before it, a busy server made many small model
+steps and its engine fell behind: docs/serve.md, "A stream's chunks wait for the step together".)"""
 STEP_SPACING_MAX_S = 0.1
 STEP_SPACING_PER_STREAM_S = 0.4e-3
 """With N streams a host's steps follow each other by at least min(100 ms, N x 0.4 ms)
 (:meth:`HostCore.step_wait_s`): under a millisecond for one or two streams, from 250 streams the
 engine's own 100 ms feed (``live.FEED_S``, the tick ``bench_capacity`` measures at). Every step
 looks at every stream, pushes features and VAD, and starts a model step for whatever came due
-since the last one: spaced by 11 ms (the earlier N x 50 us), 224 served streams on an H200 got
-model steps of 2-15 rows, and the engine fell further behind by the second (docs/serve.md)."""
+since the last one: spaced more closely, a served engine's model steps were of a few rows, and
+it fell further behind by the second (docs/serve.md, "Where the model's process spent its steps")."""
 _PARENT_CHECK_S = 0.2
 
 
@@ -408,7 +408,7 @@ class InlineHost:
         """Where a step's updates go as each tick ends, whether :meth:`poll` or :meth:`send`
         made it (the latest ``poll``'s): with few streams a host steps on taking a chunk, and
         kept until the next poll, those captions waited for every message the worker took
-        after it (up to 0.9 s on this CPU with four streams)."""
+        after it (docs/serve.md, "Captions handed out at once on the CPU")."""
 
     def start(self) -> None:
         try:
@@ -530,7 +530,7 @@ def child_main(inbox, outbox, spec: HostSpec, parent_pid: int) -> None:
             spec = replace(spec, progress=lambda message, fraction: outbox.send(("progress", str(message),
                                                                                  float(fraction))))
         core = HostCore(spec)
-        core.send_updates = outbox.send  # at the step's end: its checkpoints cost 2.5 ms at p50 (H200)
+        core.send_updates = outbox.send  # at the step's end, after its (cheap) checkpoints
         freeze_start_up()  # the model and its runtime: no later collection walks them again
         outbox.send(("ready", core.info()))
     except BaseException as error:
@@ -538,8 +538,8 @@ def child_main(inbox, outbox, spec: HostSpec, parent_pid: int) -> None:
         os._exit(3)
     # A step's updates leave in one message at its end, dated then (HostCore.step without
     # hand_out), not tick by tick: sent as each tick ended, a thousand streams' captions reached
-    # the hub on an H200 sooner (the way back's p99 234-330 -> 46-78 ms), but the engines fell
-    # further behind their audio (largest lag 0.56-0.81 -> 1.51-2.65 s, docs/serve.md).
+    # the hub sooner, but the engines fell further behind their audio (docs/serve.md, "handed out
+    # tick by tick").
     try:
         while True:
             wait_s = core.step_wait_s() if core.has_unstepped else _RECEIVE_WAIT_S
@@ -620,7 +620,8 @@ class ProcessHost:
         self.on_message: Callable[[], None] | None = None
         """Called on the receiving thread once a message waits for :meth:`poll`: the owner's
         thread may be asleep on its own inbox, and the captions in it would wait until that
-        woke for other reasons (up to its status period: 22 ms at p50 with two CPU streams)."""
+        woke for other reasons, up to its status period (docs/serve.md, "A model process's
+        captions wake the worker")."""
         self.while_waiting: Callable[[], None] | None = None
         """Called on the sending thread while :meth:`send` waits for room: the owner takes what
         the child sent meanwhile (its captions need not wait for the child to read)."""
