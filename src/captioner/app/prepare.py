@@ -1,10 +1,10 @@
 """``python -m captioner.app.prepare``: build the default model's ONNX graphs now, not at the
 first launch. scripts/setup.sh runs it once, at the end of a first set-up.
 
-A model is converted to ONNX graphs on its first use (cached per user afterwards). On a 2-core
-CPU that is about 8 s for ``tiny.en`` and as much again for ``base``, which the live language
-check loads beside an English-only model. Done at the first launch, it kept a new user's window
-without captions for 14 s; done here, while a set-up is expected to take a while and shows its
+A model is converted to ONNX graphs on its first use (cached per user afterwards), seconds of
+CPU for ``tiny.en`` and as much again for ``base``, which the live language check loads beside an
+English-only model. Done at the first launch, it kept a new user's window without captions
+(docs/ui.md, "First run"); done here, while a set-up is expected to take a while and shows its
 progress, the first window captions within seconds.
 
 Runs on the main thread of its own process. Builds what the app will load: ``tiny.en`` on the

@@ -61,7 +61,7 @@ STALL_S = 1.0
 """A running stream whose callback has not come for this long (50 blocks of 20 ms) has stopped."""
 FIRST_BLOCK_GRACE_S = 5.0
 """How long a stream just opened may take to deliver its first block: through the ALSA
-``pulse`` plug-in the first callback comes about 1.5 s after the open."""
+``pulse`` plug-in the first callback comes well after the open (docs/reliability.md, "Lost inputs")."""
 PULSE_CHECK_PERIOD_S = 1.0
 """How often the PulseAudio server is asked whether the sources being captured still exist."""
 PULSE_CHECK_TIMEOUT_S = 0.5

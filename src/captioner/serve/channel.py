@@ -50,10 +50,9 @@ import struct
 FLUSH_S = 0.005
 """How often a front-end sends its batch by default (``serve --frontend-flush-ms``): at most this
 long added to a stream's audio on its way in. The hub's cost is per frame and per stream in it: a
-client sending 100 ms messages is one push a 100 ms whatever this period. At 25 ms it was most of
-what the server added to a caption on an H200 (front-end to engine p50 26 ms); from 10 to 5 ms
-the way in fell from 9.3 to 5.0 ms at p50 (14.6 to 10.0-11.6 ms at p99) at 300 connections on a
-CPU, the serving process's CPU unchanged (docs/serve.md)."""
+client sending 100 ms messages is one push a 100 ms whatever this period. A longer period was
+most of what the server added to a caption, and a shorter one cost the serving process no more
+CPU (docs/serve.md, "The way in and the way back, shortened")."""
 FLUSH_BYTES = 1 << 20
 """...or sooner, once this much audio is waiting."""
 STREAM_LIMIT_BYTES = 64 << 20

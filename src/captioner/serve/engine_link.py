@@ -58,7 +58,7 @@ DROP_HOLDOFF_S = 10.0
 
 
 SERVER_MAX_BATCH = 256
-"""Most streams in one of a server's model steps: the batch every H200 capacity figure was
+"""Most streams in one of a server's model steps: the batch the GPU capacity figures were
 measured at (``bench_capacity --max-batch 256``, docs/capacity.md)."""
 SERVER_INTERVAL_S = 1.0
 """A server's base update interval: it is sized for many streams, so updates come every 1 s (the
@@ -83,9 +83,9 @@ def server_engine_config(speakers: str = "auto"):
 
 def server_standby(engines_per_device: int) -> bool:
     """Whether a server's pipelines keep a loaded standby process (``Pipeline(standby=)``): only
-    with one engine a device. Each standby is another copy of its engine's GPU memory (about
-    30 GiB on an H200), and with two engines and two standbys the VRAM floor refused streams at
-    798 (docs/serve.md); with several engines a failed one reloads while the others serve."""
+    with one engine a device. Each standby is another copy of its engine's GPU memory, and with
+    two engines and two standbys the VRAM floor refused streams early (docs/serve.md, "two engines
+    on one GPU"); with several engines a failed one reloads while the others serve."""
     return engines_per_device == 1
 
 
@@ -286,8 +286,8 @@ class EngineWorker:
         """Why this engine takes no new stream now ("" when it may): its inbox is over
         :data:`INBOX_REFUSE_FILL` full, or audio was dropped within ``holdoff_s``. The model's
         admission sees steps, not the audio waiting for the worker; past what one process can take
-        in (measured on an H200: 1,000 connections at 10 messages a second each), every stream
-        would lose audio, so the new one is refused instead."""
+        in (docs/serve.md, "Measured"), every stream would lose audio, so the new one is refused
+        instead."""
         fill = self.pipeline.inbox_fill
         if fill >= INBOX_REFUSE_FILL:
             return (f"the server is taking in all the audio it can: its engine's input queue is "

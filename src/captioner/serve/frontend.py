@@ -335,8 +335,8 @@ class FrontEnd:
             await self._writer.drain()
             return
         # What start-up made lives as long as the process: no later full collection walks it
-        # (unfrozen, each front-end's one full collection at a thousand connections took 20-25 ms
-        # on an H100, every caption of its connections held meanwhile).
+        # (unfrozen, a front-end's full collection at a thousand connections held every caption
+        # of its connections meanwhile; docs/serve.md, "The hub hands out caption values").
         freeze_start_up()
         self._server = server
         self._event(("listening", server.sockets[0].getsockname()[1] if server.sockets else self.port))

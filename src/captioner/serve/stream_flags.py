@@ -2,9 +2,9 @@
 
 Each connection's task waits until its stream is opened, ended, asked to end or gone. With one
 ``asyncio.Event`` per condition and a task per wait (``asyncio.wait`` on three events), a
-connection held some 50 objects the cyclic garbage collector walks (the events' waiter deques,
-the tasks, their coroutines, contexts and futures): 50,000 at a thousand connections, walked by
-every full collection of the serving process, with every engine thread stopped meanwhile. Here a
+connection held dozens of objects the cyclic garbage collector walks (the events' waiter deques,
+the tasks, their coroutines, contexts and futures), walked by every full collection of the
+serving process with every engine thread stopped (docs/serve.md, "What each connection leaves"). Here a
 stream's flags are one integer, and a wait is one future, made only while someone waits.
 
 Loop thread only, like the events they replace.

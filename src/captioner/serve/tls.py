@@ -6,11 +6,9 @@ client just as it writes its HTTP upgrade request. The websockets sync client (`
 listen --server``, the desktop app, the tests) reads on its own thread from the moment the
 socket is open, and Python's SSL socket is not safe for a read and a write at the same time:
 now and then the request went out garbled, the server dropped the connection, and the client
-read "did not receive a valid HTTP response". Measured on this project's 2-core machine, six
-threads opening 3,000 connections to a websockets TLS server on loopback: 3 to 8 failed
-handshakes (three runs) with Python's default of two tickets, 0 with none
-(``benchmarks/bench_tls_handshakes.py``). A caption connection
-lasts a meeting, so resumption tickets save nothing worth that.
+read "did not receive a valid HTTP response"; without tickets none failed (docs/serve.md,
+"Security"; ``benchmarks/bench_tls_handshakes.py``). A caption connection lasts a meeting, so
+resumption tickets save nothing worth that.
 """
 
 from __future__ import annotations

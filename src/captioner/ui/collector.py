@@ -19,8 +19,8 @@ import gc
 
 from PySide6.QtCore import QObject, QTimer
 
-# A tenth of a second: the young generation stays small (a collection of it took 0.06 ms at the
-# median while the app captioned, docs/ui.md), and garbage from other threads waits at most this long.
+# A tenth of a second: the young generation stays small, so each collection of it is short
+# (docs/decisions/003-waits-and-bounds.md), and garbage from other threads waits at most this long.
 CHECK_INTERVAL_MS = 100
 
 # How many collectors are running, and whether automatic collection was on before the first.

@@ -49,8 +49,8 @@ GIB = float(1 << 30)
 MAX_LEVEL_STREAMS = 4
 PLOT_MIN_INTERVAL_S = 0.5
 """Plots redraw at most twice a second, the telemetry rate: on a 60 s plot half a second is a few
-pixels, and each redraw of thirteen plots costs 10-20 ms of CPU in software rendering
-(benchmarks/bench_dashboard.py). The caption view still follows the 30 Hz pump."""
+pixels, and each redraw of thirteen plots is costly in software rendering (docs/ui.md, "What the
+dashboard costs"). The caption view still follows the 30 Hz pump."""
 NA = "N/A"
 NO_GPU = "no GPU"
 MAX_COLUMNS = 5

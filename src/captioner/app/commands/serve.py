@@ -24,8 +24,8 @@ SERVE_ISOLATION = "auto"
 """Where each device's model runs: on a GPU a child process (a CUDA fault restarts it with the
 streams' recent audio re-fed, docs/reliability.md, and the model's work has a core of its own
 beside the network loop), on the CPU the worker thread. A stream the child's engine refuses at
-capacity is reported as refused (1013) like one refused in-process (seen on the H200: 34 of 1,000
-connections refused that way, docs/serve.md)."""
+capacity is reported as refused (1013) like one refused in-process, as a thousand-client run
+showed (docs/serve.md, "Measured")."""
 
 
 SERVE_SPEAKERS_HELP = ("label who speaks (Speaker 1, Speaker 2, ...) in each stream's captions: auto (the default) "
@@ -48,7 +48,7 @@ IDLE_TIMEOUT_S_RANGE = (1.0, 86400.0)
 
 MAX_ENGINES_PER_DEVICE = 8
 """``--engines-per-device`` at most: each engine is a process with its own model copy, CUDA
-context, buffers and pools (on an H200 about 30 GiB with tiny.en once warmed up, docs/serve.md),
+context, buffers and pools (tens of GiB on a GPU once warmed up, docs/serve.md, "Running it"),
 and one Python thread of host work."""
 
 
@@ -294,8 +294,8 @@ def _sigterm_as_interrupt(signum, frame):
 def run(args) -> int:
     # Before NumPy is loaded (here and in a model process, which inherits it): OpenBLAS's own
     # threads spin between the CPU feature path's matrix products, which a server makes for
-    # many streams at once; one thread did the same work in a third of the worker's time and
-    # halved the process's CPU at 20 connections (docs/serve.md). An operator's setting wins.
+    # many streams at once; one thread did the same work in much less of the worker's time and
+    # CPU (docs/serve.md, "The server's own cost per connection"). An operator's setting wins.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     token, context = check_arguments(args)
     if args.speakers_notice:
