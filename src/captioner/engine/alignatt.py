@@ -24,8 +24,8 @@ Rules, per update (times on the stream's clock; ``end`` = the end of the audio i
    updates happened to fall, and a replay of the same audio gives the same lines.
 4. Unanchored text is not shown: when every word of a hypothesis attended to the window's first
    frames (within ``UNANCHORED_S``) of a window of a second or more, the alignment heads found
-   nothing in the audio to follow: Whisper's " you" on music is such a text (measured: tones
-   and chords, 2-3 s windows, every word on frame 0). It is treated as the decoder's guards
+   nothing in the audio to follow: Whisper's " you" on music is such a text (every word of it
+   on frame 0). It is treated as the decoder's guards
    treat invented text.
 5. A hypothesis without attention (a model without alignment heads) falls back to agreement.
 6. Hybrid (``commit_on_agreement``): what two consecutive hypotheses agree on is committed too,

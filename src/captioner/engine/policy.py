@@ -38,7 +38,7 @@ from captioner.layout import ends_sentence as _ends_sentence
 class Word(NamedTuple):
     """One word of a hypothesis; times are seconds of the stream's clock. A named tuple, not a
     frozen dataclass: every update makes one per word of every hypothesis, and a frozen
-    dataclass's ``__init__`` cost five times as much (3 us against 0.6 us a word here)."""
+    dataclass's ``__init__`` costs several times as much."""
 
     text: str
     start_s: float
@@ -93,8 +93,8 @@ _PUNCT_RE = re.compile(r"[^\w']+", re.UNICODE)
 def normalize_word(text: str) -> str:
     """Compare words the way a reader would: case, punctuation and accents-as-composed ignored.
 
-    Cached: every update compares a stream's words again (on the H200 at 512 streams, 455,000
-    calls took a second of the engine thread), and a stream's words repeat from update to update."""
+    Cached: every update compares a stream's words again, hundreds of streams' on a GPU, and a
+    stream's words repeat from update to update."""
     text = unicodedata.normalize("NFKC", text).lower().replace("\u2019", "'")
     return _PUNCT_RE.sub("", text).strip("'")
 
@@ -294,7 +294,7 @@ class PolicyConfig:
     word end the attention placed a little early falls inside a committed word, not on the first
     word still to be heard (tiny.en, a window cut at "the|tents" heard "entrance"). 0: at the
     committed text's end. 3 s (the default) measured best (benchmarks/results/latency/HISTORY.md,
-    "AlignAtt tuned for the H200" and "The closing window's overlap, fixed"). Only windows whose committed words carry measured
+    "The closing window's overlap, fixed"). Only windows whose committed words carry measured
     times (AlignAtt's attention) are cut at all, so LocalAgreement is not affected.
     The closing hypothesis hears the kept words again, reworded, in part or alone: they are
     aligned to it as a whole (:meth:`LocalAgreementPolicy._match_kept`), so none is committed
@@ -320,8 +320,8 @@ class _State:
     segment: int = 0
     # The texts (not the Words) of the committed words before the buffer, as many as a prompt
     # takes: a served model process holds this for hundreds of streams, and a named tuple is a
-    # container that the cyclic GC walks in every full collection (a str is not). As Words, 200
-    # a stream, they were most of what a GPU model process held at 333 streams (docs/serve.md).
+    # container that the cyclic GC walks in every full collection (a str is not); as Words they
+    # were most of what a served GPU model process held (docs/serve.md).
     history: deque[str] = field(default_factory=deque)
     language: str = ""
     prefix: tuple[int, ...] = ()  # tokens of committed words at the buffer's start (see forced_prefix)
