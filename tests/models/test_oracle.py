@@ -60,17 +60,20 @@ def _espeak(text: str, voice: str, tmp_path) -> np.ndarray:
 
 
 def _corpus(clip_id: str) -> str:
-    """``en_spont_hvb`` of ``en_spont_hvb_02e4..._agent``: the collection a spontaneous clip is from."""
-    return "_".join(clip_id.split("_")[:3])
+    """The collection a clip is from: ``en_spont_hvb`` of ``en_spont_hvb_02e4..._agent``, ``en_ls``
+    of ``en_ls_1089-134686-0000``."""
+    return "_".join(clip_id.split("_")[:3 if clip_id.startswith("en_spont_") else 2])
 
 
 def _inputs(speech_clips, tmp_path, multilingual: bool):
     """(label, language, audio) for every read recording the model can transcribe, the first
     spontaneous one of each collection (AMI, NOTSOFAR, the phone calls: the same graphs on more
-    conversation added minutes and no new path), plus espeak-ng speech."""
+    conversation added minutes and no new path), plus espeak-ng speech. The multilingual model
+    (base, four times tiny.en's work a token) takes the first read recording of each collection
+    too: its graphs are the same for every clip, its languages are what it adds."""
     seen = set()
     for clip in sorted(speech_clips.values(), key=lambda c: c.id):
-        if clip.id.startswith("en_spont_"):
+        if clip.id.startswith("en_spont_") or multilingual:
             if _corpus(clip.id) in seen:
                 continue
             seen.add(_corpus(clip.id))

@@ -89,7 +89,7 @@ def _plain_launch(gui, pulse_server, speech_clips, tmp_path, *extra):
     done = threading.Event()
     _play_while(done, pulse_server, speech_clips[SPEECH].wav)
     try:
-        result = gui("--quit-after", "40", "--save-trace", str(trace), *extra)
+        result = gui("--quit-after", "30", "--save-trace", str(trace), *extra)
     finally:
         done.set()
     assert result.returncode == 0, result.stderr[-3000:]
