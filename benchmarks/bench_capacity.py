@@ -219,7 +219,7 @@ class NoModel:
         self.n_mels = n_mels
 
     def decode(self, requests):
-        from captioner.engine.policy import Hypothesis
+        from captioner.engine.policy.words import Hypothesis
 
         return [Hypothesis((), r.start_s, r.start_s + r.log_mel.shape[1] / 100.0) for r in requests]
 
@@ -448,7 +448,7 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
     from captioner.engine.admission import AdmissionConfig
     from captioner.engine.core import EngineConfig
     from captioner.engine.live import LiveCaptioner
-    from captioner.engine.policy import PolicyConfig
+    from captioner.engine.policy.config import PolicyConfig
     from captioner.engine.scheduler import SchedulerConfig
     from captioner.engine.simulate import ChargedRecognizer, SimClock
     from captioner.engine.speakers import SpeakerConfig

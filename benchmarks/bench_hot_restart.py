@@ -59,7 +59,7 @@ def one_run(path: Path, device: str, isolation: str, fault: str | None) -> dict:
     from captioner.audio.file_source import FileSource
     from captioner.engine.core import EngineConfig
     from captioner.engine.pipeline import Pipeline
-    from captioner.engine.policy import normalize_word
+    from captioner.engine.policy.words import normalize_word
     from captioner.engine.scheduler import SchedulerConfig
     from captioner.engine.worker_process import FAULT_ENV
 

@@ -11,7 +11,7 @@ counted apart.
 Policies: ``--policies localagreement,alignatt`` (both by default) replays every clip under each
 commit policy, side by side in one run (``--first-context`` adds AlignAtt variants with other
 amounts of context before the first words of a segment are committed; ``--variants`` adds any
-policy with any :class:`~captioner.engine.policy.PolicyConfig` fields set, e.g.
+policy with any :class:`~captioner.engine.policy.config.PolicyConfig` fields set, e.g.
 ``alignatt:first_context_s=1,attend_margin_s=0.2;alignatt-gpu``). *Revised*: words shown
 (committed + partial) that a later update took back or replaced; committed words never are.
 
@@ -84,7 +84,7 @@ TAIL_S = 2.0
 
 
 def norm_word(text: str) -> str:
-    from captioner.engine.policy import normalize_word
+    from captioner.engine.policy.words import normalize_word
 
     return normalize_word(text)
 
@@ -239,7 +239,7 @@ def parse_variants(spec: str) -> list[Policy]:
     """``kind[:field=value,field=value][;...]`` -> policies (one-line error on a bad field)."""
     from dataclasses import fields
 
-    from captioner.engine.policy import PolicyConfig
+    from captioner.engine.policy.config import PolicyConfig
 
     known = {f.name: f.type for f in fields(PolicyConfig)}
     out: list[Policy] = []
@@ -268,7 +268,7 @@ def _field_value(kind: str, value: str):
 
 
 def policy_config(policy: Policy):
-    from captioner.engine.policies import preset
+    from captioner.engine.policy.presets import preset
 
     kind, params = policy
     try:

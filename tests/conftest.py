@@ -168,7 +168,7 @@ def alignatt_replay(speech_clips):
     from captioner.audio.file_source import read_audio_16k
     from captioner.engine.core import EngineConfig
     from captioner.engine.live import LiveCaptioner
-    from captioner.engine.policy import PolicyConfig
+    from captioner.engine.policy.config import PolicyConfig
     from captioner.engine.simulate import replay
 
     done = {}

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from captioner.engine.policy import normalize_word
+from captioner.engine.policy.words import normalize_word
 
 
 def words_of(text: str) -> set[str]:

@@ -8,7 +8,7 @@ import soundfile as sf
 
 from captioner.engine.core import Engine, EngineConfig
 from captioner.engine.live import LiveCaptioner
-from captioner.engine.policy import normalize_word
+from captioner.engine.policy.words import normalize_word
 from captioner.engine.scheduler import SchedulerConfig
 from captioner.engine.simulate import replay
 

@@ -25,7 +25,7 @@ from captioner.audio.file_source import (
     open_audio_file,
     read_audio_16k,
 )
-from captioner.engine.policy import normalize_word
+from captioner.engine.policy.words import normalize_word
 from captioner.errors import UserError
 
 READERS = {

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from captioner.engine.policy import normalize_word
+from captioner.engine.policy.words import normalize_word
 from captioner.errors import UserError
 
 pytestmark = pytest.mark.slow

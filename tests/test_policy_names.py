@@ -11,7 +11,7 @@ from captioner.app.commands.policy_option import (
     add_policy_argument,
     engine_config,
 )
-from captioner.engine.policies import PRESETS, make_policy, names, resolve
+from captioner.engine.policy.presets import PRESETS, make_policy, names, resolve
 from captioner.ui.run_config import POLICIES
 
 

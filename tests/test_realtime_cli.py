@@ -20,7 +20,7 @@ import srt
 import webvtt
 
 from captioner.data import sample_speech_path
-from captioner.engine.policy import normalize_word
+from captioner.engine.policy.words import normalize_word
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from captioner.data import sample_speech_path
-from captioner.engine.policy import normalize_word
+from captioner.engine.policy.words import normalize_word
 
 JFK = str(sample_speech_path())
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from captioner.engine.policy import (
+from captioner.engine.policy.config import PolicyConfig
+from captioner.engine.policy.local_agreement import LocalAgreementPolicy
+from captioner.engine.policy.words import (
     Hypothesis,
-    LocalAgreementPolicy,
-    PolicyConfig,
     Word,
     normalize_word,
     words_from_segments,
@@ -168,7 +168,7 @@ def test_captions_carry_word_times_only_where_they_were_measured():
     """AlignAtt's words have attention (DTW) times: every partial and final update carries them,
     within the update's span and rising. LocalAgreement's are spread over segments by length:
     no word times are given for them."""
-    from captioner.engine.alignatt import AlignAttPolicy
+    from captioner.engine.policy.alignatt import AlignAttPolicy
 
     def timed(texts_times, end_s):
         words = tuple(Word(t, a, b, 0, attend_s=b) for t, a, b in texts_times)
@@ -208,7 +208,7 @@ def test_the_prompt_is_the_last_committed_words_kept_as_plain_text():
 def test_a_commit_never_ends_inside_a_word_or_a_dictated_number():
     """Whisper writes a spoken "seven zero zero two three" as "7-00", "700 two three" or "70023"
     depending on what it has heard around it: a number is committed with the rest of it."""
-    from captioner.engine.policy import whole_words
+    from captioner.engine.policy.words import whole_words
 
     def cut(*texts):
         words = [Word(t, 0.0, 0.0) for t in texts]
@@ -226,7 +226,7 @@ def test_a_commit_never_ends_inside_a_word_or_a_dictated_number():
 def test_a_number_at_a_pause_waits_for_the_long_pause():
     """At ``hold_s`` of silence the words shown are committed, but not a number at their end: a
     speaker dictating digits pauses between them. A long pause commits it."""
-    from captioner.engine.alignatt import AlignAttPolicy
+    from captioner.engine.policy.alignatt import AlignAttPolicy
 
     words = [(" zip", 0.1, 0.4), (" code", 0.4, 0.7), (" is", 0.7, 0.9), (" seven", 1.2, 1.6)]
     policy = AlignAttPolicy("s", PolicyConfig(kind="alignatt", first_context_s=5.0, hold_s=1.5, long_pause_s=4.0))
@@ -245,8 +245,8 @@ def test_a_dictated_number_is_committed_as_one_number():
     "7, 0, 0, 2, 3." as a live window ending between the digits hears it; counting stays a list.
     The joined word spans the digits' times, and the committed text is still matched whole by
     the hypotheses that follow (nothing is committed twice)."""
-    from captioner.engine.alignatt import AlignAttPolicy
-    from captioner.engine.policy import join_dictated_digits
+    from captioner.engine.policy.alignatt import AlignAttPolicy
+    from captioner.engine.policy.words import join_dictated_digits
 
     texts = [" it's", " 7,", " 0,", " 0,", " 2,", " 3.", " Thanks."]
     words = tuple(Word(t, 0.4 * i, 0.4 * i + 0.3, 0, attend_s=0.4 * i + 0.3) for i, t in enumerate(texts))
@@ -270,7 +270,7 @@ def test_a_dictated_number_is_committed_as_one_number():
 def test_a_long_window_without_a_decoder_timestamp_is_trimmed_in_a_pause_after_a_committed_sentence():
     """Conversation often comes as one decoder segment: the buffer is cut where the words'
     measured times leave a pause after a committed sentence, and only there."""
-    from captioner.engine.alignatt import AlignAttPolicy
+    from captioner.engine.policy.alignatt import AlignAttPolicy
 
     names = [chr(ord("a") + i) * 2 for i in range(24)]  # "aa", "bb", ...: words, not numbers
     said = [(" " + name, 0.5 * i, 0.5 * i + 0.4) for i, name in enumerate(names)]  # 12 s, 0.1 s apart

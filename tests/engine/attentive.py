@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from scripted import ScriptedRecognizer
 
-from captioner.engine.policy import Hypothesis, Word
+from captioner.engine.policy.words import Hypothesis, Word
 
 
 class AttentiveScriptedRecognizer(ScriptedRecognizer):

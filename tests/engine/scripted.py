@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from captioner.audio.synthetic import noise, tone
-from captioner.engine.policy import Hypothesis, Word, normalize_word
+from captioner.engine.policy.words import Hypothesis, Word, normalize_word
 from captioner.engine.recognizer import WindowRequest
 from captioner.engine.simulate import SimClock
 from captioner.engine.vad import band_energy_db, speech_band

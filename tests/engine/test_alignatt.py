@@ -12,16 +12,13 @@ import pytest
 from attentive import AttentiveScriptedRecognizer
 from scripted import feed, finals, finish_all, keys, phrase, render_speech, script_end_s
 
-from captioner.engine.alignatt import AlignAttPolicy, ends_sentence
 from captioner.engine.core import EngineConfig
 from captioner.engine.live import LiveCaptioner
-from captioner.engine.policies import make_policy
-from captioner.engine.policy import (
-    Hypothesis,
-    LocalAgreementPolicy,
-    PolicyConfig,
-    Word,
-)
+from captioner.engine.policy.alignatt import AlignAttPolicy
+from captioner.engine.policy.config import PolicyConfig
+from captioner.engine.policy.local_agreement import LocalAgreementPolicy
+from captioner.engine.policy.presets import make_policy
+from captioner.engine.policy.words import Hypothesis, Word, ends_sentence
 from captioner.engine.simulate import SimClock
 from captioner.engine.wordtiming import attended_frames, dtw, token_times
 
@@ -296,7 +293,7 @@ def test_word_times_of_scripted_words_lie_inside_their_segment_and_increase():
 
 
 def test_auto_takes_the_default_of_the_device_class():
-    from captioner.engine.policies import DEFAULT_BY_DEVICE, resolve
+    from captioner.engine.policy.presets import DEFAULT_BY_DEVICE, resolve
 
     auto = PolicyConfig(kind="auto")
     for provider, device_class in (("CUDAExecutionProvider", "cuda"), ("CPUExecutionProvider", "cpu")):

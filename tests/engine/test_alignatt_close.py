@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import pytest
 
-from captioner.engine.alignatt import AlignAttPolicy
-from captioner.engine.policy import Hypothesis, PolicyConfig, Word, normalize_word
+from captioner.engine.policy.alignatt import AlignAttPolicy
+from captioner.engine.policy.config import PolicyConfig
+from captioner.engine.policy.words import Hypothesis, Word, normalize_word
 
 
 def hyp(words, start_s, end_s):
@@ -117,7 +118,7 @@ def test_a_new_word_after_the_kept_ones_is_committed_though_one_kept_word_was_no
 
 def test_a_pause_while_the_next_sentences_first_words_lack_context_keeps_them_shown():
     """A pause came 1.2 s after "stew." while the next sentence's first words, shown, lack their
-    context (rule 2 of :mod:`captioner.engine.alignatt`): no window is decoded for the silence
+    context (rule 2 of :mod:`captioner.engine.policy.alignatt`): no window is decoded for the silence
     (it could be heard as the kept words alone); the words stay shown, and a silence of
     ``hold_s`` commits them as they were shown."""
     spoken = [("he", 0.2, 0.5), ("hoped", 0.6, 1.0), ("there", 1.1, 1.3), ("would", 1.4, 1.6), ("be", 1.7, 1.8),
@@ -138,7 +139,7 @@ def test_a_window_decoded_as_its_first_sentence_alone_keeps_the_partial_and_the_
     decoded as that sentence alone, its closing timestamp at the window's end. That says nothing
     about the words after the committed text: the partial on screen stays (and is committed at
     the close), and the buffer is not trimmed past audio nobody committed."""
-    from captioner.engine.policies import make_policy
+    from captioner.engine.policy.presets import make_policy
 
     policy = make_policy("s", PolicyConfig(kind=kind, first_context_s=0.0, attend_margin_s=0.1))
     sentence = [("Stuff", 0.2, 0.5), ("it", 0.6, 0.7), ("into", 0.8, 1.0), ("you.", 1.1, 1.5)]

@@ -12,7 +12,8 @@ import pytest
 
 from captioner.engine.core import EngineConfig
 from captioner.engine.live import LiveCaptioner, load_recognizer
-from captioner.engine.policy import PolicyConfig, normalize_word
+from captioner.engine.policy.config import PolicyConfig
+from captioner.engine.policy.words import normalize_word
 from captioner.engine.recognizer import WindowRequest
 from captioner.engine.simulate import replay
 

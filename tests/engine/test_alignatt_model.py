@@ -10,8 +10,9 @@ import pytest
 
 from captioner.engine.core import EngineConfig
 from captioner.engine.live import LiveCaptioner
-from captioner.engine.policies import preset
-from captioner.engine.policy import PolicyConfig, normalize_word
+from captioner.engine.policy.config import PolicyConfig
+from captioner.engine.policy.presets import preset
+from captioner.engine.policy.words import normalize_word
 from captioner.engine.recognizer import WindowRequest
 from captioner.engine.scheduler import SchedulerConfig
 from captioner.engine.simulate import replay

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from captioner.engine.alignatt import AlignAttPolicy
-from captioner.engine.policies import (
+from captioner.engine.policy.alignatt import AlignAttPolicy
+from captioner.engine.policy.config import PolicyConfig
+from captioner.engine.policy.presets import (
     DEFAULT_BY_DEVICE,
     PRESETS,
     make_policy,
@@ -15,7 +16,7 @@ from captioner.engine.policies import (
     preset,
     resolve,
 )
-from captioner.engine.policy import Hypothesis, PolicyConfig, Word
+from captioner.engine.policy.words import Hypothesis, Word
 
 
 def hyp(words, end_s):

@@ -11,8 +11,8 @@ import pytest
 
 from captioner.engine.core import EngineConfig
 from captioner.engine.live import LiveCaptioner
-from captioner.engine.policies import preset
-from captioner.engine.policy import normalize_word
+from captioner.engine.policy.presets import preset
+from captioner.engine.policy.words import normalize_word
 from captioner.engine.scheduler import SchedulerConfig
 from captioner.engine.simulate import replay
 

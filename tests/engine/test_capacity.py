@@ -30,7 +30,7 @@ from captioner.engine.admission import (
 )
 from captioner.engine.core import EngineConfig
 from captioner.engine.live import LiveCaptioner
-from captioner.engine.policy import PolicyConfig
+from captioner.engine.policy.config import PolicyConfig
 from captioner.engine.scheduler import SchedulerConfig
 from captioner.engine.simulate import ChargedRecognizer, SimClock
 from captioner.errors import StreamRefused

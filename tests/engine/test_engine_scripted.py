@@ -25,7 +25,7 @@ from scripted import (
 
 from captioner.engine.core import EngineConfig
 from captioner.engine.live import LiveCaptioner
-from captioner.engine.policy import PolicyConfig
+from captioner.engine.policy.config import PolicyConfig
 from captioner.engine.simulate import SimClock
 from captioner.events import FRAMES_PER_S, SAMPLE_RATE_HZ
 

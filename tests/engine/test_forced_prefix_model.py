@@ -11,7 +11,8 @@ import pytest
 
 from captioner.engine.core import EngineConfig
 from captioner.engine.live import LiveCaptioner
-from captioner.engine.policy import PolicyConfig, normalize_word
+from captioner.engine.policy.config import PolicyConfig
+from captioner.engine.policy.words import normalize_word
 from captioner.engine.simulate import replay
 from e2e_helpers import plain_wer
 

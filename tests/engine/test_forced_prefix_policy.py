@@ -6,13 +6,10 @@ at 1000+) stand for a decoder's: the policy never reads them, it only cuts them.
 
 from __future__ import annotations
 
-from captioner.engine.alignatt import AlignAttPolicy
-from captioner.engine.policy import (
-    Hypothesis,
-    LocalAgreementPolicy,
-    PolicyConfig,
-    words_from_segments,
-)
+from captioner.engine.policy.alignatt import AlignAttPolicy
+from captioner.engine.policy.config import PolicyConfig
+from captioner.engine.policy.local_agreement import LocalAgreementPolicy
+from captioner.engine.policy.words import Hypothesis, words_from_segments
 
 TS = 1000
 

@@ -28,7 +28,8 @@ from test_engine_scripted import long_script
 from captioner.audio.file_source import FileSource
 from captioner.engine.core import EngineConfig
 from captioner.engine.pipeline import Pipeline
-from captioner.engine.policy import PolicyConfig, normalize_word
+from captioner.engine.policy.config import PolicyConfig
+from captioner.engine.policy.words import normalize_word
 from captioner.engine.scheduler import SchedulerConfig
 from captioner.engine.supervisor import SupervisedCaptioner, SupervisedStream
 from captioner.engine.worker_process import FAULT_ENV, HostSpec, parse_fault

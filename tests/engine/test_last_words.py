@@ -22,7 +22,8 @@ from captioner.audio.file_source import FileSource, read_audio_16k
 from captioner.engine.core import EngineConfig
 from captioner.engine.offline import transcribe
 from captioner.engine.pipeline import Pipeline
-from captioner.engine.policy import PolicyConfig, normalize_word
+from captioner.engine.policy.config import PolicyConfig
+from captioner.engine.policy.words import normalize_word
 
 pytestmark = pytest.mark.slow
 

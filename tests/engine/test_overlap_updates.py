@@ -22,7 +22,7 @@ from scripted import (
 
 from captioner.engine.core import EngineConfig
 from captioner.engine.live import LiveCaptioner
-from captioner.engine.policy import PolicyConfig
+from captioner.engine.policy.config import PolicyConfig
 from captioner.engine.scheduler import SchedulerConfig
 from captioner.engine.simulate import ChargedRecognizer, SimClock
 

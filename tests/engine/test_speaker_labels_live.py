@@ -13,7 +13,7 @@ from scripted import ScriptedRecognizer, ScriptWord, feed, finish_all
 from captioner.audio.file_source import read_audio_16k
 from captioner.engine.core import EngineConfig
 from captioner.engine.live import LiveCaptioner
-from captioner.engine.policy import PolicyConfig
+from captioner.engine.policy.config import PolicyConfig
 from captioner.engine.simulate import SimClock
 from captioner.errors import UserError
 

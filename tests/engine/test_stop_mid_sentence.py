@@ -17,16 +17,12 @@ from attentive import AttentiveScriptedRecognizer
 from scripted import feed, finals, finish_all, keys, phrase, render_speech
 
 from captioner.audio.file_source import read_audio_16k
-from captioner.engine.alignatt import AlignAttPolicy
 from captioner.engine.core import EngineConfig
 from captioner.engine.live import LiveCaptioner
-from captioner.engine.policy import (
-    Hypothesis,
-    LocalAgreementPolicy,
-    PolicyConfig,
-    Word,
-    heard_before_cut,
-)
+from captioner.engine.policy.alignatt import AlignAttPolicy
+from captioner.engine.policy.config import PolicyConfig
+from captioner.engine.policy.local_agreement import LocalAgreementPolicy
+from captioner.engine.policy.words import Hypothesis, Word, heard_before_cut
 from captioner.engine.simulate import SimClock, replay
 
 

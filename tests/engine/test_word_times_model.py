@@ -15,7 +15,7 @@ from captioner.app.file_lines import file_lines
 from captioner.audio.file_source import read_audio_16k
 from captioner.engine.core import EngineConfig
 from captioner.engine.live import LiveCaptioner, load_recognizer
-from captioner.engine.policy import PolicyConfig
+from captioner.engine.policy.config import PolicyConfig
 from captioner.engine.simulate import replay
 from captioner.formats import captions_from_updates, render
 

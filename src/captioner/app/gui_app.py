@@ -41,7 +41,7 @@ def engine_config(policy: str, speakers: str = "auto") -> Any:
     window (``"auto"``: the one measured better on the engine's device) and which streams'
     speakers are labelled (``"auto"``: a meeting's audio and files, not a microphone)."""
     from captioner.engine.core import EngineConfig
-    from captioner.engine.policy import PolicyConfig
+    from captioner.engine.policy.config import PolicyConfig
     from captioner.engine.speakers import SpeakerConfig
 
     return EngineConfig(policy=PolicyConfig(kind=policy or "auto"), speakers=SpeakerConfig(mode=speakers or "auto"))

@@ -43,9 +43,10 @@ from captioner.engine.admission import (
     parse_priority,
     predict,
 )
-from captioner.engine.policies import make_policy
-from captioner.engine.policies import resolve as resolve_policy
-from captioner.engine.policy import LocalAgreementPolicy, PolicyConfig
+from captioner.engine.policy.config import PolicyConfig
+from captioner.engine.policy.local_agreement import LocalAgreementPolicy
+from captioner.engine.policy.presets import make_policy
+from captioner.engine.policy.presets import resolve as resolve_policy
 from captioner.engine.recognizer import Recognizer, WindowRequest
 from captioner.engine.scheduler import (
     Scheduler,
@@ -801,8 +802,8 @@ class Engine:
 
     def _settle(self, views: list[StreamView]) -> list[CaptionUpdate]:
         """Pauses the last update heard, past where the policy acts on them without the model
-        (:meth:`~captioner.engine.policy.LocalAgreementPolicy.settle`: at ``hold_s`` the words
-        shown are committed, at ``long_pause_s`` the segment closes)."""
+        (:meth:`~captioner.engine.policy.local_agreement.LocalAgreementPolicy.settle`: at
+        ``hold_s`` the words shown are committed, at ``long_pause_s`` the segment closes)."""
         out: list[CaptionUpdate] = []
         pause_s = self.config.pause_s
         for v in views:

@@ -1,5 +1,5 @@
 """What the engine needs of a model, and what it hands one: a window of log-mel frames per due
-stream in, one :class:`~captioner.engine.policy.Hypothesis` per window out.
+stream in, one :class:`~captioner.engine.policy.words.Hypothesis` per window out.
 
 Whisper fills this slot today (:mod:`captioner.engine.whisper`); a frame-synchronous streaming
 model, or a scripted recognizer in tests, fits the same protocol.
@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from captioner.engine.policy import Hypothesis
+from captioner.engine.policy.words import Hypothesis
 
 
 @dataclass(frozen=True, slots=True)

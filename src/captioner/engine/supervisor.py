@@ -40,7 +40,7 @@ import numpy as np
 from captioner.audio.channels import channels_last
 from captioner.audio.ingest import StreamIngest
 from captioner.engine.admission import parse_priority
-from captioner.engine.policy import normalize_word
+from captioner.engine.policy.words import normalize_word
 from captioner.engine.worker_process import HostInfo, HostSpec, InlineHost, ProcessHost
 from captioner.errors import UserError
 from captioner.events import SAMPLE_RATE_HZ, CaptionUpdate, FramedAudio, PipelineStatus

@@ -24,8 +24,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from captioner.engine.policy import WORD_PIECES as _WORD_PIECES
-from captioner.engine.policy import Hypothesis, PolicyConfig, words_from_segments
+from captioner.engine.policy.config import PolicyConfig
+from captioner.engine.policy.words import WORD_PIECES as _WORD_PIECES
+from captioner.engine.policy.words import Hypothesis, words_from_segments
 from captioner.engine.recognizer import WindowRequest
 from captioner.engine.wordtiming import words_with_times
 from captioner.gpu.features import RingWindow

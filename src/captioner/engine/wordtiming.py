@@ -133,7 +133,7 @@ def words_with_times(tokens, rows: np.ndarray, ended: bool, segments, decode, eo
     probability of its least likely token."""
     import re
 
-    from captioner.engine.policy import Word
+    from captioner.engine.policy.words import Word
 
     text_at = [i for i, t in enumerate(tokens) if int(t) < eot]
     text_tokens = [int(tokens[i]) for i in text_at]

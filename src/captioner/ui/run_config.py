@@ -20,7 +20,7 @@ POLICIES = (("auto", "Automatic"), ("localagreement", "LocalAgreement"), ("align
             ("alignatt-gpu", "AlignAtt, GPU-tuned"))
 """The streaming commit policies offered (``--policy`` name, label); "auto" takes the one
 measured better on the engine's device (docs/latency.md); "alignatt-gpu" is AlignAtt's setting
-for a fast GPU step (:data:`captioner.engine.policies.PRESETS`)."""
+for a fast GPU step (:data:`captioner.engine.policy.presets.PRESETS`)."""
 
 SPEAKER_MODES = (("auto", "Meeting audio and files"), ("on", "Every source"), ("off", "Off"))
 """Who-said-what labels (``--speakers`` name, label; docs/speakers.md): "auto" labels a meeting's

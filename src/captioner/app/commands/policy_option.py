@@ -3,7 +3,7 @@ and ``--speakers`` where a live command labels who speaks.
 
 Not a command itself: the options, and the :class:`~captioner.engine.core.EngineConfig` they make.
 ``auto`` (the default) lets the engine take the policy measured better on its device class
-(:data:`captioner.engine.policies.DEFAULT_BY_DEVICE`, see docs/latency.md).
+(:data:`captioner.engine.policy.presets.DEFAULT_BY_DEVICE`, see docs/latency.md).
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 POLICY_CHOICES = ("auto", "localagreement", "alignatt", "alignatt-gpu")
-"""Every name :func:`captioner.engine.policies.names` knows (a test keeps them the same); a
+"""Every name :func:`captioner.engine.policy.presets.names` knows (a test keeps them the same); a
 literal, so that parsing the command line does not import the engine."""
 POLICY_HELP = ("when a word is final: localagreement (two updates agree on it), alignatt (the model's "
                "attention says it was heard whole; sooner), alignatt-gpu (alignatt tuned for a fast GPU "
@@ -37,7 +37,7 @@ def engine_config(args: argparse.Namespace):
     """The live engine's configuration for these arguments (its defaults, the policy and the
     speakers chosen)."""
     from captioner.engine.core import EngineConfig
-    from captioner.engine.policy import PolicyConfig
+    from captioner.engine.policy.config import PolicyConfig
     from captioner.engine.speakers import SpeakerConfig
 
     return EngineConfig(policy=PolicyConfig(kind=getattr(args, "policy", None) or "auto"),

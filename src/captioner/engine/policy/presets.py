@@ -1,7 +1,7 @@
 """The streaming policies by name: what ``PolicyConfig.kind`` (``--policy``) chooses.
 
 A name is a policy (``localagreement``, ``alignatt``), a preset (a policy with some of its
-:class:`~captioner.engine.policy.PolicyConfig` fields set, measured for a device class: see
+:class:`~captioner.engine.policy.config.PolicyConfig` fields set, measured for a device class: see
 :data:`PRESETS`), or ``auto`` (the default of the engine's device class, :data:`DEFAULT_BY_DEVICE`).
 """
 
@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import fields, replace
 
-from captioner.engine.alignatt import AlignAttPolicy
-from captioner.engine.policy import POLICIES, LocalAgreementPolicy, PolicyConfig
+from captioner.engine.policy.alignatt import AlignAttPolicy
+from captioner.engine.policy.config import POLICIES, PolicyConfig
+from captioner.engine.policy.local_agreement import LocalAgreementPolicy
 
 PRESETS: dict[str, dict] = {
     "alignatt-gpu": {"kind": "alignatt", "first_context_s": 1.5, "attend_margin_s": 0.1, "close_overlap_s": 3.0,

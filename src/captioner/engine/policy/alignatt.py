@@ -1,13 +1,13 @@
 """AlignAtt: commit what the model's own cross-attention says it has heard whole.
 
-LocalAgreement (:mod:`captioner.engine.policy`) commits a word once two consecutive hypotheses
-agree on it, so a word is final about one update interval after it could be. AlignAtt (the
-policy of SimulStreaming, Papi et al. 2023 "AlignAtt: Using Attention-based Audio-Translation
-Alignments as a Guide for Simultaneous Speech Translation"; Macháček et al. 2025) reads, for each
-token the decoder chose, where its alignment heads attended in the audio: a token chosen while
-the model looks at the last few hundred milliseconds of what has been heard may be a word cut
-off by the window's end, or a guess at what comes next; tokens before the first such one were
-heard whole and are committed at once, from one hypothesis.
+LocalAgreement (:mod:`captioner.engine.policy.local_agreement`) commits a word once two
+consecutive hypotheses agree on it, so a word is final about one update interval after it could
+be. AlignAtt (the policy of SimulStreaming, Papi et al. 2023 "AlignAtt: Using Attention-based
+Audio-Translation Alignments as a Guide for Simultaneous Speech Translation"; Macháček et al.
+2025) reads, for each token the decoder chose, where its alignment heads attended in the audio:
+a token chosen while the model looks at the last few hundred milliseconds of what has been heard
+may be a word cut off by the window's end, or a guess at what comes next; tokens before the
+first such one were heard whole and are committed at once, from one hypothesis.
 
 Rules, per update (times on the stream's clock; ``end`` = the end of the audio in the window):
 
@@ -35,7 +35,7 @@ Rules, per update (times on the stream's clock; ``end`` = the end of the audio i
 The trade of lag for stability is in ``PolicyConfig``: ``attend_margin_s``, ``first_words``,
 ``first_context_s``, ``first_words_per_sentence``, ``commit_on_agreement`` and
 ``close_overlap_s`` (where a segment's closing window starts); named
-settings per device class are in :mod:`captioner.engine.policies`.
+settings per device class are in :mod:`captioner.engine.policy.presets`.
 
 Partial text, trimming, prompting and which pause closes a segment are LocalAgreement's. Called only by the
 worker thread that owns the stream.
@@ -45,15 +45,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from captioner.engine.policy import (
-    Hypothesis,
-    LocalAgreementPolicy,
-    PolicyConfig,
-    Word,
-    ends_sentence,
-)
-
-__all__ = ["AlignAttPolicy", "ends_sentence"]
+from captioner.engine.policy.config import PolicyConfig
+from captioner.engine.policy.local_agreement import LocalAgreementPolicy
+from captioner.engine.policy.words import Hypothesis, Word, ends_sentence
 
 UNANCHORED_S = 0.04
 """Two encoder frames: attention this close to a window's start, for every word, follows nothing."""

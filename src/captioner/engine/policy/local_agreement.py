@@ -12,303 +12,38 @@ next window. A pause does not cut the buffer by itself: a hesitation in the midd
 sentence keeps the audio before it in the next windows; a long silence closes the segment
 (:meth:`LocalAgreementPolicy.settle`), and so does the end of a stream, where the last
 hypothesis is committed whole and the buffer restarts after it; a stream cut off inside speech
-(a Ctrl-C mid-sentence) commits only the words the audio holds (:func:`heard_before_cut`).
+(a Ctrl-C mid-sentence) commits only the words the audio holds
+(:func:`~captioner.engine.policy.words.heard_before_cut`).
 Hypotheses the decoder's guards rejected (text invented on silence, loops) never reach the screen.
 
 This module is pure Python: no model, no clock, no thread; the worker thread calls it.
-:func:`captioner.engine.policies.make_policy` builds the policy a :class:`PolicyConfig` names:
-LocalAgreement here, or AlignAtt (:mod:`captioner.engine.alignatt`: commits what the model's
-cross-attention says it has heard whole, on one hypothesis).
+:func:`captioner.engine.policy.presets.make_policy` builds the policy a
+:class:`~captioner.engine.policy.config.PolicyConfig` names: LocalAgreement here, or AlignAtt
+(:mod:`captioner.engine.policy.alignatt`: commits what the model's cross-attention says it has
+heard whole, on one hypothesis).
 """
 
 from __future__ import annotations
 
-import functools
-import re
-import unicodedata
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
+from captioner.engine.policy.config import PolicyConfig
+from captioner.engine.policy.words import (
+    Hypothesis,
+    Word,
+    ends_sentence,
+    heard_before_cut,
+    join_dictated_digits,
+    join_words,
+    whole_words,
+)
 from captioner.events import CaptionUpdate
-from captioner.layout import ends_sentence as _ends_sentence
-
-
-class Word(NamedTuple):
-    """One word of a hypothesis; times are seconds of the stream's clock. A named tuple, not a
-    frozen dataclass: every update makes one per word of every hypothesis, and a frozen
-    dataclass's ``__init__`` costs several times as much."""
-
-    text: str
-    start_s: float
-    end_s: float
-    segment: int = 0
-    """Index of the decoder segment (timestamp pair) the word came from, within its hypothesis."""
-    attend_s: float | None = None
-    """Latest stream time the alignment heads attended to while the word's tokens were chosen
-    (``None``: the recognizer gave no attention). Past the end of the audio heard means the
-    model was guessing beyond it."""
-    confidence: float | None = None
-    """The probability the decoder gave the word's least likely token (``None``: not known)."""
-
-    @property
-    def key(self) -> str:
-        return normalize_word(self.text)
-
-
-@dataclass(frozen=True, slots=True)
-class Hypothesis:
-    """What the model heard in the buffer ``[start_s, end_s)`` on one update.
-
-    ``segment_ends_s`` holds, per decoder segment, its end time (seconds of the stream's clock);
-    a segment that the decoder closed with a timestamp is a safe place to trim the buffer.
-    ``rejected`` is the guards' verdict (no speech, repetition loop, compression ratio):
-    such a hypothesis is never shown.
-    """
-
-    words: tuple[Word, ...]
-    start_s: float
-    end_s: float
-    segment_ends_s: tuple[float, ...] = ()
-    rejected: bool = False
-    reason: str = ""
-    language: str = ""
-    tokens: tuple[int, ...] = ()
-    """The window's decoded tokens (timestamps relative to ``start_s``), where the recognizer has
-    them: what a forced prefix is cut from (:meth:`LocalAgreementPolicy.forced_prefix`)."""
-    token_ends: tuple[int, ...] = ()
-    """Per word of ``words`` (where ``tokens`` are given): how many of ``tokens`` run up to the
-    end of that word, or -1 where the word ends inside a token."""
-
-    @property
-    def text(self) -> str:
-        return join_words(self.words)
-
-
-_PUNCT_RE = re.compile(r"[^\w']+", re.UNICODE)
-
-
-@functools.lru_cache(maxsize=1 << 16)
-def normalize_word(text: str) -> str:
-    """Compare words the way a reader would: case, punctuation and accents-as-composed ignored.
-
-    Cached: every update compares a stream's words again, hundreds of streams' on a GPU, and a
-    stream's words repeat from update to update."""
-    text = unicodedata.normalize("NFKC", text).lower().replace("\u2019", "'")
-    return _PUNCT_RE.sub("", text).strip("'")
-
-
-def join_words(words) -> str:
-    return "".join(w.text for w in words).strip()
-
-
-def ends_sentence(word: Word) -> bool:
-    """Whether ``word`` ends a sentence (``.?!``, closing quotes after them allowed)."""
-    return _ends_sentence(word.text)
-
-
-_DIGIT_RE = re.compile(r"\d")
-_NUMBER_WORDS = frozenset(
-    "zero oh one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-    "fifteen sixteen seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty "
-    "ninety hundred thousand million double triple".split())
-
-
-def is_number(word: Word) -> bool:
-    """Whether ``word`` is (part of) a spoken number: digits, or a number's name."""
-    return bool(_DIGIT_RE.search(word.text)) or normalize_word(word.text) in _NUMBER_WORDS
-
-
-def whole_words(words: list[Word], n: int) -> int:
-    """The most words of ``words[:n]`` that end at the end of a word as the reader sees it, so a
-    commit of them never splits one: the piece after them starts a new word (a leading space),
-    and a number is not followed by more of it (Whisper writes a spoken "seven zero zero two
-    three" as "7-00", "700 two three" or "70023" depending on what it has heard around it, so a
-    zip code or an account number dictated digit by digit is committed whole). At the end of
-    ``words`` (nothing heard after it yet) a piece that ends with a hyphen or is a number may
-    still be continued, and waits."""
-    while n > 0:
-        last = words[n - 1]
-        if n < len(words):
-            after = words[n]
-            if after.text[:1].isspace() and not (is_number(last) and is_number(after)):
-                return n
-        elif not last.text.strip().endswith("-") and not is_number(last):
-            return n
-        n -= 1
-    return 0
-
-
-DICTATED_MIN_DIGITS = 4
-"""A run of this many single digits is a dictated number (a PIN, a zip code, a phone or account
-number); counting "1, 2, 3" is left as it is."""
-_DIGIT_PIECE = re.compile(r"\s*(\d)([,-]?)")
-_LAST_DIGIT_PIECE = re.compile(r"\s*(\d)([.,?!;:]?)")
-
-
-def join_dictated_digits(words: list[Word]) -> list[Word]:
-    """``words`` with each run of at least :data:`DICTATED_MIN_DIGITS` single digits, apart by
-    spaces, commas or hyphens ("7, 0, 0, 2, 3."), written as one number ("70023."): the way
-    Whisper writes a dictated number when its window holds the whole of it and what follows,
-    as offline. A live window that ends between the digits hears each as a number of its own."""
-    out: list[Word] = []
-    i = 0
-    while i < len(words):
-        j = i
-        while j < len(words) and _DIGIT_PIECE.fullmatch(words[j].text):
-            j += 1
-        last = j if j < len(words) and _LAST_DIGIT_PIECE.fullmatch(words[j].text) else j - 1
-        if last - i + 1 < DICTATED_MIN_DIGITS:
-            out.append(words[i])
-            i += 1
-            continue
-        run = words[i:last + 1]
-        digits = "".join(_LAST_DIGIT_PIECE.fullmatch(w.text.rstrip(",-")).group(1) for w in run[:-1])
-        tail = _LAST_DIGIT_PIECE.fullmatch(run[-1].text)
-        lead = run[0].text[:len(run[0].text) - len(run[0].text.lstrip())]
-        attends = [w.attend_s for w in run if w.attend_s is not None]
-        sure = [w.confidence for w in run if w.confidence is not None]
-        out.append(Word(lead + digits + tail.group(1) + tail.group(2), run[0].start_s, run[-1].end_s, run[0].segment,
-                        max(attends) if len(attends) == len(run) else None, min(sure) if sure else None))
-        i = last + 1
-    return out
-
-
-WORD_PIECES = re.compile(r"\s*[^\s-]+-*|\s*-+")
-"""How a segment's text splits into words (hyphenated compounds into their parts)."""
-
-
-def words_from_segments(segments, window_start_s: float = 0.0) -> tuple[list[Word], list[float]]:
-    """Split decoder segments ``(start_s, end_s, text)`` (times relative to the window) into
-    words with times on the stream's clock.
-
-    Whisper gives times per segment only; word times are spread over the segment in proportion
-    to their length in characters, which is close enough for trimming and de-duplication (the
-    policy never trims inside a segment). Word texts keep their leading space, as the tokenizer
-    produces them, so that joining them restores the text exactly.
-    """
-    words: list[Word] = []
-    ends: list[float] = []
-    for index, (start_s, end_s, text) in enumerate(segments):
-        start_s = window_start_s + float(start_s)
-        end_s = max(start_s, window_start_s + float(end_s))
-        # Hyphenated compounds count as several words: Whisper writes "fat-mutton" one time
-        # and "fat mutton" the next.
-        pieces = WORD_PIECES.findall(text)
-        if not pieces:
-            ends.append(end_s)
-            continue
-        if not pieces[0].startswith(" "):
-            pieces[0] = " " + pieces[0]
-        weights = [max(1, len(p.strip())) for p in pieces]
-        total = float(sum(weights))
-        cursor = start_s
-        for piece, weight in zip(pieces, weights):
-            span = (end_s - start_s) * weight / total
-            words.append(Word(piece, cursor, cursor + span, index))
-            cursor += span
-        ends.append(end_s)
-    return words, ends
-
-
-CUT_WORD_S = 0.12
-"""At a cut inside speech: a last word with less audio of its own than this before the cut, that
-runs up to it (ends within ``CUT_NEAR_S``), is a word's first sound heard as whatever fits it."""
-CUT_NEAR_S = 0.1
-
-
-def heard_before_cut(words: list[Word], end_s: float) -> int:
-    """How many of ``words`` (a closing hypothesis; the stream's audio was cut off inside speech
-    at ``end_s``) the audio holds. Not held: the last words that the alignment gave no audio of
-    their own, Whisper's guesses at what follows the cut ("It was not so much" decoded as "... so
-    much to me.", a cut inside "the" as "the fact that"), and a last word with only the sliver
-    of audio before the cut ("gr" heard as "group"). Judged only where the words' times were
-    measured (the alignment heads' DTW): times spread over a segment say nothing of it."""
-    n = len(words)
-    while n > 0:
-        w = words[n - 1]
-        if w.attend_s is None:
-            break
-        own_s = min(w.end_s, end_s) - w.start_s  # 0: the DTW path gave it no frame (20 ms) of its own
-        if own_s >= 0.01 and (own_s >= CUT_WORD_S or w.end_s < end_s - CUT_NEAR_S):
-            break
-        n -= 1
-    return n
-
-
-POLICIES = ("auto", "localagreement", "alignatt")
 
 TRIM_GAP_S = 0.3
 """The least gap between two words' measured times that a buffer is cut in without a decoder
 timestamp: a pause, not the joins of one phrase."""
-
-
-@dataclass(slots=True)
-class PolicyConfig:
-    kind: str = "auto"
-    """Which commit rule: ``"localagreement"`` (two agreeing hypotheses), ``"alignatt"`` (the
-    cross-attention says the words were heard; falls back to agreement for a hypothesis
-    without attention), or ``"auto"`` (the default, as on the command line): the one measured
-    better on the engine's device class
-    (:data:`captioner.engine.policies.DEFAULT_BY_DEVICE`); or the name of a preset, a policy with
-    some of these fields set (:data:`captioner.engine.policies.PRESETS`, e.g. ``"alignatt-gpu"``),
-    which the engine resolves with ``"auto"``."""
-    trim_after_s: float = 12.0
-    """Trim the buffer at a committed segment end that ends a sentence once it holds this much
-    audio (at any committed segment end from halfway to ``max_buffer_s`` on)."""
-    hold_s: float = 1.5
-    """A silence this long commits the words still shown (:meth:`LocalAgreementPolicy.settle`)."""
-    long_pause_s: float = 4.0
-    """A silence this long closes the open segment: the audio before it leaves the window and
-    its words become the prompt (:meth:`LocalAgreementPolicy.settle`)."""
-    max_buffer_s: float = 24.0
-    """Past this, commit what is there and restart: a Whisper window holds 30 s."""
-    prompt_words: int = 40
-    """How many committed words (before the buffer) prompt the next window."""
-    match_words: int = 5
-    """How far back in the committed text a new hypothesis is matched against it."""
-    match_tolerance_s: float = 1.5
-    """Word times are spread over segments; a match further than this from where it should be is
-    not trusted."""
-    attend_margin_s: float = 0.4
-    """AlignAtt: a word whose tokens attended within this much of the end of the audio heard so
-    far is not committed yet (it may be cut off, or guessed)."""
-    first_context_s: float = 2.5
-    """AlignAtt: the first ``first_words`` of a segment are committed only once the window holds
-    this much audio after them (Whisper hears "my fellow" as "am I" with nothing after it)."""
-    first_words: int = 3
-    sure_p: float | None = None
-    """AlignAtt: a first word (``first_words``) the decoder chose with at least this probability
-    for each of its tokens needs no more context (``None``: every first word waits for it)."""
-    first_words_per_sentence: bool = True
-    """AlignAtt: the first-words rule applies after every committed sentence end too, not only
-    at a segment's start (after a pause or the stream's start)."""
-    commit_on_agreement: bool = False
-    """AlignAtt: also commit what two consecutive hypotheses agree on (LocalAgreement's rule),
-    whichever of the two rules commits more; the first-words rule holds for both."""
-    close_overlap_s: float = 3.0
-    """A closing window that starts at the committed text (see
-    :meth:`LocalAgreementPolicy.start_after_committed`) starts this much earlier: the committed
-    words that begin within it stay in the window (matched, not committed again), so a cut at a
-    word end the attention placed a little early falls inside a committed word, not on the first
-    word still to be heard (tiny.en, a window cut at "the|tents" heard "entrance"). 0: at the
-    committed text's end. 3 s (the default) measured best (benchmarks/results/latency/HISTORY.md,
-    "The closing window's overlap, fixed"). Only windows whose committed words carry measured
-    times (AlignAtt's attention) are cut at all, so LocalAgreement is not affected.
-    The closing hypothesis hears the kept words again, reworded, in part or alone: they are
-    aligned to it as a whole (:meth:`LocalAgreementPolicy._match_kept`), so none is committed
-    twice, and the words shown after them that it stops short of are committed
-    (tests/engine/test_alignatt_close.py)."""
-    forced_prefix: bool = True
-    """LocalAgreement: the committed words still in the buffer are fed to the next window's
-    decoder as a forced prefix (their tokens, as decoded), so an update decodes only what follows
-    them instead of the whole buffer again (:meth:`LocalAgreementPolicy.forced_prefix`). AlignAtt
-    reads the attention of every token and decodes the whole buffer."""
-    prefix_tokens: int = 64
-    """The longest forced prefix: the committed words up to this many tokens (a buffer is
-    trimmed at 12 s, 30-45 tokens of speech; the bound keeps the decoder's prompt prefill within
-    the widths a server warms up, see ``WhisperRecognizer.warm_up``)."""
 
 
 @dataclass(slots=True)
