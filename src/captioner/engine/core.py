@@ -154,11 +154,6 @@ class EngineConfig:
     streams opened as meeting audio, files and server streams; ``on`` every stream, ``off`` none
     (and the feature kernel then leaves the speaker bands out)."""
 
-    @property
-    def max_streams(self) -> None:
-        raise AttributeError("EngineConfig.max_streams is gone: streams are admitted by measurement "
-                             "(EngineConfig.admission)")
-
 
 @dataclass(slots=True)
 class _Stream:
@@ -536,10 +531,6 @@ class Engine:
         since_ns = self.clock_ns() - int(LAG_WINDOW_S * 1e9)
         recent = [lag for _, lag in itertools.takewhile(lambda item: item[0] >= since_ns, reversed(self._lags))]
         return float(np.median(recent)) if len(recent) >= 3 else None
-
-    def remove_stream(self, name: str) -> list[CaptionUpdate]:
-        """Close a stream: its pending text is committed first."""
-        return self.remove_streams([name])
 
     def remove_streams(self, names: list[str]) -> list[CaptionUpdate]:
         """Close streams: the pending text of each is committed first, their last updates
@@ -1098,11 +1089,6 @@ class Engine:
                     self.features.push_batch([s.slot], s.tail[None, -(s.next_sample - resume):])
         self.recognizer = recognizer
         return updates
-
-    def end_stream(self, name: str) -> list[CaptionUpdate]:
-        """A finite stream delivered its last audio: commit what it still shows."""
-        s = self._streams.get(name)
-        return self._finish_streams([s]) if s is not None else []
 
     def finish(self) -> list[CaptionUpdate]:
         """End of all input: close every stream's open text (the streams stay)."""

@@ -611,11 +611,6 @@ class Pipeline:
         return next(iter(errors.values())) if errors else None
 
     @property
-    def transcript_paused(self) -> str | None:
-        """Why committed lines are held in memory instead of written (e.g. "disk full")."""
-        return getattr(self.transcript, "paused", None) if self.transcript is not None else None
-
-    @property
     def transcript_error(self) -> BaseException | None:
         """Why the transcript stopped being written (the captions go on), if it did."""
         return self._writer.error if self._writer is not None else None
