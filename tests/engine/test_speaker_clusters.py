@@ -96,6 +96,19 @@ def test_a_change_of_voice_inside_a_line_splits_it():
     assert len(untimed) == 1
 
 
+def test_a_line_is_split_between_words_never_inside_one():
+    """A phone number read out across the change ("715-139-0787", its pieces timed apart) and a
+    hyphenated word stay whole: the cut moves to the next space."""
+    track = _track()
+    track.label(_final("hello there", 0.5, 5.0))
+    pieces = [("It's", 2.0, 2.6), ("715-", 3.0, 4.4), ("139-", 4.6, 6.4), ("0787.", 6.6, 7.4), ("Thanks", 7.8, 8.6),
+              ("so", 8.8, 9.2), ("much", 9.3, 10.0)]
+    text = "It's 715-139-0787. Thanks so much"
+    parts = track.label(CaptionUpdate("meeting", "final", text, 2.0, 10.0, 10.0, 10.0, words=tuple(pieces)))
+    assert [p.text for p in parts] == ["It's 715-139-0787.", "Thanks so much"]
+    assert [p.speaker for p in parts] == ["Speaker 1", "Speaker 2"]
+
+
 def test_auto_labels_meetings_files_and_server_streams_not_a_microphone():
     assert [wanted("auto", s) for s in ("meeting", "file", "remote", "microphone", None)] == [True, True, True, False, False]
     assert wanted("on", "microphone") and not wanted("off", "meeting")

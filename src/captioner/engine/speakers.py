@@ -273,6 +273,16 @@ class SpeakerTrack:
         if len(merged) > 1 and words[merged[0][2]][2] - words[merged[0][1]][1] < SPLIT_MIN_S:
             merged[1][1] = merged[0][1]
             merged.pop(0)
+        # A line is split between words only, never inside one ("715-|139-0787", "42|line"):
+        # the cut moves on to the next space.
+        whole: list[list[int]] = []
+        for voice, first, last in merged:
+            while whole and first <= last and _inside_a_word(spelt, first):
+                whole[-1][2] = first
+                first += 1
+            if first <= last:
+                whole.append([voice, first, last])
+        merged = whole
         if len(merged) < 2:
             return [update]
         parts = []
@@ -293,6 +303,13 @@ class SpeakerTrack:
         nearest = min(over, key=lambda p: abs((p.first + p.last) / 2 - frame))
         best, similarity = self.clusters.closest(nearest.embedding)
         return best if best is not None and similarity >= self.config.threshold else -1
+
+
+def _inside_a_word(spelt, at: int) -> bool:
+    """Whether a cut before ``spelt[at]`` would fall inside a word as the reader sees it: no
+    space before it, a hyphen before it, or a number going on."""
+    before, after = spelt[at - 1].text, spelt[at].text
+    return spelt[at].joined or before.endswith("-") or (before[-1:].isdigit() and after[:1].isdigit())
 
 
 class SpeakerBank:
