@@ -122,7 +122,7 @@ def test_headless_smoke_run_under_xvfb(tmp_path, speech_clips):
     env.pop("QT_QPA_PLATFORM", None)  # the real xcb platform this time
     result = subprocess.run(
         [*xvfb, sys.executable, "-m", "captioner", "gui", "--settings", str(tmp_path / "s.ini"),
-         "--file", str(clip.wav), "--overlay", "--quit-after", "40", "--screenshot", str(shot),
+         "--file", str(clip.wav), "--overlay", "--quit-after", "25", "--screenshot", str(shot),
          "--save-trace", str(trace)],
         env=env, capture_output=True, text=True, timeout=400,
     )
