@@ -8,6 +8,7 @@ import gc
 import os
 
 import pytest
+from fakes import TIMEOUT_S
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -67,3 +68,28 @@ def gui_args(tmp_path):
     parser = argparse.ArgumentParser()
     gui.add_arguments(parser)
     return lambda *argv: parser.parse_args(["--settings", str(tmp_path / "settings.ini"), *argv])
+
+
+@pytest.fixture
+def open_app(qtbot, tmp_path, monkeypatch):
+    """Opens the app's window as `captioner gui` does; ``devices``: what the device listing
+    finds (None: the real listing of this machine)."""
+    from captioner.app.gui_main import open_window
+
+    monkeypatch.setenv("CAPTIONER_TRANSCRIPT_DIR", str(tmp_path / "transcripts"))
+    opened = []
+
+    def open_(args, factory, devices=None):
+        if devices is not None:
+            import captioner.audio.devices
+
+            monkeypatch.setattr(captioner.audio.devices, "list_input_devices", lambda: list(devices))
+        window, controller = open_window(args, pipeline_factory=factory)
+        qtbot.addWidget(window)
+        qtbot.addWidget(window.overlay)
+        opened.append(controller)
+        return window, controller
+
+    yield open_
+    for controller in opened:
+        controller.shutdown(timeout_s=TIMEOUT_S)

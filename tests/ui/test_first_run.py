@@ -24,31 +24,6 @@ class Microphone:
     name, is_monitor, open_as = "USB headset", False, "3"
 
 
-@pytest.fixture
-def open_app(qtbot, tmp_path, monkeypatch):
-    """Opens the app's window as `captioner gui` does; ``devices``: what the device listing
-    finds (None: the real listing of this machine)."""
-    from captioner.app.gui_main import open_window
-
-    monkeypatch.setenv("CAPTIONER_TRANSCRIPT_DIR", str(tmp_path / "transcripts"))
-    opened = []
-
-    def open_(args, factory, devices=None):
-        if devices is not None:
-            import captioner.audio.devices
-
-            monkeypatch.setattr(captioner.audio.devices, "list_input_devices", lambda: list(devices))
-        window, controller = open_window(args, pipeline_factory=factory)
-        qtbot.addWidget(window)
-        qtbot.addWidget(window.overlay)
-        opened.append(controller)
-        return window, controller
-
-    yield open_
-    for controller in opened:
-        controller.shutdown(timeout_s=TIMEOUT_S)
-
-
 def no_dialog_in_front() -> bool:
     """Nothing modal, and no dialog or message box shown at all."""
     shown = [w for w in QApplication.topLevelWidgets() if isinstance(w, (QDialog, QMessageBox)) and w.isVisible()]

@@ -228,32 +228,12 @@ def test_the_panel_offers_the_speaker_modes(qtbot):
     assert not combo.isEnabled()
 
 
-@pytest.fixture
-def opened(qtbot, tmp_path, monkeypatch):
-    """Opens the app as `captioner gui ARGS` does, on a fake pipeline; yields ``open(args)``."""
-    from captioner.app.gui_main import open_window
-
-    monkeypatch.setenv("CAPTIONER_TRANSCRIPT_DIR", str(tmp_path / "transcripts"))
-    controllers = []
-
-    def open_(args, factory):
-        window, controller = open_window(args, pipeline_factory=factory)
-        qtbot.addWidget(window)
-        qtbot.addWidget(window.overlay)
-        controllers.append(controller)
-        return window, controller
-
-    yield open_
-    for controller in controllers:
-        controller.shutdown(timeout_s=TIMEOUT_S)
-
-
-def test_gui_speakers_reaches_the_engine_config_for_this_run_only(opened, tmp_path, gui_args, qtbot):
+def test_gui_speakers_reaches_the_engine_config_for_this_run_only(open_app, tmp_path, gui_args, qtbot):
     clip = write_tone_wav(tmp_path / "clip.wav")
     factory = ConfigTakingFactory()
     args = gui_args("--speakers", "on", "--file", str(clip), "--no-start")
     assert args.speakers == "on" and gui_args().speakers is None
-    window, _ = opened(args, factory)
+    window, _ = open_app(args, factory)
     assert window.controls.speakers() == "on"
     window.controls.start_button.click()
     qtbot.waitUntil(lambda: bool(factory.configs), timeout=WAIT_MS)
@@ -267,14 +247,14 @@ def test_gui_speakers_reaches_the_engine_config_for_this_run_only(opened, tmp_pa
     assert load_settings(open_settings(args.settings)).speakers == "off"
 
 
-def test_the_saved_choice_is_the_next_launch_s(opened, tmp_path, gui_args, qtbot):
+def test_the_saved_choice_is_the_next_launch_s(open_app, tmp_path, gui_args, qtbot):
     clip = write_tone_wav(tmp_path / "clip.wav")
     args = gui_args("--file", str(clip), "--no-start")
-    first, _ = opened(args, ConfigTakingFactory())
+    first, _ = open_app(args, ConfigTakingFactory())
     first.controls.set_speakers("off")
     first.close()  # saves the settings
     factory = ConfigTakingFactory()
-    second, _ = opened(gui_args("--file", str(clip), "--no-start"), factory)
+    second, _ = open_app(gui_args("--file", str(clip), "--no-start"), factory)
     assert second.controls.speakers() == "off"
     second.controls.start_button.click()
     qtbot.waitUntil(lambda: bool(factory.configs), timeout=WAIT_MS)
@@ -298,11 +278,11 @@ def test_the_gui_refuses_an_unknown_speakers_mode(gui_args):
         gui_args("--speakers", "sometimes")
 
 
-def _one_line_of_speaker_1(opened, gui_args, tmp_path, qtbot):
+def _one_line_of_speaker_1(open_app, gui_args, tmp_path, qtbot):
     """The app captioning a file on a fake pipeline, its view showing one line of Speaker 1."""
     clip = write_tone_wav(tmp_path / "clip.wav")
     factory = Factory()
-    window, controller = opened(gui_args("--file", str(clip), "--no-start"), factory)
+    window, controller = open_app(gui_args("--file", str(clip), "--no-start"), factory)
     window.controls.start_button.click()
     qtbot.waitUntil(lambda: window.state_label.text() == "Captioning", timeout=WAIT_MS)
     factory.built[0].captions = [final("clip", "Hello there.", 0.0, 1.0, "Speaker 1")]
@@ -310,7 +290,7 @@ def _one_line_of_speaker_1(opened, gui_args, tmp_path, qtbot):
     return window, controller
 
 
-def test_a_rename_reaches_the_session_s_transcript(opened, tmp_path, gui_args, qtbot, monkeypatch):
+def test_a_rename_reaches_the_session_s_transcript(open_app, tmp_path, gui_args, qtbot, monkeypatch):
     import captioner.app.transcript as transcript_module
 
     renamed = []
@@ -321,7 +301,7 @@ def test_a_rename_reaches_the_session_s_transcript(opened, tmp_path, gui_args, q
             super().rename_speaker(stream, speaker, name)
 
     monkeypatch.setattr(transcript_module, "TranscriptWriter", Writer)
-    window, controller = _one_line_of_speaker_1(opened, gui_args, tmp_path, qtbot)
+    window, controller = _one_line_of_speaker_1(open_app, gui_args, tmp_path, qtbot)
     click_name(qtbot, window.caption_view, "clip", "Speaker 1")
     qtbot.keyClicks(window.caption_view.name_editor, "Ada")
     qtbot.keyClick(window.caption_view.name_editor, Qt.Key.Key_Return)
@@ -330,7 +310,7 @@ def test_a_rename_reaches_the_session_s_transcript(opened, tmp_path, gui_args, q
     assert "# clip (Speaker 1) is Ada\n" in controller._transcript.path.read_text()
 
 
-def test_a_transcript_writer_without_renaming_is_left_alone(opened, tmp_path, gui_args, qtbot, monkeypatch):
+def test_a_transcript_writer_without_renaming_is_left_alone(open_app, tmp_path, gui_args, qtbot, monkeypatch):
     import captioner.app.transcript as transcript_module
 
     class OldWriter:  # what the controller uses of a writer that predates renaming
@@ -344,6 +324,6 @@ def test_a_transcript_writer_without_renaming_is_left_alone(opened, tmp_path, gu
             pass
 
     monkeypatch.setattr(transcript_module, "TranscriptWriter", OldWriter)
-    window, controller = _one_line_of_speaker_1(opened, gui_args, tmp_path, qtbot)
+    window, controller = _one_line_of_speaker_1(open_app, gui_args, tmp_path, qtbot)
     assert window.caption_view.rename_speaker("clip", "Speaker 1", "Ada")
     assert window.caption_view.speaker_name("clip", "Speaker 1") == "Ada"

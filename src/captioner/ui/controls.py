@@ -96,20 +96,15 @@ class ControlPanel(QWidget):
         for code, name in LANGUAGES:
             self.language_combo.addItem(f"{name} ({code})" if code != "auto" else name, code)
         self.translate_check = QCheckBox("Translate to English")
-        self.policy_combo = QComboBox()
-        self.policy_combo.setObjectName("policyCombo")
-        for code, name in POLICIES:
-            self.policy_combo.addItem(name, code)
-        self.policy_combo.setToolTip("When a word is final: LocalAgreement (two updates agree on it), AlignAtt "
-                                     "(the model's attention says it was heard whole; sooner), or Automatic "
-                                     "(the one measured better on this device)")
-        self.speakers_combo = QComboBox()
-        self.speakers_combo.setObjectName("speakersCombo")
-        for code, name in SPEAKER_MODES:
-            self.speakers_combo.addItem(name, code)
-        self.speakers_combo.setToolTip("Who said what: label the speakers (\"Speaker 1\", \"Speaker 2\", … — click a "
-                                       "name in the captions to rename them) of a meeting's audio and files, of "
-                                       "every source (a microphone too), or of none")
+        self.policy_combo = _choice_combo(
+            "policyCombo", POLICIES,
+            "When a word is final: LocalAgreement (two updates agree on it), AlignAtt (the model's attention "
+            "says it was heard whole; sooner), or Automatic (the one measured better on this device)")
+        self.speakers_combo = _choice_combo(
+            "speakersCombo", SPEAKER_MODES,
+            "Who said what: label the speakers (\"Speaker 1\", \"Speaker 2\", … — click a name in the captions, "
+            "or press F2, to rename them) of a meeting's audio and files, of every source (a microphone too), "
+            "or of none")
         # A `captioner serve` box to caption on instead of this machine (its model is the server's).
         self.server_edit = QLineEdit()
         self.server_edit.setObjectName("serverEdit")
@@ -333,3 +328,13 @@ def _file_choice(path: str) -> SourceChoice:
     # Captions are labelled with the stem; the list names the file once, in full.
     stem = Path(path).stem or "file"
     return SourceChoice("file", stem, os.path.basename(path) or path, path=path)
+
+
+def _choice_combo(object_name: str, choices, tooltip: str) -> QComboBox:
+    """A box of ``(code, name)`` choices: shows the names, keeps the codes as item data."""
+    combo = QComboBox()
+    combo.setObjectName(object_name)
+    for code, name in choices:
+        combo.addItem(name, code)
+    combo.setToolTip(tooltip)
+    return combo

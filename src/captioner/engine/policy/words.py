@@ -146,7 +146,7 @@ def join_dictated_digits(words: list[Word]) -> list[Word]:
             i += 1
             continue
         run = words[i:last + 1]
-        digits = "".join(_LAST_DIGIT_PIECE.fullmatch(w.text.rstrip(",-")).group(1) for w in run[:-1])
+        digits = "".join(_DIGIT_PIECE.fullmatch(w.text).group(1) for w in run[:-1])
         tail = _LAST_DIGIT_PIECE.fullmatch(run[-1].text)
         lead = run[0].text[:len(run[0].text) - len(run[0].text.lstrip())]
         attends = [w.attend_s for w in run if w.attend_s is not None]
