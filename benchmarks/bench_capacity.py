@@ -60,6 +60,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 from bench_first_runs import change_session_options, set_mem_pattern  # noqa: E402
 from bench_latency import NORMALIZER_NAME, match, percentile, split_words, wer_counts  # noqa: E402
+from captioner.models import gpu_memory  # noqa: E402
 from word_times import load_manifest, word_times  # noqa: E402
 
 SR = 16_000
@@ -229,6 +230,7 @@ class GpuSampler:
 
     def __init__(self, gpu_index: int | None) -> None:
         self.samples: list[tuple[float, float | None, int | None]] = []
+        self.process_bytes: list[int] = []  # this process's own GPU memory (NVML), each sample
         self._gpu_index = gpu_index
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="bench-gpu-sampler", daemon=True)
@@ -251,6 +253,8 @@ class GpuSampler:
             while reader.available and not self._stop.wait(0.05):
                 gpu = reader.read_gpu()
                 self.samples.append((time.perf_counter(), gpu.get("utilization_pct"), gpu.get("vram_used_bytes")))
+                if gpu.get("vram_process_bytes") is not None:
+                    self.process_bytes.append(int(gpu["vram_process_bytes"]))
         finally:
             reader.close()
 
@@ -263,6 +267,31 @@ class GpuSampler:
     def peak_used_bytes(self) -> int | None:
         values = [m for _, _, m in self.samples if m is not None]
         return max(values) if values else None
+
+    @property
+    def peak_process_bytes(self) -> int | None:
+        return max(self.process_bytes) if self.process_bytes else None
+
+
+def process_gpu_bytes(gpu_index: int | None) -> int | None:
+    """This process's GPU memory now, as NVML counts it (``None`` off a GPU or without NVML)."""
+    if gpu_index is None:
+        return None
+    from captioner.gpu.telemetry import NvmlReader
+
+    reader = NvmlReader(gpu_index)
+    try:
+        return reader.read_gpu().get("vram_process_bytes")
+    finally:
+        reader.close()
+
+
+def memory_breakdown(backend, gpu_index: int | None) -> dict:
+    """The process's GPU memory (NVML) and CuPy's pool, in bytes, at one moment."""
+    pool = backend.xp.get_default_memory_pool() if backend.is_cuda else None
+    return {"process_bytes": process_gpu_bytes(gpu_index),
+            "cupy_pool_used_bytes": None if pool is None else int(pool.used_bytes()),
+            "cupy_pool_total_bytes": None if pool is None else int(pool.total_bytes())}
 
 
 CUT_VALUES = {"prefix": ("on", "off"), "rings": ("on", "off"), "riders": ("load", "on"), "fill": ("on", "off", "ROWS"),
@@ -477,6 +506,8 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
     if backend.is_cuda:
         backend.xp.get_default_memory_pool().free_all_blocks()
     memory_before = backend.vram_bytes()
+    gpu_index = backend.device_index if backend.is_cuda else None
+    process_before = memory_breakdown(backend, gpu_index)
     clock = SimClock()
     records = []
     charged = ChargedRecognizer(recognizer, clock, "measured", records)
@@ -537,6 +568,7 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
             if time.perf_counter() - wall0 > args.run_limit_s:
                 break
         statuses.append(live.status())
+        process_during = memory_breakdown(backend, gpu_index)  # the streams' rings and the batches' slots held
     run_wall_s = time.perf_counter() - wall0
     runs_after = graph_runs() if graph_runs is not None else None
     if waits is not None:
@@ -622,6 +654,16 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
         "encoder_buffer_bytes": int(extra.get("encoder_buffer_bytes", 0)),
         "vram_growth_bytes_per_stream": None if peak is None or used_before is None
         else round((peak - used_before) / max(1, len(streams))),
+        # This process's own GPU memory (NVML), before the streams opened (the model loaded and
+        # warmed, what earlier runs left), at its peak during the run and at the run's end; with
+        # CuPy's pool (feature rings, device logits) at both ends.
+        "process_gpu_bytes_before": process_before["process_bytes"],
+        "process_gpu_bytes_peak": gpu.peak_process_bytes,
+        "process_gpu_bytes_end": process_during["process_bytes"],
+        "cupy_pool_bytes_before": process_before["cupy_pool_total_bytes"],
+        "cupy_pool_bytes_end": process_during["cupy_pool_total_bytes"],
+        "cupy_pool_used_bytes_end": process_during["cupy_pool_used_bytes"],
+        "ort_arena": gpu_memory.arena_mode(),
         # How often each graph ran during the run and its wall time per run (the device's work
         # included): a graph run more often than once a step, or slower than on its own
         # (profile_graphs.py), shows here.
@@ -761,7 +803,8 @@ def main() -> int:
         "command": " ".join(sys.argv), "device": args.device, "interval_s": args.interval_s,
         "mem_pattern": args.mem_pattern, "ort_threads": args.ort_threads, "cudnn_attention": args.cudnn_attention,
         "max_batch": args.max_batch, "audio_s": args.audio_s, "normalizer": NORMALIZER_NAME,
-        "decode_on_switch": has_switch, "runs": [],
+        "decode_on_switch": has_switch, "ort_arena": gpu_memory.arena_mode(),
+        "gpu_memory_budget_bytes": gpu_memory.budget_bytes(), "runs": [],
     }
     sweep0 = time.perf_counter()
     models = [m.strip() for m in args.models.split(",") if m.strip()]
@@ -781,6 +824,8 @@ def main() -> int:
             if args.light_model and not args.engine_only:
                 light = load_recognizer(args.light_model, args.device, mode)[1]
             report.update(provider=recognizer.provider, device_name=recognizer.device_name)
+            gpu_index = backend.device_index if backend.is_cuda else None
+            memory_loaded = memory_breakdown(backend, gpu_index)
             warm_up_s = None
             if warm == "on" and not args.engine_only:
                 t0 = time.perf_counter()
@@ -790,6 +835,8 @@ def main() -> int:
                             each.warm_up(args.max_batch)
                 warm_up_s = round(time.perf_counter() - t0, 2)
                 print(f"  warmed up to {args.max_batch} rows in {warm_up_s} s", file=sys.stderr)
+            memory_warmed = {**memory_breakdown(backend, gpu_index), **getattr(recognizer.runtime, "buffer_bytes", dict)()} \
+                if not args.engine_only else None
             what = "engine only" if args.engine_only else \
                 f"{model}, decoding on the {mode}: {recognizer.provider} ({recognizer.device_name})"
             print(f"{what}, {len(clips)} recordings" + (f", light model {light.name}" if light else ""), file=sys.stderr)
@@ -809,6 +856,7 @@ def main() -> int:
                     result = profiled(f"{args.profile}-n{n}.prof" if args.profile else None,
                                       run_once, backend, recognizer, clips, n, args, light)
                     result.update(model=recognizer.name, decode_on=mode, warm_up=warm, warm_up_s=warm_up_s,
+                                  memory_loaded=memory_loaded, memory_warmed=memory_warmed,
                                   forced_prefix=cut["prefix"], ring_kernels=cut["rings"], riders=cut["riders"],
                                   fill=cut["fill"], closewait=cut["closewait"], overlap=cut["overlap"],
                                   compact=cut["compact"], widths=cut["widths"], speakers=cut["speakers"])

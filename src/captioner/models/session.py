@@ -32,6 +32,7 @@ from captioner import cuda_driver
 from captioner.compute import parse_device as parse_compute_device
 from captioner.compute import requested_device, resolve_device
 from captioner.errors import UserError, one_line
+from captioner.models import gpu_memory
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +82,15 @@ def parse_device(device: str | None) -> tuple[str, int | None]:
 def _provider_options(device_id: int, cuda_graph: bool = False) -> dict[str, Any]:
     # HEURISTIC: cuDNN's exhaustive convolution search stalls the first encoder run for seconds.
     options = {"device_id": device_id, "cudnn_conv_algo_search": "HEURISTIC"}
+    options.update(gpu_memory.provider_options())
     if cuda_graph:
         options["enable_cuda_graph"] = "1"
     return options
 
 
-def _session_options(intra_threads: int | None = None):
+def _session_options(intra_threads: int | None = None, device_id: int | None = None):
+    """``device_id``: the GPU of a CUDA session, whose working memory then comes from the
+    process's shared arena on that GPU where :mod:`captioner.models.gpu_memory` makes one."""
     ort = _ort()
     ort.set_default_logger_severity(3)  # ORT's global log (plugin-EP notices) would flood the CLI
     so = ort.SessionOptions()
@@ -94,6 +98,8 @@ def _session_options(intra_threads: int | None = None):
     so.log_severity_level = 3  # errors only: fallbacks are reported by this module, not ORT's log
     if intra_threads:
         so.intra_op_num_threads = intra_threads
+    if device_id is not None and gpu_memory.shared_arena(ort, CUDA, device_id):
+        so.add_session_config_entry("session.use_env_allocators", "1")
     return so
 
 
@@ -219,7 +225,8 @@ class OrtModel:
         try:
             source = model_bytes if model_bytes is not None else str(path)
             with _attention_switch(choice.is_cuda and not cudnn_attention):
-                self.session = ort.InferenceSession(source, _session_options(intra_threads), providers=providers)
+                options = _session_options(intra_threads, (choice.device_id or 0) if choice.is_cuda else None)
+                self.session = ort.InferenceSession(source, options, providers=providers)
         except Exception as e:
             raise UserError(f"ONNX Runtime cannot load {self.path.name}: {str(e).splitlines()[0]}") from None
         used = self.session.get_providers()
