@@ -67,6 +67,10 @@ class AdmissionConfig:
     vram_budget_bytes: int | None = None
     """Act as if the device had this much memory, used only by the engine's pools (``None``:
     measure the device)."""
+    gpu_memory_bytes: int | None = None
+    """The GPU memory this engine's process may use (``--gpu-memory``): its own memory, as NVML
+    counts it, is held under this with the same floor free, beside the device's
+    (:mod:`captioner.engine.memory_budget`). ``None``: no budget of its own."""
     time_budget: str = "gpu"
     """Where the step-time budget refuses streams: ``"gpu"`` (the default: on an engine whose
     features run on a GPU), ``"on"`` or ``"off"``. A CPU engine is slow for the 1 s base
@@ -250,8 +254,10 @@ class Admission:
         cfg = self.config
         return cfg.max_interval_s if cfg.max_interval_s is not None else cfg.max_interval_factor * base_interval_s
 
-    def check_memory(self, name: str, memory: Memory | None, new_block_bytes: int, running: int) -> None:
-        """Refuse ``name`` if allocating ``new_block_bytes`` would leave under the floor free."""
+    def check_memory(self, name: str, memory: Memory | None, new_block_bytes: int, running: int,
+                     of_what: str = "") -> None:
+        """Refuse ``name`` if allocating ``new_block_bytes`` would leave under the floor free.
+        ``of_what`` names the budget in the refusal (" this engine may use"; "": the device)."""
         if memory is None or memory.total_bytes <= 0:
             return  # the CPU with no budget: host memory is the operating system's business
         floor = self.config.min_free_vram_fraction
@@ -259,8 +265,8 @@ class Admission:
         if free_after < floor * memory.total_bytes:
             self._refuse(
                 f"stream {name!r} refused: GPU memory would be {100 * max(0, free_after) / memory.total_bytes:.0f}% "
-                f"free ({max(0, free_after) / 2**20:.0f} MiB of {memory.total_bytes / 2**20:.0f} MiB), under the "
-                f"{100 * floor:.0f}% kept for the {running} streams running")
+                f"free ({max(0, free_after) / 2**20:.0f} MiB of the {memory.total_bytes / 2**20:.0f} MiB{of_what}), "
+                f"under the {100 * floor:.0f}% kept for the {running} streams running")
 
     def check_time(self, name: str, priority: int, with_new: LoadEstimate, measured_p99_s: float | None,
                    base_interval_s: float, measured_lag_s: float | None = None) -> None:

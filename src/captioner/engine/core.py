@@ -43,6 +43,7 @@ from captioner.engine.admission import (
     parse_priority,
     predict,
 )
+from captioner.engine.memory_budget import ProcessMemory
 from captioner.engine.policy.config import PolicyConfig
 from captioner.engine.policy.local_agreement import LocalAgreementPolicy
 from captioner.engine.policy.presets import make_policy
@@ -292,6 +293,10 @@ class Engine:
         self.language = self.config.language
         self._streams: dict[str, _Stream] = {}
         self.admission = Admission(self.config.admission, on_gpu=on_gpu)
+        budget = self.config.admission.gpu_memory_bytes
+        self.process_memory = ProcessMemory(getattr(backend, "device_index", None) or 0, budget, self._accounted_bytes) \
+            if budget and getattr(backend, "is_cuda", False) else None
+        """This engine's own GPU memory against ``--gpu-memory`` (``None``: no budget, or the CPU)."""
         self.vad = VadBank(self.config.vad)
         self._intervals_s: deque[float] = deque(maxlen=4096)
         self._interval_p99: tuple[int, float] | None = None
@@ -400,8 +405,11 @@ class Engine:
         now_s = self.clock_ns() / 1e9
         if not readmit:
             self.admission.check_growth(name, now_s, len(self._streams))
-        self.admission.check_memory(name, self.memory(), self.features.block_bytes if self.features.needs_block else 0,
-                                    len(self._streams))
+        new_block_bytes = self.features.block_bytes if self.features.needs_block else 0
+        self.admission.check_memory(name, self.memory(), new_block_bytes, len(self._streams))
+        if self.process_memory is not None:
+            self.admission.check_memory(name, self.process_memory.memory(), new_block_bytes, len(self._streams),
+                                        " this engine may use")
         if not readmit:
             base_s = self.config.scheduler.base_interval_s
             self.admission.check_time(name, rank, self.load_estimate(extra=(language, rank), with_host=True),
@@ -473,6 +481,13 @@ class Engine:
         measure = getattr(self.backend, "vram_bytes", None)
         measured = measure() if measure is not None else None
         return Memory(*measured) if measured is not None else None
+
+    def _accounted_bytes(self) -> int:
+        """The device memory the engine's own pools and the model's buffers hold (what stands in
+        for the process's memory where NVML cannot count it)."""
+        buffer_bytes = getattr(getattr(self.recognizer, "runtime", None), "buffer_bytes", None)
+        model = buffer_bytes() if buffer_bytes is not None else {}
+        return int(self.features.bytes_allocated + model.get("decoder_slot_bytes", 0) + model.get("encoder_buffer_bytes", 0))
 
     def _english(self, s_language: str | None, last_language: str | None = None) -> bool:
         language = s_language or self.language or last_language
@@ -1122,6 +1137,9 @@ class Engine:
         buffer_bytes = getattr(getattr(self.recognizer, "runtime", None), "buffer_bytes", None)
         if buffer_bytes is not None:  # the decoder's slots and encoder buffers (where a GPU's memory goes)
             capacity += tuple(buffer_bytes().items())
+        if self.process_memory is not None:  # --gpu-memory: the process's own memory and its budget
+            capacity += (("gpu_memory_used_bytes", float(self.process_memory.used_bytes())),
+                         ("gpu_memory_budget_bytes", float(self.process_memory.budget_bytes)))
         chooser = getattr(self.recognizer, "decode_chooser", None)
         if chooser is not None:  # from how many rows the device decodes now (models/decode_choice.py)
             capacity += (("device_decoding_from_rows", float(chooser.device_from_rows())),)

@@ -44,15 +44,29 @@ def budget_bytes() -> int | None:
     """The GPU memory one engine process may use (``CAPTIONER_GPU_MEMORY_GIB``), in bytes;
     ``None`` when unset. UserError for anything but a positive number."""
     text = os.environ.get(GPU_MEMORY_ENV, "").strip()
-    if not text:
-        return None
+    return parse_gib(text, GPU_MEMORY_ENV) if text else None
+
+
+def parse_gib(text: str, what: str = "--gpu-memory") -> int:
+    """``text`` GiB in bytes; UserError naming ``what`` for anything but a positive number."""
     try:
         gib = float(text)
     except ValueError:
         gib = -1.0
-    if not gib > 0:
-        raise UserError(f"{GPU_MEMORY_ENV}={text!r}: give the GPU memory in GiB, a positive number (e.g. 6)")
+    if not 0 < gib < 2**20:
+        raise UserError(f"{what}={text!r}: give the GPU memory in GiB, a positive number (e.g. 6)")
     return int(gib * 2**30)
+
+
+def use_budget(text: str) -> int:
+    """``--gpu-memory GIB`` for this process and the engine processes it starts: the budget in
+    the environment, on the shared arena (unless ``CAPTIONER_ORT_ARENA`` says otherwise), so
+    ONNX Runtime's memory is capped there. Returns the budget in bytes."""
+    limit = parse_gib(text)
+    os.environ[GPU_MEMORY_ENV] = text.strip()
+    os.environ.setdefault(ARENA_ENV, "shared")
+    arena_mode()  # a bad CAPTIONER_ORT_ARENA is the command's one-line error, not a model host's
+    return limit
 
 
 def provider_options() -> dict[str, Any]:

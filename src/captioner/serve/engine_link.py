@@ -66,10 +66,12 @@ capacity figures of docs/capacity.md), not the desktop's 0.5 s on a GPU, which w
 streams one GPU holds."""
 
 
-def server_engine_config(speakers: str = "auto"):
+def server_engine_config(speakers: str = "auto", gpu_memory_bytes: int | None = None):
     """The engine configuration every server pipeline runs with (``captioner serve``, the Ray
-    replica): updates every :data:`SERVER_INTERVAL_S`, warmed up at start, and speaker labels as
-    ``serve --speakers`` says (``auto``: every stream but a client's microphone, docs/speakers.md)."""
+    replica): updates every :data:`SERVER_INTERVAL_S`, warmed up at start, speaker labels as
+    ``serve --speakers`` says (``auto``: every stream but a client's microphone, docs/speakers.md),
+    and each engine's process held under ``serve --gpu-memory`` (``None``: the card's floor only)."""
+    from captioner.engine.admission import AdmissionConfig  # noqa: PLC0415
     from captioner.engine.core import EngineConfig  # noqa: PLC0415 - the engine loads with the pipeline
     from captioner.engine.scheduler import SchedulerConfig  # noqa: PLC0415
     from captioner.engine.speakers import SpeakerConfig, check_mode  # noqa: PLC0415
@@ -78,7 +80,8 @@ def server_engine_config(speakers: str = "auto"):
     # SERVER_MAX_BATCH streams a step: a thousand streams due once a second over ten ticks make
     # steps of about a hundred, which the desktop's 64 would cut short.
     return EngineConfig(scheduler=SchedulerConfig(base_interval_s=SERVER_INTERVAL_S, max_batch=SERVER_MAX_BATCH),
-                        warm_up=True, speakers=SpeakerConfig(mode=check_mode(speakers)))
+                        warm_up=True, speakers=SpeakerConfig(mode=check_mode(speakers)),
+                        admission=AdmissionConfig(gpu_memory_bytes=gpu_memory_bytes))
 
 
 def server_standby(engines_per_device: int) -> bool:

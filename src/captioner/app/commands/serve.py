@@ -140,6 +140,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write each connection's committed lines here (default: nothing is written)")
     parser.add_argument("--metrics-port", type=int, metavar="N", help="serve Prometheus metrics on 127.0.0.1:N")
     add_speakers_argument(parser, SERVE_SPEAKERS_HELP)
+    parser.add_argument("--gpu-memory", metavar="GIB", default=None,
+                        help="GPU memory each engine process may use, in GiB: ONNX Runtime's arena is capped there "
+                             "and new streams are refused (1013) while under 15%% of it would be left; default: "
+                             "the card's, with the same floor (docs/gpu-memory.md)")
     parser.add_argument("--max-streams", type=int, metavar="N",
                         help="streams per engine at most (default: as many as the engine admits by "
                              "measured GPU memory and step time)")
@@ -284,6 +288,13 @@ def check_arguments(args) -> tuple[str | None, object]:
     if args.ray and args.engines_per_device != 1:
         raise UserError("--engines-per-device is for the plain server: with --ray, give more --replicas")
     args.speakers, args.speakers_notice = speakers_mode(getattr(args, "speakers", "auto"))
+    args.gpu_memory_bytes = None
+    if getattr(args, "gpu_memory", None) is not None:
+        if args.ray:
+            raise UserError("--gpu-memory is for the plain server: with --ray, give each replica's GPUs to Ray")
+        from captioner.models.gpu_memory import use_budget
+
+        args.gpu_memory_bytes = use_budget(str(args.gpu_memory))
     return token, context
 
 
@@ -329,7 +340,7 @@ def run(args) -> int:
 
     def make_pipeline(device):
         return Pipeline([], model=args.model, language=args.language, device=device,
-                        config=server_engine_config(args.speakers),
+                        config=server_engine_config(args.speakers, args.gpu_memory_bytes),
                         isolation=args.isolation, standby=server_standby(args.engines_per_device))
 
     samplers: dict = {}  # one per device, shared by the engines on it (a sampler started twice is a no-op)
