@@ -60,6 +60,7 @@ sys.path.insert(0, str(HERE.parent / "src"))
 
 from bench_first_runs import change_session_options, set_mem_pattern  # noqa: E402
 from bench_latency import NORMALIZER_NAME, match, percentile, split_words, wer_counts  # noqa: E402
+from captioner.errors import UserError  # noqa: E402
 from captioner.models import gpu_memory  # noqa: E402
 from word_times import load_manifest, word_times  # noqa: E402
 
@@ -495,7 +496,8 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
                                   fill_wait_s=0.0 if cut["fill"] == "off" else SchedulerConfig().fill_wait_s,
                                   fill_rows=int(cut["fill"]) if cut["fill"].isdigit() else None,
                                   fill_close_wait_s=float(cut["closewait"])),
-        admission=AdmissionConfig(time_budget="on" if args.admission else "off"),
+        admission=AdmissionConfig(time_budget="on" if args.admission else "off",
+                                  gpu_memory_bytes=getattr(args, "gpu_memory_bytes", None)),
         policy=PolicyConfig(forced_prefix=cut["prefix"] == "on"),
         ring_kernels=cut["rings"] == "on",
         block_streams=getattr(args, "block_streams", 64),
@@ -764,9 +766,13 @@ def main() -> int:
                              "decoding to a smaller batch as others finish, DecodingOptions.drop_finished), "
                              "speakers=off|on (every stream labelled: the voice encoder and clustering in each "
                              "round, EngineConfig.speakers); e.g. 'prefix=off,rings=off;prefix=on,rings=on'")
+    parser.add_argument("--gpu-memory", default=None, metavar="GIB",
+                        help="the engine's GPU memory budget, as serve --gpu-memory: the shared ONNX Runtime arena "
+                             "capped there, and streams refused under 15 %% of it left")
     parser.add_argument("--out", default=None, help="JSON results here")
     args = parser.parse_args()
     try:
+        args.gpu_memory_bytes = gpu_memory.use_budget(args.gpu_memory) if args.gpu_memory else None
         warms = [w.strip() for w in args.warm_up.split(",") if w.strip()]
         if not warms or any(w not in ("on", "off") for w in warms):
             raise ValueError(f"--warm-up takes on and/or off, got {args.warm_up!r}")
@@ -789,7 +795,7 @@ def main() -> int:
             raise ValueError("--block-streams and --warm-up-passes must be positive")
         if args.audio_s <= 0 or args.interval_s <= 0 or args.max_batch < 1:
             raise ValueError("--audio-s, --interval-s and --max-batch must be positive")
-    except ValueError as error:
+    except (ValueError, UserError) as error:
         print(f"bench_capacity: {error}", file=sys.stderr)
         return 2
     has_switch = device_decoding_available()
