@@ -72,3 +72,18 @@ def test_warm_up_captures_every_bucket_and_changes_no_caption(decoders, speech_c
     graphs = gpu.runtime._n_graphs
     assert [h.text for h in recognizer.decode(requests)] == cold
     assert gpu.runtime._n_graphs == graphs
+
+
+def test_one_shared_capped_arena_gives_the_same_tokens(decoders, speech_clips, monkeypatch):
+    """``CAPTIONER_ORT_ARENA=shared`` with a budget (``--gpu-memory``): every session of a newly
+    loaded model takes its memory from one arena on the GPU, registered with ONNX Runtime, and
+    the captions are the CUDA path's own."""
+    from captioner.models import gpu_memory
+
+    monkeypatch.setenv(gpu_memory.ARENA_ENV, "shared")
+    monkeypatch.setenv(gpu_memory.GPU_MEMORY_ENV, "8")
+    shared = load_decoder("tiny.en", device="cuda:0")
+    assert gpu_memory._shared[("CUDAExecutionProvider", 0)] is True
+    _, gpu = decoders
+    mel = np.stack([whisper_features(load_audio_16k(speech_clips[c].wav)) for c in CLIPS])
+    assert [w.tokens for w in shared.decode(mel, GREEDY)] == [w.tokens for w in gpu.decode(mel, GREEDY)]
