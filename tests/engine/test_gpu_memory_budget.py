@@ -48,6 +48,7 @@ def test_a_shared_arena_the_runtime_cannot_make_leaves_each_session_its_own(clea
     arenas, and the reason is logged once."""
     import onnxruntime as ort
 
+    clean_env.setenv(gpu_memory.ARENA_ENV, "requested")
     assert not gpu_memory.shared_arena(ort, "CUDAExecutionProvider", 0)  # not asked for
     clean_env.setenv(gpu_memory.ARENA_ENV, "shared")
     with caplog.at_level(logging.WARNING, logger=gpu_memory.__name__):

@@ -5,11 +5,12 @@ of what a run asks for (its default). An engine opens some ten sessions (encoder
 decoder step and prefill per audio context, row gathering), so arenas sized by doubling add up
 (docs/gpu-memory.md). ``CAPTIONER_ORT_ARENA`` chooses:
 
-- ``doubling``: ONNX Runtime's default, each session's own arena;
+- ``shared`` (the default): one arena on each GPU for every session of the process, grown by
+  what is asked and capped at ``CAPTIONER_GPU_MEMORY_GIB`` when that is set (ONNX Runtime's
+  environment allocator, ``session.use_env_allocators``); the least memory of the three, the
+  same tokens (docs/gpu-memory.md);
 - ``requested``: each session's own arena, grown by what is asked;
-- ``shared``: one arena on each GPU for every session of the process, grown by what is asked
-  and capped at ``CAPTIONER_GPU_MEMORY_GIB`` when that is set (ONNX Runtime's environment
-  allocator, ``session.use_env_allocators``).
+- ``doubling``: ONNX Runtime's own default, each session's own arena.
 
 Read in the process that opens the sessions (a model host inherits the variables).
 """
@@ -27,7 +28,7 @@ log = logging.getLogger(__name__)
 ARENA_ENV = "CAPTIONER_ORT_ARENA"
 GPU_MEMORY_ENV = "CAPTIONER_GPU_MEMORY_GIB"
 ARENA_MODES = ("doubling", "requested", "shared")
-DEFAULT_ARENA = "doubling"
+DEFAULT_ARENA = "shared"
 
 _shared: dict[tuple[str, int], bool] = {}
 
