@@ -1,9 +1,8 @@
-"""``--gpu-memory``: ONNX Runtime's arena mode and cap (models/gpu_memory.py), an engine's own
-memory against its budget (engine/memory_budget.py) and the server option that sets both."""
+"""``--gpu-memory``: ONNX Runtime's arena mode and cap (models/gpu_memory.py) and an engine's own
+memory against its budget (engine/memory_budget.py); the server's option is in tests/serve/test_bounds.py."""
 
 from __future__ import annotations
 
-import argparse
 import logging
 
 import pytest
@@ -74,31 +73,3 @@ def test_the_budget_counts_what_the_engine_holds_where_nvml_cannot(clean_env):
     assert "of the 100 MiB this engine may use" in str(refused.value)
     assert admission.refusals == 1
     memory.close()
-
-
-def _serve_args(*argv):
-    from captioner.app.commands.serve import add_arguments, check_arguments
-
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    args = parser.parse_args(list(argv))
-    check_arguments(args)
-    return args
-
-
-def test_serve_takes_a_budget_in_gib_and_puts_the_engines_on_a_capped_arena(clean_env):
-    import os
-
-    from captioner.serve.engine_link import server_engine_config
-
-    assert _serve_args().gpu_memory_bytes is None
-    args = _serve_args("--gpu-memory", "20")
-    assert args.gpu_memory_bytes == 20 * 2**30
-    assert os.environ[gpu_memory.GPU_MEMORY_ENV] == "20" and gpu_memory.arena_mode() == "shared"
-    assert server_engine_config("off", args.gpu_memory_bytes).admission.gpu_memory_bytes == 20 * 2**30
-    for argv, words in ((("--gpu-memory", "0"), "--gpu-memory='0': give the GPU memory in GiB"),
-                        (("--gpu-memory", "a lot"), "a positive number"),
-                        (("--ray", "--gpu-memory", "8"), "--gpu-memory is for the plain server")):
-        with pytest.raises(UserError) as refused:
-            _serve_args(*argv)
-        assert words in str(refused.value) and "\n" not in str(refused.value)

@@ -52,3 +52,26 @@ def test_the_bound_options_take_their_values_and_refuse_others_in_one_line():
         with pytest.raises(UserError) as refused:
             _args(*argv)
         assert words in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_serve_takes_a_gpu_memory_budget_in_gib_and_puts_the_engines_on_a_capped_arena(monkeypatch):
+    import os
+
+    from captioner.models import gpu_memory
+    from captioner.serve.engine_link import server_engine_config
+
+    # Both are set by --gpu-memory for the engine processes; the test leaves them as they were.
+    monkeypatch.setenv(gpu_memory.ARENA_ENV, "")
+    monkeypatch.setenv(gpu_memory.GPU_MEMORY_ENV, "")
+
+    assert _args().gpu_memory_bytes is None
+    args = _args("--gpu-memory", "20")
+    assert args.gpu_memory_bytes == 20 * 2**30
+    assert os.environ[gpu_memory.GPU_MEMORY_ENV] == "20" and gpu_memory.arena_mode() == "shared"
+    assert server_engine_config("off", args.gpu_memory_bytes).admission.gpu_memory_bytes == 20 * 2**30
+    for argv, words in ((("--gpu-memory", "0"), "--gpu-memory='0': give the GPU memory in GiB"),
+                        (("--gpu-memory", "a lot"), "a positive number"),
+                        (("--ray", "--gpu-memory", "8"), "--gpu-memory is for the plain server")):
+        with pytest.raises(UserError) as refused:
+            _args(*argv)
+        assert words in str(refused.value) and "\n" not in str(refused.value)
