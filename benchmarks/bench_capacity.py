@@ -570,7 +570,7 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
             if time.perf_counter() - wall0 > args.run_limit_s:
                 break
         statuses.append(live.status())
-        process_during = memory_breakdown(backend, gpu_index)  # the streams' rings and the batches' slots held
+        process_end = memory_breakdown(backend, gpu_index)  # the streams' rings and the batches' slots still held
     run_wall_s = time.perf_counter() - wall0
     runs_after = graph_runs() if graph_runs is not None else None
     if waits is not None:
@@ -661,10 +661,10 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
         # CuPy's pool (feature rings, device logits) at both ends.
         "process_gpu_bytes_before": process_before["process_bytes"],
         "process_gpu_bytes_peak": gpu.peak_process_bytes,
-        "process_gpu_bytes_end": process_during["process_bytes"],
+        "process_gpu_bytes_end": process_end["process_bytes"],
         "cupy_pool_bytes_before": process_before["cupy_pool_total_bytes"],
-        "cupy_pool_bytes_end": process_during["cupy_pool_total_bytes"],
-        "cupy_pool_used_bytes_end": process_during["cupy_pool_used_bytes"],
+        "cupy_pool_bytes_end": process_end["cupy_pool_total_bytes"],
+        "cupy_pool_used_bytes_end": process_end["cupy_pool_used_bytes"],
         "ort_arena": gpu_memory.arena_mode(),
         # How often each graph ran during the run and its wall time per run (the device's work
         # included): a graph run more often than once a step, or slower than on its own

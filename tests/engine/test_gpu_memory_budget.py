@@ -72,4 +72,3 @@ def test_the_budget_counts_what_the_engine_holds_where_nvml_cannot(clean_env):
         admission.check_memory("b", memory.memory(), 20 * MIB, 4, " this engine may use")
     assert "of the 100 MiB this engine may use" in str(refused.value)
     assert admission.refusals == 1
-    memory.close()

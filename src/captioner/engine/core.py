@@ -482,11 +482,16 @@ class Engine:
         measured = measure() if measure is not None else None
         return Memory(*measured) if measured is not None else None
 
+    def _model_buffer_bytes(self) -> dict[str, float]:
+        """The model's own device buffers: the decoder's slots and the encoder's buffers
+        (``WhisperRuntime.buffer_bytes``; empty for a recognizer without them)."""
+        buffer_bytes = getattr(getattr(self.recognizer, "runtime", None), "buffer_bytes", None)
+        return buffer_bytes() if buffer_bytes is not None else {}
+
     def _accounted_bytes(self) -> int:
         """The device memory the engine's own pools and the model's buffers hold (what stands in
         for the process's memory where NVML cannot count it)."""
-        buffer_bytes = getattr(getattr(self.recognizer, "runtime", None), "buffer_bytes", None)
-        model = buffer_bytes() if buffer_bytes is not None else {}
+        model = self._model_buffer_bytes()
         return int(self.features.bytes_allocated + model.get("decoder_slot_bytes", 0) + model.get("encoder_buffer_bytes", 0))
 
     def _english(self, s_language: str | None, last_language: str | None = None) -> bool:
@@ -1134,9 +1139,7 @@ class Engine:
             ("host_s_per_stream_audio_s", self.host_cost.per_audio_s),
         ) + ((("update_interval_p99_s", interval_p99_s),) if interval_p99_s is not None else ()) \
           + ((("light_steps", float(self.light_steps)),) if self.light_recognizer is not None else ())
-        buffer_bytes = getattr(getattr(self.recognizer, "runtime", None), "buffer_bytes", None)
-        if buffer_bytes is not None:  # the decoder's slots and encoder buffers (where a GPU's memory goes)
-            capacity += tuple(buffer_bytes().items())
+        capacity += tuple(self._model_buffer_bytes().items())  # where a GPU's memory goes
         if self.process_memory is not None:  # --gpu-memory: the process's own memory and its budget
             capacity += (("gpu_memory_used_bytes", float(self.process_memory.used_bytes())),
                          ("gpu_memory_budget_bytes", float(self.process_memory.budget_bytes)))

@@ -19,8 +19,9 @@ READ_EVERY_S = 1.0
 
 class ProcessMemory:
     """This process's GPU memory against ``budget_bytes``. Made and read on the engine's thread
-    (NVML's reader is bound to the thread that made it). Where NVML cannot count a process's
-    memory, ``accounted`` (the bytes the engine's own pools and buffers hold) stands in."""
+    (NVML's reader is bound to the thread that made it; it lives as long as the engine). Where
+    NVML cannot count a process's memory, ``accounted`` (the bytes the engine's own pools and
+    buffers hold) stands in."""
 
     def __init__(self, gpu_index: int, budget_bytes: int, accounted: Callable[[], int]) -> None:
         self.gpu_index = gpu_index
@@ -46,8 +47,3 @@ class ProcessMemory:
 
             self._reader = NvmlReader(self.gpu_index)
         return self._reader.read_gpu().get("vram_process_bytes")
-
-    def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
-            self._reader = None
