@@ -29,21 +29,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import stat
 import sys
-import threading
 
+from captioner.app.interrupts import sigterm_as_interrupt, stop_requests
 from captioner.errors import UserError
 
 INTERRUPTED_EXIT = 130
 """Exit status after Ctrl-C: what was committed is kept, but the file was not replayed to its end."""
 
 _POLL_S = 0.02
-
-
-def _sigterm_as_interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 class _TerminalOutput:
@@ -230,8 +225,7 @@ def run_realtime(args) -> int:
     progress = TextProgress()
     pipeline = Pipeline([source], model=args.model, language=args.language, task=args.task,
                         device=engine_device(args.device), progress=progress, config=_with_speakers(engine_config(args), args))
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    sigterm_as_interrupt()
     try:
         pipeline.start()
     finally:
@@ -260,12 +254,14 @@ def run_realtime(args) -> int:
 
     try:
         try:
-            while pipeline.running:
-                emit(pipeline.drain_captions())
-                if pipeline.wait_exhausted(_POLL_S):
-                    break
+            with stop_requests() as stop:
+                while pipeline.running and not stop.is_set():
+                    emit(pipeline.drain_captions())
+                    if pipeline.wait_exhausted(_POLL_S):
+                        break
+                interrupted = stop.is_set()  # Ctrl-C: keep what was committed, commit what is still open
         except KeyboardInterrupt:
-            interrupted = True  # Ctrl-C: keep what was committed, commit what is still open
+            interrupted = True  # one that came just before or after the wait
         finally:
             try:
                 pipeline.stop()
@@ -318,8 +314,7 @@ def _run_simulated(args) -> int:
 
     interrupted = False
     result = None
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    sigterm_as_interrupt()
     try:
         result = replay(make_captioner, {Path(args.file).stem: samples}, compute="measured", on_updates=show)
     except KeyboardInterrupt:

@@ -26,9 +26,7 @@ input was lost, and for how long, is said at the end.
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
-import threading
 import time
 
 from captioner.app.commands.device_option import add_device_argument, engine_device
@@ -36,6 +34,7 @@ from captioner.app.commands.policy_option import (
     add_policy_argument,
     add_speakers_argument,
 )
+from captioner.app.interrupts import sigterm_as_interrupt, stop_requests
 from captioner.app.listen_inputs import InOrder, listen_inputs, open_inputs
 from captioner.errors import UserError, one_line
 
@@ -83,10 +82,6 @@ def add_arguments(parser) -> None:
     parser.add_argument("--server", metavar="ws://HOST:PORT", default=None,
                         help="caption on a `captioner serve` server instead of here (docs/serve.md)")
     parser.add_argument("--token-file", metavar="PATH", default=None, help="with --server: the server's bearer token")
-
-
-def _sigterm_as_interrupt(signum, frame):
-    raise KeyboardInterrupt
 
 
 def _check_arguments(args) -> None:
@@ -137,8 +132,7 @@ def run(args) -> int:
         pipeline = Pipeline(sources, model=args.model, language=args.language, task=args.task,
                             device=args.device, transcript=transcript, config=engine_config(args),
                             progress=progress)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    sigterm_as_interrupt()
     print(f"captioner: connecting to {args.server} …" if args.server else f"captioner: loading {args.model} …",
           file=sys.stderr, flush=True)
     try:
@@ -172,21 +166,22 @@ def run(args) -> int:
     played = _FilesPlayed(view, sources, say=not files_only)
     finished = False
     try:
-        while pipeline.running and (deadline is None or time.monotonic() < deadline):
-            show(pipeline.drain_captions())
-            inputs_report.update(pipeline.lost_inputs, pipeline.source_errors)
-            saving.update()
-            played.update()
-            for line in getattr(pipeline, "worker_notices", list)():  # a model worker restarted; the CPU fall-back
-                view.note(f"captioner: {line}")
-            if len(pipeline.source_errors) == len(labels):
-                break  # every input has ended for good: nothing more can be captioned
-            if files_only and pipeline.wait_exhausted(0):
-                finished = True  # every file has played and its last words are committed
-                break
-            time.sleep(0.05)
+        with stop_requests() as stop:  # Ctrl-C is how a session ends
+            while pipeline.running and not stop.is_set() and (deadline is None or time.monotonic() < deadline):
+                show(pipeline.drain_captions())
+                inputs_report.update(pipeline.lost_inputs, pipeline.source_errors)
+                saving.update()
+                played.update()
+                for line in getattr(pipeline, "worker_notices", list)():  # a model worker restarted; the CPU fall-back
+                    view.note(f"captioner: {line}")
+                if len(pipeline.source_errors) == len(labels):
+                    break  # every input has ended for good: nothing more can be captioned
+                if files_only and pipeline.wait_exhausted(0):
+                    finished = True  # every file has played and its last words are committed
+                    break
+                stop.wait(0.05)
         # A server's streams end with their finals: the loop may see the links gone first.
-        finished = finished or (files_only and pipeline.wait_exhausted(0))
+        finished = finished or (files_only and not stop.is_set() and pipeline.wait_exhausted(0))
     except KeyboardInterrupt:
         pass  # Ctrl-C is how a session ends
     finally:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
 
 from captioner.app.commands.policy_option import add_speakers_argument
+from captioner.app.interrupts import sigterm_as_interrupt, stop_requests
 from captioner.errors import UserError
 from captioner.serve import protocol
 from captioner.serve.channel import FLUSH_S
@@ -298,10 +297,6 @@ def check_arguments(args) -> tuple[str | None, object]:
     return token, context
 
 
-def _sigterm_as_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
 def run(args) -> int:
     # Before NumPy is loaded (here and in a model process, which inherits it): OpenBLAS's own
     # threads spin between the CPU feature path's matrix products, which a server makes for
@@ -311,8 +306,7 @@ def run(args) -> int:
     token, context = check_arguments(args)
     if args.speakers_notice:
         print(f"captioner: {args.speakers_notice}", file=sys.stderr, flush=True)
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _sigterm_as_interrupt)
+    sigterm_as_interrupt()
     if args.ray:
         from captioner.serve.ray_app import run_ray
 
@@ -398,8 +392,9 @@ def run(args) -> int:
               + "; Ctrl-C stops", file=sys.stderr, flush=True)
         if args.port == 0:
             print(port, flush=True)  # for scripts that asked for a free port
-        while not thread.wait(0.5):
-            pass
+        with stop_requests() as stop:  # Ctrl-C or SIGTERM: stop taking connections, drain
+            while not stop.is_set() and not thread.wait(0.5):
+                pass
         if thread.error is not None:
             raise UserError(f"the server stopped: {thread.error}")
     except KeyboardInterrupt:
