@@ -297,7 +297,8 @@ def memory_breakdown(backend, gpu_index: int | None) -> dict:
 
 CUT_VALUES = {"prefix": ("on", "off"), "rings": ("on", "off"), "riders": ("load", "on"), "fill": ("on", "off", "ROWS"),
               "closewait": ("0", "SECONDS"), "overlap": ("auto", "off"), "compact": ("on", "off"),
-              "widths": ("auto", "split", "merge"), "speakers": ("off", "on")}
+              "widths": ("auto", "split", "merge"), "speakers": ("off", "on"),
+              "policy": ("auto", "localagreement", "alignatt", "alignatt-gpu")}
 """Each ``--cuts`` key, its values; the first is the default (``ROWS``, ``SECONDS``: a number)."""
 
 
@@ -498,7 +499,7 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
                                   fill_close_wait_s=float(cut["closewait"])),
         admission=AdmissionConfig(time_budget="on" if args.admission else "off",
                                   gpu_memory_bytes=getattr(args, "gpu_memory_bytes", None)),
-        policy=PolicyConfig(forced_prefix=cut["prefix"] == "on"),
+        policy=PolicyConfig(kind=cut["policy"], forced_prefix=cut["prefix"] == "on"),
         ring_kernels=cut["rings"] == "on",
         block_streams=getattr(args, "block_streams", 64),
         overlap_updates=cut["overlap"],
@@ -765,7 +766,8 @@ def main() -> int:
                              "EngineConfig.overlap_updates), compact=on|off (the greedy loop moves rows still "
                              "decoding to a smaller batch as others finish, DecodingOptions.drop_finished), "
                              "speakers=off|on (every stream labelled: the voice encoder and clustering in each "
-                             "round, EngineConfig.speakers); e.g. 'prefix=off,rings=off;prefix=on,rings=on'")
+                             "round, EngineConfig.speakers), policy=auto|localagreement|alignatt|alignatt-gpu (the "
+                             "streaming policy, PolicyConfig.kind); e.g. 'prefix=off,rings=off;prefix=on,rings=on'")
     parser.add_argument("--gpu-memory", default=None, metavar="GIB",
                         help="the engine's GPU memory budget, as serve --gpu-memory: the shared ONNX Runtime arena "
                              "capped there, and streams refused under 15 %% of it left")
@@ -865,7 +867,8 @@ def main() -> int:
                                   memory_loaded=memory_loaded, memory_warmed=memory_warmed,
                                   forced_prefix=cut["prefix"], ring_kernels=cut["rings"], riders=cut["riders"],
                                   fill=cut["fill"], closewait=cut["closewait"], overlap=cut["overlap"],
-                                  compact=cut["compact"], widths=cut["widths"], speakers=cut["speakers"])
+                                  compact=cut["compact"], widths=cut["widths"], speakers=cut["speakers"],
+                                  policy=cut["policy"])
                     chooser = getattr(recognizer, "decode_chooser", None)
                     if chooser is not None:  # auto: which path small groups took, as timed so far
                         result["decode_choice"] = {str(k): v for k, v in chooser.table().items()}
