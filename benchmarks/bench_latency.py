@@ -233,15 +233,21 @@ def word_latencies(updates, ref_words: list[dict]) -> list[dict]:
 
 Policy = tuple[str, tuple[tuple[str, float], ...]]
 """A policy to replay: its kind (or preset name) and the PolicyConfig fields set on top."""
+ENGINE_FIELDS = ("lead_in_s",)
+"""EngineConfig fields a variant may set beside the policy's: where a window starts matters as
+much to what is heard as when the policy commits."""
 
 
 def parse_variants(spec: str) -> list[Policy]:
-    """``kind[:field=value,field=value][;...]`` -> policies (one-line error on a bad field)."""
+    """``kind[:field=value,field=value][;...]`` -> policies (one-line error on a bad field). A field
+    is PolicyConfig's, or one of :data:`ENGINE_FIELDS` (EngineConfig's, set on the replay's engine)."""
     from dataclasses import fields
 
+    from captioner.engine.core import EngineConfig
     from captioner.engine.policy.config import PolicyConfig
 
     known = {f.name: f.type for f in fields(PolicyConfig)}
+    known.update({f.name: f.type for f in fields(EngineConfig) if f.name in ENGINE_FIELDS})
     out: list[Policy] = []
     for item in filter(None, (x.strip() for x in spec.split(";"))):
         kind, _, rest = item.partition(":")
@@ -249,7 +255,7 @@ def parse_variants(spec: str) -> list[Policy]:
         for pair in filter(None, (x.strip() for x in rest.split(","))):
             name, eq, value = pair.partition("=")
             if not eq or name not in known or name == "kind":
-                raise SystemExit(f"bench_latency: --variants: {pair!r} is not FIELD=VALUE of a PolicyConfig field "
+                raise SystemExit(f"bench_latency: --variants: {pair!r} is not FIELD=VALUE of a PolicyConfig field or {ENGINE_FIELDS} "
                                  f"({', '.join(n for n in known if n != 'kind')})")
             params.append((name, _field_value(known[name], value)))
         out.append((kind.strip(), tuple(params)))
@@ -272,7 +278,7 @@ def policy_config(policy: Policy):
 
     kind, params = policy
     try:
-        return preset(kind, **dict(params))
+        return preset(kind, **{k: v for k, v in params if k not in ENGINE_FIELDS})
     except ValueError as exc:
         raise SystemExit(f"bench_latency: {exc}") from None
 
@@ -285,7 +291,8 @@ def _config(interval_s: float, target_busy: float, pause_s: float | None, policy
 
     policy_config_ = policy_config(policy)
     config = EngineConfig(scheduler=SchedulerConfig(base_interval_s=interval_s, target_busy=target_busy),
-                          policy=policy_config_, speakers=SpeakerConfig(mode=speakers))
+                          policy=policy_config_, speakers=SpeakerConfig(mode=speakers),
+                          **{k: v for k, v in policy[1] if k in ENGINE_FIELDS})
     if pause_s is not None:
         config.pause_s = pause_s
     return config
