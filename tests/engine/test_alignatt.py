@@ -259,6 +259,54 @@ def test_dtw_finds_the_cheapest_monotonic_path():
         assert (np.diff(rows) >= 0).all() and (np.diff(cols) >= 0).all()
 
 
+def test_dtw_walks_back_as_a_step_by_step_walk_does_ties_included():
+    """The way back, taken a row at a time, is the walk that takes the cheapest of diagonal, up
+    and left at every cell (in that order on a tie), on costs with many ties and without."""
+    from captioner.engine.wordtiming import _path_back
+
+    def walk(total):
+        i, j = total.shape[0] - 1, total.shape[1] - 1
+        rows, cols = [i], [j]
+        while i > 0 or j > 0:
+            if i == 0:
+                j -= 1
+            elif j == 0:
+                i -= 1
+            else:
+                k = int(np.argmin((total[i - 1, j - 1], total[i - 1, j], total[i, j - 1])))
+                i, j = (i - 1, j - 1) if k == 0 else (i - 1, j) if k == 1 else (i, j - 1)
+            rows.append(i)
+            cols.append(j)
+        return rows[::-1], cols[::-1]
+
+    rng = np.random.default_rng(2)
+    for trial in range(400):
+        cost = rng.random((int(rng.integers(1, 9)), int(rng.integers(1, 14))))
+        if trial % 2:
+            cost = np.round(cost * 3) / 3  # ties everywhere
+        n, m = cost.shape
+        total = np.full((n, m), np.inf)
+        for i in range(n):
+            for j in range(m):
+                before = [total[i - 1, j - 1] if i and j else np.inf, total[i - 1, j] if i else np.inf,
+                          total[i, j - 1] if j else np.inf]
+                total[i, j] = cost[i, j] + (0.0 if i == j == 0 else min(before))
+        rows, cols = _path_back(total)
+        assert (list(rows), list(cols)) == walk(total)
+
+
+def test_the_attention_median_is_numpys_median_over_seven_frames():
+    from captioner.engine.wordtiming import _median_filter
+
+    rng = np.random.default_rng(3)
+    for shape in ((8, 40, 1200), (2, 7), (1, 9), (3, 2, 30)):
+        x = rng.random(shape)
+        x[..., ::3] = np.round(x[..., ::3] * 2) / 2  # ties
+        padded = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(3, 3)], mode="reflect")
+        expected = np.median(np.lib.stride_tricks.sliding_window_view(padded, 7, axis=-1), axis=-1)
+        assert np.array_equal(_median_filter(x, 7), expected)
+
+
 def test_token_times_follow_the_attention_inside_the_audio():
     """Scripted attention: token k looks at frames around 20 + 15 k (plus noise) over 8 heads;
     the end token looks into the padding. Times come out increasing, inside the audio, near the

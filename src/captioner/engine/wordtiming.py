@@ -32,12 +32,25 @@ def attended_frames(rows: np.ndarray) -> np.ndarray:
 
 
 def _median_filter(x: np.ndarray, width: int) -> np.ndarray:
-    """Median along the last axis, reflect-padded (as Whisper's ``median_filter``)."""
+    """Median along the last axis, reflect-padded (as Whisper's ``median_filter``). Width 7 (the
+    one used) by a sorting network over seven shifted views: the same values as ``np.median``
+    over sliding windows, without copying and sorting every window (most of an AlignAtt update's
+    host time was that)."""
     if width <= 1 or x.shape[-1] < width:
         return x
     pad = width // 2
     padded = np.pad(x, [(0, 0)] * (x.ndim - 1) + [(pad, pad)], mode="reflect")
-    return np.median(np.lib.stride_tricks.sliding_window_view(padded, width, axis=-1), axis=-1)
+    if width != 7:
+        return np.median(np.lib.stride_tricks.sliding_window_view(padded, width, axis=-1), axis=-1)
+    n = x.shape[-1]
+    p = [padded[..., k:k + n].copy() for k in range(7)]  # copies: the network writes in place
+    low = np.empty_like(p[0])
+    # A median-of-7 network (Devillard's opt_med7): 13 compare-exchanges leave it in p[3].
+    for a, b in ((0, 5), (0, 3), (1, 6), (2, 4), (0, 1), (3, 5), (2, 6), (2, 3), (3, 6), (4, 5), (1, 4), (1, 3), (3, 4)):
+        np.minimum(p[a], p[b], out=low)
+        np.maximum(p[a], p[b], out=p[b])
+        p[a], low = low, p[a]
+    return p[3]
 
 
 def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -46,7 +59,8 @@ def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
     Each row is done at once: with ``a[j]`` the best way into (i, j) from row i-1, the row's
     costs are ``S[j] + min_{k<=j}(a[k] - S[k])`` (``S`` the row's running cost sum), a prefix
-    minimum instead of a loop over the frames."""
+    minimum instead of a loop over the frames. The way back is found a row at a time too (see
+    :func:`_path_back`)."""
     n, m = cost.shape
     total = np.full((n, m), np.inf)
     s = np.cumsum(cost[0])
@@ -59,20 +73,36 @@ def dtw(cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         a = c + best_in
         s = np.cumsum(c)
         total[i] = s + np.minimum.accumulate(a - s)
-    rows, cols = [n - 1], [m - 1]
-    i, j = n - 1, m - 1
-    while i > 0 or j > 0:
-        if i == 0:
-            j -= 1
-        elif j == 0:
-            i -= 1
-        else:
-            moves = (total[i - 1, j - 1], total[i - 1, j], total[i, j - 1])
-            k = int(np.argmin(moves))
-            i, j = (i - 1, j - 1) if k == 0 else (i - 1, j) if k == 1 else (i, j - 1)
-        rows.append(i)
-        cols.append(j)
-    return np.asarray(rows[::-1]), np.asarray(cols[::-1])
+    return _path_back(total)
+
+
+def _path_back(total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The path through ``total`` (the cheapest cost into each cell) from its last cell back to
+    (0, 0), taking at each cell the cheapest of diagonal, up and left, in that order on a tie.
+    Along a row the path goes left until a cell where the diagonal or the cell above costs no
+    more than the cell to its left: one vectorised test per row, not one per step."""
+    n, m = total.shape
+    up = np.empty((n, m))
+    diag = np.empty((n, m))
+    left = np.empty((n, m))
+    up[1:] = total[:-1]
+    diag[1:, 1:] = total[:-1, :-1]
+    diag[:, 0] = np.inf
+    left[:, 1:] = total[:, :-1]
+    left[:, 0] = np.inf
+    rise = np.minimum(diag, up) <= left  # where the path leaves a row (for rows 1 on)
+    rise[:, 0] = True  # the first column: only up
+    rows: list[np.ndarray] = []
+    cols: list[np.ndarray] = []
+    j = m - 1
+    for i in range(n - 1, 0, -1):
+        k = j - int(np.argmax(rise[i, j::-1]))  # the first cell leftwards where the path rises
+        cols.append(np.arange(j, k - 1, -1))
+        rows.append(np.full(j - k + 1, i))
+        j = k - 1 if k > 0 and diag[i, k] <= up[i, k] else k
+    cols.append(np.arange(j, -1, -1))
+    rows.append(np.zeros(j + 1, np.int64))
+    return np.concatenate(rows)[::-1].astype(np.int64), np.concatenate(cols)[::-1].astype(np.int64)
 
 
 def token_times(rows: np.ndarray, n_frames: int, ended: bool, keep: np.ndarray | None = None
