@@ -62,6 +62,7 @@ from bench_first_runs import change_session_options, set_mem_pattern  # noqa: E4
 from bench_latency import NORMALIZER_NAME, match, percentile, split_words, wer_counts  # noqa: E402
 from captioner.errors import UserError  # noqa: E402
 from captioner.models import gpu_memory  # noqa: E402
+from captioner.serve.engine_link import SERVER_POLICY  # noqa: E402
 from word_times import load_manifest, word_times  # noqa: E402
 
 SR = 16_000
@@ -499,7 +500,9 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
                                   fill_close_wait_s=float(cut["closewait"])),
         admission=AdmissionConfig(time_budget="on" if args.admission else "off",
                                   gpu_memory_bytes=getattr(args, "gpu_memory_bytes", None)),
-        policy=PolicyConfig(kind=cut["policy"], forced_prefix=cut["prefix"] == "on"),
+        # auto: what `captioner serve` runs, so the capacity measured is the server's.
+        policy=PolicyConfig(kind=SERVER_POLICY if cut["policy"] == "auto" else cut["policy"],
+                            forced_prefix=cut["prefix"] == "on"),
         ring_kernels=cut["rings"] == "on",
         block_streams=getattr(args, "block_streams", 64),
         overlap_updates=cut["overlap"],
@@ -767,7 +770,7 @@ def main() -> int:
                              "decoding to a smaller batch as others finish, DecodingOptions.drop_finished), "
                              "speakers=off|on (every stream labelled: the voice encoder and clustering in each "
                              "round, EngineConfig.speakers), policy=auto|localagreement|alignatt|alignatt-gpu (the "
-                             "streaming policy, PolicyConfig.kind); e.g. 'prefix=off,rings=off;prefix=on,rings=on'")
+                             "streaming policy, PolicyConfig.kind; auto: the server's, serve --policy auto); e.g. 'prefix=off,rings=off;prefix=on,rings=on'")
     parser.add_argument("--gpu-memory", default=None, metavar="GIB",
                         help="the engine's GPU memory budget, as serve --gpu-memory: the shared ONNX Runtime arena "
                              "capped there, and streams refused under 15 %% of it left")

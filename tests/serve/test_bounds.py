@@ -75,3 +75,14 @@ def test_serve_takes_a_gpu_memory_budget_in_gib_and_puts_the_engines_on_a_capped
         with pytest.raises(UserError) as refused:
             _args(*argv)
         assert words in str(refused.value) and "\n" not in str(refused.value)
+
+
+def test_serve_runs_the_policy_its_capacity_is_measured_with_unless_told_otherwise():
+    from captioner.engine.policy.presets import names
+    from captioner.serve.engine_link import SERVER_POLICY, server_engine_config
+
+    assert SERVER_POLICY in names()
+    assert _args().policy == "auto"
+    assert server_engine_config(policy=_args().policy).policy.kind == SERVER_POLICY == "localagreement"
+    args = _args("--policy", "alignatt-gpu")
+    assert server_engine_config("off", None, args.policy).policy.kind == "alignatt-gpu"

@@ -66,13 +66,22 @@ capacity figures of docs/capacity.md), not the desktop's 0.5 s on a GPU, which w
 streams one GPU holds."""
 
 
-def server_engine_config(speakers: str = "auto", gpu_memory_bytes: int | None = None):
+SERVER_POLICY = "localagreement"
+"""A server's ``--policy auto``: the policy its capacity is measured with. AlignAtt times every
+word of every window from the attention on the engine's thread, many times LocalAgreement's host
+work per update, which one thread cannot give a thousand streams; ``serve --policy alignatt-gpu``
+gives a few streams its better conversation captions (docs/decisions/005-server-policy.md)."""
+
+
+def server_engine_config(speakers: str = "auto", gpu_memory_bytes: int | None = None, policy: str = "auto"):
     """The engine configuration every server pipeline runs with (``captioner serve``, the Ray
     replica): updates every :data:`SERVER_INTERVAL_S`, warmed up at start, speaker labels as
     ``serve --speakers`` says (``auto``: every stream but a client's microphone, docs/speakers.md),
-    and each engine's process held under ``serve --gpu-memory`` (``None``: the card's floor only)."""
+    each engine's process held under ``serve --gpu-memory`` (``None``: the card's floor only),
+    and the streaming policy ``serve --policy`` names (``auto``: :data:`SERVER_POLICY`)."""
     from captioner.engine.admission import AdmissionConfig  # noqa: PLC0415
     from captioner.engine.core import EngineConfig  # noqa: PLC0415 - the engine loads with the pipeline
+    from captioner.engine.policy.config import PolicyConfig  # noqa: PLC0415
     from captioner.engine.scheduler import SchedulerConfig  # noqa: PLC0415
     from captioner.engine.speakers import SpeakerConfig, check_mode  # noqa: PLC0415
 
@@ -81,7 +90,8 @@ def server_engine_config(speakers: str = "auto", gpu_memory_bytes: int | None = 
     # steps of about a hundred, which the desktop's 64 would cut short.
     return EngineConfig(scheduler=SchedulerConfig(base_interval_s=SERVER_INTERVAL_S, max_batch=SERVER_MAX_BATCH),
                         warm_up=True, speakers=SpeakerConfig(mode=check_mode(speakers)),
-                        admission=AdmissionConfig(gpu_memory_bytes=gpu_memory_bytes))
+                        admission=AdmissionConfig(gpu_memory_bytes=gpu_memory_bytes),
+                        policy=PolicyConfig(kind=SERVER_POLICY if policy == "auto" else policy))
 
 
 def server_standby(engines_per_device: int) -> bool:

@@ -95,10 +95,10 @@ class StarletteConnection:
 
 def build_app(model: str = "tiny.en", language: str | None = None, token: str | None = None,
               use_gpu: bool = False, num_replicas: int = 1, max_streams: int | None = None,
-              replica_cpus: float = 1.0, speakers: str = "auto"):
+              replica_cpus: float = 1.0, speakers: str = "auto", policy: str = "auto"):
     """The Ray Serve application (``serve.run(build_app(...))``): ``num_replicas`` replicas,
-    each with one GPU when ``use_gpu``, each an engine with many streams (speaker labels as
-    ``serve --speakers`` says)."""
+    each with one GPU when ``use_gpu``, each an engine with many streams (speaker labels and the
+    streaming policy as ``serve --speakers`` and ``--policy`` say)."""
     ray, serve = _import_ray()
     from fastapi import FastAPI, WebSocket
 
@@ -120,7 +120,7 @@ def build_app(model: str = "tiny.en", language: str | None = None, token: str | 
 
             device = "cuda:0" if use_gpu else "cpu"  # Ray hides the other GPUs from this process
             # Inline, as `captioner serve` (SERVE_ISOLATION there says why).
-            config = server_engine_config(speakers)
+            config = server_engine_config(speakers, policy=policy)
             self.link = EngineLink([device], lambda d: Pipeline([], model=model, language=language, device=d,
                                                                 config=config, isolation="inline"),
                                    lambda d: TelemetrySampler(gpu_index=telemetry_gpu_index(d)),
@@ -170,7 +170,7 @@ def run_ray(args, token: str | None) -> int:
     serve.start(http_options={"host": args.host, "port": args.port})
     started = time.monotonic()
     serve.run(build_app(args.model, args.language, token, use_gpu, replicas, args.max_streams,
-                        speakers=getattr(args, "speakers", "auto")),
+                        speakers=getattr(args, "speakers", "auto"), policy=getattr(args, "policy", "auto")),
               name=APP_NAME, route_prefix="/")
     print(f"captioner: Ray Serve: {replicas} replica(s) of {args.model} on {'GPUs' if use_gpu else 'CPUs'} "
           f"up in {time.monotonic() - started:.0f} s; ws://{args.host}:{args.port}{protocol.PATH}; Ctrl-C stops",

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from captioner.app.commands.policy_option import add_speakers_argument
+from captioner.app.commands.policy_option import POLICY_CHOICES, add_speakers_argument
 from captioner.app.interrupts import sigterm_as_interrupt, stop_requests
 from captioner.errors import UserError
 from captioner.serve import protocol
@@ -30,6 +30,9 @@ showed (docs/serve.md, "Measured")."""
 SERVE_SPEAKERS_HELP = ("label who speaks (Speaker 1, Speaker 2, ...) in each stream's captions: auto (the default) "
                        "every stream but one whose client says it is a microphone (source=microphone); on every "
                        "stream, off none (docs/speakers.md)")
+SERVE_POLICY_HELP = ("when a word is final: auto (the default) localagreement, the policy a server's capacity is "
+                     "measured with; alignatt-gpu or alignatt commit sooner and do better on conversation, for "
+                     "fewer streams (each word is timed on the engine's thread; docs/serve.md)")
 
 MAX_FRONTENDS = 64
 FRONTENDS_AUTO_DOC = "half the CPU cores, 1 to 8"
@@ -139,6 +142,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="write each connection's committed lines here (default: nothing is written)")
     parser.add_argument("--metrics-port", type=int, metavar="N", help="serve Prometheus metrics on 127.0.0.1:N")
     add_speakers_argument(parser, SERVE_SPEAKERS_HELP)
+    parser.add_argument("--policy", choices=POLICY_CHOICES, default="auto", help=SERVE_POLICY_HELP)
     parser.add_argument("--gpu-memory", metavar="GIB", default=None,
                         help="GPU memory each engine process may use, in GiB: ONNX Runtime's arena is capped there "
                              "and new streams are refused (1013) while under 15%% of it would be left; default: "
@@ -334,7 +338,7 @@ def run(args) -> int:
 
     def make_pipeline(device):
         return Pipeline([], model=args.model, language=args.language, device=device,
-                        config=server_engine_config(args.speakers, args.gpu_memory_bytes),
+                        config=server_engine_config(args.speakers, args.gpu_memory_bytes, args.policy),
                         isolation=args.isolation, standby=server_standby(args.engines_per_device))
 
     samplers: dict = {}  # one per device, shared by the engines on it (a sampler started twice is a no-op)
