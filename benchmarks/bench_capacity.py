@@ -67,7 +67,9 @@ from word_times import load_manifest, word_times  # noqa: E402
 
 SR = 16_000
 GAP_S = 0.8
-"""Room noise between two recordings of a stream (a pause that closes the segment)."""
+"""Room noise between two recordings of a stream: a pause, which keeps the segment open (it
+closes at the policy's long pause), so a caption may hold the end of one recording and the start
+of the next."""
 TAIL_S = 2.0
 MAX_LEAD_S = 3.0
 TICK_S = 0.1
@@ -120,10 +122,9 @@ class Programme:
         return out
 
 
-def clip_scores(updates, start_s: float, end_s: float, clip: Clip) -> tuple[list, list, tuple, tuple]:
-    """Shown and committed latencies of the clip's words, and (errors, words) of the committed
-    text and of the offline text, from the updates whose text ends within the clip's span
-    (segments close in the gaps between recordings, so a segment belongs to one clip)."""
+def clip_latencies(updates, start_s: float, end_s: float, clip: Clip) -> tuple[list, list]:
+    """Shown and committed latencies of the clip's words, from the updates whose text ends within
+    the clip's span (a caption that runs on into the next recording counts there)."""
     mine = [u for u in updates if start_s <= u.end_s <= end_s + GAP_S]
     keys = [w for w, _ in clip.words]
     first_shown: dict[int, float] = {}
@@ -141,8 +142,7 @@ def clip_scores(updates, start_s: float, end_s: float, clip: Clip) -> tuple[list
             first_shown.setdefault(j, u.emitted_wall_s)
     shown = [first_shown[j] - (start_s + e) for j, (_, e) in enumerate(clip.words) if j in first_shown]
     done = [committed_at[j] - (start_s + e) for j, (_, e) in enumerate(clip.words) if j in committed_at]
-    text = " ".join(u.text for u in mine if u.kind == "final")
-    return shown, done, wer_counts(clip.reference, text), wer_counts(clip.reference, clip.offline)
+    return shown, done
 
 
 def programmes(n: int, clips: list[Clip], audio_s: float) -> list[Programme]:
@@ -523,6 +523,7 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
     # The breakdown of the host path in CPU time: on a shared machine real time counts the
     # waits for a core too.
     live.engine.host_timer = time.thread_time
+    live.engine.interval_log = intervals = []
     progs = programmes(n, clips, args.audio_s)
     room = (np.random.default_rng(0).standard_normal(SR) * 10 ** (-70 / 20)).astype(np.float32)
     streams, refused = {}, []
@@ -584,15 +585,8 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
     live.close()
     audio_s = sum(p.n_samples for i, p in enumerate(progs) if i in streams) / SR
 
-    # Update intervals: clock time between consecutive updates of one segment of a stream.
-    intervals = []
-    by_segment: dict[tuple[str, int], list[float]] = {}
-    for u in updates:
-        by_segment.setdefault((u.stream, u.segment), []).append(u.emitted_wall_s)
-    for times in by_segment.values():
-        distinct = sorted(set(round(t, 6) for t in times))
-        intervals += list(np.diff(distinct))
-    # Caption latency per reference word, and WER.
+    # Update intervals as the engine's admission counts them (a kept pause is no interval: a
+    # segment now spans the gaps between recordings), and caption latency per reference word.
     shown_lat, commit_lat = [], []
     err_s = err_o = n_ref = 0
     n_words = 0
@@ -600,13 +594,18 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
     for u in updates:
         per_stream.setdefault(u.stream, []).append(u)
     for i in streams:
+        mine = per_stream.get(f"s{i}", [])
         for start_s, clip in progs[i].clips:
             end_s = start_s + clip.audio.shape[0] / SR
-            shown, done, (e, r), (eo, _) = clip_scores(per_stream.get(f"s{i}", []), start_s, end_s, clip)
+            shown, done = clip_latencies(mine, start_s, end_s, clip)
             shown_lat += shown
             commit_lat += done
-            err_s, err_o, n_ref = err_s + e, err_o + eo, n_ref + r
             n_words += len(clip.words)
+        # WER over the stream's whole text: a caption may span two recordings.
+        clips_in = [clip for _, clip in progs[i].clips]
+        e, r = wer_counts(" ".join(c.reference for c in clips_in), " ".join(u.text for u in mine if u.kind == "final"))
+        eo, _ = wer_counts(" ".join(c.reference for c in clips_in), " ".join(c.offline for c in clips_in))
+        err_s, err_o, n_ref = err_s + e, err_o + eo, n_ref + r
 
     batches = sum(r.batch for r in records)
     model_wall_s = sum(r.wall_s for r in records)

@@ -121,6 +121,26 @@ def test_a_hesitation_keeps_the_segment_and_its_audio_open_until_a_long_silence(
     assert all(r.end_s < words[-1].end_s + long_pause_s + 0.2 for r in recognizer.requests)
 
 
+def test_a_pause_kept_inside_a_segment_is_no_update_interval():
+    """Admission and the capacity benchmark count the waits of a stream with speech to update:
+    a 3 s pause inside one segment is not an interval of 3 s."""
+    first = phrase("the quick brown fox", 1.0)
+    words = first + phrase("jumps over the lazy dog", first[-1].end_s + 3.0)
+    assert words[4].start_s - words[3].end_s < PolicyConfig().long_pause_s
+    clock = SimClock()
+    live = make_live(ScriptedRecognizer({"Me": words}), clock)
+    live.open_stream("Me")
+    live.engine.interval_log = intervals = []
+    updates = feed(live, clock, {"Me": render_speech(words, words[-1].end_s + 1.0)})
+    assert {u.segment for u in finals(updates)} == {0}
+    # The segment's updates stop for the pause (its words committed, nothing to update)...
+    times = sorted({u.emitted_audio_s for u in updates})
+    assert max(b - a for a, b in zip(times, times[1:])) >= 2.0
+    # ...and the engine counts no interval across it.
+    base_s = live.engine.config.scheduler.base_interval_s
+    assert len(intervals) >= 3 and max(intervals) <= base_s + 0.2
+
+
 def test_pure_silence_asks_the_model_nothing_and_emits_no_update():
     """Room noise alone never opens a segment: no model step, no update, even at finish."""
     recognizer = ScriptedRecognizer({"Me": []})

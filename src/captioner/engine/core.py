@@ -300,6 +300,9 @@ class Engine:
         self.vad = VadBank(self.config.vad)
         self._intervals_s: deque[float] = deque(maxlen=4096)
         self._interval_p99: tuple[int, float] | None = None
+        self.interval_log: list[float] | None = None
+        """Where given (a benchmark), every update interval as admission counts it: between two
+        updates of a stream with speech in between, a kept pause left out."""
         self._costs = {"main": StepCost(), "light": StepCost()}
         self.light_steps = 0
         self._frame_latency_ms: deque[float] = deque(maxlen=200)
@@ -533,8 +536,8 @@ class Engine:
                        self.host_cost.per_audio_s if with_host else 0.0)
 
     def measured_interval_p99_s(self) -> float | None:
-        """p99 of the engine's recent update intervals (clock time between two updates of one
-        segment of a stream; the last 4,096), ``None`` before 20 or with no stream open.
+        """p99 of the engine's recent update intervals (clock time between two updates of a
+        stream with speech in between; the last 4,096), ``None`` before 20 or with no stream open.
         Worked out once per model step: a burst of opened streams asks for it each time."""
         if not self._streams or len(self._intervals_s) < 20:
             return None
@@ -936,6 +939,8 @@ class Engine:
         for s, (_, ready), hyp in zip(streams, spans, hypotheses):
             if s.last_update_ns is not None:
                 self._intervals_s.append((t1 - s.last_update_ns) / 1e9)
+                if self.interval_log is not None:
+                    self.interval_log.append(self._intervals_s[-1])
             s.last_update_ns = t1
             end_s = (ready + s.frame_offset) / FRAMES_PER_S
             ends_s.append(end_s)
