@@ -281,3 +281,30 @@ def test_a_long_window_without_a_decoder_timestamp_is_trimmed_in_a_pause_after_a
     policy.update(Hypothesis(words, 0.0, 12.5, (float("inf"),)), 12.5, 12.5)
     assert abs(policy.buffer_start_s - 7.7) < 1e-9  # just after it: a measured start may come late
     assert policy.prompt_text().endswith("oo pp.")
+
+
+def test_a_window_is_not_trimmed_in_a_pause_the_last_partial_did_not_have():
+    """A word's measured start moves between hypotheses: the pause before the first word still
+    to commit must be there in the partial shown before too. The sonnet's "niggarding" was shown
+    right after the committed "in", the next hypothesis put it 0.8 s later, the cut fell inside
+    it, and the next window never heard it."""
+    from captioner.engine.policy.alignatt import AlignAttPolicy
+
+    names = [chr(ord("a") + i) * 2 for i in range(16)]
+    said = [(" " + name, 0.5 * i, 0.5 * i + 0.4) for i, name in enumerate(names)]
+    said[15] = (" pp.", 7.5, 7.6)
+    heard = [Word(t, a, b, 0, attend_s=b) for t, a, b in said]
+
+    def run(qq_shown_at_s: float) -> float:
+        policy = AlignAttPolicy("s", PolicyConfig(kind="alignatt", first_words=0, attend_margin_s=0.1))
+        # "qq" shown first (at the window's end: not committed), where the decoder placed it then...
+        policy.update(Hypothesis(tuple(heard) + (Word(" qq", qq_shown_at_s, 11.8, 0, attend_s=11.85),), 0.0, 11.9,
+                                 (float("inf"),)), 11.9, 11.9)
+        assert policy.partial_text.strip() == "qq"
+        # ...then 0.4 s after "pp." in a buffer long enough to be trimmed.
+        policy.update(Hypothesis(tuple(heard) + (Word(" qq", 8.0, 12.4, 0, attend_s=12.45),), 0.0, 12.5,
+                                 (float("inf"),)), 12.5, 12.5)
+        return policy.buffer_start_s
+
+    assert run(qq_shown_at_s=7.62) == 0.0  # the pause was not there before: no cut
+    assert abs(run(qq_shown_at_s=8.0) - 7.7) < 1e-9  # there both times: cut in it

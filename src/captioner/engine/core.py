@@ -105,8 +105,10 @@ class BlockSlice(NamedTuple):
 class EngineConfig:
     pause_s: float = 0.5
     """Silence after speech that closes a segment (the final update)."""
-    lead_in_s: float = 0.3
-    """Audio kept before a speech onset, so a window does not start inside a word."""
+    lead_in_s: float = 1.0
+    """Audio kept before a speech onset: a window does not start inside a word, and Whisper hears
+    the first words of a window worse when they begin at its first frames (a caller's short
+    answer after the other side spoke, docs/latency.md)."""
     min_speech_s: float = 0.15
     """A segment with less speech than this is dropped without a model step (a click, a cough)."""
     first_update_speech_s: float = 0.3

@@ -267,6 +267,7 @@ class LocalAgreementPolicy:
         agreed = whole_words(tail, self._agreed(tail, hypothesis))
         new_commit = tail[:agreed]
         rest = tail[agreed:]
+        shown_before = s.previous_tail
         self._commit(emit, new_commit)
         s.previous_tail = rest
         emit.partial(rest)
@@ -277,7 +278,7 @@ class LocalAgreementPolicy:
 
         buffer_s = hypothesis.end_s - s.buffer_start_s
         if buffer_s >= self.config.max_buffer_s and not self._trim(words, start_index + agreed, offset, hypothesis) \
-                and not self._trim_at_word(rest):
+                and not self._trim_at_word(rest, shown_before=shown_before):
             # No safe boundary inside a full buffer: commit what is there and restart after it.
             if rest:
                 self._commit(emit, rest)
@@ -287,7 +288,7 @@ class LocalAgreementPolicy:
             # A sentence's end first: a cut inside a sentence leaves its rest only the prompt.
             sentences_only = buffer_s < (self.config.trim_after_s + self.config.max_buffer_s) / 2
             if not self._trim(words, start_index + agreed, offset, hypothesis, sentences_only):
-                self._trim_at_word(rest, sentences_only)
+                self._trim_at_word(rest, sentences_only, shown_before)
         return out
 
     def start_after_committed(self) -> None:
@@ -502,21 +503,28 @@ class LocalAgreementPolicy:
         s.buffer_start_s = at_s
         s.prefix = ()  # its timestamps counted from the old start
 
-    def _trim_at_word(self, following: list[Word], sentences_only: bool = False) -> bool:
+    def _trim_at_word(self, following: list[Word], sentences_only: bool = False,
+                      shown_before: list[Word] = ()) -> bool:
         """Cut the buffer in a pause after a committed word (with ``sentences_only``, one that
         ends a sentence) where the committed words' times were measured (attention DTW):
         conversation often comes as one long decoder segment with no timestamp to cut at, and a
         full buffer then committed and restarted in the middle of a dictated number. Only where a
         gap of at least ``TRIM_GAP_S`` follows the word (``following``: the words after the
         committed ones), so the next window starts in silence, not on a word it could hear
-        reworded; return whether a cut was made."""
+        reworded; return whether a cut was made. A word's measured start moves from one
+        hypothesis to the next: the word after the gap must start after it in the last partial
+        shown (``shown_before``) too (a cut where the partial put "niggarding" took it off the
+        next window, which never heard it)."""
         s = self._s
         if not s.committed or any(w.attend_s is None for w in s.committed):
             return False
         after = s.committed[1:] + following[:1]  # the word after each committed one
         for stop in range(len(after), 0, -1):
             word = s.committed[stop - 1]
-            if (sentences_only and not ends_sentence(word)) or after[stop - 1].start_s - word.end_s < TRIM_GAP_S:
+            next_s = after[stop - 1].start_s
+            if stop == len(s.committed):  # the word after is still to commit
+                next_s = min([next_s] + [w.start_s for w in shown_before if w.key == after[stop - 1].key])
+            if (sentences_only and not ends_sentence(word)) or next_s - word.end_s < TRIM_GAP_S:
                 continue
             # Near the committed end: a word's measured start may lie later than it begins.
             self._cut(stop, max(s.buffer_start_s, word.end_s + TRIM_GAP_S / 3))
