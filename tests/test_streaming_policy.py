@@ -308,3 +308,20 @@ def test_a_window_is_not_trimmed_in_a_pause_the_last_partial_did_not_have():
 
     assert run(qq_shown_at_s=7.62) == 0.0  # the pause was not there before: no cut
     assert abs(run(qq_shown_at_s=8.0) - 7.7) < 1e-9  # there both times: cut in it
+
+
+def test_a_committed_word_the_next_window_leaves_out_is_not_matched_to_a_later_one():
+    """The sonnet's "thyself thy foe, to thy sweet": "thy" committed, then a window that does not
+    hear it again begins "foe, to thy sweet". The committed "thy" is no anchor in the later
+    "thy" 1.4 s on: that dropped "foe, to" as if they were committed."""
+    from captioner.engine.policy.alignatt import AlignAttPolicy
+
+    policy = AlignAttPolicy("s", PolicyConfig(kind="alignatt", first_words=0, attend_margin_s=0.1))
+    first = policy.update(Hypothesis((Word(" thy", 0.3, 0.6, 0, attend_s=0.6),
+                                      Word(" foe", 0.7, 2.9, 0, attend_s=2.95)), 0.0, 3.0, (float("inf"),)), 3.0, 3.0)
+    assert [u.text for u in first if u.kind == "final"] == ["thy"]
+    again = policy.update(Hypothesis((Word(" foe,", 0.7, 1.5, 0, attend_s=1.4), Word(" to", 1.5, 1.7, 0, attend_s=1.6),
+                                      Word(" thy", 1.7, 2.0, 0, attend_s=1.9),
+                                      Word(" sweet", 2.0, 3.9, 0, attend_s=3.95)), 0.0, 4.0, (float("inf"),)), 4.0, 4.0)
+    assert " ".join(u.text for u in again if u.kind == "final") == "foe, to thy"
+    assert policy.partial_text.strip() == "sweet"

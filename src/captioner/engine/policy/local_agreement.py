@@ -458,6 +458,8 @@ class LocalAgreementPolicy:
             exact = prev[i] == 0 and m >= 3
             if distance_s > self.config.match_tolerance_s * (2 if exact else 1):
                 continue
+            if m < 3 and self._skips_new_speech(words[:i - 1], last_end_s):
+                continue
             score = prev[i] + 0.1 * abs(i - n) + 0.2 * distance_s
             if score < best_score:
                 best_i, best_score = i, score
@@ -468,6 +470,14 @@ class LocalAgreementPolicy:
             if (w.start_s + w.end_s) / 2 >= last_end_s:
                 return i
         return len(words)
+
+    def _skips_new_speech(self, before: list[Word], committed_end_s: float) -> bool:
+        """Whether an anchor of one or two committed words would drop words heard after the
+        committed text: with measured times, a word before the anchor that ends well after the
+        committed end is new speech, and the anchor another use of a common word ("thy" matched
+        the next line's "thy" 1.4 s on, and "foe, to" before it were never committed)."""
+        margin_s = self.config.match_tolerance_s / 3
+        return any(w.attend_s is not None and w.key and w.end_s > committed_end_s + margin_s for w in before)
 
     def _trim(self, words: list[Word], committed_upto: int, offset: int, hypothesis: Hypothesis,
               sentences_only: bool = False) -> bool:
