@@ -603,8 +603,9 @@ def run_once(backend, recognizer, clips: list[Clip], n: int, args, light=None) -
             n_words += len(clip.words)
         # WER over the stream's whole text: a caption may span two recordings.
         clips_in = [clip for _, clip in progs[i].clips]
-        e, r = wer_counts(" ".join(c.reference for c in clips_in), " ".join(u.text for u in mine if u.kind == "final"))
-        eo, _ = wer_counts(" ".join(c.reference for c in clips_in), " ".join(c.offline for c in clips_in))
+        reference = " ".join(c.reference for c in clips_in)
+        e, r = wer_counts(reference, " ".join(u.text for u in mine if u.kind == "final"))
+        eo, _ = wer_counts(reference, " ".join(c.offline for c in clips_in))
         err_s, err_o, n_ref = err_s + e, err_o + eo, n_ref + r
 
     batches = sum(r.batch for r in records)

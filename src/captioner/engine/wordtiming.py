@@ -82,24 +82,19 @@ def _path_back(total: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     Along a row the path goes left until a cell where the diagonal or the cell above costs no
     more than the cell to its left: one vectorised test per row, not one per step."""
     n, m = total.shape
-    up = np.empty((n, m))
-    diag = np.empty((n, m))
-    left = np.empty((n, m))
-    up[1:] = total[:-1]
-    diag[1:, 1:] = total[:-1, :-1]
-    diag[:, 0] = np.inf
-    left[:, 1:] = total[:, :-1]
-    left[:, 0] = np.inf
-    rise = np.minimum(diag, up) <= left  # where the path leaves a row (for rows 1 on)
-    rise[:, 0] = True  # the first column: only up
     rows: list[np.ndarray] = []
     cols: list[np.ndarray] = []
     j = m - 1
     for i in range(n - 1, 0, -1):
-        k = j - int(np.argmax(rise[i, j::-1]))  # the first cell leftwards where the path rises
+        up = total[i - 1, :j + 1]
+        diag = np.concatenate(([np.inf], total[i - 1, :j]))
+        left = np.concatenate(([np.inf], total[i, :j]))
+        rise = np.minimum(diag, up) <= left
+        rise[0] = True  # the first column: only up
+        k = j - int(np.argmax(rise[::-1]))  # the first cell leftwards where the path rises
         cols.append(np.arange(j, k - 1, -1))
         rows.append(np.full(j - k + 1, i))
-        j = k - 1 if k > 0 and diag[i, k] <= up[i, k] else k
+        j = k - 1 if k > 0 and diag[k] <= up[k] else k
     cols.append(np.arange(j, -1, -1))
     rows.append(np.zeros(j + 1, np.int64))
     return np.concatenate(rows)[::-1].astype(np.int64), np.concatenate(cols)[::-1].astype(np.int64)
