@@ -87,6 +87,26 @@ def test_a_sentence_ended_in_the_same_update_gives_the_next_words_the_first_word
     assert committed(out) == "to help with that. One"  # "is" has 1.4 s of speech after it, not 1.5
 
 
+def test_a_sentence_begun_inside_a_segment_waits_for_less_context_than_a_segment_start():
+    """``sentence_context_s``: the first words of a sentence whose window already holds the
+    speech before it ("Yes. What is it") wait for 1 s of speech after them; the same words at a
+    segment's start, with nothing heard before them, wait for ``first_context_s``; after a
+    segment closes, its next line is a segment start again."""
+    config = PolicyConfig(kind="alignatt", first_context_s=1.5, sentence_context_s=1.0, attend_margin_s=0.1, first_words=3)
+    question = [("What", 0.8, 1.0), ("is", 1.1, 1.2), ("it", 1.3, 1.5), ("now", 1.6, 2.3)]
+    policy = AlignAttPolicy("s", config)
+    out = policy.update(hyp([("Yes.", 0.1, 0.5), *question[:1]], end_s=1.1), 1.1, 1.1)
+    assert committed(out) == ""  # "Yes." has 0.5 s of speech after it, not 1.5
+    out = policy.update(hyp([("Yes.", 0.1, 0.5), *question], end_s=2.4), 2.4, 2.4)
+    # "What" and "is" have 1.3 and 1.1 s of speech after them; "it" 0.8 s.
+    assert committed(out) == "Yes. What is"
+    alone = AlignAttPolicy("s", config).update(hyp(question, end_s=2.4), 2.4, 2.4)
+    assert committed(alone) == ""  # a segment's first words: 1.3 s is not 1.5 s
+    policy.update(hyp([("Yes.", 0.1, 0.5), *question], end_s=2.4), 2.4, 2.4, close_segment=True)
+    later = [(w, a + 10.0, b + 10.0) for w, a, b in question]
+    assert committed(policy.update(hyp(later, end_s=12.4, start_s=9.5), 12.4, 12.4)) == ""
+
+
 def test_a_committed_word_never_changes_though_later_hypotheses_disagree():
     policy = AlignAttPolicy("s", no_first_context())
     out = policy.update(hyp(SPEECH[:4], end_s=2.0), 2.0, 2.0)
@@ -137,6 +157,47 @@ def test_a_pause_keeps_the_segment_and_its_audio_open_until_a_long_silence():
     assert policy.settle(2.0, 3.1, 5.0, 5.0) == [] and policy.has_pending_text
     assert policy.settle(4.0, 6.7, 7.0, 7.0) == [] and not policy.has_pending_text
     assert policy.buffer_start_s == 6.7 and policy.prompt_text().endswith("lazy")
+
+
+def test_words_guessed_in_the_pause_wait_for_the_speech_after_it():
+    """``hold_min_p``: at a hold, the words at the end that attended past the audio their
+    hypothesis held (the padding) and were chosen with low probability are not committed: call
+    00d6's agent paused after "what is the source", tiny.en ended the window with "of count?"
+    (p 0.50 and 0.32), and "account?" came 3 s later. They stay shown until the speech after the
+    pause is heard with them, or a long pause commits them (a real "Bye." looks alike). A last
+    word the model was sure of ("account?", p 0.98) attends to the padding too: the hold commits it."""
+    def word(text, start_s, end_s, attend_s, p):
+        return Word(" " + text, start_s, end_s, 0, attend_s=attend_s, confidence=p)
+
+    def heard(*words, end_s):
+        return Hypothesis(tuple(words), 0.0, end_s, (float("inf"),))
+
+    said = [word("what", 0.2, 0.4, 0.3, 0.98), word("is", 0.5, 0.6, 0.5, 0.99), word("the", 0.7, 0.8, 0.7, 0.9),
+            word("source", 0.9, 1.3, 1.0, 0.99)]
+    guesses = [word("of", 1.4, 1.6, 1.5, 0.50), word("count?", 1.7, 2.2, 29.9, 0.32)]
+    config = PolicyConfig(kind="alignatt", first_context_s=2.5, hold_s=1.5, long_pause_s=4.0, hold_min_p=0.6)
+    policy = AlignAttPolicy("s", config)
+    assert committed(policy.update(heard(*said, *guesses, end_s=2.3), 2.3, 2.3)) == ""
+    out = policy.settle(1.6, 2.3, 2.9, 2.9)
+    # "of" attended inside the audio: only "count?" may be a guess past it, and waits.
+    assert committed(out) == "what is the source of" and policy.partial_text == "count?"
+    assert policy.settles_at_s() == 4.0 and policy.settle(2.5, 2.3, 3.8, 3.8) == []
+    # The speech after the pause is heard with the guess's audio: "account?", and no "count?".
+    resumed = heard(*said, word("of", 1.4, 1.6, 1.5, 0.5), word("account?", 4.1, 4.6, 4.5, 0.9),
+                    word("And", 4.8, 5.0, 4.9, 0.9), end_s=6.0)
+    out = policy.update(resumed, 6.0, 6.0)
+    assert committed(out).startswith("account?")
+    # At the end of what is said, a long pause commits a guess: a real word may look like one.
+    ending = AlignAttPolicy("s", config)
+    ending.update(heard(*said, word("bye.", 1.4, 1.8, 29.9, 0.4), end_s=2.3), 2.3, 2.3)
+    assert committed(ending.settle(1.6, 2.3, 2.9, 2.9)) == "what is the source"
+    assert committed(ending.settle(4.0, 2.3, 6.3, 6.3)) == "bye."
+    sure = AlignAttPolicy("s", config)
+    sure.update(heard(*said, word("account?", 1.4, 2.2, 29.9, 0.98), end_s=2.3), 2.3, 2.3)
+    assert committed(sure.settle(1.6, 2.3, 2.9, 2.9)) == "what is the source account?"
+    unset = AlignAttPolicy("s", PolicyConfig(kind="alignatt", first_context_s=2.5, hold_s=1.5, hold_min_p=None))
+    unset.update(heard(*said, *guesses, end_s=2.3), 2.3, 2.3)
+    assert committed(unset.settle(1.6, 2.3, 2.9, 2.9)) == "what is the source of count?"
 
 
 def test_a_rejected_hypothesis_closes_the_segment_with_a_window_from_the_committed_words():
@@ -349,6 +410,7 @@ def test_auto_takes_the_default_of_the_device_class():
     # CUDA: the GPU preset, AlignAtt with its closing-window overlap (docs/latency.md)
     gpu = resolve(auto, "CUDAExecutionProvider")
     assert gpu.kind == "alignatt" and gpu.close_overlap_s > 0 and gpu.first_context_s < PolicyConfig().first_context_s
+    assert gpu.sentence_context_s < gpu.first_context_s
     assert resolve(PolicyConfig(kind="alignatt"), "CPUExecutionProvider").kind == "alignatt"
     with pytest.raises(ValueError):
         make_policy("s", auto)  # unresolved

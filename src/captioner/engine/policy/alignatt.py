@@ -16,7 +16,10 @@ Rules, per update (times on the stream's clock; ``end`` = the end of the audio i
 2. Context before commitment: while fewer than ``first_words`` words of the segment (or of a new
    sentence) are committed, a word also needs ``first_context_s`` of speech after it in the
    window (up to the end of the last word heard). Whisper tiny.en hears JFK's "And so my fellow Americans" as "am I fellow" from every
-   prefix of 2.7-3.3 s of the recording, and right from 4 s on, when "ask not" follows. A pause
+   prefix of 2.7-3.3 s of the recording, and right from 4 s on, when "ask not" follows. A
+   sentence that begins inside a segment, whose window already holds the speech before it,
+   waits for ``sentence_context_s`` instead (in conversation, most words are among the first
+   three of a short sentence: "How can I help you today?"). A pause
    keeps the segment open (the base policy's rule), so such words stay partial and the next
    speech is decoded in the same window; a silence of ``hold_s`` commits them.
 3. Lines: a committed word that ends a sentence ends the caption line (the update's ``segment``
@@ -33,7 +36,7 @@ Rules, per update (times on the stream's clock; ``end`` = the end of the audio i
    margin but that the last update heard the same); the first-words rule holds for both.
 
 The trade of lag for stability is in ``PolicyConfig``: ``attend_margin_s``, ``first_words``,
-``first_context_s``, ``first_words_per_sentence``, ``commit_on_agreement`` and
+``first_context_s``, ``sentence_context_s``, ``first_words_per_sentence``, ``commit_on_agreement`` and
 ``close_overlap_s`` (where a segment's closing window starts); named
 settings per device class are in :mod:`captioner.engine.policy.presets`.
 
@@ -69,6 +72,7 @@ class AlignAttPolicy(LocalAgreementPolicy):
     def __init__(self, stream: str, config: PolicyConfig | None = None, start_s: float = 0.0) -> None:
         super().__init__(stream, config, start_s)
         self._line_words = 0  # words committed since the segment or sentence began
+        self._line_after_sentence = False  # the line began at a sentence end, not a segment start
 
     def update(self, hypothesis: Hypothesis, emitted_audio_s: float, emitted_wall_s: float,
                close_segment: bool = False, close_at_s: float | None = None, cut_in_speech: bool = False):
@@ -108,12 +112,17 @@ class AlignAttPolicy(LocalAgreementPolicy):
         # most of it the pause before "ask not").
         heard_s = max((w.end_s for w in hypothesis.words if w.key), default=hypothesis.start_s)
         line = self._line_words
+        after_sentence = self._line_after_sentence
         out = []
         for w in tail:
             sure = c.sure_p is not None and w.confidence is not None and w.confidence >= c.sure_p
-            out.append(line >= c.first_words or sure or heard_s - w.end_s >= c.first_context_s)
+            need_s = c.first_context_s
+            if after_sentence and c.sentence_context_s is not None:
+                need_s = min(need_s, c.sentence_context_s)
+            out.append(line >= c.first_words or sure or heard_s - w.end_s >= need_s)
             if ends_sentence(w) and c.first_words_per_sentence:
                 line = 0
+                after_sentence = True
             elif w.key:
                 line += 1
         return out
@@ -130,6 +139,7 @@ class AlignAttPolicy(LocalAgreementPolicy):
                 # words count on towards ``first_words``).
                 self._line_words = 0 if self.config.first_words_per_sentence else \
                     self._line_words + sum(1 for x in piece if x.key)
+                self._line_after_sentence = self.config.first_words_per_sentence
                 piece = []
         if piece:
             super()._commit(emit, piece)
@@ -139,6 +149,7 @@ class AlignAttPolicy(LocalAgreementPolicy):
         super()._close(at_s, keep_segment)
         if not keep_segment:
             self._line_words = 0
+            self._line_after_sentence = False
 
 
 def _unanchored(hypothesis: Hypothesis) -> bool:

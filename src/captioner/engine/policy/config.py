@@ -26,6 +26,11 @@ class PolicyConfig:
     audio (at any committed segment end from halfway to ``max_buffer_s`` on)."""
     hold_s: float = 1.5
     """A silence this long commits the words still shown (:meth:`LocalAgreementPolicy.settle`)."""
+    hold_min_p: float | None = 0.5
+    """At ``hold_s``, shown words at the end that attended past the audio their hypothesis held
+    and were chosen with less than this probability are not committed: the model may have
+    guessed them in the pause; they wait for the speech after it or for ``long_pause_s``
+    (``None``: every shown word is committed at ``hold_s``)."""
     long_pause_s: float = 4.0
     """A silence this long closes the open segment: the audio before it leaves the window and
     its words become the prompt (:meth:`LocalAgreementPolicy.settle`)."""
@@ -45,6 +50,11 @@ class PolicyConfig:
     """AlignAtt: the first ``first_words`` of a segment are committed only once the window holds
     this much audio after them (Whisper hears "my fellow" as "am I" with nothing after it)."""
     first_words: int = 3
+    sentence_context_s: float | None = 1.5
+    """AlignAtt: the context the first words of a sentence that begins inside a segment wait for,
+    where the window already holds the speech before them (never more than ``first_context_s``;
+    ``None``: ``first_context_s``); in
+    conversation most words are among the first three of a short sentence (docs/latency.md)."""
     sure_p: float | None = None
     """AlignAtt: a first word (``first_words``) the decoder chose with at least this probability
     for each of its tokens needs no more context (``None``: every first word waits for it)."""

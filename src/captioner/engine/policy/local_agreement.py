@@ -51,6 +51,7 @@ class _State:
     buffer_start_s: float = 0.0
     committed: list[Word] = field(default_factory=list)  # committed words still inside the buffer
     previous_tail: list[Word] = field(default_factory=list)  # uncommitted words of the last hypothesis
+    tail_heard_s: float = 0.0  # where the audio of the hypothesis that gave previous_tail ended
     partial_text: str = ""
     segment: int = 0
     # The texts (not the Words) of the committed words before the buffer, as many as a prompt
@@ -113,8 +114,9 @@ class LocalAgreementPolicy:
         s, c = self._s, self.config
         out: list[CaptionUpdate] = []
         if s.previous_tail and silence_s >= c.hold_s:
-            # A number at the end waits for the long pause: the speaker may go on with its digits.
-            n = len(s.previous_tail) if silence_s >= c.long_pause_s else whole_words(s.previous_tail, len(s.previous_tail))
+            # A number at the end waits for the long pause: the speaker may go on with its digits;
+            # so do words guessed in the pause: speech that resumes before it is heard again.
+            n = len(s.previous_tail) if silence_s >= c.long_pause_s else self._held_words()
             if n:
                 emit = _Emitter(self, emitted_audio_s, emitted_wall_s, out)
                 self._commit(emit, s.previous_tail[:n])
@@ -124,6 +126,13 @@ class LocalAgreementPolicy:
         if silence_s >= c.long_pause_s and not self.has_uncommitted_text and self.has_pending_text:
             self._close(close_at_s)
         return out
+
+    def _held_words(self) -> int:
+        """How many of the words shown a silence of ``hold_s`` commits: whole words, and not
+        those guessed in the pause (:func:`_guessed_at_end`)."""
+        s = self._s
+        heard = len(s.previous_tail) - _guessed_at_end(s.previous_tail, s.tail_heard_s, self.config.hold_min_p)
+        return whole_words(s.previous_tail, heard) if heard else 0
 
     @property
     def needs_closing_window(self) -> bool:
@@ -138,7 +147,7 @@ class LocalAgreementPolicy:
         """The silence at which :meth:`settle` next has something to do (``inf``: nothing open)."""
         s, c = self._s, self.config
         if s.previous_tail:
-            return c.hold_s if whole_words(s.previous_tail, len(s.previous_tail)) else c.long_pause_s
+            return c.hold_s if self._held_words() else c.long_pause_s
         if s.committed or s.partial_text:
             return c.long_pause_s
         return float("inf")
@@ -270,6 +279,7 @@ class LocalAgreementPolicy:
         shown_before = s.previous_tail
         self._commit(emit, new_commit)
         s.previous_tail = rest
+        s.tail_heard_s = hypothesis.end_s
         emit.partial(rest)
         if offset == 0:  # the hypothesis begins with the committed words, and only they precede the new ones
             self._keep_prefix(hypothesis, start_index + agreed)
@@ -552,6 +562,23 @@ class LocalAgreementPolicy:
         s.prefix = ()
         if not keep_segment:
             s.segment += 1
+
+
+def _guessed_at_end(words: list[Word], heard_s: float, below_p: float | None) -> int:
+    """How many words at the end of ``words`` may be guesses past the speech: each attended past
+    the audio its hypothesis held (``heard_s``) and was chosen with probability under
+    ``below_p`` (``None``: none are). tiny.en ended "what is the source" with "of count?" in the
+    second of breath after it (p 0.50 and 0.32, attention on the padding); the speaker's
+    "account?" came 3 s later. A real last word can look the same ("Bye.", a ZIP code on a
+    phone line), so such words wait for the long pause; they are not dropped."""
+    if below_p is None:
+        return 0
+    n = 0
+    for w in reversed(words):
+        if w.attend_s is None or w.confidence is None or w.attend_s <= heard_s or w.confidence >= below_p:
+            break
+        n += 1
+    return n
 
 
 def _substitution(a: str, b: str) -> float:

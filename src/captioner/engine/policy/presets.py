@@ -14,13 +14,14 @@ from captioner.engine.policy.config import POLICIES, PolicyConfig
 from captioner.engine.policy.local_agreement import LocalAgreementPolicy
 
 PRESETS: dict[str, dict] = {
-    "alignatt-gpu": {"kind": "alignatt", "first_context_s": 1.5, "attend_margin_s": 0.1, "close_overlap_s": 3.0,
-                     "sure_p": 0.9},
+    "alignatt-gpu": {"kind": "alignatt", "first_context_s": 1.5, "sentence_context_s": 1.0, "attend_margin_s": 0.1,
+                     "close_overlap_s": 3.0, "sure_p": 0.9},
 }
 """Named settings. ``alignatt-gpu``: AlignAtt for a device whose model step takes tens of
 milliseconds (tiny.en on a data-centre GPU), updated every 0.5 s: the first three words of a sentence wait for
-1.5 s of speech after them (not 2.5 s), or for none when the decoder chose each of their tokens
-with p >= 0.9; a word is held only while its attention lies within 0.1 s of the end (not 0.4 s);
+1.5 s of speech after them (not 2.5 s), 1 s for a sentence that begins inside a segment (the
+window holds the speech before it), or none when the decoder chose each of their tokens with
+p >= 0.9; a word is held only while its attention lies within 0.1 s of the end (not 0.4 s);
 a segment's closing window keeps the last 3 s of committed words (``close_overlap_s``). Chosen
 on the CPU with the clock charged 40 ms per step, which gives a GPU's captions to the word
 (docs/latency.md)."""
