@@ -16,7 +16,11 @@ from pathlib import Path
 from captioner.errors import UserError
 from captioner.events import WINDOW_FRAMES
 from captioner.models.ct2_reader import Ct2Model, read_model
-from captioner.models.tokenizer import MULTILINGUAL_MIN_VOCAB, N_TIMESTAMP_TOKENS
+from captioner.models.tokenizer import (
+    MULTILINGUAL_MIN_VOCAB,
+    N_TIMESTAMP_TOKENS,
+    SpecialTokens,
+)
 
 PACKAGED_MODELS = ("tiny.en", "base")
 
@@ -73,20 +77,6 @@ def audio_contexts(windows_s, dims: WhisperDims) -> tuple[int, ...]:
                             f"in steps of 0.02 s (20 ms encoder positions)")
         out.add(n)
     return tuple(sorted(out))
-
-
-@dataclass(frozen=True)
-class SpecialTokens:
-    eot: int
-    sot: int
-    translate: int
-    transcribe: int
-    sot_lm: int
-    sot_prev: int
-    no_speech: int
-    no_timestamps: int
-    timestamp_begin: int
-    lang_ids: dict[str, int]  # "en" -> 50259 (base) / 50258 (tiny.en)
 
 
 @dataclass(frozen=True)
@@ -195,6 +185,7 @@ def _special_tokens(tokenizer_path: Path) -> SpecialTokens:
         no_speech=need("<|nospeech|>", "<|nocaptions|>"),
         no_timestamps=no_ts,
         timestamp_begin=no_ts + 1,
+        timestamp_end=no_ts + N_TIMESTAMP_TOKENS,
         lang_ids=dict(sorted(lang_ids.items(), key=lambda kv: kv[1])),
     )
 

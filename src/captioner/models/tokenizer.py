@@ -13,7 +13,7 @@ they are computed from ``<|notimestamps|>`` as CTranslate2 and Whisper do.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -37,6 +37,9 @@ _MUSIC_SYMBOLS = set("♩♪♫♬♭♮♯")  # suppressed even when they only 
 
 @dataclass(frozen=True, slots=True)
 class SpecialTokens:
+    """A Whisper vocabulary's special token ids: read by the tokenizer, and from the tokenizer's
+    JSON alone when a model folder is checked (:func:`captioner.models.registry.resolve_model`)."""
+
     eot: int
     sot: int
     sot_prev: int
@@ -47,6 +50,9 @@ class SpecialTokens:
     no_speech: int
     timestamp_begin: int
     timestamp_end: int
+    lang_ids: dict[str, int] = field(default_factory=dict, compare=False)
+    """"en" -> 50259 (base) / 50258 (tiny.en), in id order; empty where not read (the
+    tokenizer keeps its own, :attr:`WhisperTokenizer.language_ids`)."""
 
 
 def _require(tokenizer, token: str, path: Path) -> int:
