@@ -108,7 +108,8 @@ def test_listen_captions_on_the_server_and_survives_its_restart(pulse_server, sp
     # its speakers, each turn headed by the stream and the speaker on a line of its own.
     assert re.fullmatch(r"\[Meeting \(Speaker \d\)\]", printed[0]), printed
     text = " ".join(line for line in printed if not line.startswith("[Meeting"))
-    assert {"stew", "dinner", "carrots", "potatoes", "ask", "country"} <= words_of(text), text
+    # (Not "ask": tiny.en hears JFK's "ask not" as "asked not" at some timings.)
+    assert {"stew", "dinner", "carrots", "potatoes", "americans", "country"} <= words_of(text), text
     saved = transcript.read_text(encoding="utf-8").splitlines()[1:]
     # A line per commit in the transcript, cues on stdout: the same words.
     assert all(re.match(r"\[[^]]+\] Meeting \(Speaker \d\): ", line) for line in saved), saved
