@@ -253,8 +253,9 @@ def test_three_gpu_failures_fall_back_to_the_cpu(tmp_path, monkeypatch):
 
 _PARENT = textwrap.dedent("""
     import signal, sys, time
-    # Ctrl-C as a terminal gives it: a disposition or mask of SIGINT is inherited across exec, and
-    # in whole-suite runs this process ignored the test's SIGINT and slept out its 120 s.
+    # Ctrl-C as a terminal gives it: a suite started in the background by a shell (`cmd &`)
+    # inherits an ignored SIGINT, Python then installs no handler, and this process slept out its
+    # 120 s. (captioner's own commands install their handlers: app/interrupts.py.)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {{signal.SIGINT}})
     sys.path[:0] = {paths!r}

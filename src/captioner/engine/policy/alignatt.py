@@ -17,9 +17,9 @@ Rules, per update (times on the stream's clock; ``end`` = the end of the audio i
    sentence) are committed, a word also needs ``first_context_s`` of speech after it in the
    window (up to the end of the last word heard). Whisper tiny.en hears JFK's "And so my fellow Americans" as "am I fellow" from every
    prefix of 2.7-3.3 s of the recording, and right from 4 s on, when "ask not" follows. A
-   sentence that begins inside a segment, whose window already holds the speech before it,
-   waits for ``sentence_context_s`` instead (in conversation, most words are among the first
-   three of a short sentence: "How can I help you today?"). A pause
+   sentence that follows a committed sentence of the same segment (its speech in the window, or
+   after a trim in the prompt) waits for ``sentence_context_s`` instead (in conversation, most
+   words are among the first three of a short sentence: "How can I help you today?"). A pause
    keeps the segment open (the base policy's rule), so such words stay partial and the next
    speech is decoded in the same window; a silence of ``hold_s`` commits them.
 3. Lines: a committed word that ends a sentence ends the caption line (the update's ``segment``
@@ -72,7 +72,7 @@ class AlignAttPolicy(LocalAgreementPolicy):
     def __init__(self, stream: str, config: PolicyConfig | None = None, start_s: float = 0.0) -> None:
         super().__init__(stream, config, start_s)
         self._line_words = 0  # words committed since the segment or sentence began
-        self._line_after_sentence = False  # the line began at a sentence end, not a segment start
+        self._line_after_sentence = False  # the line follows a committed sentence of the segment
 
     def update(self, hypothesis: Hypothesis, emitted_audio_s: float, emitted_wall_s: float,
                close_segment: bool = False, close_at_s: float | None = None, cut_in_speech: bool = False):

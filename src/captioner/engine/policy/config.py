@@ -51,10 +51,10 @@ class PolicyConfig:
     this much audio after them (Whisper hears "my fellow" as "am I" with nothing after it)."""
     first_words: int = 3
     sentence_context_s: float | None = 1.5
-    """AlignAtt: the context the first words of a sentence that begins inside a segment wait for,
-    where the window already holds the speech before them (never more than ``first_context_s``;
-    ``None``: ``first_context_s``); in
-    conversation most words are among the first three of a short sentence (docs/latency.md)."""
+    """AlignAtt: the context the first words of a sentence that follows a committed sentence of
+    the same segment wait for: its speech is in the window, or in the prompt after a trim (never
+    more than ``first_context_s``; ``None``: ``first_context_s``). In conversation most words are
+    among the first three of a short sentence (docs/latency.md)."""
     sure_p: float | None = None
     """AlignAtt: a first word (``first_words``) the decoder chose with at least this probability
     for each of its tokens needs no more context (``None``: every first word waits for it)."""

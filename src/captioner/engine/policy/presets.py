@@ -19,8 +19,8 @@ PRESETS: dict[str, dict] = {
 }
 """Named settings. ``alignatt-gpu``: AlignAtt for a device whose model step takes tens of
 milliseconds (tiny.en on a data-centre GPU), updated every 0.5 s: the first three words of a sentence wait for
-1.5 s of speech after them (not 2.5 s), 1 s for a sentence that begins inside a segment (the
-window holds the speech before it), or none when the decoder chose each of their tokens with
+1.5 s of speech after them (not 2.5 s), 1 s for a sentence that follows a committed one of the
+same segment, or none when the decoder chose each of their tokens with
 p >= 0.9; a word is held only while its attention lies within 0.1 s of the end (not 0.4 s);
 a segment's closing window keeps the last 3 s of committed words (``close_overlap_s``). Chosen
 on the CPU with the clock charged 40 ms per step, which gives a GPU's captions to the word
