@@ -50,7 +50,9 @@ def census() -> collections.Counter:
 
 def one_variant(streams: int, audio_s: float, freeze: bool, device: str, speech: Path) -> dict:
     """This process: load, (freeze), caption; what the collector holds every 10 s of audio."""
+    from captioner.engine.messages import OpenStream, Updates
     from captioner.engine.worker_process import HostCore, HostSpec
+    from captioner.events import FramedAudio
     from captioner.serve.engine_link import server_engine_config
 
     n_samples = int(audio_s * 16000)
@@ -69,14 +71,14 @@ def one_variant(streams: int, audio_s: float, freeze: bool, device: str, speech:
     base = census()
     labels = [f"s{k}" for k in range(streams)]
     for label in labels:
-        core.apply(("open", label, None, 0, 0, False, "live", (), None))
+        core.apply(OpenStream(label))
     out["every_10_s"] = []
     updates = 0
     for step, first in enumerate(range(0, n_samples, STEP_SAMPLES)):
         for k, label in enumerate(labels):
             piece = audio[k % len(audio)][first:first + STEP_SAMPLES]
-            core.apply(("audio", (label,), (first,), (time.monotonic_ns(),), (piece.shape[0],), piece))
-        updates += sum(len(m[1]) for m in core.step() if m[0] == "updates")
+            core.apply(FramedAudio((label,), (first,), (time.monotonic_ns(),), (piece.shape[0],), piece))
+        updates += sum(len(m.updates) for m in core.step() if type(m) is Updates)
         if step % REPORT_EVERY_STEPS == REPORT_EVERY_STEPS - 1:
             now = census()
             out["every_10_s"].append({"audio_s": round((first + STEP_SAMPLES) / 16000, 1), "updates": updates,

@@ -76,8 +76,10 @@ def run(streams: int, seconds: float, jitter: bool, rule: str, fixed_s: float, r
     import captioner.engine.worker_process as host_module
     from captioner.engine.admission import AdmissionConfig
     from captioner.engine.core import EngineConfig
+    from captioner.engine.messages import CloseStream, OpenStream
     from captioner.engine.scheduler import SchedulerConfig
     from captioner.engine.worker_process import HostCore, HostSpec
+    from captioner.events import FramedAudio
     from captioner.gpu.backend import cpu_backend
 
     rng = np.random.default_rng(1)
@@ -128,7 +130,7 @@ def run(streams: int, seconds: float, jitter: bool, rule: str, fixed_s: float, r
         tick = engine.tick
         engine.tick = lambda: (ticks.__setitem__(0, ticks[0] + 1), tick())[1]
         for label in scripts:
-            core.apply(("open", label, None, 0, 0, False, "live", (), None))
+            core.apply(OpenStream(label))
         chunks = int(seconds * 16000) // CHUNK
         arrive = arrivals(streams, chunks, jitter, rng)
         sent = np.zeros(streams, dtype=int)
@@ -146,7 +148,7 @@ def run(streams: int, seconds: float, jitter: bool, rule: str, fixed_s: float, r
                     firsts = tuple(int(sent[i]) * CHUNK for i in ready)
                     pieces = [audio[label][first:first + CHUNK] for label, first in zip(labels, firsts)]
                     taken_late_s.append(clock.now_s - (start_s + frame_s))
-                    core.apply(("audio", labels, firsts, (clock.monotonic_ns(),) * len(ready),
+                    core.apply(FramedAudio(labels, firsts, (clock.monotonic_ns(),) * len(ready),
                                 tuple(p.shape[0] for p in pieces), np.concatenate(pieces)))
                     sent[ready] += 1
                     ready = [i for i in ready if sent[i] < chunks and arrive[i, sent[i]] <= frame_s]
@@ -155,7 +157,7 @@ def run(streams: int, seconds: float, jitter: bool, rule: str, fixed_s: float, r
         streaming_ticks, streaming_rows = ticks[0], list(rows)  # the ends (every stream's last final) apart
         streaming_end_s = clock.now_s
         for label in scripts:
-            core.apply(("finish", label))
+            core.apply(CloseStream(label))
         for _ in range(40):
             core.step()
         ending_s = clock.now_s - streaming_end_s  # the model's time for every stream's last update

@@ -139,12 +139,12 @@ def test_framed_items_go_to_the_host_with_the_steps_batch():
             captioner.open_stream(label)
         sent = []
         send = captioner._host.send
-        captioner._host.send = lambda message, **kw: (sent.append(message[0]), send(message, **kw))[1]
+        captioner._host.send = lambda message, **kw: (sent.append(type(message)), send(message, **kw))[1]
         for label, seed in (("a", 1), ("b", 2)):
             captioner.accept_framed(FramedAudio((label,), (0,), (seed,), (1600,), np.zeros(1600, np.float32)))
         assert sent == []
         captioner.step()
-        assert sent.count("audio") == 1
+        assert sent.count(FramedAudio) == 1
         (first, _, kept), = captioner.streams["b"].ring
         assert first == 0 and kept.shape == (1600,)
     finally:

@@ -9,6 +9,16 @@ import time
 import numpy as np
 from scripted import ScriptedRecognizer, keys, phrase, render_speech
 
+from captioner.engine.messages import (
+    Checkpoint,
+    CloseStream,
+    HostReady,
+    OpenStream,
+    Refused,
+    StreamDone,
+    StreamOpened,
+    Updates,
+)
 from captioner.engine.supervisor import SupervisedCaptioner
 from captioner.engine.worker_process import (
     BACKLOG_STEP_S,
@@ -19,7 +29,7 @@ from captioner.engine.worker_process import (
     HostSpec,
     ProcessHost,
 )
-from captioner.events import SAMPLE_RATE_HZ
+from captioner.events import SAMPLE_RATE_HZ, FramedAudio
 from captioner.gpu.backend import cpu_backend
 
 DURATION_S = 9.0
@@ -39,7 +49,7 @@ class ScriptFactory:
 def _core() -> HostCore:
     core = HostCore(HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory()))
     for label in SCRIPTS:
-        core.apply(("open", label, None, 0, 0, False, "live", (), None))
+        core.apply(OpenStream(label))
     return core
 
 
@@ -57,26 +67,29 @@ def _run(core: HostCore, batched: bool) -> list[tuple]:
         pieces = [(label, first, now_ns, samples[first:first + CHUNK]) for label, samples in audio.items()]
         if batched:
             labels, firsts, stamps, chunks = zip(*pieces)
-            out += core.apply(("audio", labels, firsts, stamps, tuple(c.shape[0] for c in chunks),
+            out += core.apply(FramedAudio(labels, firsts, stamps, tuple(c.shape[0] for c in chunks),
                                np.concatenate(chunks)))
         else:
             for label, first, stamp, chunk in pieces:
-                out += core.apply(("audio", (label,), (first,), (stamp,), (chunk.shape[0],), chunk))
+                out += core.apply(FramedAudio((label,), (first,), (stamp,), (chunk.shape[0],), chunk))
         out += core.step()
     for label in SCRIPTS:
-        out += core.apply(("finish", label))
+        out += core.apply(CloseStream(label))
     for _ in range(50):
         out += core.step()
     return _plain(out)
 
 
-def _plain(messages: list[tuple]) -> list[tuple]:
+def _plain(messages: list) -> list[tuple]:
     kept = []
     for message in messages:
-        if message[0] == "updates":
-            kept += [("update", u.stream, u.kind, u.text, u.start_s, u.end_s, u.segment) for u in message[1]]
-        elif message[0] in ("checkpoint", "done"):
-            kept.append(message)
+        match message:
+            case Updates(updates=updates):
+                kept += [("update", u.stream, u.kind, u.text, u.start_s, u.end_s, u.segment) for u in updates]
+            case Checkpoint():
+                kept.append(("checkpoint", message.label, message.sample, message.history))
+            case StreamDone(label=label):
+                kept.append(("done", label))
     return kept
 
 
@@ -99,10 +112,10 @@ def test_with_few_streams_a_streams_second_chunk_steps_the_first():
     core = _core()
     chunk = np.zeros(CHUNK, np.float32)
     now_ns = time.monotonic_ns()
-    core.apply(("audio", ("a", "b"), (0, 0), (now_ns, now_ns), (CHUNK, CHUNK), np.concatenate([chunk, chunk])))
-    core.apply(("audio", ("c",), (0,), (now_ns,), (CHUNK,), chunk))
+    core.apply(FramedAudio(("a", "b"), (0, 0), (now_ns, now_ns), (CHUNK, CHUNK), np.concatenate([chunk, chunk])))
+    core.apply(FramedAudio(("c",), (0,), (now_ns,), (CHUNK,), chunk))
     assert {v.name: v.audio_end_s for v in core.live.engine.views()} == {"a": 0.0, "b": 0.0, "c": 0.0}
-    core.apply(("audio", ("b",), (CHUNK,), (now_ns,), (CHUNK,), chunk))
+    core.apply(FramedAudio(("b",), (CHUNK,), (now_ns,), (CHUNK,), chunk))
     views = {v.name: v.audio_end_s for v in core.live.engine.views()}
     # The chunks before b's second were stepped (features lag the audio by a frame).
     assert sorted(views) == ["a", "b", "c"] and all(0.08 <= end_s <= 0.1 for end_s in views.values())
@@ -115,13 +128,13 @@ def test_a_streams_chunks_wait_for_the_next_step_together():
     rows, and the engine fell behind), and the step feeds each 100 ms where it lies."""
     core = _core()
     for k in range(300):  # quiet company: the step spacing of a busy server (100 ms)
-        core.apply(("open", f"quiet{k}", None, 0, 0, False, "live", (), None))
+        core.apply(OpenStream(f"quiet{k}"))
     core.step()
     chunk = np.zeros(CHUNK, np.float32)
     now_ns = time.monotonic_ns()
-    core.apply(("audio", ("a", "b"), (0, 0), (now_ns, now_ns), (CHUNK, CHUNK), np.concatenate([chunk, chunk])))
-    core.apply(("audio", ("b", "c"), (CHUNK, 0), (now_ns, now_ns), (CHUNK, CHUNK), np.concatenate([chunk, chunk])))
-    core.apply(("audio", ("b",), (2 * CHUNK,), (now_ns,), (CHUNK,), chunk))
+    core.apply(FramedAudio(("a", "b"), (0, 0), (now_ns, now_ns), (CHUNK, CHUNK), np.concatenate([chunk, chunk])))
+    core.apply(FramedAudio(("b", "c"), (CHUNK, 0), (now_ns, now_ns), (CHUNK, CHUNK), np.concatenate([chunk, chunk])))
+    core.apply(FramedAudio(("b",), (2 * CHUNK,), (now_ns,), (CHUNK,), chunk))
     assert {v.name: v.audio_end_s for v in core.live.engine.views(names=set("abc"))} == {"a": 0.0, "b": 0.0, "c": 0.0}
     time.sleep(core.step_wait_s())
     core.step()
@@ -141,14 +154,14 @@ def test_opens_and_finishes_leave_the_waiting_audio_for_the_next_step():
                     config=EngineConfig(admission=AdmissionConfig(time_budget="on", growth_streams=3)))
     core = HostCore(spec)
     for label in ("a", "b"):
-        core.apply(("open", label, None, 0, 0, False, "live", (), None))
+        core.apply(OpenStream(label))
     speech = _audio()["a"][:int(4.5 * SAMPLE_RATE_HZ)]  # a's first phrase, from 1.0 s
-    core.apply(("audio", ("a",), (0,), (time.monotonic_ns(),), (speech.shape[0],), speech))
-    assert core.apply(("open", "c", None, 0, 0, False, "live", (), None)) == [("opened", "c")]
-    refused = core.apply(("open", "d", None, 0, 0, False, "live", (), None))
-    assert [m[0] for m in refused] == ["refused"]
-    assert core.apply(("finish", "b")) == []
-    assert core.apply(("finish", "a")) == []
+    core.apply(FramedAudio(("a",), (0,), (time.monotonic_ns(),), (speech.shape[0],), speech))
+    assert core.apply(OpenStream("c")) == [StreamOpened("c")]
+    refused = core.apply(OpenStream("d"))
+    assert [type(m) for m in refused] == [Refused]
+    assert core.apply(CloseStream("b")) == []
+    assert core.apply(CloseStream("a")) == []
     assert core.has_unstepped  # a's audio still waits for the next step
     assert {v.name: v.audio_end_s for v in core.live.engine.views()}["a"] == 0.0
     out = []
@@ -165,12 +178,12 @@ def test_a_busy_hosts_step_feeds_two_waiting_chunks_in_one_tick():
     busy host: a second tick for the few such streams was a model step of a few rows."""
     core = _core()
     for k in range(300):
-        core.apply(("open", f"quiet{k}", None, 0, 0, False, "live", (), None))
+        core.apply(OpenStream(f"quiet{k}"))
     core.step()
     chunk = np.zeros(CHUNK, np.float32)
     now_ns = time.monotonic_ns()
     for at in (0, CHUNK):
-        core.apply(("audio", ("a",), (at,), (now_ns,), (CHUNK,), chunk))
+        core.apply(FramedAudio(("a",), (at,), (now_ns,), (CHUNK,), chunk))
     ticks = []
     tick = core.live.engine.tick
     core.live.engine.tick = lambda: (ticks.append(1), tick())[1]
@@ -185,7 +198,7 @@ def test_chunks_that_come_together_lose_nothing_and_make_no_extra_steps():
     spacing has passed, and the words come out whole, each stream's in order, before its end."""
     core = _core()
     for k in range(300):  # quiet company: the step spacing of a busy server (100 ms)
-        core.apply(("open", f"quiet{k}", None, 0, 0, False, "live", (), None))
+        core.apply(OpenStream(f"quiet{k}"))
     audio = _audio()
     out = core.step()
     steps = core.live.engine.steps
@@ -196,13 +209,13 @@ def test_chunks_that_come_together_lose_nothing_and_make_no_extra_steps():
             labels = tuple(SCRIPTS)
             pieces = [audio[label][at:at + CHUNK] for label in labels]
             now_ns = time.monotonic_ns()
-            out += core.apply(("audio", labels, (at,) * 3, (now_ns,) * 3, tuple(p.shape[0] for p in pieces),
+            out += core.apply(FramedAudio(labels, (at,) * 3, (now_ns,) * 3, tuple(p.shape[0] for p in pieces),
                                np.concatenate(pieces)))
         assert not core.step_due()  # the spacing has not passed: both chunks wait
         time.sleep(core.step_wait_s())
         out += core.step()
     for label in SCRIPTS:
-        out += core.apply(("finish", label))
+        out += core.apply(CloseStream(label))
     for _ in range(60):
         out += core.step()
     finals: dict[str, list[str]] = {}
@@ -220,12 +233,12 @@ def test_a_backlog_is_stepped_a_second_at_a_time():
     host's heartbeat would wait for all of it)."""
     core = _core()
     for k in range(300):
-        core.apply(("open", f"quiet{k}", None, 0, 0, False, "live", (), None))
+        core.apply(OpenStream(f"quiet{k}"))
     core.step()
     speech = _audio()["a"]
     for k in range(35):  # 3.5 s of a's audio, back to back
         at = k * CHUNK
-        core.apply(("audio", ("a",), (at,), (time.monotonic_ns(),), (CHUNK,), speech[at:at + CHUNK]))
+        core.apply(FramedAudio(("a",), (at,), (time.monotonic_ns(),), (CHUNK,), speech[at:at + CHUNK]))
     end_s = {v.name: v.audio_end_s for v in core.live.engine.views(names={"a"})}["a"]
     # Stepped along the way (at 1, 2 and 3 s); what came since waits for the next step.
     assert 3.5 - BACKLOG_STEP_S - 0.1 <= end_s <= 3.4
@@ -236,7 +249,7 @@ def test_a_host_with_many_streams_spaces_its_steps_and_one_with_few_does_not():
     core.step()
     assert core.step_wait_s() < 0.002  # three streams: 1.2 ms at most
     for k in range(1000):
-        core.apply(("open", f"quiet{k}", None, 0, 0, False, "live", (), None))
+        core.apply(OpenStream(f"quiet{k}"))
     core.step()
     wait_s = core.step_wait_s()
     assert 0.0 < wait_s <= STEP_SPACING_MAX_S
@@ -276,15 +289,16 @@ def test_the_supervisor_sends_a_steps_chunks_as_one_batch_each_stream_once_in_or
     streams["x"].accept_waveform(SAMPLE_RATE_HZ, chunk * 2)  # x again: the batch before goes first
     streams["y"].finish()  # a message goes after the audio framed before it
     supervisor.step()
-    kinds = [(m[0], m[1], n) for m, n in recorder.sent]
-    assert kinds == [("open", "x", 1), ("open", "y", 1), ("audio", ("x", "y"), 2),
-                     ("audio", ("x",), 1), ("finish", "y", 1)]
+    assert [(m, n) for m, n in recorder.sent if type(m) is not FramedAudio] == \
+        [(OpenStream("x"), 1), (OpenStream("y"), 1), (CloseStream("y"), 1)]
+    assert [(type(m), n) for m, n in recorder.sent] == \
+        [(OpenStream, 1), (OpenStream, 1), (FramedAudio, 2), (FramedAudio, 1), (CloseStream, 1)]
     first = recorder.sent[2][0]
-    assert first[2] == (0, 0) and first[4] == (CHUNK, CHUNK)
-    np.testing.assert_array_equal(first[5], np.concatenate([chunk, chunk]))
+    assert first.streams == ("x", "y") and first.firsts == (0, 0) and first.lengths == (CHUNK, CHUNK)
+    np.testing.assert_array_equal(first.samples, np.concatenate([chunk, chunk]))
     second = recorder.sent[3][0]
-    assert second[2] == (CHUNK,)
-    np.testing.assert_array_equal(second[5], chunk * 2)
+    assert second.streams == ("x",) and second.firsts == (CHUNK,)
+    np.testing.assert_array_equal(second.samples, chunk * 2)
     # Each chunk is also kept for a re-feed, whatever message carried it.
     assert streams["x"].ring_samples == 2 * CHUNK and streams["y"].ring_samples == CHUNK
     assert recorder.streams_open == 2  # told with the audio: a process host's queue bound follows
@@ -352,11 +366,11 @@ def test_a_stream_is_listed_once_the_host_took_it_and_never_when_refused():
     supervisor.open_stream("taken")
     supervisor.open_stream("turned-away")
     assert supervisor.status().streams == ()  # the host has not answered yet
-    recorder.replies = [("opened", "taken"), ("refused", "turned-away", "at capacity")]
+    recorder.replies = [StreamOpened("taken"), Refused("turned-away", "at capacity")]
     supervisor.step()
     assert supervisor.status().streams == ("taken",)
     assert supervisor.refused == {"turned-away": "at capacity"}
-    recorder.replies = [("done", "taken")]
+    recorder.replies = [StreamDone("taken")]
     supervisor.step()
     assert supervisor.status().streams == ()
 
@@ -372,20 +386,20 @@ def test_a_model_process_outlives_a_stop_signal_until_its_parent_closes_it():
     host.start()
     try:
         deadline_s = time.monotonic() + 60
-        while not any(m[0] == "ready" for m in host.poll()) and time.monotonic() < deadline_s:
+        while not any(type(m) is HostReady for m in host.poll()) and time.monotonic() < deadline_s:
             time.sleep(0.05)
         pid = host.process.pid
         for stop in (signal.SIGTERM, signal.SIGINT):
             os.kill(pid, stop)
         time.sleep(0.5)
         assert host.process.poll() is None  # still there
-        host.send(("open", "a", None, 0, 0, False, "live", (), None), wait=False)
+        host.send(OpenStream("a"), wait=False)
         deadline_s = time.monotonic() + 10
         opened = []
         while not opened and time.monotonic() < deadline_s:
-            opened = [m for m in host.poll() if m[0] == "opened"]
+            opened = [m for m in host.poll() if type(m) is StreamOpened]
             time.sleep(0.02)
-        assert opened == [("opened", "a")]  # and still answering
+        assert opened == [StreamOpened("a")]  # and still answering
     finally:
         host.stop()
     assert host.process.poll() is not None

@@ -17,11 +17,18 @@ from test_host_batching import CHUNK, SCRIPTS, ScriptFactory, _plain
 
 from captioner.engine.core import EngineConfig
 from captioner.engine.live import LiveCaptioner
+from captioner.engine.messages import (
+    CloseStream,
+    HostReady,
+    OpenStream,
+    StreamDone,
+    Updates,
+)
 from captioner.engine.scheduler import SchedulerConfig
 from captioner.engine.simulate import ChargedRecognizer, SimClock, StepRecord
 from captioner.engine.supervisor import SupervisedCaptioner
 from captioner.engine.worker_process import HostCore, HostSpec, InlineHost
-from captioner.events import SAMPLE_RATE_HZ
+from captioner.events import SAMPLE_RATE_HZ, FramedAudio
 
 BACKLOG_S = 9.0
 STEP_COST_S = 0.2  # charged to the simulated clock by every model step
@@ -85,21 +92,21 @@ def test_with_hand_out_each_ticks_updates_leave_as_the_tick_ends():
 
 def test_a_model_host_sends_each_ticks_updates_before_the_steps_other_messages():
     """The host of a supervised captioner (a worker process on a GPU) sends a tick's
-    ``("updates", …)`` message as soon as the tick ends; the checkpoints and ended streams follow
+    :class:`~captioner.engine.messages.Updates` as soon as the tick ends; the checkpoints and ended streams follow
     with the step's return. Together they are what the step returned before."""
 
     def run(hand_out: bool) -> list[tuple]:
         core = HostCore(HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory()))
         audio = {label: render_speech(words, BACKLOG_S, seed=k) for k, (label, words) in enumerate(SCRIPTS.items())}
         for label, samples in audio.items():
-            core.apply(("open", label, None, 0, 0, False, "live", (), None))
-            core.apply(("audio", (label,), (0,), (time.monotonic_ns(),), (samples.shape[0],), samples))
-            core.apply(("finish", label))
-        sent: list[tuple] = []
+            core.apply(OpenStream(label))
+            core.apply(FramedAudio((label,), (0,), (time.monotonic_ns(),), (samples.shape[0],), samples))
+            core.apply(CloseStream(label))
+        sent: list = []
         returned = core.step(sent.append) if hand_out else core.step()
         if hand_out:
-            assert len(sent) >= 3 and all(m[0] == "updates" for m in sent)
-            assert not [m for m in returned if m[0] == "updates"]
+            assert len(sent) >= 3 and all(type(m) is Updates for m in sent)
+            assert not [m for m in returned if type(m) is Updates]
         return _plain(sent + returned)
 
     early, plain = run(True), run(False)
@@ -200,23 +207,23 @@ def test_an_inline_hosts_captions_made_before_its_first_poll_are_not_overtaken()
     audio = render_speech(words, BACKLOG_S, seed=0)
     host = InlineHost(HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory()))
     host.start()
-    assert host.poll()[0][0] == "ready"
-    host.send(("open", label, None, 0, 0, False, "live", (), None), wait=False)
+    assert type(host.poll()[0]) is HostReady
+    host.send(OpenStream(label), wait=False)
     tail = int(5.0 * SAMPLE_RATE_HZ)  # the first sentence and its pause, 100 ms a message...
     for first in range(0, tail, CHUNK):
         chunk = audio[first:min(first + CHUNK, tail)]
-        host.send(("audio", (label,), (first,), (time.monotonic_ns(),), (chunk.shape[0],), chunk), wait=False)
+        host.send(FramedAudio((label,), (first,), (time.monotonic_ns(),), (chunk.shape[0],), chunk), wait=False)
     rest = audio[tail:]  # ...and the rest in one, left for the poll's step
-    host.send(("audio", (label,), (tail,), (time.monotonic_ns(),), (rest.shape[0],), rest), wait=False)
-    host.send(("finish", label), wait=False)
+    host.send(FramedAudio((label,), (tail,), (time.monotonic_ns(),), (rest.shape[0],), rest), wait=False)
+    host.send(CloseStream(label), wait=False)
     polls: list[list] = []  # the updates of each poll, in the order the worker sees them
     done = False
     deadline_s = time.monotonic() + 30
     while not done and time.monotonic() < deadline_s:
-        handed: list[tuple] = []
+        handed: list = []
         returned = host.poll(handed.append)
-        polls.append([u for m in handed + returned if m[0] == "updates" for u in m[1]])
-        done = ("done", label) in returned
+        polls.append([u for m in handed + returned if type(m) is Updates for u in m.updates])
+        done = StreamDone(label) in returned
     # The first poll's step made the second sentence's captions: they had re-fed ones to overtake.
     assert "rice" in keys(" ".join(u.text for u in polls[0]))
     said = finals([u for updates in polls for u in updates])

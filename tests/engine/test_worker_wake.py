@@ -21,10 +21,11 @@ from scripted import Delivered, finals, keys, render_speech
 from test_host_batching import SCRIPTS, ScriptFactory, _plain, _Recorder
 
 from captioner.audio.source import RawChunk, SourceEnd
+from captioner.engine.messages import WAKE, CloseStream, HostStatus, OpenStream, Updates
 from captioner.engine.supervisor import SupervisedCaptioner
-from captioner.engine.worker import WAKE, OpenStream, Worker
+from captioner.engine.worker import Worker
 from captioner.engine.worker_process import HostCore, HostSpec
-from captioner.events import SAMPLE_RATE_HZ
+from captioner.events import SAMPLE_RATE_HZ, FramedAudio
 
 SPEECH_S = 9.0
 STATUS_PERIOD_S = 120.0  # the worker's only timer: without a wake it sleeps this long
@@ -80,19 +81,19 @@ def test_a_wake_is_one_inbox_item_however_often_it_is_rung():
 def test_a_model_process_sends_a_steps_captions_before_its_checkpoints_and_status():
     def run(send_first: bool) -> list[tuple]:
         core = HostCore(HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory()))
-        sent: list[tuple] = []
+        sent: list = []
         if send_first:
             core.send_updates = sent.append
         for k, (label, words) in enumerate(SCRIPTS.items()):
             samples = render_speech(words, SPEECH_S, seed=k)
-            core.apply(("open", label, None, 0, 0, False, "live", (), None))
-            core.apply(("audio", (label,), (0,), (time.monotonic_ns(),), (samples.shape[0],), samples))
-            core.apply(("finish", label))
+            core.apply(OpenStream(label))
+            core.apply(FramedAudio((label,), (0,), (time.monotonic_ns(),), (samples.shape[0],), samples))
+            core.apply(CloseStream(label))
         returned = core.step()
         if send_first:
-            assert sent and all(m[0] == "updates" for m in sent)
-            assert not [m for m in returned if m[0] == "updates"]
-            assert ("status" in {m[0] for m in returned}) and {("done", label) for label in SCRIPTS} <= set(_plain(returned))
+            assert sent and all(type(m) is Updates for m in sent)
+            assert not [m for m in returned if type(m) is Updates]
+            assert any(type(m) is HostStatus for m in returned) and {("done", label) for label in SCRIPTS} <= set(_plain(returned))
         return _plain(sent + returned)
 
     assert run(True) == run(False)
@@ -121,7 +122,7 @@ def test_a_supervisor_takes_a_model_processs_captions_before_sending_it_audio():
     host.sent.clear()
     supervisor.step()
     # The send of a step's audio may wait for room while the process steps: captions first.
-    assert [message[0] for message, _ in host.sent] == ["poll", "audio", "poll"]
+    assert [m if isinstance(m, tuple) else type(m) for m, _ in host.sent] == [("poll",), FramedAudio, ("poll",)]
 
 
 def _speak_and_wait(worker: Worker, live: SupervisedCaptioner, label: str = "a") -> None:
@@ -133,7 +134,7 @@ def _speak_and_wait(worker: Worker, live: SupervisedCaptioner, label: str = "a")
     worker._apply(live, SourceEnd(label))
     live.step(hand_out=lambda updates: None)  # the audio goes; nothing has come back yet
     deadline_s = time.monotonic() + 30
-    while not any(m[0] == "updates" and finals(m[1], label) for m in list(live._host._incoming.queue)):
+    while not any(type(m) is Updates and finals(m.updates, label) for m in list(live._host._incoming.queue)):
         assert time.monotonic() < deadline_s, "the model process sent no captions"
         time.sleep(0.01)
 
@@ -194,7 +195,7 @@ def test_a_send_that_waits_for_room_hands_out_what_the_model_process_sent_meanwh
             host._put_chunks = full  # room again
 
         live.hand_out_now = deliver
-        sender = threading.Thread(target=live._send, args=(("finish", "b"),), daemon=True)
+        sender = threading.Thread(target=live._send, args=(CloseStream("b"),), daemon=True)
         sender.start()
         sender.join(10.0)
         host._put_chunks = full  # a send still waiting gets its room: the test ends either way

@@ -45,18 +45,16 @@ from captioner.audio.source import (
 )
 from captioner.engine.core import EngineConfig
 from captioner.engine.live import LiveCaptioner
-from captioner.engine.supervisor import SupervisedCaptioner
-from captioner.engine.worker import (
+from captioner.engine.messages import (
     CloseStream,
-    InboxItem,
     InputBack,
-    InputLoss,
     InputLost,
     OpenStream,
     SetLanguage,
     SwapModel,
-    Worker,
 )
+from captioner.engine.supervisor import SupervisedCaptioner
+from captioner.engine.worker import InboxItem, InputLoss, Worker
 from captioner.errors import StreamRefused, UserError, one_line
 from captioner.events import (
     MIN_FREE_VRAM_FRACTION,

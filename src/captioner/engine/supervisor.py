@@ -40,6 +40,21 @@ import numpy as np
 from captioner.audio.channels import channels_last
 from captioner.audio.ingest import StreamIngest
 from captioner.engine.admission import parse_priority
+from captioner.engine.messages import (
+    Checkpoint,
+    CloseStream,
+    Event,
+    HostFailed,
+    HostStatus,
+    Notices,
+    OpenStream,
+    Refused,
+    SetLanguage,
+    StreamDone,
+    StreamOpened,
+    SwapModel,
+    Updates,
+)
 from captioner.engine.policy.words import normalize_word
 from captioner.engine.worker_process import HostInfo, HostSpec, InlineHost, ProcessHost
 from captioner.errors import UserError
@@ -215,7 +230,7 @@ class SupervisedStream:
         tail = self._ingest.flush(self._owner.clock_ns())
         if tail is not None:
             self._owner._audio(self, tail.first_sample, tail.capture_ns, tail.samples)
-        self._owner._send(("finish", self.label))
+        self._owner._send(CloseStream(self.label))
 
     # -- the supervisor's bookkeeping -----------------------------------------------------------
     def keep(self, first: int, capture_ns: int, samples: np.ndarray, limit_samples: int) -> None:
@@ -343,7 +358,7 @@ class SupervisedCaptioner:
         messages = host.poll()  # a fresh host has nothing to say but that it is ready
         if host.info is None or host.failed is not None:
             host.stop()
-            why = next((m[1] for m in messages if m[0] == "error"), host.failed or "it did not start")
+            why = next((m.reason for m in messages if type(m) is HostFailed), host.failed or "it did not start")
             if getattr(host, "user_error", None):
                 raise UserError(host.user_error)
             raise RuntimeError(f"the captioning worker could not start: {why}")
@@ -363,7 +378,7 @@ class SupervisedCaptioner:
         if standby is None:
             return
         for message in standby.poll():
-            if message[0] == "error":  # a standby that failed is not taken; another is made next restart
+            if type(message) is HostFailed:  # a standby that failed is not taken; another is made next restart
                 standby.stop()
                 self._standby = None
                 return
@@ -402,7 +417,7 @@ class SupervisedCaptioner:
         parse_priority(priority)  # a bad one is the caller's one-line ValueError, here
         stream = SupervisedStream(self, label, code, priority, source)
         self._streams[label] = stream
-        self._send(("open", label, code, 0, 0, False, priority, (), source))
+        self._send(OpenStream(label, code, priority, source))
         return stream
 
     def accept_framed(self, audio: FramedAudio) -> None:
@@ -419,12 +434,12 @@ class SupervisedCaptioner:
     def set_language(self, language: str | None) -> None:
         code = self.recognizer.check_language(language)
         self._spec = replace(self._spec, language=code)
-        self._send(("language", code))
+        self._send(SetLanguage(code))
 
     def set_model(self, model: str) -> list[CaptionUpdate]:
         """The swap happens in the host; its updates arrive with the next ``step``."""
         self._spec = replace(self._spec, model=model)
-        self._send(("model", model))
+        self._send(SwapModel(model))
         if self._standby is not None:  # loaded with the old model
             self._standby.stop()
             self._standby = None
@@ -450,13 +465,13 @@ class SupervisedCaptioner:
             if updates:
                 hand_out(updates)
 
-        def early(message: tuple) -> None:
+        def early(message: Event) -> None:
             out(self._take([message]))
 
         self._step(out, early)
         return []
 
-    def _step(self, out: Callable[[list[CaptionUpdate]], None], early: Callable[[tuple], None] | None) -> None:
+    def _step(self, out: Callable[[list[CaptionUpdate]], None], early: Callable[[Event], None] | None) -> None:
         if self._host.kind == "process":
             # A model process's captions are taken before the audio goes: the flush waits for
             # room in the queue to that process while it steps, and they would wait with it (an
@@ -538,7 +553,7 @@ class SupervisedCaptioner:
         return updates
 
     # -- the host's messages -------------------------------------------------------------------------
-    def _send(self, message: tuple) -> None:
+    def _send(self, message) -> None:
         self._flush_audio()  # the audio framed before a message goes before it
         self._host.send(message)
 
@@ -549,7 +564,7 @@ class SupervisedCaptioner:
         self._batch[stream.label] = (first, capture_ns, samples)
 
     def _flush_audio(self, wait: bool = True) -> None:
-        """The chunks framed since the last flush, as one ``("audio", ...)`` message: one array
+        """The chunks framed since the last flush, as one :class:`FramedAudio` message: one array
         and one pickle instead of one per chunk. A thousand served streams send ten thousand
         chunks a second, and per message the worker's process pickles and writes, the host's
         reads and unpickles (and both hold their interpreter lock meanwhile)."""
@@ -560,7 +575,7 @@ class SupervisedCaptioner:
         lengths = tuple(piece.shape[0] for piece in pieces)
         samples = pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
         self._host.streams_open = len(self._streams)  # a process host's queue bound grows with them
-        self._host.send(("audio", tuple(batch), firsts, stamps, lengths, samples), wait=wait, chunks=len(batch))
+        self._host.send(FramedAudio(tuple(batch), firsts, stamps, lengths, samples), wait=wait, chunks=len(batch))
 
     def _host_failure(self) -> str | None:
         if self._host.kind == "process":
@@ -570,31 +585,31 @@ class SupervisedCaptioner:
             return self._host.check(limit_s, self._load_timeout_s)
         return self._host.failed
 
-    def _take(self, messages: list[tuple]) -> list[CaptionUpdate]:
+    def _take(self, messages: list[Event]) -> list[CaptionUpdate]:
         updates: list[CaptionUpdate] = []
         for message in messages:
-            kind = message[0]
-            if kind == "updates":
-                updates += self._filtered(message[1])
-            elif kind == "checkpoint":
-                stream = self._streams.get(message[1])
-                if stream is not None:
-                    stream.reached(message[2], message[3])
-            elif kind == "opened":
-                stream = self._streams.get(message[1])
-                if stream is not None:
-                    stream.opened = True
-            elif kind == "done":
-                stream = self._streams.pop(message[1], None)
-                if stream is not None:
-                    stream._done = True
-            elif kind == "status":
-                self._status = message[1]
-            elif kind == "notices":
-                self._language_notices.extend(message[1])
-            elif kind == "refused":  # the engine's admission said no: the stream is not captioned
-                if self._streams.pop(message[1], None) is not None:
-                    self.refused = {**self.refused, message[1]: message[2]}
+            match message:
+                case Updates():
+                    updates += self._filtered(message.updates)
+                case Checkpoint(label=label):
+                    stream = self._streams.get(label)
+                    if stream is not None:
+                        stream.reached(message.sample, message.history)
+                case StreamOpened(label=label):
+                    stream = self._streams.get(label)
+                    if stream is not None:
+                        stream.opened = True
+                case StreamDone(label=label):
+                    stream = self._streams.pop(label, None)
+                    if stream is not None:
+                        stream._done = True
+                case HostStatus(status=status):
+                    self._status = status
+                case Notices(notices=notices):
+                    self._language_notices.extend(notices)
+                case Refused(label=label):  # the engine's admission said no: the stream is not captioned
+                    if self._streams.pop(label, None) is not None:
+                        self.refused = {**self.refused, label: message.reason}
         return updates
 
     def _filtered(self, updates: list[CaptionUpdate]) -> list[CaptionUpdate]:
@@ -661,13 +676,14 @@ class SupervisedCaptioner:
 
     def _refeed(self, stream: SupervisedStream) -> None:
         segment_base = stream.segment_max + 1
-        self._host.send(("open", stream.label, stream.language, stream.checkpoint, segment_base, True,
-                        stream.priority, stream.history, stream.source))
+        self._host.send(OpenStream(stream.label, stream.language, stream.priority, stream.source,
+                                   base_sample=stream.checkpoint, segment_base=segment_base, readmit=True,
+                                   history=stream.history))
         for first, capture_ns, samples in stream.replay():
             self._batch[stream.label] = (first, capture_ns, samples)
             self._flush_audio(wait=False)
         if stream.finishing:
-            self._host.send(("finish", stream.label), wait=False)
+            self._host.send(CloseStream(stream.label), wait=False)
         words = [w for _, ws, _ in stream.committed for w in ws]
         segments = len({segment for _, _, segment in stream.committed})  # the new host's from segment_base
         stream.seam = _Seam(words, segment_base + segments - 1) if words else None

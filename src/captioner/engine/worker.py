@@ -1,4 +1,5 @@
-"""The thread that owns one engine (and so one GPU), and the typed messages it takes.
+"""The thread that owns one engine (and so one GPU); it takes the messages of
+:mod:`captioner.engine.messages`.
 
 The worker blocks on ONE inbox: audio chunks straight from the sources (a PortAudio callback
 or a replay thread puts them there), the ends of finite sources, and commands from the owner.
@@ -30,6 +31,16 @@ import numpy as np
 from captioner.audio.ingest import to_float_mono
 from captioner.audio.source import RawChunk, SourceEnd
 from captioner.engine.live import LiveCaptioner
+from captioner.engine.messages import (
+    WAKE,
+    CloseStream,
+    Command,
+    InputBack,
+    InputLost,
+    OpenStream,
+    SetLanguage,
+    SwapModel,
+)
 from captioner.errors import StreamRefused, one_line
 from captioner.events import SAMPLE_RATE_HZ, CaptionUpdate, FramedAudio, PipelineStatus
 
@@ -52,64 +63,7 @@ SILENCE_LAG_S = 0.2
 just before the worker looks, still finds its place after the silence instead of inside it."""
 
 
-@dataclass(frozen=True, slots=True)
-class OpenStream:
-    label: str
-    language: str | None = None
-    priority: int | str = "live"
-    """How the stream ranks when compute is short (``"live"``, ``"replay"`` or an int:
-    :class:`~captioner.engine.admission.Priority`); the pipeline takes it from the source."""
-    source: str | None = None
-    """What the stream is (``microphone``, ``meeting``, ``file``, ``remote``; ``None``: not
-    said): whether ``speakers="auto"`` labels its speakers."""
-
-
-@dataclass(frozen=True, slots=True)
-class CloseStream:
-    """Commit what the stream shows and close it (its source was removed)."""
-
-    label: str
-
-
-@dataclass(frozen=True, slots=True)
-class SetLanguage:
-    language: str | None
-    """A code, or ``None`` for English-only models / detection by multilingual ones."""
-
-
-@dataclass(frozen=True, slots=True)
-class SwapModel:
-    model: str
-    """A model name ("tiny.en", "base") or a CTranslate2 Whisper folder."""
-
-
-@dataclass(frozen=True, slots=True)
-class InputLost:
-    """The live source of stream ``label`` stopped delivering (``reason``: one line). The
-    stream stays open, filled with silence, until a fresh source delivers after :class:`InputBack`."""
-
-    label: str
-    reason: str
-
-
-@dataclass(frozen=True, slots=True)
-class InputBack:
-    """A fresh source for stream ``label`` was started: the chunks of that label that follow
-    in the inbox count their samples from 0 again. The input is back with the first of them."""
-
-    label: str
-
-
-@dataclass(frozen=True, slots=True)
-class Wake:
-    """Nothing to apply: the captioner has something for the worker's next step to pick up
-    (a model process sent its captions) while the worker may be asleep on this inbox."""
-
-
-WAKE = Wake()
-
-Command = OpenStream | CloseStream | SetLanguage | SwapModel | InputLost | InputBack
-InboxItem = RawChunk | FramedAudio | SourceEnd | OpenStream | CloseStream | SetLanguage | SwapModel | InputLost | InputBack | Wake
+InboxItem = RawChunk | FramedAudio | SourceEnd | Command
 
 
 @dataclass(frozen=True, slots=True)

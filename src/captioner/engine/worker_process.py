@@ -9,26 +9,12 @@ On the CPU a failed model step poisons nothing, and a fresh process costs more t
 model (docs/reliability.md, "Hot restart"): :class:`InlineHost` keeps the captioner on the
 worker thread and makes a new one after a failure.
 
-Both speak the same small messages, plain tuples that pickle cheaply:
-
-parent -> host
-    ``("open", label, language, base_sample, segment_base, readmit, priority, history, source)`` a
-    stream whose clock starts at 16 kHz index ``base_sample`` of the supervisor's stream clock,
-    its first windows prompted by ``history`` (the texts of words committed before, ``()`` for
-    a new stream); ``("audio", labels,
-    first_samples, capture_ns, lengths, samples)`` a chunk of 16 kHz float32 whole frames of
-    each of ``labels`` (at most one each), joined in one array; ``("finish", label)``;
-    ``("language", code)``; ``("model", name)``; ``("close",)``.
-host -> parent
-    ``("ready", info)``; ``("updates", [CaptionUpdate])`` with times and segments already on
-    the supervisor's clock; ``("checkpoint", label, sample, history)`` the stream has nothing
-    open and a fresh engine fed from ``sample`` on and prompted by ``history`` would caption it
-    as this one will (``history`` is ``None`` when no word was committed since the stream's last
-    checkpoint: the one it sent then holds); ``("done", label)``;
-    ``("status", PipelineStatus)`` (also the heartbeat); ``("notices", [LanguageNotice])``;
-    ``("opened", label)`` the engine took the stream; ``("refused", label, text)`` the engine
-    refused it at capacity;
-    ``("error", text)`` the host failed and will take no more messages; ``("closed",)``.
+Both speak :mod:`captioner.engine.messages`: the commands (``OpenStream``, ``CloseStream``,
+``SetLanguage``, ``SwapModel``, ``CloseHost``) and framed audio (``FramedAudio``: a chunk of
+16 kHz float32 whole frames of several streams, at most one each, in one array) go to the host;
+its events come back (``HostReady``, ``LoadProgress``, ``Updates`` with times and segments already
+on the supervisor's clock, ``Checkpoint``, ``StreamOpened``, ``Refused``, ``StreamDone``,
+``HostStatus``, which is also the heartbeat, ``Notices``, ``HostFailed``, ``HostClosed``).
 
 The fault-injection hook, read only here, in the host: ``CAPTIONER_FAULT_INJECT=step:N`` makes
 the N-th model step of the first host fail with a real device fault (on CUDA an illegal-address
@@ -47,8 +33,27 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from captioner.engine.messages import (
+    Checkpoint,
+    CloseHost,
+    CloseStream,
+    Event,
+    HostClosed,
+    HostFailed,
+    HostReady,
+    HostStatus,
+    LoadProgress,
+    Notices,
+    OpenStream,
+    Refused,
+    SetLanguage,
+    StreamDone,
+    StreamOpened,
+    SwapModel,
+    Updates,
+)
 from captioner.errors import StreamRefused, UserError, one_line
-from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ, CaptionUpdate
+from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ, CaptionUpdate, FramedAudio
 from captioner.heap import freeze_start_up
 
 FAULT_ENV = "CAPTIONER_FAULT_INJECT"
@@ -179,8 +184,8 @@ class HostCore:
         self._unstepped: dict[str, int] = {}  # streams given audio since the last step -> its samples
         self._last_work_s = 0.0
         self._next_status_s = 0.0
-        self.send_updates: Callable[[tuple], None] | None = None
-        """Where a step's ``("updates", …)`` message goes at the step's end, before the
+        self.send_updates: Callable[[Event], None] | None = None
+        """Where a step's :class:`Updates` go at the step's end, before the
         checkpoints and the status are worked out (a model process's pipe), instead of coming
         back with them."""
 
@@ -200,10 +205,9 @@ class HostCore:
                         self.live.backend.name, bool(getattr(recognizer, "is_multilingual", False)),
                         tuple(errors), os.getpid())
 
-    def apply(self, message: tuple, hand_out: Callable[[tuple], None] | None = None) -> list[tuple]:
-        """One message from the parent; returns what goes back (updates of a model swap, or of
-        the step it made due: ``hand_out`` as :meth:`step`'s)."""
-        kind = message[0]
+    def apply(self, message, hand_out: Callable[[Event], None] | None = None) -> list[Event]:
+        """One command (or :class:`FramedAudio`) from the parent; returns what goes back
+        (updates of a model swap, or of the step it made due: ``hand_out`` as :meth:`step`'s)."""
         # Audio waits for the next step (the spacing, :meth:`step_due`), every stream's together:
         # many streams' features and VAD batched, and ``LiveCaptioner.step`` feeds each stream
         # 100 ms at a time with the model work between, so a pause inside a stream's waiting
@@ -212,49 +216,47 @@ class HostCore:
         #   with few streams, past a few ms: their steps follow the chunks);
         # - an open, only when its own label has audio waiting (a server at capacity is sent one
         #   for every retried connection it refuses, 100 a second);
-        # - any other message but a finish (the stream keeps its waiting audio ahead of its
+        # - any other message but a close (the stream keeps its waiting audio ahead of its
         #   end, ``CaptionStream.finish``).
-        audio = kind == "audio"
+        audio = type(message) is FramedAudio
         if audio:
             room = BACKLOG_STEP_S * self._spacing_s() / STEP_SPACING_MAX_S * SAMPLE_RATE_HZ
             waiting = self._unstepped
-            again = any(label in waiting and waiting[label] + n > room for label, n in zip(message[1], message[4]))
-        elif kind == "open":
-            again = message[1] in self._unstepped
+            again = any(label in waiting and waiting[label] + n > room
+                        for label, n in zip(message.streams, message.lengths))
+        elif type(message) is OpenStream:
+            again = message.label in self._unstepped
         else:
-            again = kind != "finish"
+            again = type(message) is not CloseStream
         out = self._work(hand_out) if self._unstepped and again else []
-        if audio:
-            _, labels, firsts, stamps, lengths, samples = message
-            offset = 0
-            for label, first, capture_ns, n_samples in zip(labels, firsts, stamps, lengths):
-                self._accept(label, first, capture_ns, samples[offset:offset + n_samples])
-                offset += n_samples
-        elif kind == "open":
-            _, label, language, base_sample, segment_base, readmit, priority, history, source = message
-            try:
-                self.live.open_stream(label, language, readmit=readmit, priority=priority, history=history,
-                                      source=source)
-            except StreamRefused as refused:  # at capacity: this stream only; the host goes on
-                return [*out, ("refused", label, one_line(refused))]
-            self._base[label] = (base_sample, segment_base)
-            out = [*out, ("opened", label)]
-            # The engine's clock of a re-fed stream starts at 0 where the supervisor's stands at
-            # ``base_sample``. A model does not care; a recognizer that answers by stream time
-            # (the tests' scripted listener) is told.
-            starts_at = getattr(self.live.engine.recognizer, "clock_starts_at", None)
-            if starts_at is not None:
-                starts_at(label, base_sample / SAMPLE_RATE_HZ)
-        elif kind == "finish":
-            stream = self.live.streams.get(message[1])
-            if stream is not None:
-                stream.finish()
-        elif kind == "language":
-            self.live.set_language(message[1])
-        elif kind == "model":
-            return out + self._updates(self.live.set_model(message[1]))
-        else:
-            raise TypeError(f"unknown host message {message!r}")
+        match message:
+            case FramedAudio():
+                for label, first, capture_ns, samples in message.pieces():
+                    self._accept(label, first, capture_ns, samples)
+            case OpenStream(label=label):
+                try:
+                    self.live.open_stream(label, message.language, readmit=message.readmit,
+                                          priority=message.priority, history=message.history, source=message.source)
+                except StreamRefused as refused:  # at capacity: this stream only; the host goes on
+                    return [*out, Refused(label, one_line(refused))]
+                self._base[label] = (message.base_sample, message.segment_base)
+                out = [*out, StreamOpened(label)]
+                # The engine's clock of a re-fed stream starts at 0 where the supervisor's stands at
+                # ``base_sample``. A model does not care; a recognizer that answers by stream time
+                # (the tests' scripted listener) is told.
+                starts_at = getattr(self.live.engine.recognizer, "clock_starts_at", None)
+                if starts_at is not None:
+                    starts_at(label, message.base_sample / SAMPLE_RATE_HZ)
+            case CloseStream(label=label):
+                stream = self.live.streams.get(label)
+                if stream is not None:
+                    stream.finish()
+            case SetLanguage(language=language):
+                self.live.set_language(language)
+            case SwapModel(model=model):
+                return out + self._updates(self.live.set_model(model))
+            case _:
+                raise TypeError(f"unknown host message {message!r}")
         return out
 
     def _accept(self, label: str, first: int, capture_ns: int, samples) -> None:
@@ -271,7 +273,7 @@ class HostCore:
         """The least time between two steps with the streams open now (:data:`STEP_SPACING_MAX_S`)."""
         return min(STEP_SPACING_MAX_S, STEP_SPACING_PER_STREAM_S * len(self.live.streams))
 
-    def _work(self, hand_out: Callable[[tuple], None] | None = None) -> list[tuple]:
+    def _work(self, hand_out: Callable[[Event], None] | None = None) -> list[Event]:
         stepped, self._unstepped = set(self._unstepped), {}
         self._last_work_s = time.monotonic()
         before = set(self.live.streams)
@@ -294,7 +296,7 @@ class HostCore:
 
             self.live.step(hand_out=tick_out)
         for label in before - set(self.live.streams):
-            out.append(("done", label))
+            out.append(StreamDone(label))
             self._base.pop(label, None)
             self._checkpoint.pop(label, None)
             self._history_sent.pop(label, None)
@@ -322,26 +324,26 @@ class HostCore:
         """Whether audio was taken since the last step."""
         return bool(self._unstepped)
 
-    def step(self, hand_out: Callable[[tuple], None] | None = None) -> list[tuple]:
+    def step(self, hand_out: Callable[[Event], None] | None = None) -> list[Event]:
         """Run the model work that is due; updates, checkpoints, ended streams and (when due)
-        the status go back. ``hand_out``: where each tick's ``("updates", …)`` message goes as
+        the status go back. ``hand_out``: where each tick's :class:`Updates` go as
         soon as it is made (:meth:`~captioner.engine.live.LiveCaptioner.step`) instead of
         coming back with the rest."""
         return self._work(hand_out) + self.status_due()
 
-    def status_due(self) -> list[tuple]:
+    def status_due(self) -> list[Event]:
         """The status (and language notices), when a report is due: the host's heartbeat."""
         now_s = time.monotonic()
         if now_s < self._next_status_s:
             return []
         self._next_status_s = now_s + STATUS_PERIOD_S
-        out: list[tuple] = [("status", self.live.status())]
+        out: list[Event] = [HostStatus(self.live.status())]
         notices = self.live.notices()
         if notices:
-            out.append(("notices", notices))
+            out.append(Notices(notices))
         return out
 
-    def _updates(self, updates: list[CaptionUpdate]) -> list[tuple]:
+    def _updates(self, updates: list[CaptionUpdate]) -> list[Event]:
         if not updates:
             return []
         shifted = []
@@ -353,9 +355,9 @@ class HostCore:
                                    emitted_audio_s=u.emitted_audio_s + base_s,
                                    emitted_wall_s=u.emitted_wall_s + base_s, segment=u.segment + segment_base,
                                    words=tuple((w, a + base_s, b + base_s) for w, a, b in u.words)))
-        return [("updates", shifted)]
+        return [Updates(shifted)]
 
-    def _checkpoints(self, names: set[str]) -> list[tuple]:
+    def _checkpoints(self, names: set[str]) -> list[Event]:
         """A stream is at a checkpoint when the engine last saw it idle (no speech since its last
         update, nothing shown or committed in an open segment): its window then starts
         ``lead_in_s`` before the audio end, and a fresh engine given the audio from there on, and
@@ -371,7 +373,7 @@ class HostCore:
             sample = base[0] + start - start % FRAME_SAMPLES
             if sample > self._checkpoint.get(view.name, -1):
                 self._checkpoint[view.name] = sample
-                out.append(("checkpoint", view.name, sample, self._history(view.name)))
+                out.append(Checkpoint(view.name, sample, self._history(view.name)))
         return out
 
     def _history(self, label: str) -> tuple[str, ...] | None:
@@ -385,14 +387,14 @@ class HostCore:
         self._history_sent[label] = committed
         return engine.prompt_history(label)
 
-    def close(self) -> list[tuple]:
+    def close(self) -> list[Event]:
         return self._updates(self.live.close())
 
 
 # -- in the worker thread --------------------------------------------------------------------------
 class InlineHost:
     """The captioner on the calling (worker) thread: a failure is an exception, caught here and
-    reported as ``("error", text)``; the supervisor then makes a fresh host. Every method is
+    reported as :class:`HostFailed`; the supervisor then makes a fresh host. Every method is
     called by the worker thread."""
 
     kind = "inline"
@@ -403,8 +405,8 @@ class InlineHost:
         self.core: HostCore | None = None
         self.info: HostInfo | None = None
         self.streams_open = 0  # as ProcessHost's; nothing queues here
-        self._out: list[tuple] = []
-        self.hand_out: Callable[[tuple], None] | None = None
+        self._out: list[Event] = []
+        self.hand_out: Callable[[Event], None] | None = None
         """Where a step's updates go as each tick ends, whether :meth:`poll` or :meth:`send`
         made it (the latest ``poll``'s): with few streams a host steps on taking a chunk, and
         kept until the next poll, those captions waited for every message the worker took
@@ -414,7 +416,7 @@ class InlineHost:
         try:
             self.core = HostCore(self.spec)
             self.info = self.core.info()
-            self._out.append(("ready", self.info))
+            self._out.append(HostReady(self.info))
         except UserError:
             raise
         except Exception as error:
@@ -427,7 +429,7 @@ class InlineHost:
     def ready(self) -> bool:
         return self.core is not None and self.failed is None
 
-    def send(self, message: tuple, wait: bool = True, chunks: int = 1) -> None:
+    def send(self, message, wait: bool = True, chunks: int = 1) -> None:
         if self.failed is not None or self.core is None:
             return
         try:
@@ -437,7 +439,7 @@ class InlineHost:
         except Exception as error:
             self._fail(error)
 
-    def poll(self, hand_out: Callable[[tuple], None] | None = None) -> list[tuple]:
+    def poll(self, hand_out: Callable[[Event], None] | None = None) -> list[Event]:
         """The messages since the last poll, after the model work that is due; ``hand_out``
         (see :meth:`HostCore.step`) gets each tick's updates while the step goes on."""
         if hand_out is not None:
@@ -451,24 +453,24 @@ class InlineHost:
         out, self._out = self._out, []
         return out
 
-    def _hand_out_now(self) -> Callable[[tuple], None] | None:
+    def _hand_out_now(self) -> Callable[[Event], None] | None:
         """Where a tick's updates may go at once: :attr:`hand_out`, unless captions made without
         one still wait here (a re-feed sent into a fresh host before its first poll): none may
         overtake them. Else (seen in CI, tiny.en on a restarted host) the poll's step handed out
         "great sorrow of his life." while the re-feed's "It was the first" waited: the seam
         took the later words for new text, and the earlier ones were shown twice."""
-        if self.hand_out is None or any(message[0] == "updates" for message in self._out):
+        if self.hand_out is None or any(type(message) is Updates for message in self._out):
             return None
         return self.hand_out
 
     def _fail(self, error: BaseException) -> None:
         self.failed = one_line(error)
-        self._out.append(("error", self.failed))
+        self._out.append(HostFailed(self.failed))
 
     def check(self) -> str | None:
         return self.failed
 
-    def close(self, timeout_s: float) -> list[tuple]:
+    def close(self, timeout_s: float) -> list[Event]:
         """Commit what the streams show (the updates come back) and release the model."""
         if self.core is None or self.failed is not None:
             return []
@@ -519,7 +521,7 @@ def _ignore_stop_signals() -> None:
 
 def child_main(inbox, outbox, spec: HostSpec, parent_pid: int) -> None:
     """The child process: makes a :class:`HostCore`, then applies the parent's messages and steps
-    until ``("close",)``. Ctrl-C reaches the whole process group, and a service manager's stop
+    until :class:`CloseHost`. Ctrl-C reaches the whole process group, and a service manager's stop
     (systemd's SIGTERM to every process of the unit) the same: the parent decides when this
     process ends — a server drains its streams through it first — so both are ignored here
     (:func:`_ignore_stop_signals`)."""
@@ -527,14 +529,14 @@ def child_main(inbox, outbox, spec: HostSpec, parent_pid: int) -> None:
     threading.Thread(target=_watch_parent, args=(parent_pid,), name="captioner-parent-watch", daemon=True).start()
     try:
         if spec.progress is not None:  # the parent's callback stayed there: tell it how loading goes
-            spec = replace(spec, progress=lambda message, fraction: outbox.send(("progress", str(message),
-                                                                                 float(fraction))))
+            spec = replace(spec, progress=lambda message, fraction: outbox.send(LoadProgress(str(message),
+                                                                                         float(fraction))))
         core = HostCore(spec)
         core.send_updates = outbox.send  # at the step's end, after its (cheap) checkpoints
         freeze_start_up()  # the model and its runtime: no later collection walks them again
-        outbox.send(("ready", core.info()))
+        outbox.send(HostReady(core.info()))
     except BaseException as error:
-        outbox.send(("error", one_line(error), isinstance(error, UserError)))
+        outbox.send(HostFailed(one_line(error), isinstance(error, UserError)))
         os._exit(3)
     # A step's updates leave in one message at its end, dated then (HostCore.step without
     # hand_out), not tick by tick: sent as each tick ended, a thousand streams' captions reached
@@ -545,8 +547,8 @@ def child_main(inbox, outbox, spec: HostSpec, parent_pid: int) -> None:
             wait_s = core.step_wait_s() if core.has_unstepped else _RECEIVE_WAIT_S
             if inbox.poll(wait_s):
                 message = inbox.recv()
-                if message[0] == "close":
-                    for item in [*core.close(), ("closed",)]:
+                if type(message) is CloseHost:
+                    for item in [*core.close(), HostClosed()]:
                         outbox.send(item)
                     os._exit(0)
                 # Sent as soon as made, message by message: a backlog re-fed after a restart
@@ -562,7 +564,7 @@ def child_main(inbox, outbox, spec: HostSpec, parent_pid: int) -> None:
                 outbox.send(item)
     except BaseException as error:  # a device fault, a failed step: the parent takes over
         try:
-            outbox.send(("error", one_line(error), isinstance(error, UserError)))
+            outbox.send(HostFailed(one_line(error), isinstance(error, UserError)))
         finally:
             # No clean interpreter exit: a poisoned CUDA context can hang its own teardown.
             os._exit(3)
@@ -596,7 +598,7 @@ class ProcessHost:
     """A child process (``captioner-host-N``) running a :class:`HostCore`, and two named threads
     of the worker's process that move its messages: ``captioner-host-N-send`` (so the worker
     never blocks on a child that stopped reading) and ``captioner-host-N-recv``. Sends and polls
-    are the worker thread's; a dead child shows as ``("error", ...)`` among the polled messages."""
+    are the worker thread's; a dead child shows as :class:`HostFailed` among the polled messages."""
 
     kind = "process"
 
@@ -609,7 +611,7 @@ class ProcessHost:
         self.user_error: str | None = None
         self.last_heard_s = time.monotonic()
         self._patience_s = 60.0  # how long ``send`` waits on a child that says nothing
-        self._incoming: queue.Queue[tuple] = queue.Queue()
+        self._incoming: queue.Queue[Event | None] = queue.Queue()  # None: the child's pipe closed
         self._outgoing: queue.Queue[tuple | None] = queue.Queue()  # (message, chunks of audio)
         self._put_chunks = 0
         self._sent_chunks = 0
@@ -659,24 +661,25 @@ class ProcessHost:
             try:
                 message = connection.recv()
             except (EOFError, OSError):
-                self._incoming.put(("exit",))
+                self._incoming.put(None)
                 self._ready.set()
                 self._tell_owner()
                 return
             self.last_heard_s = time.monotonic()
-            if message[0] == "progress":
-                if self._progress is not None:
-                    self._progress(message[1], message[2])
-                continue
-            if message[0] == "ready":
-                self.info = message[1]
-                self._ready.set()
-            elif message[0] == "error":
-                if len(message) > 2 and message[2]:
-                    self.user_error = message[1]
-                self._ready.set()
-            elif message[0] == "closed":
-                self._closed.set()
+            match message:
+                case LoadProgress():
+                    if self._progress is not None:
+                        self._progress(message.message, message.fraction)
+                    continue
+                case HostReady(info=info):
+                    self.info = info
+                    self._ready.set()
+                case HostFailed():
+                    if message.user_error:
+                        self.user_error = message.reason
+                    self._ready.set()
+                case HostClosed():
+                    self._closed.set()
             self._incoming.put(message)
             self._tell_owner()
 
@@ -705,7 +708,7 @@ class ProcessHost:
     def ready(self) -> bool:
         return self.info is not None and self.failed is None
 
-    def send(self, message: tuple, wait: bool = True, chunks: int = 1) -> None:
+    def send(self, message, wait: bool = True, chunks: int = 1) -> None:
         """Queue ``message`` (``chunks`` of audio, for a batch) for the child. While more than
         :meth:`queue_limit` chunks wait, the caller waits too (a file replay then waits in its
         turn, as it does for a slow worker thread), unless ``wait`` is false (a re-feed, bounded
@@ -730,7 +733,7 @@ class ProcessHost:
         return self.process is not None and self.process.poll() is None and \
             time.monotonic() - self.last_heard_s < self._patience_s
 
-    def poll(self, hand_out: Callable[[tuple], None] | None = None) -> list[tuple]:
+    def poll(self, hand_out: Callable[[Event], None] | None = None) -> list[Event]:
         """The child's messages received so far. ``hand_out`` (:meth:`InlineHost.poll`'s) has
         nothing to do here: the child sends a step's updates at its end (see ``child_main``)."""
         out = []
@@ -739,17 +742,16 @@ class ProcessHost:
                 message = self._incoming.get_nowait()
             except queue.Empty:
                 return out
-            if message[0] == "exit":
+            if message is None:  # the child's pipe closed
                 code = self.process.poll() if self.process is not None else None
                 if self.failed is None and not self._closed.is_set():
                     self._fail(f"the worker process ended (exit status {code})")
-                    out.append(("error", self.failed))
+                    out.append(HostFailed(self.failed))
                 continue
-            if message[0] == "error":
+            if type(message) is HostFailed:
                 if self.failed is not None:
                     continue
-                self._fail(message[1])
-                message = ("error", self.failed)
+                self._fail(message.reason)
             out.append(message)
 
     def check(self, heartbeat_timeout_s: float, load_timeout_s: float) -> str | None:
@@ -766,12 +768,12 @@ class ProcessHost:
     def _fail(self, why: str) -> None:
         self.failed = why
 
-    def close(self, timeout_s: float) -> list[tuple]:
+    def close(self, timeout_s: float) -> list[Event]:
         """Ask the child to commit what its streams show and exit; the updates it sends before
         it exits come back (the others are polled as usual)."""
         if self.failed is not None or self.process is None:
             return []
-        self.send(("close",))
+        self.send(CloseHost())
         deadline_s = time.monotonic() + timeout_s
         out = []
         while time.monotonic() < deadline_s:

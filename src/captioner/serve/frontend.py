@@ -34,9 +34,30 @@ import time
 from http import HTTPStatus
 from urllib.parse import urlsplit
 
+from captioner.engine.messages import Message
 from captioner.heap import freeze_start_up
 from captioner.serve import channel, protocol
 from captioner.serve.bounds import close_idle
+from captioner.serve.channel import (
+    Admit,
+    Caption,
+    CaptionsBack,
+    ClientEnded,
+    ClientGone,
+    ClientOpened,
+    ClientRefused,
+    CloseClient,
+    Exit,
+    FrontendFrame,
+    FrontendLog,
+    Listening,
+    LoopLate,
+    Readiness,
+    StartFailed,
+    StatusTexts,
+    StopListening,
+    StreamReady,
+)
 from captioner.serve.gather import AudioGather
 from captioner.serve.loop_lag import LoopLag
 from captioner.serve.protocol import (
@@ -107,18 +128,18 @@ class FrontEnd:
         self._reader, self._writer = reader, writer
         self.conns: dict[int, _Conn] = {}
         self._sids = itertools.count(1)
-        self._events: list[tuple] = []
+        self._events: list[Message] = []
         self._back_ms: list[float] = []  # captions' engine outbox -> this loop, since the last report
         self._audio = AudioGather()
         self.stopping = False
         self._end = STOPPING
 
     # -- to the hub ----------------------------------------------------------------------------------
-    def _event(self, event: tuple) -> None:
+    def _event(self, event: Message) -> None:
         self._events.append(event)
 
     def log(self, line: str) -> None:
-        self._events.append(("log", line))
+        self._events.append(FrontendLog(line))
 
     def _add_audio(self, conn: _Conn, pcm: bytes, n_samples: int, capture_ns: int) -> None:
         self._audio.add(conn.sid, conn.params.sample_rate_hz, pcm, n_samples, capture_ns)
@@ -131,7 +152,7 @@ class FrontEnd:
         index, samples = self._audio.take()
         if not self._events and not index:
             return
-        frame = (self._events, index, samples)
+        frame = FrontendFrame(self._events, index, samples)
         self._events = []
         if not self._writer.is_closing():
             self._writer.write(channel.encode(frame))
@@ -143,10 +164,10 @@ class FrontEnd:
         while True:
             await asyncio.sleep(LATE_REPORT_S)
             if lag.late_ms:
-                self._event(("late", list(lag.late_ms)))
+                self._event(LoopLate(list(lag.late_ms)))
                 lag.late_ms.clear()
             if self._back_ms:
-                self._event(("back", self._back_ms))
+                self._event(CaptionsBack(self._back_ms))
                 self._back_ms = []
 
     async def _flusher(self) -> None:
@@ -167,42 +188,43 @@ class FrontEnd:
                 self._end = HUB_GONE
                 return
             for event in events:
-                kind = event[0]
-                if kind == "caption":
-                    conn = self.conns.get(event[1])
-                    if conn is not None:
-                        conn.put(protocol.caption_message(conn.params.label, event[2]))
-                    if event[3]:  # the engine's ring for it: 0 when the hub's pump went round unrung
-                        self._back_ms.append((time.monotonic_ns() - event[3]) / 1e6)
-                elif kind == "status":
-                    texts = event[1]
-                    for conn in self.conns.values():
-                        text = texts.get(conn.worker) if conn.listed else None
-                        if text is not None:
+                match event:
+                    case Caption(sid=sid, fields=fields, rung_ns=rung_ns):
+                        conn = self.conns.get(sid)
+                        if conn is not None:
+                            conn.put(protocol.caption_message(conn.params.label, fields))
+                        if rung_ns:  # the engine's ring for it: 0 when the hub's pump went round unrung
+                            self._back_ms.append((time.monotonic_ns() - rung_ns) / 1e6)
+                    case StatusTexts(texts=texts):
+                        for conn in self.conns.values():
+                            text = texts.get(conn.worker) if conn.listed else None
+                            if text is not None:
+                                conn.put(text)
+                    case StreamReady(sid=sid, text=text):
+                        conn = self.conns.get(sid)
+                        if conn is not None:
+                            conn.listed = True
                             conn.put(text)
-                elif kind == "ready":
-                    conn = self.conns.get(event[1])
-                    if conn is not None:
-                        conn.listed = True
-                        conn.put(event[2])
-                elif kind == "admit":
-                    conn = self.conns.get(event[1])
-                    if conn is not None and not conn.decision.done():
-                        conn.worker = event[2]
-                        conn.decision.set_result(None)
-                elif kind in ("refuse", "close"):
-                    conn = self.conns.get(event[1])
-                    if conn is not None:
-                        conn.resolve((event[2], event[3]))
-                elif kind == "readiness":
-                    self.not_ready = event[1]
-                elif kind == "stopping":  # the drain: no new connection; the hub ends the streams
-                    self.stopping = True
-                    if self._server is not None:
-                        self._server.close(close_connections=False)
-                elif kind == "exit":
-                    self._end = STOPPING
-                    return
+                    case Admit(sid=sid, worker_index=worker_index):
+                        conn = self.conns.get(sid)
+                        if conn is not None and not conn.decision.done():
+                            conn.worker = worker_index
+                            conn.decision.set_result(None)
+                    case CloseClient(sid=sid, code=code, reason=reason):
+                        conn = self.conns.get(sid)
+                        if conn is not None:
+                            conn.resolve((code, reason))
+                    case Readiness(not_ready=not_ready):
+                        self.not_ready = not_ready
+                    case StopListening():  # the drain: no new connection; the hub ends the streams
+                        self.stopping = True
+                        if self._server is not None:
+                            self._server.close(close_connections=False)
+                    case Exit():
+                        self._end = STOPPING
+                        return
+                    case _:
+                        raise TypeError(f"unknown hub message {event!r}")
 
     # -- handshake -----------------------------------------------------------------------------------
     def _process_request(self, connection, request):
@@ -213,7 +235,7 @@ class FrontEnd:
         if path != protocol.PATH:
             return connection.respond(HTTPStatus.NOT_FOUND, f"captioner: connect to {protocol.PATH}\n")
         if self.token is not None and not protocol.token_matches(request.headers.get("Authorization"), self.token):
-            self._event(("refused",))
+            self._event(ClientRefused())
             self.log(f"refused {peer(connection)}: missing or wrong token")
             response = connection.respond(HTTPStatus.UNAUTHORIZED, "captioner: missing or wrong bearer token\n")
             response.headers["WWW-Authenticate"] = 'Bearer realm="captioner"'
@@ -226,7 +248,7 @@ class FrontEnd:
         try:
             params = protocol.parse_path(ws.request.path)
         except ProtocolError as error:
-            self._event(("refused",))
+            self._event(ClientRefused())
             self.log(f"{peer(ws)}: refused {error.code} ({error.reason})")
             await ws.close(error.code, close_reason(error.reason))
             return
@@ -235,8 +257,8 @@ class FrontEnd:
             return
         conn = _Conn(next(self._sids), ws, params, self.max_ahead_s, peer(ws))
         self.conns[conn.sid] = conn
-        self._event(("open", conn.sid, params.label, params.language, params.sample_rate_hz, conn.peer,
-                     params.source))
+        self._event(ClientOpened(conn.sid, params.label, params.language, params.sample_rate_hz, conn.peer,
+                                 params.source))
         try:
             refusal = await conn.decision
             if refusal is not None:
@@ -262,12 +284,12 @@ class FrontEnd:
                 # leaving, ahead of it (the hub takes a frame's audio before its events).
                 self._audio.end(conn.sid, time.monotonic_ns())
                 if got_end:
-                    self._event(("end", conn.sid))
+                    self._event(ClientEnded(conn.sid))
                     code, reason = await conn.closing
                 else:
                     if code == protocol.CLOSE_NORMAL:
                         code = None  # the client went away: nothing to send
-                    self._event(("gone", conn.sid, code, reason))
+                    self._event(ClientGone(conn.sid, code, reason))
             else:
                 receiver.cancel()
                 code, reason = conn.closing.result()
@@ -330,7 +352,7 @@ class FrontEnd:
                                  ssl=_tls_context(self.tls_files), compression=None, server_header=None,
                                  ping_interval=20, ping_timeout=20, close_timeout=5)
         except OSError as error:
-            self._event(("failed", f"cannot listen on {self.host}:{self.port}: {error.strerror or error}"))
+            self._event(StartFailed(f"cannot listen on {self.host}:{self.port}: {error.strerror or error}"))
             self.flush()
             await self._writer.drain()
             return
@@ -339,7 +361,7 @@ class FrontEnd:
         # of its connections meanwhile; docs/serve.md, "The hub hands out caption values").
         freeze_start_up()
         self._server = server
-        self._event(("listening", server.sockets[0].getsockname()[1] if server.sockets else self.port))
+        self._event(Listening(server.sockets[0].getsockname()[1] if server.sockets else self.port))
         self.flush()
         flusher = asyncio.create_task(self._flusher())
         lag = LoopLag(kept=10_000)

@@ -42,6 +42,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from captioner.engine.messages import Message
 from captioner.errors import StreamRefused, UserError, one_line
 from captioner.serve import channel, protocol
 from captioner.serve.bounds import ConnectionCounter
@@ -211,12 +212,12 @@ class FrontendHub:
         frame = await asyncio.wait_for(channel.read_frame(fe.reader), START_TIMEOUT_S)
         if frame is None:
             return f"front-end {fe.index} ended at its start (exit status {fe.process.wait()})"
-        for event in frame[0]:
-            if event[0] == "failed":
-                return event[1]
-            if event[0] == "listening":
+        for event in frame.events:
+            if type(event) is channel.StartFailed:
+                return event.reason
+            if type(event) is channel.Listening:
                 return ""
-        return f"front-end {fe.index} said {frame[0]!r} at its start"
+        return f"front-end {fe.index} said {frame.events!r} at its start"
 
     async def _start_frontends(self) -> None:
         self._reserve_port()
@@ -234,7 +235,7 @@ class FrontendHub:
 
     async def _end_frontends(self, timeout_s: float) -> None:
         for fe in self.frontends:
-            self._send(fe, ("exit",))
+            self._send(fe, channel.Exit())
         self._flush()
         deadline = time.monotonic() + timeout_s
         for fe in self.frontends:
@@ -257,9 +258,9 @@ class FrontendHub:
             self._on_frame(fe, frame)
         self._frontend_ended(fe)
 
-    def _on_frame(self, fe: _Frontend, frame: tuple) -> None:
+    def _on_frame(self, fe: _Frontend, frame: channel.FrontendFrame) -> None:
         """One batch: the audio first (a stream's audio precedes its end), then the events."""
-        events, index, audio = frame
+        events, index, audio = frame.events, frame.audio_index, frame.audio_f32
         if index:
             self._inbound_ms.append((time.monotonic_ns() - min(entry[3] for entry in index)) / 1e6)
             # Whole 16 kHz frames already (the front-end framed them), read where they were
@@ -277,29 +278,29 @@ class FrontendHub:
             for worker, pieces in by_worker.items():
                 self.link.push_framed(worker, pieces, samples)
         for event in events:
-            kind = event[0]
-            if kind == "open":
-                _, sid, label, language, rate_hz, peer, source = event
-                stream = _Stream(fe, sid, next(self._ids), label, language, rate_hz, peer, source)
-                fe.streams[sid] = stream
-                asyncio.create_task(self._run_stream(stream))
-            elif kind == "end":
-                stream = fe.streams.get(event[1])
-                if stream is not None:
-                    stream.flags.raise_flag(END_ASKED)
-            elif kind == "gone":
-                stream = fe.streams.get(event[1])
-                if stream is not None:
-                    stream.closed_by = event[2:]
-                    stream.flags.raise_flag(GONE)
-            elif kind == "log":
-                self.log(f"front-end {fe.index}: {event[1]}")
-            elif kind == "refused":
-                self.counts["refused"] += 1
-            elif kind == "late":
-                self.frontends_lag.late_ms.extend(event[1])
-            elif kind == "back":
-                self.outbox_to_frontends_ms.extend(event[1])
+            match event:
+                case channel.ClientOpened(sid=sid):
+                    stream = _Stream(fe, sid, next(self._ids), event.label, event.language, event.rate_hz, event.peer,
+                                     event.source)
+                    fe.streams[sid] = stream
+                    asyncio.create_task(self._run_stream(stream))
+                case channel.ClientEnded(sid=sid):
+                    stream = fe.streams.get(sid)
+                    if stream is not None:
+                        stream.flags.raise_flag(END_ASKED)
+                case channel.ClientGone(sid=sid):
+                    stream = fe.streams.get(sid)
+                    if stream is not None:
+                        stream.closed_by = (event.code, event.reason)
+                        stream.flags.raise_flag(GONE)
+                case channel.FrontendLog(line=line):
+                    self.log(f"front-end {fe.index}: {line}")
+                case channel.ClientRefused():
+                    self.counts["refused"] += 1
+                case channel.LoopLate(late_ms=late_ms):
+                    self.frontends_lag.late_ms.extend(late_ms)
+                case channel.CaptionsBack(back_ms=back_ms):
+                    self.outbox_to_frontends_ms.extend(back_ms)
 
     def _frontend_ended(self, fe: _Frontend) -> None:
         """Its channel closed: every stream of it ends as if its client had left."""
@@ -342,7 +343,7 @@ class FrontendHub:
         self.log(f"front-end {index} started again (pid {fe.pid})")
 
     # -- to the front-ends --------------------------------------------------------------------------
-    def _send(self, fe: _Frontend, event: tuple) -> None:
+    def _send(self, fe: _Frontend, event: Message) -> None:
         if fe.alive:
             fe.out.append(event)
             if not self._flush_due:
@@ -362,7 +363,7 @@ class FrontendHub:
     async def _run_stream(self, stream: _Stream) -> None:
         fe = stream.fe
         if self._stopping:
-            self._send(fe, ("refuse", stream.sid, *_STOPPING))
+            self._send(fe, channel.CloseClient(stream.sid, *_STOPPING))
             fe.streams.pop(stream.sid, None)
             return
         too_many = self._per_client.take(stream.peer)  # over all front-ends: a client's connections land on any
@@ -385,7 +386,7 @@ class FrontendHub:
         """A connection closed before its stream opened (no room for it, or a language the model lacks)."""
         self.counts["refused"] += 1
         self.log(f"#{stream.conn_id} {stream.peer}: refused {code} ({one_line(reason)})")
-        self._send(stream.fe, ("refuse", stream.sid, code, reason))
+        self._send(stream.fe, channel.CloseClient(stream.sid, code, reason))
         stream.fe.streams.pop(stream.sid, None)
 
     async def _run_admitted(self, stream: _Stream, give_back: Callable[[], None]) -> None:
@@ -399,7 +400,7 @@ class FrontendHub:
         except StreamRefused as error:
             self.counts["refused"] += 1
             self.log(f"#{stream.conn_id} {stream.peer}: refused at capacity: {one_line(error)}")
-            self._send(fe, ("refuse", stream.sid, protocol.CLOSE_TRY_LATER, str(error)))
+            self._send(fe, channel.CloseClient(stream.sid, protocol.CLOSE_TRY_LATER, str(error)))
             fe.streams.pop(stream.sid, None)
             return
         except UserError as error:  # a language the model lacks
@@ -416,9 +417,9 @@ class FrontendHub:
         self.log(f"#{stream.conn_id} {stream.peer}: open ({stream.rate_hz} Hz, {lease.worker.device or 'auto'}, "
                  f"front-end {fe.index})")
         stream.ready = protocol.ready_message(stream.label, self.link.model, stream.rate_hz, lease.language)
-        self._send(fe, ("admit", stream.sid, lease.worker.index))
+        self._send(fe, channel.Admit(stream.sid, lease.worker.index))
         if lease.state == "open":  # listed already (the pump ran while the stream was opened)
-            self._send(fe, ("ready", stream.sid, stream.ready))
+            self._send(fe, channel.StreamReady(stream.sid, stream.ready))
         if self._stopping:  # admitted while the stop began: drained like the others
             asyncio.create_task(self._drain_one(stream))
         code: int | None = None
@@ -438,7 +439,7 @@ class FrontendHub:
                     code, reason = _STOPPING
         finally:
             if code is not None:
-                self._send(fe, ("close", stream.sid, code, reason))
+                self._send(fe, channel.CloseClient(stream.sid, code, reason))
             give_back()
             await self._retire(stream)
             if code is None and closed_by is not None:  # the front-end closed it for the client's input
@@ -449,7 +450,7 @@ class FrontendHub:
     def _lease_changed(self, stream: _Stream, lease: Lease) -> None:
         """Hub loop thread (from the pump)."""
         if lease.state == "open" and stream.ready:
-            self._send(stream.fe, ("ready", stream.sid, stream.ready))  # before any caption or status
+            self._send(stream.fe, channel.StreamReady(stream.sid, stream.ready))  # before any caption or status
         stream.flags.follow_lease(lease.state)
 
     async def _finish(self, stream: _Stream) -> tuple[int, str]:
@@ -506,7 +507,7 @@ class FrontendHub:
                 if stream is None:
                     continue
                 # The values, not the message: its front-end makes the JSON (caption_fields).
-                self._send(stream.fe, ("caption", stream.sid, protocol.caption_fields(update), rung_ns))
+                self._send(stream.fe, channel.Caption(stream.sid, protocol.caption_fields(update), rung_ns))
                 if self.metrics is not None and update.text.strip():
                     self.metrics.observe_caption(update)
                 if self._transcripts is not None and update.kind == "final" and update.text.strip():
@@ -535,7 +536,7 @@ class FrontendHub:
                     texts[worker.index] = protocol.status_message(status_fields(worker, listed[worker.index]))
             if texts:
                 for fe in self.frontends:
-                    self._send(fe, ("status", texts))
+                    self._send(fe, channel.StatusTexts(texts))
             self._tell_readiness()
 
     def _tell_readiness(self) -> None:
@@ -545,7 +546,7 @@ class FrontendHub:
         for fe in self.frontends:
             if fe.readiness_told != readiness:
                 fe.readiness_told = readiness
-                self._send(fe, ("readiness", readiness))
+                self._send(fe, channel.Readiness(readiness))
 
     # -- running -------------------------------------------------------------------------------------
     def inbound_delay_ms(self) -> tuple[float, float] | None:
@@ -591,7 +592,7 @@ class FrontendHub:
         self._stopping = True
         started_s = time.monotonic()
         for fe in self.frontends:
-            self._send(fe, ("stopping",))
+            self._send(fe, channel.StopListening())
         draining = list(self._by_lease.values())
         if draining:
             self.notice(f"stopping: no new connections; captioning the {len(draining)} open stream(s) to the end "
@@ -603,7 +604,7 @@ class FrontendHub:
             await asyncio.sleep(0.05)
         left = [stream for fe in self.frontends for stream in fe.streams.values() if stream.lease is not None]
         for stream in left:
-            self._send(stream.fe, ("close", stream.sid, protocol.CLOSE_GOING_AWAY, CUT_REASON))
+            self._send(stream.fe, channel.CloseClient(stream.sid, protocol.CLOSE_GOING_AWAY, CUT_REASON))
             # Its task ends now, waiting no more for the engine (the loop's end would wait for it).
             stream.closed_by = (protocol.CLOSE_GOING_AWAY, CUT_REASON)
             stream.flags.raise_flag(OPENED | ENDED | GONE)
