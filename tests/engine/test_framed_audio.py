@@ -149,3 +149,55 @@ def test_framed_items_go_to_the_host_with_the_steps_batch():
         assert first == 0 and kept.shape == (1600,)
     finally:
         captioner.close()
+
+
+def test_a_host_takes_framed_audio_as_it_is_and_captions_it_as_the_same_audio_ingested():
+    """A model's host is sent whole 16 kHz frames (the supervisor framed them): they go to the
+    engine as they are, not through a second ingest, and give the same captions, gaps included,
+    as the same samples handed to ``accept_waveform``."""
+    from captioner.audio.ingest import StreamIngest
+
+    audio = render_speech(SCRIPTS["a"], SPEECH_S, seed=3)
+    cut = audio.shape[0] // 2
+    lost = 4 * 1600  # 400 ms lost on the way: the engine hears silence there
+    pieces = [(first, audio[first:first + 1600]) for first in range(0, audio.shape[0], 1600)
+              if not cut <= first < cut + lost]
+
+    def run(framed: bool) -> list[tuple]:
+        live = HostCore(HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory())).live
+        stream = live.open_stream("a")
+        calls, updates = [], []
+        accept = StreamIngest.accept
+        StreamIngest.accept = lambda self, *args, **kwargs: (calls.append(1), accept(self, *args, **kwargs))[1]
+        try:
+            for first, chunk in pieces:
+                if framed:
+                    live.accept_framed(FramedAudio(("a",), (first,), (time.monotonic_ns(),), (chunk.shape[0],), chunk))
+                else:
+                    stream.accept_waveform(SAMPLE_RATE_HZ, chunk, first_sample=first)
+                updates += live.step()
+        finally:
+            StreamIngest.accept = accept
+        assert (calls == []) == framed  # the framed audio met no ingest
+        stream.finish()
+        while not stream.done:
+            updates += live.step()
+        return [(u.kind, u.text, round(u.start_s, 3), round(u.end_s, 3)) for u in updates if u.kind == "final"]
+
+    framed = run(True)
+    assert framed == run(False)
+    assert keys(" ".join(text for _, text, _, _ in framed)) == keys(SCRIPTS["a"])
+
+
+def test_a_stream_takes_framed_audio_or_waveforms_not_both():
+    live = HostCore(HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory())).live
+    framed, waved = live.open_stream("f"), live.open_stream("w")
+    framed.accept_frames(0, 0, np.zeros(320, np.float32))
+    with pytest.raises(ValueError, match="framed"):
+        framed.accept_waveform(SAMPLE_RATE_HZ, np.zeros(320, np.float32))
+    waved.accept_waveform(SAMPLE_RATE_HZ, np.zeros(320, np.float32))
+    with pytest.raises(ValueError, match="accept_waveform"):
+        waved.accept_frames(320, 0, np.zeros(320, np.float32))
+    with pytest.raises(ValueError, match="whole 160-sample frames"):
+        framed.accept_frames(320, 0, np.zeros(100, np.float32))
+    live.close()

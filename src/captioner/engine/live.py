@@ -105,6 +105,7 @@ class CaptionStream:
         self._head_taken = 0
         """Samples of the oldest pending block already fed to the engine."""
         self._finishing = False
+        self._framed = False  # fed by accept_frames
         self._done = False
         self._language_watch: StreamWatch | None = None
         self._speakers = False
@@ -136,6 +137,8 @@ class CaptionStream:
         silence, so stream time stays exact)."""
         if self._finishing:
             raise ValueError(f"stream {self.label!r} is finished: open a new stream for more audio")
+        if self._framed:
+            raise ValueError(f"stream {self.label!r} takes framed audio (accept_frames): its clock is the sender's")
         if not isinstance(sample_rate, (int, np.integer)) or isinstance(sample_rate, bool):
             raise ValueError(f"sample_rate must be an integer number of Hz, got {sample_rate!r}")
         when_ns = self._owner.clock_ns() if capture_ns is None else int(capture_ns)
@@ -145,6 +148,23 @@ class CaptionStream:
         if block is not None:
             self._pending.append(block)
         engine.host_s["ingest"] += engine.host_timer() - t0
+
+    def accept_frames(self, first_sample: int, capture_ns: int, samples: np.ndarray) -> None:
+        """Audio that was resampled and framed where it came in (the supervisor of a model's
+        process, a server's front-end): whole 10 ms frames of 16 kHz float32 at index
+        ``first_sample`` of the stream's clock, taken as they are, not checked and framed a second
+        time (the engine fills a gap with silence and drops what overlaps). A stream takes its
+        audio this way or by :meth:`accept_waveform`, not both: each keeps its own clock."""
+        if self._finishing:
+            raise ValueError(f"stream {self.label!r} is finished: open a new stream for more audio")
+        if self._ingest.rate_hz is not None:
+            raise ValueError(f"stream {self.label!r} takes its audio by accept_waveform, not framed")
+        if samples.dtype != np.float32 or samples.ndim != 1 or samples.shape[0] % FRAME_SAMPLES or first_sample < 0:
+            raise ValueError(f"framed audio is whole {FRAME_SAMPLES}-sample frames of float32 from a sample index >= 0, "
+                             f"got {samples.dtype} {samples.shape} at {first_sample}")
+        self._framed = True
+        if samples.shape[0]:
+            self._pending.append(AudioBlock(self.label, int(first_sample), int(capture_ns), samples))
 
     def finish(self) -> None:
         """No more audio: the next ``step`` calls commit what the stream still shows, then
@@ -289,7 +309,7 @@ class LiveCaptioner:
         for label, first, capture_ns, samples in audio.pieces():
             stream = self._streams.get(label)
             if stream is not None and not stream._finishing:
-                stream.accept_waveform(SAMPLE_RATE_HZ, samples, capture_ns=capture_ns, first_sample=first)
+                stream.accept_frames(first, capture_ns, samples)
 
     # -- streams ---------------------------------------------------------------------------------
     def open_stream(self, label: str, language: str | None = None, *,

@@ -262,8 +262,7 @@ class HostCore:
     def _accept(self, label: str, first: int, capture_ns: int, samples) -> None:
         stream = self.live.streams.get(label)
         if stream is not None:
-            stream.accept_waveform(SAMPLE_RATE_HZ, samples, capture_ns=capture_ns,
-                                   first_sample=first - self._base[label][0])
+            stream.accept_frames(first - self._base[label][0], capture_ns, samples)
             self._unstepped[label] = self._unstepped.get(label, 0) + len(samples)
 
     def _since_work_s(self) -> float:
