@@ -1,7 +1,7 @@
 """What a model process holds for the cyclic garbage collector while it captions many streams, and
 how long a full collection of it takes, with and without the start-up objects frozen.
 
-One :class:`~captioner.engine.worker_process.HostCore` (what a GPU model process runs) with the
+One :class:`~captioner.engine.host.HostCore` (what a GPU model process runs) with the
 server's engine config, ``--streams`` streams of real English speech (the recordings looped),
 each fed 100 ms a step as fast as the engine steps, ``--audio-s`` of audio each. Every 10 s of
 audio it reports the container objects the collector tracks, the time of one full collection
@@ -50,8 +50,8 @@ def census() -> collections.Counter:
 
 def one_variant(streams: int, audio_s: float, freeze: bool, device: str, speech: Path) -> dict:
     """This process: load, (freeze), caption; what the collector holds every 10 s of audio."""
+    from captioner.engine.host import HostCore, HostSpec
     from captioner.engine.messages import OpenStream, Updates
-    from captioner.engine.worker_process import HostCore, HostSpec
     from captioner.events import FramedAudio
     from captioner.serve.engine_link import server_engine_config
 

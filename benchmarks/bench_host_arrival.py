@@ -1,5 +1,5 @@
 """How a model host batches network arrival: N streams of 100 ms chunks handed to a
-:class:`~captioner.engine.worker_process.HostCore` the way a server's worker hands them over,
+:class:`~captioner.engine.host.HostCore` the way a server's worker hands them over,
 on a simulated clock, and how many engine ticks and model steps (and rows per step) the same
 audio makes. Side by side in one run: chunks on time, and chunks with a network's jitter (a few
 ms late each, one in twenty 30-150 ms late, so that two of a stream's chunks come together),
@@ -73,12 +73,12 @@ RULES = {
 def run(streams: int, seconds: float, jitter: bool, rule: str, fixed_s: float, row_s: float, chunk_s: float) -> dict:
     from scripted import ScriptedRecognizer, phrase, render_speech
 
-    import captioner.engine.worker_process as host_module
+    import captioner.engine.host as host_module
     from captioner.engine.admission import AdmissionConfig
     from captioner.engine.core import EngineConfig
+    from captioner.engine.host import HostCore, HostSpec
     from captioner.engine.messages import CloseStream, OpenStream
     from captioner.engine.scheduler import SchedulerConfig
-    from captioner.engine.worker_process import HostCore, HostSpec
     from captioner.events import FramedAudio
     from captioner.gpu.backend import cpu_backend
 

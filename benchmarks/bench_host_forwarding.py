@@ -33,8 +33,8 @@ def _cpu_s(pid: int) -> float:
 
 
 def run(isolation: str, streams: int, seconds: float) -> dict:
+    from captioner.engine.host import HostSpec
     from captioner.engine.supervisor import SupervisedCaptioner
-    from captioner.engine.worker_process import HostSpec
     from captioner.serve.engine_link import server_engine_config
 
     config = server_engine_config()

@@ -58,10 +58,10 @@ def recording(out: Path) -> Path:
 def one_run(path: Path, device: str, isolation: str, fault: str | None) -> dict:
     from captioner.audio.file_source import FileSource
     from captioner.engine.core import EngineConfig
+    from captioner.engine.host import FAULT_ENV
     from captioner.engine.pipeline import Pipeline
     from captioner.engine.policy.words import normalize_word
     from captioner.engine.scheduler import SchedulerConfig
-    from captioner.engine.worker_process import FAULT_ENV
 
     if fault:
         os.environ[FAULT_ENV] = fault

@@ -117,7 +117,7 @@ def enable(folder: Path) -> None:
 
 
 def role(command_line: str) -> str:
-    if "captioner.engine.worker_process" in command_line:
+    if "captioner.engine.host" in command_line:
         return "model process"
     if "captioner.serve.frontend" in command_line:
         return "front-end"

@@ -23,7 +23,7 @@ from scripted import (
 
 from captioner.engine.admission import (
     AdmissionConfig,
-    HostCost,
+    CpuCost,
     Priority,
     StepCost,
     predict,
@@ -165,7 +165,7 @@ def test_an_engine_already_behind_its_audio_takes_no_new_stream(behind_s):
 
 
 def test_the_host_cost_is_measured_per_second_of_audio_whatever_the_clock():
-    cost = HostCost(window_audio_s=20.0, alpha=0.3)
+    cost = CpuCost(window_audio_s=20.0, alpha=0.3)
     cost.record(0.0, 0.0)
     cost.record(1.0, 10.0)
     assert cost.per_audio_s == 0.0  # not a window of audio yet

@@ -18,9 +18,9 @@ import soxr
 from scripted import Delivered, keys, render_speech
 from test_host_batching import SCRIPTS, ScriptFactory
 
+from captioner.engine.host import HostCore, HostSpec
 from captioner.engine.supervisor import SupervisedCaptioner
 from captioner.engine.worker import CloseStream, OpenStream, Worker
-from captioner.engine.worker_process import HostCore, HostSpec
 from captioner.events import SAMPLE_RATE_HZ, FramedAudio
 from captioner.serve.gather import AudioGather
 

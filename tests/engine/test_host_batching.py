@@ -9,6 +9,15 @@ import time
 import numpy as np
 from scripted import ScriptedRecognizer, keys, phrase, render_speech
 
+from captioner.engine.host import (
+    BACKLOG_STEP_S,
+    MAX_QUEUED,
+    QUEUED_PER_STREAM,
+    STEP_SPACING_MAX_S,
+    HostCore,
+    HostSpec,
+    ProcessHost,
+)
 from captioner.engine.messages import (
     Checkpoint,
     CloseStream,
@@ -20,15 +29,6 @@ from captioner.engine.messages import (
     Updates,
 )
 from captioner.engine.supervisor import SupervisedCaptioner
-from captioner.engine.worker_process import (
-    BACKLOG_STEP_S,
-    MAX_QUEUED,
-    QUEUED_PER_STREAM,
-    STEP_SPACING_MAX_S,
-    HostCore,
-    HostSpec,
-    ProcessHost,
-)
 from captioner.events import SAMPLE_RATE_HZ, FramedAudio
 from captioner.gpu.backend import cpu_backend
 

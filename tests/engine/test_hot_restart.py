@@ -27,12 +27,12 @@ from test_engine_scripted import long_script
 
 from captioner.audio.file_source import FileSource
 from captioner.engine.core import EngineConfig
+from captioner.engine.host import FAULT_ENV, HostSpec, parse_fault
 from captioner.engine.pipeline import Pipeline
 from captioner.engine.policy.config import PolicyConfig
 from captioner.engine.policy.words import normalize_word
 from captioner.engine.scheduler import SchedulerConfig
 from captioner.engine.supervisor import SupervisedCaptioner, SupervisedStream
-from captioner.engine.worker_process import FAULT_ENV, HostSpec, parse_fault
 from captioner.errors import UserError
 from captioner.events import SAMPLE_RATE_HZ
 from captioner.gpu.backend import Backend, cpu_backend
@@ -200,7 +200,7 @@ def test_a_ring_that_overflows_moves_the_checkpoint_and_the_finals_it_passes_joi
 
 
 @pytest.mark.parametrize("standby", [True, False])
-def test_a_killed_worker_process_is_replaced_and_the_captions_go_on(tmp_path, standby):
+def test_a_killed_model_process_is_replaced_and_the_captions_go_on(tmp_path, standby):
     # Three sentences (ending at 4.1, 8.4 and 13.5 s), played at real pace: the kill follows
     # the first committed words, and two sentences are still to come after it. Without a
     # standby (several engines on one GPU, `serve --engines-per-device`) a fresh process is
@@ -292,7 +292,7 @@ def _gone(pid: int) -> bool:
 
 
 @pytest.mark.parametrize("how", ["SIGKILL", "SIGINT"])
-def test_no_worker_process_outlives_its_parent(tmp_path, how):
+def test_no_model_process_outlives_its_parent(tmp_path, how):
     script = _PARENT.format(paths=[str(Path(__file__).parent), *sys.path], tmp=str(tmp_path))
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, start_new_session=True)

@@ -16,6 +16,7 @@ from scripted import ScriptedRecognizer, finals, keys, render_speech
 from test_host_batching import CHUNK, SCRIPTS, ScriptFactory, _plain
 
 from captioner.engine.core import EngineConfig
+from captioner.engine.host import HostCore, HostSpec, InlineHost
 from captioner.engine.live import LiveCaptioner
 from captioner.engine.messages import (
     CloseStream,
@@ -27,7 +28,6 @@ from captioner.engine.messages import (
 from captioner.engine.scheduler import SchedulerConfig
 from captioner.engine.simulate import ChargedRecognizer, SimClock, StepRecord
 from captioner.engine.supervisor import SupervisedCaptioner
-from captioner.engine.worker_process import HostCore, HostSpec, InlineHost
 from captioner.events import SAMPLE_RATE_HZ, FramedAudio
 
 BACKLOG_S = 9.0

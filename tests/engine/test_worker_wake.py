@@ -21,10 +21,10 @@ from scripted import Delivered, finals, keys, render_speech
 from test_host_batching import SCRIPTS, ScriptFactory, _plain, _Recorder
 
 from captioner.audio.source import RawChunk, SourceEnd
+from captioner.engine.host import HostCore, HostSpec
 from captioner.engine.messages import WAKE, CloseStream, HostStatus, OpenStream, Updates
 from captioner.engine.supervisor import SupervisedCaptioner
 from captioner.engine.worker import Worker
-from captioner.engine.worker_process import HostCore, HostSpec
 from captioner.events import SAMPLE_RATE_HZ, FramedAudio
 
 SPEECH_S = 9.0

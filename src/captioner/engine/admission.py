@@ -152,7 +152,7 @@ class StepCost:
         return fixed + per * batch if batch > 0 else 0.0
 
 
-class HostCost:
+class CpuCost:
     """The engine thread's work outside model steps (taking audio in, features, the VAD,
     scheduling), in seconds per second of one stream's audio: measured against the audio pushed,
     not the clock, so a simulated clock reads it as a real one does. Sampled every
@@ -202,7 +202,7 @@ def predict(costs: list[tuple[StepCost, int]], base_interval_s: float, target_bu
             max_batch: int, host_per_audio_s: float = 0.0) -> LoadEstimate:
     """The update interval the streams would see. ``costs``: for each model, its cost fit and
     how many streams it serves. Every stream counts as speaking (a refusal must hold when the
-    quiet ones start talking). ``host_per_audio_s`` (:class:`HostCost`): the thread's work per
+    quiet ones start talking). ``host_per_audio_s`` (:class:`CpuCost`): the thread's work per
     second of a stream's audio besides the model, which the same thread must also find time for."""
     busy_s = 0.0
     longest_step_s = 0.0

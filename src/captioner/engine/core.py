@@ -35,7 +35,7 @@ from captioner.engine.admission import (
     LAG_WINDOW_S,
     Admission,
     AdmissionConfig,
-    HostCost,
+    CpuCost,
     LoadEstimate,
     Memory,
     Priority,
@@ -320,10 +320,10 @@ class Engine:
         self.host_s = {"ingest": 0.0, "features": 0.0, "vad": 0.0, "schedule": 0.0, "speakers": 0.0}
         """Host time spent so far taking audio in (``LiveCaptioner``'s streams add theirs), in
         feature pushes, the VAD and scheduling (real seconds: at thousands of streams this work
-        bounds an engine too, and admission counts it, :class:`HostCost`)."""
+        bounds an engine too, and admission counts it, :class:`CpuCost`)."""
         self.audio_pushed_s = 0.0
         """Seconds of audio pushed so far, all streams' together."""
-        self.host_cost = HostCost()
+        self.host_cost = CpuCost()
         self.step_s_total = 0.0
         self.last_batch_size = 0
         self._pending: _Decoded | None = None

@@ -124,7 +124,7 @@ class LoadProgress(Message):
 @dataclass(frozen=True, slots=True)
 class HostReady(Message):
     info: Any
-    """The loaded host's :class:`~captioner.engine.worker_process.HostInfo`."""
+    """The loaded host's :class:`~captioner.engine.host.HostInfo`."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -412,7 +412,7 @@ class Pipeline:
         isolation = self._isolation()
 
         def make_supervised() -> SupervisedCaptioner:
-            from captioner.engine.worker_process import HostSpec
+            from captioner.engine.host import HostSpec
 
             spec = HostSpec(self.model, self.device, language=self.language, task=self.task, config=self.config,
                             recognizer_factory=self._factory, language_check=self._factory is None,

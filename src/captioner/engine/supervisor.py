@@ -4,7 +4,7 @@
 inside the :class:`~captioner.engine.worker.Worker` thread (same methods: ``open_stream``,
 ``streams``, ``step``, ``status``, ``close``, ...), so the worker, its inbox and its outbox stay
 as they are for the pipeline and the server. The model itself runs in a host
-(:mod:`captioner.engine.worker_process`): a child process on a GPU, whose CUDA context a sticky
+(:mod:`captioner.engine.host`): a child process on a GPU, whose CUDA context a sticky
 error (an illegal memory access) poisons for good, or the worker thread itself on the CPU.
 
 What it does, all on the worker thread:
@@ -40,6 +40,7 @@ import numpy as np
 from captioner.audio.channels import channels_last
 from captioner.audio.ingest import StreamIngest
 from captioner.engine.admission import parse_priority
+from captioner.engine.host import HostInfo, HostSpec, InlineHost, ProcessHost
 from captioner.engine.messages import (
     Checkpoint,
     CloseStream,
@@ -56,7 +57,6 @@ from captioner.engine.messages import (
     Updates,
 )
 from captioner.engine.policy.words import normalize_word
-from captioner.engine.worker_process import HostInfo, HostSpec, InlineHost, ProcessHost
 from captioner.errors import UserError
 from captioner.events import SAMPLE_RATE_HZ, CaptionUpdate, FramedAudio, PipelineStatus
 from captioner.languages import language_code

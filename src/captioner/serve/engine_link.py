@@ -232,7 +232,7 @@ class Lease:
     key: str
     language: str | None
     source: NetworkSource
-    worker: EngineWorker
+    worker: DeviceEngine
     state: str = "opening"
     reason: str = ""
     seen: bool = False
@@ -262,7 +262,7 @@ class Lease:
             self.on_change(self)
 
 
-class EngineWorker:
+class DeviceEngine:
     """One device: its pipeline, its telemetry and the leases on it."""
 
     def __init__(self, device: str | None, index: int, make_pipeline: Callable[[str | None], object],
@@ -383,7 +383,7 @@ class EngineLink:
             raise UserError("no device to serve from")
         self.max_streams_per_device = max_streams_per_device
         self.drop_holdoff_s = drop_holdoff_s
-        self.workers = [EngineWorker(d, i, make_pipeline, make_sampler) for i, d in enumerate(devices)]
+        self.workers = [DeviceEngine(d, i, make_pipeline, make_sampler) for i, d in enumerate(devices)]
         self._ids = itertools.count(1)
         self._lock = threading.Lock()  # leases change on the loop thread and in open()
         self._ring: Callable[[], None] | None = None
@@ -435,12 +435,12 @@ class EngineLink:
         return status.model if status is not None else str(getattr(self.workers[0].pipeline, "model", ""))
 
     # -- streams -------------------------------------------------------------------------------------
-    def least_loaded(self) -> EngineWorker:
+    def least_loaded(self) -> DeviceEngine:
         """The worker for a new stream: the one holding the fewest streams (its status's
         real-time factor breaks ties), among those that have not failed."""
         alive = [w for w in self.workers if not w.failed] or self.workers
 
-        def load(worker: EngineWorker) -> tuple[int, float]:
+        def load(worker: DeviceEngine) -> tuple[int, float]:
             status = worker.status()
             rtf = status.real_time_factor if status is not None and status.real_time_factor is not None else 0.0
             return len(worker.leases), rtf
@@ -496,7 +496,7 @@ class EngineLink:
         return lease
 
     @staticmethod
-    def _checked_language(worker: EngineWorker, language: str | None) -> str | None:
+    def _checked_language(worker: DeviceEngine, language: str | None) -> str | None:
         """``language`` as the engine takes it, checked against what the model has before the
         stream reaches the engine (``UserError``: 1008 for this connection only)."""
         if language is None:
@@ -508,7 +508,7 @@ class EngineLink:
         return check(language) if check is not None else language  # UserError when the model lacks it
 
     @staticmethod
-    def push_framed(worker: EngineWorker, pieces: list[tuple[Lease, int, int, int, int]], samples: np.ndarray) -> None:
+    def push_framed(worker: DeviceEngine, pieces: list[tuple[Lease, int, int, int, int]], samples: np.ndarray) -> None:
         """Hub loop thread (``--frontends``): several connections' audio, already whole 16 kHz
         frames, into ``worker``'s inbox as one item; ``pieces``: ``(lease, first sample, capture_ns,
         offset in samples, samples)`` each. Never waits: a full inbox drops it (counted per
@@ -595,7 +595,7 @@ class EngineLink:
                     self._end(lease, "done")
         return out
 
-    def _failed(self, worker: EngineWorker, why: str) -> None:
+    def _failed(self, worker: DeviceEngine, why: str) -> None:
         """Loop thread: the engine's worker ended with ``why``. No new stream goes to it from now
         (set under the lock :meth:`open` checks it in); its streams end (1011) in this poll, and
         a fresh engine is started in its place, off the loop."""
@@ -605,7 +605,7 @@ class EngineLink:
                    "a fresh engine is being started")
         Restarter(worker, self._note, self._stopped).start()
 
-    def _adopt(self, worker: EngineWorker) -> None:
+    def _adopt(self, worker: DeviceEngine) -> None:
         """Loop thread: the fresh engine takes the failed one's place."""
         fresh, took_s = worker.replacement
         worker.replacement = None
@@ -654,7 +654,7 @@ def relabelled(update: CaptionUpdate, label: str) -> CaptionUpdate:
     return replace(update, stream=label)
 
 
-def status_fields(worker: EngineWorker, connections: int) -> dict:
+def status_fields(worker: DeviceEngine, connections: int) -> dict:
     """The ``status`` message's fields for connections on ``worker``: the engine's status and
     the GPU's telemetry as the app's dashboard shows them (``null`` where not measured)."""
     status = worker.scanned_status()

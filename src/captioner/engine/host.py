@@ -570,7 +570,7 @@ def child_main(inbox, outbox, spec: HostSpec, parent_pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    """``python -m captioner.engine.worker_process IN_FD OUT_FD PARENT_PID NAME``: the child's
+    """``python -m captioner.engine.host IN_FD OUT_FD PARENT_PID NAME``: the child's
     entry. A plain interpreter started this way (rather than multiprocessing's "spawn") does not
     run the parent's main script again, so a caller's script needs no ``__main__`` guard. The
     parent sends ``sys.path`` first (so the child imports what it imports, a test's recognizer
@@ -635,7 +635,7 @@ class ProcessHost:
         child_in, to_child = os.pipe()
         from_child, child_out = os.pipe()
         spec = replace(self.spec, progress=True if self._progress is not None else None)
-        command = [sys.executable, "-m", "captioner.engine.worker_process", str(child_in), str(child_out),
+        command = [sys.executable, "-m", "captioner.engine.host", str(child_in), str(child_out),
                    str(os.getpid()), self.name]
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         try:
@@ -817,7 +817,7 @@ class ProcessHost:
 
 if __name__ == "__main__":
     # Run from the module under its own name: the values it pickles must name
-    # captioner.engine.worker_process, not __main__, for the parent to read them.
-    from captioner.engine.worker_process import main as _main
+    # captioner.engine.host, not __main__, for the parent to read them.
+    from captioner.engine.host import main as _main
 
     _main()
