@@ -77,12 +77,15 @@ def test_short_contexts_give_words_close_to_30s(cuda, speech_audio, speech_clips
 @pytest.mark.parametrize("decode_on", ["host", "device"])
 def test_mixed_batch_is_its_context_groups(cuda, speech_audio, decode_on):
     """A batch of 3-11 s windows and a 40 s one, features on the GPU, attention asked for: the
-    mixed call gives, row for row, what each context's group gives decoded on its own (the same
-    encoder and decoder runs; bit for bit on the host path, the same words within one edit on the
-    device path), and words close to each row decoded alone (fp16 rounding differs between batch
-    sizes). (Whether a group's rows end far enough apart to compact is up to the
-    words: with converter version 10's graphs none did on the H200, 2026-12-01; compaction on
-    CUDA is held by tests/gpu/test_device_decoding.py's ragged test.)"""
+    mixed call gives, row for row, the words each context's group gives decoded on its own, and
+    words close to each row decoded alone (fp16 rounding differs between batch sizes): within one
+    edit. Not bit for bit, on either greedy path: the fp16 decoder run twice on the same rows in
+    one process is not reproducible to the last bit (on an H100 a row's word probabilities came
+    out 1e-5 to 1.4e-3 apart, and a near tie once went the other way; which row, from run to run;
+    on an H200 one row of twenty on the device path). A row decoded in the wrong context or
+    against another row's audio gives other words altogether, which this still catches. (Whether
+    a group's rows end far enough apart to compact is up to the words; compaction on CUDA is held
+    by tests/gpu/test_device_decoding.py's ragged test.)"""
     backend, runtime, tokenizer = cuda
     xp = backend.xp
     recognizer = WhisperRecognizer(runtime, tokenizer, xp=xp, synchronize=backend.synchronize, decode_on=decode_on)
@@ -97,16 +100,15 @@ def test_mixed_batch_is_its_context_groups(cuda, speech_audio, decode_on):
         rows = [b for b, w in enumerate(widths) if w == width]
         group = recognizer.decode([requests[b] for b in rows], window_frames=width)
         for b, hypothesis in zip(rows, group):
-            if decode_on == "host":
-                assert together[b] == hypothesis, (requests[b].stream, width)
-            else:
-                # On the H200 (2026-12-02) one row of twenty (five copies of the same window in
-                # one batch) came out of the two calls with different words: the device path is
-                # held to the words here, not to every bit.
-                assert _close_words(together[b], hypothesis), (requests[b].stream, width)
+            assert _close_words(together[b], hypothesis), \
+                (requests[b].stream, width, _text(together[b]), _text(hypothesis))
     for b in range(len(MIXED) + 1):
         alone = recognizer.decode([requests[b]])[0]
         assert together[b].words and _close_words(together[b], alone), requests[b].stream
+
+
+def _text(hypothesis) -> str:
+    return "".join(w.text for w in hypothesis.words)
 
 
 def _close_words(got, want) -> bool:
