@@ -10,7 +10,7 @@ runs in a process of its own, one after the other, and the two are printed side 
 
 Every full collection stops every thread of the process for its length; serving 1,000
 connections on an H200 the model processes ran one every 8-10 s, of 45-111 ms
-(docs/serve.md, "Pauses of the garbage collector").
+(benchmarks/results/serve/HISTORY.md, "Pauses of the garbage collector").
 
     python benchmarks/bench_gc.py --device cpu --streams 8 --audio-s 30          # here
     python benchmarks/bench_gc.py --device cuda:0 --streams 333 --audio-s 40 --json gc.json

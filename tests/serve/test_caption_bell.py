@@ -1,6 +1,6 @@
 """Captions leave the server as soon as an engine has them: the pipeline rings the server loop's
 :class:`~captioner.serve.engine_link.CaptionBell` instead of the pump finding them on its next
-20 ms round (docs/serve.md, "Three engines on one GPU with MPS")."""
+20 ms round (benchmarks/results/serve/HISTORY.md, "Three engines on one GPU with MPS")."""
 
 from __future__ import annotations
 

@@ -1074,7 +1074,7 @@ class Engine:
         """A last update over what is left of each stream, committed whole (the last step's
         pending hypotheses, any stream's, folded first). The last updates of streams that end
         together are one model step (up to ``max_batch`` rows each): a step of one row costs
-        most of what one of a hundred does (docs/serve.md, "streams that end together share their
+        most of what one of a hundred does (benchmarks/results/serve/HISTORY.md, "streams that end together share their
         last model steps"), and a server whose clients come and go, or a close of every stream,
         made one per stream."""
         updates: list[CaptionUpdate] = self.flush()

@@ -66,7 +66,7 @@ QUEUED_PER_STREAM = 20
 """...and this many more per open stream (:attr:`ProcessHost.streams_open`; 2 s of a network
 client's 100 ms chunks). The child reads nothing while it works a model step, and a served
 engine's worker that waited for it stopped taking its connections' audio: its inbox filled past
-the half at which new connections are refused, and the server took no more (docs/serve.md,
+the half at which new connections are refused, and the server took no more (benchmarks/results/serve/HISTORY.md,
 "Where the model's process spent its steps")."""
 _RECEIVE_WAIT_S = 0.05
 BACKLOG_STEP_S = 1.0
@@ -78,7 +78,8 @@ while a live stream's few chunks between two steps (the spacing, a step's time, 
 jitter) never come near it; with one or a few streams, a backlog is stepped chunk by chunk, its
 checkpoints falling in its pauses as they would live.
 (When every repeated chunk stepped the ones before it, a busy server made many small model
-steps and its engine fell behind: docs/serve.md, "A stream's chunks wait for the step together".)"""
+steps and its engine fell behind: benchmarks/results/serve/HISTORY.md, "A stream's chunks wait
+for the step together".)"""
 STEP_SPACING_MAX_S = 0.1
 STEP_SPACING_PER_STREAM_S = 0.4e-3
 """With N streams a host's steps follow each other by at least min(100 ms, N x 0.4 ms)
@@ -86,7 +87,8 @@ STEP_SPACING_PER_STREAM_S = 0.4e-3
 engine's own 100 ms feed (``live.FEED_S``, the tick ``bench_capacity`` measures at). Every step
 looks at every stream, pushes features and VAD, and starts a model step for whatever came due
 since the last one: spaced more closely, a served engine's model steps were of a few rows, and
-it fell further behind by the second (docs/serve.md, "Where the model's process spent its steps")."""
+it fell further behind by the second (benchmarks/results/serve/HISTORY.md, "Where the model's
+process spent its steps")."""
 _PARENT_CHECK_S = 0.2
 
 
@@ -409,7 +411,7 @@ class InlineHost:
         """Where a step's updates go as each tick ends, whether :meth:`poll` or :meth:`send`
         made it (the latest ``poll``'s): with few streams a host steps on taking a chunk, and
         kept until the next poll, those captions waited for every message the worker took
-        after it (docs/serve.md, "Captions handed out at once on the CPU")."""
+        after it (benchmarks/results/serve/HISTORY.md, "Captions handed out at once on the CPU")."""
 
     def start(self) -> None:
         try:
@@ -539,7 +541,7 @@ def child_main(inbox, outbox, spec: HostSpec, parent_pid: int) -> None:
         os._exit(3)
     # A step's updates leave in one message at its end, dated then (HostCore.step without
     # hand_out), not tick by tick: sent as each tick ended, a thousand streams' captions reached
-    # the hub sooner, but the engines fell further behind their audio (docs/serve.md, "handed out
+    # the hub sooner, but the engines fell further behind their audio (benchmarks/results/serve/HISTORY.md, "handed out
     # tick by tick").
     try:
         while True:
@@ -621,7 +623,7 @@ class ProcessHost:
         self.on_message: Callable[[], None] | None = None
         """Called on the receiving thread once a message waits for :meth:`poll`: the owner's
         thread may be asleep on its own inbox, and the captions in it would wait until that
-        woke for other reasons, up to its status period (docs/serve.md, "A model process's
+        woke for other reasons, up to its status period (benchmarks/results/serve/HISTORY.md, "A model process's
         captions wake the worker")."""
         self.while_waiting: Callable[[], None] | None = None
         """Called on the sending thread while :meth:`send` waits for room: the owner takes what

@@ -400,7 +400,7 @@ class LiveCaptioner:
         (``emitted_wall_s``: nobody could see it before). With ``hand_out``, each tick's updates
         are passed to it as soon as they exist, and ``step`` returns none: a caller that sends
         captions on (the worker, a model host) gets the first tick's out while the next one runs;
-        a busy server's step runs several long ticks (docs/serve.md, "handed out tick by tick")."""
+        a busy server's step runs several long ticks (benchmarks/results/serve/HISTORY.md, "handed out tick by tick")."""
         self._check_open()
         made: list[tuple[int, list[CaptionUpdate]]] = []  # (clock when made, updates), kept for the end
 

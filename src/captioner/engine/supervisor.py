@@ -490,7 +490,7 @@ class SupervisedCaptioner:
         """Worker thread, between its inbox items, and while a send to the model process waits
         for room: what that process has sent so far is taken now, its captions handed to
         :attr:`hand_out_now`. Otherwise a served caption waited for the worker to work through
-        the audio it had taken in and to step (docs/serve.md, "A busy worker hands out captions
+        the audio it had taken in and to step (benchmarks/results/serve/HISTORY.md, "A busy worker hands out captions
         between its items"). A failure among the messages is kept by the host for the next step
         to act on."""
         if self._host.kind != "process" or self.hand_out_now is None:

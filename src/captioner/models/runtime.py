@@ -709,7 +709,7 @@ class WhisperRuntime:
         """The fixed-cache decoder's own device buffers: its slots (each batch bucket's caches,
         cross K/V and logits; up to MAX_SLOTS_PER_BATCH per bucket and greedy path) and the
         encoder's output buffers. ONNX Runtime's arena (the graphs' working memory) is not in it.
-        A served engine's process holds much more GPU memory than these (docs/serve.md, "Three
+        A served engine's process holds much more GPU memory than these (benchmarks/results/serve/HISTORY.md, "Three
         engines on one GPU with MPS"): this says how much of it is these."""
         slots = [slot for pool in self._slots.values() for slot in pool]
         return {"decoder_slots": float(len(slots)),

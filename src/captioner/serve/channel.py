@@ -31,7 +31,7 @@ FLUSH_S = 0.005
 long added to a stream's audio on its way in. The hub's cost is per frame and per stream in it: a
 client sending 100 ms messages is one push a 100 ms whatever this period. A longer period was
 most of what the server added to a caption, and a shorter one cost the serving process no more
-CPU (docs/serve.md, "The way in and the way back, shortened")."""
+CPU (benchmarks/results/serve/HISTORY.md, "The way in and the way back, shortened")."""
 FLUSH_BYTES = 1 << 20
 """...or sooner, once this much audio is waiting."""
 STREAM_LIMIT_BYTES = 64 << 20

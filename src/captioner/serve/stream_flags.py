@@ -4,8 +4,9 @@ Each connection's task waits until its stream is opened, ended, asked to end or 
 ``asyncio.Event`` per condition and a task per wait (``asyncio.wait`` on three events), a
 connection held dozens of objects the cyclic garbage collector walks (the events' waiter deques,
 the tasks, their coroutines, contexts and futures), walked by every full collection of the
-serving process with every engine thread stopped (docs/serve.md, "What each connection leaves"). Here a
-stream's flags are one integer, and a wait is one future, made only while someone waits.
+serving process with every engine thread stopped (benchmarks/results/serve/HISTORY.md, "What
+each connection leaves"). Here a stream's flags are one integer, and a wait is one future, made
+only while someone waits.
 
 Loop thread only, like the events they replace.
 """
