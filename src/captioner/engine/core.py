@@ -143,7 +143,7 @@ class EngineConfig:
     never. The updates then reach the caller one tick later (under load, when steps follow one
     another); the next tick with nothing due, :meth:`Engine.flush`, and every stream's end fold
     them at once. At many streams this cut the engine thread's time per second of audio and the
-    update interval's tail, and captions came sooner (docs/capacity.md, "Hypotheses read while the
+    update interval's tail, and captions came sooner (benchmarks/results/capacity/HISTORY.md, "Hypotheses read while the
     next step encodes"); a desktop's stream or two never reach the load where it applies."""
     overlap_min_load: float = 0.5
     """The admitted load from which ``overlap_updates="auto"`` defers (the load at which riders
@@ -351,7 +351,7 @@ class Engine:
         """Push a second of quiet noise through the feature rings and the VAD of a slot no stream
         owns, so that what a first push compiles or captures happens now, not while streams
         wait: on a fresh GPU machine the log-mel kernel's first bank compiles for seconds
-        (docs/capacity.md, "kernels that read the rings"), and the VAD's kernels compile at their
+        (benchmarks/results/capacity/HISTORY.md, "kernels that read the rings"), and the VAD's kernels compile at their
         first launch too.
         Admission, status and the streams never see it."""
         slot, row = self.features.acquire(), self.vad.acquire()

@@ -7,9 +7,9 @@ once when its speaker paused (an update hears what they said before the pause). 
 work). Riders are a use of spare compute (their captions come sooner), not a saving: each
 update spent early is one more update a second. At a thousand streams a step is full of due
 streams anyway, and riders had raised the updates per stream-second well above one
-(docs/capacity.md, "Riders only with spare compute"), so they ride only while the engine's load
+(benchmarks/results/capacity/HISTORY.md, "Riders only with spare compute"), so they ride only while the engine's load
 — the time budget's estimate, ``admission.predict`` — is under ``merge_max_load``. From that
-load on, a step has a cost of its own whatever its rows, large against a row's (docs/capacity.md,
+load on, a step has a cost of its own whatever its rows, large against a row's (benchmarks/results/capacity/HISTORY.md,
 "Fewer, fuller steps under load"), so a step that would be mostly that fixed cost waits, up to
 ``fill_wait_s`` past due, for more streams to come due: fewer, fuller steps. After each step
 the worker reports how long it took; the interval stretches so that model steps take at most
@@ -89,14 +89,15 @@ class SchedulerConfig:
     """The batch a step waits for under load instead (``None``: from the fit, above), at most
     ``max_batch`` and the streams speaking. While steps are always about as full, a fit cannot
     tell a step's fixed cost from its cost per row (at a thousand streams and more it put all of
-    it per row, so no step ever waited; docs/capacity.md, "Fuller steps")."""
+    it per row, so no step ever waited; benchmarks/results/capacity/HISTORY.md, "Fuller steps")."""
     fill_close_wait_s: float = 0.0
     """How long past its pause (``paused_s``) a pausing segment's update may wait for a fuller
     step; 0: it never waits (its speaker waits for the final). At a
     thousand streams nearly every tick has a closing segment due, so at 0 no step ever waits.
     Both off by default: set, they made steps fuller and cut the model's time per update, but a
     tick that holds its step back reads the held hypotheses outside the encoder's shadow, and the
-    thread's time did not fall (docs/capacity.md, "Hypotheses read while the next step encodes")."""
+    thread's time did not fall (benchmarks/results/capacity/HISTORY.md, "Hypotheses read while the
+    next step encodes")."""
     min_new_audio_s: float = 0.1
     """A closing update still needs this much new audio... unless the segment is closing."""
     max_batch: int = 64

@@ -118,7 +118,7 @@ class WhisperRecognizer:
         apart (:func:`merged_widths`), so that fewer groups decode, each larger. Only with
         shorter encoder windows on (without them every window has the one 30 s context). Off:
         never measured with them on; the run that was meant to compare them ran without, so its
-        two sides were the same code (docs/capacity.md, "Correction")."""
+        two sides were the same code (benchmarks/results/capacity/HISTORY.md, "Correction")."""
         self.runtime = runtime
         self.tokenizer = tokenizer
         self.xp = xp
@@ -165,7 +165,7 @@ class WhisperRecognizer:
     def _prompt_tokens(self, text: str) -> tuple[int, ...]:
         """The last ``prompt_tokens`` tokens of a prompt text. Cached: a stream's prompt changes
         only when its buffer is trimmed or a segment closes, and encoding it at every update
-        showed in the engine thread's profile (docs/capacity.md, "kernels that read the rings")."""
+        showed in the engine thread's profile (benchmarks/results/capacity/HISTORY.md, "kernels that read the rings")."""
         tokens = self._prompt_cache.get(text)
         if tokens is None:
             if len(self._prompt_cache) >= PROMPT_CACHE_SIZE:
@@ -240,7 +240,7 @@ class WhisperRecognizer:
         guards, words) put off until ``hypotheses()`` is called: the model's work is done when
         this returns. The engine reads a step's hypotheses while the device encodes its next
         step (``EngineConfig.overlap_updates``): at many streams that reading was a large share
-        of the engine thread, about as much as the encoder's wait (docs/capacity.md, "Hypotheses
+        of the engine thread, about as much as the encoder's wait (benchmarks/results/capacity/HISTORY.md, "Hypotheses
         read while the next step encodes")."""
         overlap = Overlap(while_encoding, self._synchronize if self.overlaps_host_work else None) \
             if while_encoding is not None else None
@@ -276,7 +276,7 @@ class WhisperRecognizer:
         """Meet once, now, every shape that batches of up to ``max_rows`` windows will meet, so
         that no stream waits for a first run later: on CUDA each batch bucket's decoder buffers
         and captured step graph, and its prompt prefill at each padded width, cost hundreds of
-        times a warm run the first time (docs/capacity.md, "Warm at start"), which a server with
+        times a warm run the first time (benchmarks/results/capacity/HISTORY.md, "Warm at start"), which a server with
         hundreds of streams otherwise pays in the middle of its first minutes, every stream of the
         batch waiting.
 

@@ -126,7 +126,7 @@ class _Graph:
         if self.fused_ops:
             # ONNX Runtime's GeluFusion did not take the fp16 form below (its 1/sqrt 2 rounds in
             # fp16), and the unfused Erf and Mul were a large share of the encoder's time
-            # (docs/capacity.md, "kernels that read the rings").
+            # (benchmarks/results/capacity/HISTORY.md, "kernels that read the rings").
             return self.op("Gelu", [x], domain="com.microsoft", hint="gelu")
         # 0.5 x (1 + erf(x / sqrt 2)).
         half = self.const(np.asarray(0.5, self.dtype), "half")
@@ -140,7 +140,8 @@ class _Graph:
         matrix product: the three taps of every output frame side by side, [B * T_out, 3 C_in],
         times the weights [C_out, 3 C_in] (tap-major), plus the bias; [B, T_out, C_out] out, time
         major, as the encoder goes on. cuDNN's 1-D convolution ran far below the GPU's GEMM rate
-        (docs/capacity.md, "kernels that read the rings"); a GEMM of this size runs many times faster."""
+        (benchmarks/results/capacity/HISTORY.md, "kernels that read the rings"); a GEMM of this size
+        runs many times faster."""
         w = self.weights.array(f"{prefix}/weight", np.float32)  # [C_out, C_in, 3]
         c_out, c_in, k = w.shape
         assert k == 3, f"{prefix}: a kernel of {k}, not 3"
@@ -530,7 +531,7 @@ def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fuse
         v_new = g.heads(g.linear(y, qkv, 1.0, slice(2 * dt, 3 * dt)), shape_bthd, [0, 2, 1, 3])
         # The new columns written in place: the cache is bound as input and output, and
         # ScatterElements then skips its copy, where Where read and rewrote the whole cache
-        # (a large share of a step's memory traffic; docs/capacity.md, "Warm at start").
+        # (a large share of a step's memory traffic; benchmarks/results/capacity/HISTORY.md, "Warm at start").
         write_at(k_new, f"cache_k_{i}", f"new_cache_k_{i}", 2 if fused else 3)
         write_at(v_new, f"cache_v_{i}", f"new_cache_v_{i}", 2)
         outputs += [
@@ -554,8 +555,8 @@ def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fuse
                 if last_query:
                     # Only each row's last position is output: its query alone, [B, a, 1, dh].
                     # (Version 10 weighed every prompt column against every audio position and
-                    # then kept one: a slower prefill; docs/capacity.md, "The prefill's
-                    # alignment weights".)
+                    # then kept one: a slower prefill; benchmarks/results/capacity/HISTORY.md,
+                    # "The prefill's alignment weights".)
                     at_last = g.op("Expand", [g.op("Reshape", ["last", g.ints([-1, 1, 1, 1], "b111_last")]),
                                               g.ints([1, len(align[i]), 1, dh], f"a1dh_{i}")])
                     q = g.op("GatherElements", [q, at_last], axis=2, hint="q_last")

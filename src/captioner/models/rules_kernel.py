@@ -4,7 +4,7 @@ launch per decoder step.
 
 Why a kernel: the array code of ``DeviceRules`` is dozens of CuPy launches per step (masks,
 maxima, sums, copies), each costing the engine thread Python and launch time, and the GPU sat
-idle most of the time behind them (docs/capacity.md, "Where a full step's time goes"). Here one
+idle most of the time behind them (benchmarks/results/capacity/HISTORY.md, "Where a full step's time goes"). Here one
 thread block takes one row of the [B, V] float32 logits and does in registers what the array code
 does in passes over memory:
 

@@ -64,7 +64,7 @@ PREFILL_COLUMNS = 32
 """Prompt prefills are padded to a multiple of this many tokens. Every new input shape costs ONNX
 Runtime's CUDA provider a slow first run (the attention kernels' set-up and memory), and a
 batch's longest prompt took almost every length, while a warm prefill costs about the same at
-any length (docs/capacity.md, "After the profile"). Padding is masked and then overwritten, as
+any length (benchmarks/results/capacity/HISTORY.md, "After the profile"). Padding is masked and then overwritten, as
 for the shorter rows of a ragged batch."""
 
 
@@ -86,7 +86,7 @@ def _pad_columns(tokens: np.ndarray, limit: int) -> np.ndarray:
 ENCODER_ROW_STEP = 8
 """Above 8 windows the encoder runs on a multiple of this many rows (the last window repeated):
 every new batch size was a new input shape, whose first run costs ONNX Runtime many times a
-warm one (docs/capacity.md, "Warm at start"), and a server meets nearly every size from 1 to 256.
+warm one (benchmarks/results/capacity/HISTORY.md, "Warm at start"), and a server meets nearly every size from 1 to 256.
 35 shapes up to 256 rows can all be met at start (``WhisperRecognizer.warm_up``), for at most 7
 spare rows a batch. Every bucket from 8 up is a multiple of 8, so the rows fit the
 bucket's encoder buffer."""
