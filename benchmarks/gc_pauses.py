@@ -2,8 +2,8 @@
 
 A collection stops every thread of its process for its length; a full one walks every container
 object the process holds. On an H200 serving 1,000 connections they took up to 120 ms in the
-serving process and 90-111 ms in each model process (benchmarks/results/serve/HISTORY.md, "pauses of the garbage
-collector"). :func:`enable` makes every Python process started afterwards from this one (and
+serving process and 90-111 ms in each model process (benchmarks/results/serve/HISTORY.md, "pauses of the
+garbage collector"). :func:`enable` makes every Python process started afterwards from this one (and
 this one) append each full collection, and each younger one of :data:`LOGGED_MS` or more, to
 ``<pid>.txt`` in a folder; :func:`summary` reads the folder back, process by process.
 """

@@ -93,7 +93,8 @@ def test_a_model_process_sends_a_steps_captions_before_its_checkpoints_and_statu
         if send_first:
             assert sent and all(type(m) is Updates for m in sent)
             assert not [m for m in returned if type(m) is Updates]
-            assert any(type(m) is HostStatus for m in returned) and {("done", label) for label in SCRIPTS} <= set(_plain(returned))
+            assert any(type(m) is HostStatus for m in returned)
+            assert {("done", label) for label in SCRIPTS} <= set(_plain(returned))
         return _plain(sent + returned)
 
     assert run(True) == run(False)

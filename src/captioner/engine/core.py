@@ -143,8 +143,9 @@ class EngineConfig:
     never. The updates then reach the caller one tick later (under load, when steps follow one
     another); the next tick with nothing due, :meth:`Engine.flush`, and every stream's end fold
     them at once. At many streams this cut the engine thread's time per second of audio and the
-    update interval's tail, and captions came sooner (benchmarks/results/capacity/HISTORY.md, "Hypotheses read while the
-    next step encodes"); a desktop's stream or two never reach the load where it applies."""
+    update interval's tail, and captions came sooner (benchmarks/results/capacity/HISTORY.md,
+    "Hypotheses read while the next step encodes"); a desktop's stream or two never reach the load where
+    it applies."""
     overlap_min_load: float = 0.5
     """The admitted load from which ``overlap_updates="auto"`` defers (the load at which riders
     stop: ``SchedulerConfig.merge_max_load``); under it the desktop's captions never wait."""
@@ -351,8 +352,8 @@ class Engine:
         """Push a second of quiet noise through the feature rings and the VAD of a slot no stream
         owns, so that what a first push compiles or captures happens now, not while streams
         wait: on a fresh GPU machine the log-mel kernel's first bank compiles for seconds
-        (benchmarks/results/capacity/HISTORY.md, "kernels that read the rings"), and the VAD's kernels compile at their
-        first launch too.
+        (benchmarks/results/capacity/HISTORY.md, "kernels that read the rings"), and the VAD's kernels
+        compile at their first launch too.
         Admission, status and the streams never see it."""
         slot, row = self.features.acquire(), self.vad.acquire()
         s = _Stream("warm-up", slot, row, self._make_policy("warm-up"))
@@ -1074,9 +1075,9 @@ class Engine:
         """A last update over what is left of each stream, committed whole (the last step's
         pending hypotheses, any stream's, folded first). The last updates of streams that end
         together are one model step (up to ``max_batch`` rows each): a step of one row costs
-        most of what one of a hundred does (benchmarks/results/serve/HISTORY.md, "streams that end together share their
-        last model steps"), and a server whose clients come and go, or a close of every stream,
-        made one per stream."""
+        most of what one of a hundred does (benchmarks/results/serve/HISTORY.md, "streams that end
+        together share their last model steps"), and a server whose clients come and go, or a close of
+        every stream, made one per stream."""
         updates: list[CaptionUpdate] = self.flush()
         last = [s for s in streams if (s.speech_since_update or s.policy.has_uncommitted_text) and (
             s.segment_speech_frames >= self.config.min_speech_s * FRAMES_PER_S or s.policy.has_uncommitted_text)]

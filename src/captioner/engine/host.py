@@ -39,6 +39,7 @@ from captioner.engine.messages import (
     CloseStream,
     Event,
     HostClosed,
+    HostCommand,
     HostFailed,
     HostReady,
     HostStatus,
@@ -66,8 +67,8 @@ QUEUED_PER_STREAM = 20
 """...and this many more per open stream (:attr:`ProcessHost.streams_open`; 2 s of a network
 client's 100 ms chunks). The child reads nothing while it works a model step, and a served
 engine's worker that waited for it stopped taking its connections' audio: its inbox filled past
-the half at which new connections are refused, and the server took no more (benchmarks/results/serve/HISTORY.md,
-"Where the model's process spent its steps")."""
+the half at which new connections are refused, and the server took no more
+(benchmarks/results/serve/HISTORY.md, "Where the model's process spent its steps")."""
 _RECEIVE_WAIT_S = 0.05
 BACKLOG_STEP_S = 1.0
 """A stream's audio that may wait for a step on a host whose steps are spaced by
@@ -207,7 +208,7 @@ class HostCore:
                         self.live.backend.name, bool(getattr(recognizer, "is_multilingual", False)),
                         tuple(errors), os.getpid())
 
-    def apply(self, message, hand_out: Callable[[Event], None] | None = None) -> list[Event]:
+    def apply(self, message: HostCommand | FramedAudio, hand_out: Callable[[Event], None] | None = None) -> list[Event]:
         """One command (or :class:`FramedAudio`) from the parent; returns what goes back
         (updates of a model swap, or of the step it made due: ``hand_out`` as :meth:`step`'s)."""
         # Audio waits for the next step (the spacing, :meth:`step_due`), every stream's together:
@@ -430,7 +431,7 @@ class InlineHost:
     def ready(self) -> bool:
         return self.core is not None and self.failed is None
 
-    def send(self, message, wait: bool = True, chunks: int = 1) -> None:
+    def send(self, message: HostCommand | FramedAudio, wait: bool = True, chunks: int = 1) -> None:
         if self.failed is not None or self.core is None:
             return
         try:
@@ -541,8 +542,8 @@ def child_main(inbox, outbox, spec: HostSpec, parent_pid: int) -> None:
         os._exit(3)
     # A step's updates leave in one message at its end, dated then (HostCore.step without
     # hand_out), not tick by tick: sent as each tick ended, a thousand streams' captions reached
-    # the hub sooner, but the engines fell further behind their audio (benchmarks/results/serve/HISTORY.md, "handed out
-    # tick by tick").
+    # the hub sooner, but the engines fell further behind their audio
+    # (benchmarks/results/serve/HISTORY.md, "handed out tick by tick").
     try:
         while True:
             wait_s = core.step_wait_s() if core.has_unstepped else _RECEIVE_WAIT_S
@@ -623,8 +624,8 @@ class ProcessHost:
         self.on_message: Callable[[], None] | None = None
         """Called on the receiving thread once a message waits for :meth:`poll`: the owner's
         thread may be asleep on its own inbox, and the captions in it would wait until that
-        woke for other reasons, up to its status period (benchmarks/results/serve/HISTORY.md, "A model process's
-        captions wake the worker")."""
+        woke for other reasons, up to its status period (benchmarks/results/serve/HISTORY.md, "A model
+        process's captions wake the worker")."""
         self.while_waiting: Callable[[], None] | None = None
         """Called on the sending thread while :meth:`send` waits for room: the owner takes what
         the child sent meanwhile (its captions need not wait for the child to read)."""
@@ -709,7 +710,7 @@ class ProcessHost:
     def ready(self) -> bool:
         return self.info is not None and self.failed is None
 
-    def send(self, message, wait: bool = True, chunks: int = 1) -> None:
+    def send(self, message: HostCommand | FramedAudio, wait: bool = True, chunks: int = 1) -> None:
         """Queue ``message`` (``chunks`` of audio, for a batch) for the child. While more than
         :meth:`queue_limit` chunks wait, the caller waits too (a file replay then waits in its
         turn, as it does for a slow worker thread), unless ``wait`` is false (a re-feed, bounded

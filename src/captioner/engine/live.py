@@ -160,8 +160,8 @@ class CaptionStream:
         if self._ingest.rate_hz is not None:
             raise ValueError(f"stream {self.label!r} takes its audio by accept_waveform, not framed")
         if samples.dtype != np.float32 or samples.ndim != 1 or samples.shape[0] % FRAME_SAMPLES or first_sample < 0:
-            raise ValueError(f"framed audio is whole {FRAME_SAMPLES}-sample frames of float32 from a sample index >= 0, "
-                             f"got {samples.dtype} {samples.shape} at {first_sample}")
+            raise ValueError(f"framed audio is whole {FRAME_SAMPLES}-sample frames of float32 from a sample "
+                             f"index >= 0, got {samples.dtype} {samples.shape} at {first_sample}")
         self._framed = True
         if samples.shape[0]:
             self._pending.append(AudioBlock(self.label, int(first_sample), int(capture_ns), samples))
@@ -400,7 +400,8 @@ class LiveCaptioner:
         (``emitted_wall_s``: nobody could see it before). With ``hand_out``, each tick's updates
         are passed to it as soon as they exist, and ``step`` returns none: a caller that sends
         captions on (the worker, a model host) gets the first tick's out while the next one runs;
-        a busy server's step runs several long ticks (benchmarks/results/serve/HISTORY.md, "handed out tick by tick")."""
+        a busy server's step runs several long ticks (benchmarks/results/serve/HISTORY.md, "handed out
+        tick by tick")."""
         self._check_open()
         made: list[tuple[int, list[CaptionUpdate]]] = []  # (clock when made, updates), kept for the end
 

@@ -108,7 +108,10 @@ class CloseHost(Message):
     """Commit what every stream shows, send it back, then :class:`HostClosed`, and exit."""
 
 
-Command = OpenStream | CloseStream | SetLanguage | SwapModel | InputLost | InputBack | Wake | CloseHost
+WorkerCommand = OpenStream | CloseStream | SetLanguage | SwapModel | InputLost | InputBack | Wake
+"""What the worker's inbox takes beside audio."""
+HostCommand = OpenStream | CloseStream | SetLanguage | SwapModel | CloseHost
+"""What a model's host takes beside :class:`~captioner.events.FramedAudio`."""
 
 # -- events ------------------------------------------------------------------------------------------
 

@@ -7,14 +7,14 @@ once when its speaker paused (an update hears what they said before the pause). 
 work). Riders are a use of spare compute (their captions come sooner), not a saving: each
 update spent early is one more update a second. At a thousand streams a step is full of due
 streams anyway, and riders had raised the updates per stream-second well above one
-(benchmarks/results/capacity/HISTORY.md, "Riders only with spare compute"), so they ride only while the engine's load
-— the time budget's estimate, ``admission.predict`` — is under ``merge_max_load``. From that
-load on, a step has a cost of its own whatever its rows, large against a row's (benchmarks/results/capacity/HISTORY.md,
-"Fewer, fuller steps under load"), so a step that would be mostly that fixed cost waits, up to
-``fill_wait_s`` past due, for more streams to come due: fewer, fuller steps. After each step
-the worker reports how long it took; the interval stretches so that model steps take at most
-``target_busy`` of the wall time, and shrinks back when compute frees up — a slow machine gets
-fewer, larger updates instead of a growing backlog.
+(benchmarks/results/capacity/HISTORY.md, "Riders only with spare compute"), so they ride only while the
+engine's load — the time budget's estimate, ``admission.predict`` — is under ``merge_max_load``. From
+that load on, a step has a cost of its own whatever its rows, large against a row's
+(benchmarks/results/capacity/HISTORY.md, "Fewer, fuller steps under load"), so a step that would be
+mostly that fixed cost waits, up to ``fill_wait_s`` past due, for more streams to come due: fewer,
+fuller steps. After each step the worker reports how long it took; the interval stretches so that model
+steps take at most ``target_busy`` of the wall time, and shrinks back when compute frees up — a slow
+machine gets fewer, larger updates instead of a growing backlog.
 
 A step takes at most ``max_batch`` streams (a bounded batch keeps the device's working memory
 and a step's duration bounded). When more are due, streams of higher ``priority`` go first

@@ -45,6 +45,7 @@ from captioner.engine.messages import (
     Checkpoint,
     CloseStream,
     Event,
+    HostCommand,
     HostFailed,
     HostStatus,
     Notices,
@@ -490,9 +491,9 @@ class SupervisedCaptioner:
         """Worker thread, between its inbox items, and while a send to the model process waits
         for room: what that process has sent so far is taken now, its captions handed to
         :attr:`hand_out_now`. Otherwise a served caption waited for the worker to work through
-        the audio it had taken in and to step (benchmarks/results/serve/HISTORY.md, "A busy worker hands out captions
-        between its items"). A failure among the messages is kept by the host for the next step
-        to act on."""
+        the audio it had taken in and to step (benchmarks/results/serve/HISTORY.md, "A busy worker hands
+        out captions between its items"). A failure among the messages is kept by the host for the next
+        step to act on."""
         if self._host.kind != "process" or self.hand_out_now is None:
             return
         updates = self._take(self._host.poll())
@@ -553,7 +554,7 @@ class SupervisedCaptioner:
         return updates
 
     # -- the host's messages -------------------------------------------------------------------------
-    def _send(self, message) -> None:
+    def _send(self, message: HostCommand) -> None:
         self._flush_audio()  # the audio framed before a message goes before it
         self._host.send(message)
 

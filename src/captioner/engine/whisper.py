@@ -165,7 +165,8 @@ class WhisperRecognizer:
     def _prompt_tokens(self, text: str) -> tuple[int, ...]:
         """The last ``prompt_tokens`` tokens of a prompt text. Cached: a stream's prompt changes
         only when its buffer is trimmed or a segment closes, and encoding it at every update
-        showed in the engine thread's profile (benchmarks/results/capacity/HISTORY.md, "kernels that read the rings")."""
+        showed in the engine thread's profile (benchmarks/results/capacity/HISTORY.md, "kernels that
+        read the rings")."""
         tokens = self._prompt_cache.get(text)
         if tokens is None:
             if len(self._prompt_cache) >= PROMPT_CACHE_SIZE:
@@ -240,8 +241,8 @@ class WhisperRecognizer:
         guards, words) put off until ``hypotheses()`` is called: the model's work is done when
         this returns. The engine reads a step's hypotheses while the device encodes its next
         step (``EngineConfig.overlap_updates``): at many streams that reading was a large share
-        of the engine thread, about as much as the encoder's wait (benchmarks/results/capacity/HISTORY.md, "Hypotheses
-        read while the next step encodes")."""
+        of the engine thread, about as much as the encoder's wait
+        (benchmarks/results/capacity/HISTORY.md, "Hypotheses read while the next step encodes")."""
         overlap = Overlap(while_encoding, self._synchronize if self.overlaps_host_work else None) \
             if while_encoding is not None else None
         try:
@@ -276,9 +277,9 @@ class WhisperRecognizer:
         """Meet once, now, every shape that batches of up to ``max_rows`` windows will meet, so
         that no stream waits for a first run later: on CUDA each batch bucket's decoder buffers
         and captured step graph, and its prompt prefill at each padded width, cost hundreds of
-        times a warm run the first time (benchmarks/results/capacity/HISTORY.md, "Warm at start"), which a server with
-        hundreds of streams otherwise pays in the middle of its first minutes, every stream of the
-        batch waiting.
+        times a warm run the first time (benchmarks/results/capacity/HISTORY.md, "Warm at start"), which
+        a server with hundreds of streams otherwise pays in the middle of its first minutes, every
+        stream of the batch waiting.
 
         Largest buckets first (ONNX Runtime's memory arena then grows once). Per bucket, five
         decodes of silent windows: no prompt (steps only), short prompts, full-length ones, and

@@ -34,12 +34,12 @@ from captioner.engine.live import LiveCaptioner
 from captioner.engine.messages import (
     WAKE,
     CloseStream,
-    Command,
     InputBack,
     InputLost,
     OpenStream,
     SetLanguage,
     SwapModel,
+    WorkerCommand,
 )
 from captioner.errors import StreamRefused, one_line
 from captioner.events import SAMPLE_RATE_HZ, CaptionUpdate, FramedAudio, PipelineStatus
@@ -63,7 +63,7 @@ SILENCE_LAG_S = 0.2
 just before the worker looks, still finds its place after the silence instead of inside it."""
 
 
-InboxItem = RawChunk | FramedAudio | SourceEnd | Command
+InboxItem = RawChunk | FramedAudio | SourceEnd | WorkerCommand
 
 
 @dataclass(frozen=True, slots=True)

@@ -385,8 +385,8 @@ _MODULES: dict[tuple[int, str], object] = {}
 
 def _compiled_module(cp, source: str):
     """The kernels compiled once per device and source: every bank of stream slots an engine adds
-    builds a ``_CudaPath``, and an NVRTC compile each time stalled every stream (benchmarks/results/capacity/HISTORY.md,
-    "Where a full step's time goes").
+    builds a ``_CudaPath``, and an NVRTC compile each time stalled every stream
+    (benchmarks/results/capacity/HISTORY.md, "Where a full step's time goes").
     Called with the device active, on the thread that owns it."""
     key = (cp.cuda.Device().id, source)
     module = _MODULES.get(key)

@@ -318,7 +318,8 @@ def kernel_source(filters: np.ndarray, precision: str = "float32", speaker_filte
     ``precision``: ``"float32"``, or ``"mixed"`` (stage 1, the DFT-25s and their twiddles, in float64).
     Worked out once per process for each set of filters: the warp grouping of the mel bands is a
     slow dynamic programme, and an engine asks again for every bank of stream slots it adds, each
-    time stalling every stream (benchmarks/results/capacity/HISTORY.md, "Where a full step's time goes").
+    time stalling every stream (benchmarks/results/capacity/HISTORY.md, "Where a full step's time
+    goes").
     """
     filters = np.ascontiguousarray(filters, dtype=np.float32)
     n_spk = 0

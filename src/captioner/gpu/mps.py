@@ -2,8 +2,8 @@
 
 Engines in separate processes on one GPU take turns on it (time-slicing) unless MPS runs:
 without it two engines held fewer connections than one, with it three held the whole test
-(benchmarks/results/serve/HISTORY.md, "two engines on one GPU" and "Three engines on one GPU with MPS"). The check
-reads the control daemon's pipe directory, as CUDA's own clients find it; it loads no library
+(benchmarks/results/serve/HISTORY.md, "two engines on one GPU" and "Three engines on one GPU with MPS").
+The check reads the control daemon's pipe directory, as CUDA's own clients find it; it loads no library
 and never raises."""
 
 from __future__ import annotations

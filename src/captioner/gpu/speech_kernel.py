@@ -9,9 +9,9 @@ this kernel to them (on the CPU under the thread emulation of the tests, on CUDA
 
 Why a kernel: at many streams the array-code VAD was a large share of the engine thread, most
 of it gathering frames (one indexed copy per bank and group of streams, a dozen array operations
-per group; benchmarks/results/capacity/HISTORY.md, "kernels that read the rings"). Here every row of a push (any number
-of frames each, any bank) is one launch; its parameters go over in one copy and only two floats
-per frame come back.
+per group; benchmarks/results/capacity/HISTORY.md, "kernels that read the rings"). Here every row of a
+push (any number of frames each, any bank) is one launch; its parameters go over in one copy and only
+two floats per frame come back.
 
 Layout: one warp per (stream, frame); each lane holds up to four bands of the frame and of the
 frame ``lag`` before it, and warp shuffles do the band sums and maxima. A row's earlier frames

@@ -36,8 +36,8 @@ def process_tree_pids(pid: int) -> set[int]:
     """``pid`` and every process it started, at any depth. On a GPU the model runs in a child
     process (the engine's host, ``engine/host.py``; a server's engines): counting only
     the process that samples showed a server's GPU memory as a small fraction of what its
-    engines held (benchmarks/results/serve/HISTORY.md, "The server's own figure for its GPU memory was wrong"). A child
-    that ends while being listed is left out."""
+    engines held (benchmarks/results/serve/HISTORY.md, "The server's own figure for its GPU memory was
+    wrong"). A child that ends while being listed is left out."""
     try:
         children = psutil.Process(pid).children(recursive=True)
     except psutil.Error:  # the process itself is gone: only its own pid is ours to match

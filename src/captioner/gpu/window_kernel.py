@@ -11,7 +11,8 @@ the CPU under the thread emulation of the tests, on CUDA itself).
 
 Why a kernel: at many streams reading a step's windows (a gather and an index copy per bank, a
 transposing copy) and building the batch (a copy per window, four passes over it) were a
-noticeable share of the engine thread (benchmarks/results/capacity/HISTORY.md, "kernels that read the rings").
+noticeable share of the engine thread (benchmarks/results/capacity/HISTORY.md, "kernels that read the
+rings").
 
 Layout: kernel 1, one block per window, takes the peak of its frames; kernel 2, one block per
 (window, 32 output frames), reads those frames from the ring into shared memory frame by frame

@@ -531,7 +531,8 @@ def _fixed_cache_decoder(weights: Ct2Model, dims: WhisperDims, float_dtype, fuse
         v_new = g.heads(g.linear(y, qkv, 1.0, slice(2 * dt, 3 * dt)), shape_bthd, [0, 2, 1, 3])
         # The new columns written in place: the cache is bound as input and output, and
         # ScatterElements then skips its copy, where Where read and rewrote the whole cache
-        # (a large share of a step's memory traffic; benchmarks/results/capacity/HISTORY.md, "Warm at start").
+        # (a large share of a step's memory traffic; benchmarks/results/capacity/HISTORY.md, "Warm at
+        # start").
         write_at(k_new, f"cache_k_{i}", f"new_cache_k_{i}", 2 if fused else 3)
         write_at(v_new, f"cache_v_{i}", f"new_cache_v_{i}", 2)
         outputs += [

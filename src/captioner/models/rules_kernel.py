@@ -4,9 +4,9 @@ launch per decoder step.
 
 Why a kernel: the array code of ``DeviceRules`` is dozens of CuPy launches per step (masks,
 maxima, sums, copies), each costing the engine thread Python and launch time, and the GPU sat
-idle most of the time behind them (benchmarks/results/capacity/HISTORY.md, "Where a full step's time goes"). Here one
-thread block takes one row of the [B, V] float32 logits and does in registers what the array code
-does in passes over memory:
+idle most of the time behind them (benchmarks/results/capacity/HISTORY.md, "Where a full step's time
+goes"). Here one thread block takes one row of the [B, V] float32 logits and does in registers what the
+array code does in passes over memory:
 
 * pass A, over the whole row: the mask of each column (the static suppress list, the blank rule
   at the first token, the timestamp rules from the row's state), and the best (NumPy's argmax

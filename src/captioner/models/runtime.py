@@ -64,8 +64,8 @@ PREFILL_COLUMNS = 32
 """Prompt prefills are padded to a multiple of this many tokens. Every new input shape costs ONNX
 Runtime's CUDA provider a slow first run (the attention kernels' set-up and memory), and a
 batch's longest prompt took almost every length, while a warm prefill costs about the same at
-any length (benchmarks/results/capacity/HISTORY.md, "After the profile"). Padding is masked and then overwritten, as
-for the shorter rows of a ragged batch."""
+any length (benchmarks/results/capacity/HISTORY.md, "After the profile"). Padding is masked and then
+overwritten, as for the shorter rows of a ragged batch."""
 
 
 def prefill_columns(n_tokens: int, limit: int) -> int:
@@ -86,9 +86,9 @@ def _pad_columns(tokens: np.ndarray, limit: int) -> np.ndarray:
 ENCODER_ROW_STEP = 8
 """Above 8 windows the encoder runs on a multiple of this many rows (the last window repeated):
 every new batch size was a new input shape, whose first run costs ONNX Runtime many times a
-warm one (benchmarks/results/capacity/HISTORY.md, "Warm at start"), and a server meets nearly every size from 1 to 256.
-35 shapes up to 256 rows can all be met at start (``WhisperRecognizer.warm_up``), for at most 7
-spare rows a batch. Every bucket from 8 up is a multiple of 8, so the rows fit the
+warm one (benchmarks/results/capacity/HISTORY.md, "Warm at start"), and a server meets nearly every size
+from 1 to 256. 35 shapes up to 256 rows can all be met at start (``WhisperRecognizer.warm_up``), for at
+most 7 spare rows a batch. Every bucket from 8 up is a multiple of 8, so the rows fit the
 bucket's encoder buffer."""
 
 
@@ -709,8 +709,9 @@ class WhisperRuntime:
         """The fixed-cache decoder's own device buffers: its slots (each batch bucket's caches,
         cross K/V and logits; up to MAX_SLOTS_PER_BATCH per bucket and greedy path) and the
         encoder's output buffers. ONNX Runtime's arena (the graphs' working memory) is not in it.
-        A served engine's process holds much more GPU memory than these (benchmarks/results/serve/HISTORY.md, "Three
-        engines on one GPU with MPS"): this says how much of it is these."""
+        A served engine's process holds much more GPU memory than these
+        (benchmarks/results/serve/HISTORY.md, "Three engines on one GPU with MPS"): this says how much
+        of it is these."""
         slots = [slot for pool in self._slots.values() for slot in pool]
         return {"decoder_slots": float(len(slots)),
                 "decoder_slot_bytes": float(sum(slot.nbytes for slot in slots)),

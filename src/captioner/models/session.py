@@ -45,8 +45,8 @@ the CUDA provider; read when a session makes its kernels). On compute capability
 Runtime prefers cuDNN's attention for fp16 MultiHeadAttention (onnxruntime PR #28849). The
 prompt prefill, whose shapes (bucket x prompt width) change from step to step, ran several times
 slower with it than with ONNX Runtime's own kernels; the decoder step was no slower with it
-(benchmarks/results/capacity/HISTORY.md, "the prefill's missing ten milliseconds"). So sessions opened with
-``cudnn_attention=False`` (the prefill) get ``0`` while they are made, unless the environment
+(benchmarks/results/capacity/HISTORY.md, "the prefill's missing ten milliseconds"). So sessions opened
+with ``cudnn_attention=False`` (the prefill) get ``0`` while they are made, unless the environment
 already sets the switch, which then holds for all."""
 
 

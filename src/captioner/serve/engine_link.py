@@ -97,8 +97,9 @@ def server_engine_config(speakers: str = "auto", gpu_memory_bytes: int | None = 
 def server_standby(engines_per_device: int) -> bool:
     """Whether a server's pipelines keep a loaded standby process (``Pipeline(standby=)``): only
     with one engine a device. Each standby is another copy of its engine's GPU memory, and with
-    two engines and two standbys the VRAM floor refused streams early (benchmarks/results/serve/HISTORY.md, "two engines
-    on one GPU"); with several engines a failed one reloads while the others serve."""
+    two engines and two standbys the VRAM floor refused streams early
+    (benchmarks/results/serve/HISTORY.md, "two engines on one GPU"); with several engines a failed one
+    reloads while the others serve."""
     return engines_per_device == 1
 
 
@@ -331,9 +332,9 @@ class DeviceEngine:
 class CaptionBell:
     """Wakes a server loop's pump when an engine has caption updates, instead of the pump finding
     them on its next round: a round every 20 ms held each caption up to 20 ms on its way out
-    (benchmarks/results/serve/HISTORY.md, "Three engines on one GPU with MPS"). The pump still goes round when nothing
-    rings, for the streams' states. One ring per wake: the engines' threads ring as often as they
-    step, the loop hears it once until the pump has looked."""
+    (benchmarks/results/serve/HISTORY.md, "Three engines on one GPU with MPS"). The pump still goes
+    round when nothing rings, for the streams' states. One ring per wake: the engines' threads ring as
+    often as they step, the loop hears it once until the pump has looked."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop

@@ -358,7 +358,8 @@ class FrontEnd:
             return
         # What start-up made lives as long as the process: no later full collection walks it
         # (unfrozen, a front-end's full collection at a thousand connections held every caption
-        # of its connections meanwhile; benchmarks/results/serve/HISTORY.md, "The hub hands out caption values").
+        # of its connections meanwhile; benchmarks/results/serve/HISTORY.md, "The hub hands out caption
+        # values").
         freeze_start_up()
         self._server = server
         self._event(Listening(server.sockets[0].getsockname()[1] if server.sockets else self.port))

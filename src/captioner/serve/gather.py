@@ -3,9 +3,9 @@ frame, converted to float32 in one NumPy call for all of them, then resampled an
 10 ms frames at 16 kHz per connection (:class:`~captioner.audio.ingest.StreamIngest`, as the
 engine would), so the serving process only passes the frames on.
 
-Why here: the ingest is Python work per message (benchmarks/results/serve/HISTORY.md, "The front-ends frame the
-audio"), and in the serving process that is the one interpreter lock its loop and every engine's
-worker share; a front-end is a process of its own, one of several.
+Why here: the ingest is Python work per message (benchmarks/results/serve/HISTORY.md, "The front-ends
+frame the audio"), and in the serving process that is the one interpreter lock its loop and every
+engine's worker share; a front-end is a process of its own, one of several.
 
 One thread (the front-end's loop). Pure: no sockets, testable as it is.
 """

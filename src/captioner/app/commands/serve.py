@@ -305,7 +305,8 @@ def run(args) -> int:
     # Before NumPy is loaded (here and in a model process, which inherits it): OpenBLAS's own
     # threads spin between the CPU feature path's matrix products, which a server makes for
     # many streams at once; one thread did the same work in much less of the worker's time and
-    # CPU (benchmarks/results/serve/HISTORY.md, "The server's own cost per connection"). An operator's setting wins.
+    # CPU (benchmarks/results/serve/HISTORY.md, "The server's own cost per connection"). An operator's
+    # setting wins.
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     token, context = check_arguments(args)
     if args.speakers_notice:
