@@ -112,34 +112,63 @@ def test_a_frozen_server_is_noticed_and_stop_elsewhere_does_not_hold_anyone(own_
 
 
 @pytest.mark.pulse
-def test_a_question_left_waiting_on_a_frozen_server_holds_the_others_for_a_while_only(
+def test_a_question_to_a_frozen_server_ends_at_its_deadline_and_leaves_no_thread(
         pulse_server, own_server, monkeypatch):
-    """A question a frozen server leaves unanswered makes the next ones give up at once, so no
-    threads pile up on it; but only for ``STUCK_HOLD_S``: one that never ends (libpulse wedged)
-    must not leave every later question, on any server, unanswered for good."""
+    """libpulse's poll is bounded by the question's timeout: at the deadline the connection is
+    hung up, so nothing waits on a frozen server afterwards (a waiting thread once stayed for the
+    rest of a process, and took a core when libpulse spun on it), and nothing is held."""
     from captioner.audio import pulse
 
     own_server.freeze()
     try:
-        assert pulse.list_sources(0.5) == []  # no answer: the exchange is left waiting
+        asked_s = time.monotonic()
+        assert pulse.list_sources(0.5) == []
+        assert time.monotonic() - asked_s < 0.5 + pulse.HANG_UP_GRACE_S
+        assert not [t for t in threading.enumerate() if t.name == "captioner-pulse-query"]
+        assert not pulse._stuck_exchanges  # noqa: SLF001
+        cpu_start_s = time.process_time()
+        time.sleep(0.5)
+        assert time.process_time() - cpu_start_s < 0.1, "nothing spins on the frozen server"
+        monkeypatch.setenv("PULSE_SERVER", pulse_server.server)  # a server that answers
+        assert "captioner_test.monitor" in {s.name for s in pulse.list_sources(5.0)}
+    finally:
+        own_server.thaw()
+    monkeypatch.setenv("PULSE_SERVER", own_server.server)
+    assert "captioner_test.monitor" in {s.name for s in pulse.list_sources(5.0)}, "answered once back"
+
+
+@pytest.mark.pulse
+def test_an_exchange_that_never_returns_holds_the_others_for_a_while_only(pulse_server, monkeypatch):
+    """An exchange still running past its deadline (libpulse not polling at all: here a question
+    that does not return) makes the next questions give up at once, so no threads pile up; but
+    only for ``STUCK_HOLD_S``, and never past ``MAX_STUCK_EXCHANGES`` running."""
+    from captioner.audio import pulse
+
+    release = threading.Event()
+
+    def wedged(client):
+        release.wait(30)
+        return client.server_info()
+
+    try:
+        assert pulse._ask_server(wedged, 0.2) is None  # noqa: SLF001
         stuck = [t for t, _ in pulse._stuck_exchanges if t.is_alive()]  # noqa: SLF001
         assert len(stuck) == 1
-        monkeypatch.setenv("PULSE_SERVER", pulse_server.server)  # a server that answers
         asked_s = time.monotonic()
         assert pulse.list_sources(3.0) == [] and time.monotonic() - asked_s < 0.5, "held: no second thread"
         monkeypatch.setattr(pulse, "STUCK_HOLD_S", 0.2)
         time.sleep(0.3)
         names = {s.name for s in pulse.list_sources(5.0)}
         assert "captioner_test.monitor" in names, names
-        assert stuck[0].is_alive(), "the first question still waits on the frozen server"
         monkeypatch.setattr(pulse, "MAX_STUCK_EXCHANGES", 1)
-        assert pulse.list_sources(5.0) == [], "no more questions past the limit of waiting ones"
+        assert pulse.list_sources(5.0) == [], "no more questions past the limit of running ones"
     finally:
-        own_server.thaw()
+        release.set()
         stuck_threads = [t for t, _ in pulse._stuck_exchanges]  # noqa: SLF001
         for thread in stuck_threads:
-            thread.join(30)
-        assert not any(t.is_alive() for t in stuck_threads), "answered once the server is back"
+            thread.join(10)
+    assert not any(t.is_alive() for t in stuck_threads), "past its deadline, the exchange ends once it polls"
+    assert "captioner_test.monitor" in {s.name for s in pulse.list_sources(5.0)}
 
 
 @pytest.mark.pulse

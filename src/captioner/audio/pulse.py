@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from captioner.audio.pulse_deadline import deadline_poll
+
 SERVER_TIMEOUT_S = 3.0
 CLIENT_NAME = "captioner"
 PULSE_PREFIX = "pulse:"
@@ -36,14 +38,15 @@ class PulseSource:
 
 
 STUCK_HOLD_S = 30.0
-"""How long an exchange given up on makes further questions wait for it to end (``None`` at once
-meanwhile). A server that stalled answers it when it comes back, and the exchange ends. One that
-never ends (the likely reading of two CI runs where, after a frozen server, every later question
-went unanswered and no microphone could be found again; docs/reliability.md) holds nobody past
-this..."""
+"""How long an exchange still running past its deadline makes further questions wait for it to
+end (``None`` at once meanwhile). Every exchange hangs its connection up at its deadline
+(:mod:`.pulse_deadline`), so one still running is libpulse not polling at all; it holds nobody
+past this..."""
 MAX_STUCK_EXCHANGES = 4
-"""...unless this many are still waiting: no more threads and sockets for a server that does
-not answer."""
+"""...unless this many are still running: no more threads and sockets for a libpulse that does
+not return."""
+HANG_UP_GRACE_S = 0.5
+"""How long past its deadline an exchange gets to see its hang-up and end."""
 
 _stuck_lock = threading.Lock()
 _stuck_exchanges: list[tuple[threading.Thread, float]] = []
@@ -54,12 +57,12 @@ cleared as they finish."""
 def _ask_server(question: Callable[[Any], _Answer], timeout_s: float) -> _Answer | None:
     """``question(pulse)`` on a fresh connection, or ``None`` when the server gives no answer.
 
-    The exchange runs on a daemon thread that the caller stops waiting for after ``timeout_s``:
-    pulsectl's own connect timeout always waits the whole timeout, even once connected, and its
-    queries have none, so a server that accepts and then stalls would block them for good.
-    While an abandoned exchange still waits on the server, further questions get ``None`` at
-    once instead of piling up threads and sockets on a server that does not answer, for at most
-    :data:`STUCK_HOLD_S` (see there).
+    The exchange runs on a daemon thread, with libpulse's poll bounded by ``timeout_s``
+    (:mod:`.pulse_deadline`): pulsectl's own connect timeout always waits the whole timeout, even
+    once connected, and its queries have none, so a server that accepts and then stalls would
+    block them for good. At the deadline the connection is hung up and the exchange ends. One
+    that does not end even so makes further questions get ``None`` at once, instead of piling up
+    threads, for at most :data:`STUCK_HOLD_S`.
     """
     now_s = time.monotonic()
     with _stuck_lock:
@@ -68,6 +71,7 @@ def _ask_server(question: Callable[[Any], _Answer], timeout_s: float) -> _Answer
         if holding or len(_stuck_exchanges) >= MAX_STUCK_EXCHANGES:
             return None
     answers: list[_Answer] = []
+    deadline_s = now_s + timeout_s
 
     def exchange() -> None:
         try:
@@ -77,6 +81,7 @@ def _ask_server(question: Callable[[Any], _Answer], timeout_s: float) -> _Answer
         except Exception:
             return
         try:
+            client.set_poll_func(deadline_poll(deadline_s))
             # autospawn=False: asking what the server offers must never start a server.
             client.connect(autospawn=False)
             answers.append(question(client))
@@ -87,7 +92,7 @@ def _ask_server(question: Callable[[Any], _Answer], timeout_s: float) -> _Answer
 
     worker = threading.Thread(target=exchange, name="captioner-pulse-query", daemon=True)
     worker.start()
-    worker.join(timeout_s)
+    worker.join(timeout_s + HANG_UP_GRACE_S)
     if worker.is_alive():
         with _stuck_lock:
             _stuck_exchanges.append((worker, time.monotonic()))
