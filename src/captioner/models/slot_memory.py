@@ -3,7 +3,7 @@
 A decoding pass's self-attention cache and cross K/V (about 12 MB a row for tiny.en at the 30 s
 context) live in fixed buffers, bound once to a captured CUDA graph per batch size. Held per
 batch size, a server warmed up to 256-row batches kept every bucket's buffers at once: 871 rows,
-10.25 GiB on an H200 (docs/gpu-memory.md), though one engine thread decodes one pass at a time.
+10 GiB of them (docs/gpu-memory.md), though one engine thread decodes one pass at a time.
 Here the buffers of every batch size are views into a region sized by the largest pass met,
 and a region is held by one live decoder state at a time. The engine's passes follow each other,
 so they all land in one region, with one slot (and one graph) per batch size as before. A pass
