@@ -126,14 +126,18 @@ def test_a_question_to_a_frozen_server_ends_at_its_deadline_and_leaves_no_thread
         assert time.monotonic() - asked_s < 0.5 + pulse.HANG_UP_GRACE_S
         assert not [t for t in threading.enumerate() if t.name == "captioner-pulse-query"]
         assert not pulse._stuck_exchanges  # noqa: SLF001
+        asked_s = time.monotonic()
+        assert pulse.list_sources(3.0) == [] and time.monotonic() - asked_s < 0.2, "held: no second timeout"
         cpu_start_s = time.process_time()
         time.sleep(0.5)
         assert time.process_time() - cpu_start_s < 0.1, "nothing spins on the frozen server"
-        monkeypatch.setenv("PULSE_SERVER", pulse_server.server)  # a server that answers
+        monkeypatch.setenv("PULSE_SERVER", pulse_server.server)  # another server: not held
         assert "captioner_test.monitor" in {s.name for s in pulse.list_sources(5.0)}
     finally:
         own_server.thaw()
     monkeypatch.setenv("PULSE_SERVER", own_server.server)
+    monkeypatch.setattr(pulse, "UNANSWERED_HOLD_S", 0.2)
+    time.sleep(0.3)
     assert "captioner_test.monitor" in {s.name for s in pulse.list_sources(5.0)}, "answered once back"
 
 
@@ -157,6 +161,7 @@ def test_an_exchange_that_never_returns_holds_the_others_for_a_while_only(pulse_
         asked_s = time.monotonic()
         assert pulse.list_sources(3.0) == [] and time.monotonic() - asked_s < 0.5, "held: no second thread"
         monkeypatch.setattr(pulse, "STUCK_HOLD_S", 0.2)
+        monkeypatch.setattr(pulse, "UNANSWERED_HOLD_S", 0.2)
         time.sleep(0.3)
         names = {s.name for s in pulse.list_sources(5.0)}
         assert "captioner_test.monitor" in names, names

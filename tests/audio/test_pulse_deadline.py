@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from captioner.audio.pulse_deadline import HANG_UP, deadline_poll
+from captioner.audio.pulse_deadline import HANG_UP, DeadlinePoll
 
 _pulsectl = pytest.importorskip("pulsectl._pulsectl")
 
@@ -21,7 +21,7 @@ def _pollfds(*fds_events):
 def test_before_the_deadline_it_is_poll():
     ours, theirs = socket.socketpair()
     try:
-        poll = deadline_poll(time.monotonic() + 5.0)
+        poll = DeadlinePoll(time.monotonic() + 5.0)
         pollfds = _pollfds((ours.fileno(), select.POLLIN))
         waited_s = time.monotonic()
         assert poll(pollfds, 0.1) == 0 and pollfds[0].revents == 0
@@ -36,7 +36,7 @@ def test_before_the_deadline_it_is_poll():
 def test_no_timeout_waits_until_the_deadline_only():
     ours, theirs = socket.socketpair()
     try:
-        poll = deadline_poll(time.monotonic() + 0.2)
+        poll = DeadlinePoll(time.monotonic() + 0.2)
         pollfds = _pollfds((ours.fileno(), select.POLLIN))
         waited_s = time.monotonic()
         poll(pollfds, -0.001)  # "no timeout" from libpulse
@@ -50,11 +50,13 @@ def test_past_the_deadline_the_sockets_are_hung_up_and_the_wakeup_pipe_is_not():
     ours, theirs = socket.socketpair()
     wake_r, wake_w = os.pipe()
     try:
-        poll = deadline_poll(time.monotonic() - 0.01)
+        poll = DeadlinePoll(time.monotonic() - 0.01)
         pollfds = _pollfds((wake_r, select.POLLIN), (ours.fileno(), select.POLLIN | select.POLLOUT))
+        assert not poll.hung_up
         assert poll(pollfds, -0.001) == 1
         assert pollfds[0].revents == 0
         assert pollfds[1].revents == HANG_UP
+        assert poll.hung_up
     finally:
         for fd in (wake_r, wake_w):
             os.close(fd)
@@ -67,7 +69,7 @@ def test_an_fd_closed_under_libpulse_is_a_hang_up_not_a_spin():
     closed_fd = ours.fileno()
     ours.close()
     try:
-        poll = deadline_poll(time.monotonic() + 5.0)
+        poll = DeadlinePoll(time.monotonic() + 5.0)
         pollfds = _pollfds((closed_fd, select.POLLIN))
         assert poll(pollfds, 1.0) == 1
         assert pollfds[0].revents == HANG_UP  # libpulse ignores POLLNVAL; it fails on a hang-up

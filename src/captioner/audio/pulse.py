@@ -11,13 +11,14 @@ a timeout: no server, no libpulse or no answer in time simply means an empty lis
 from __future__ import annotations
 
 import functools
+import os
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from captioner.audio.pulse_deadline import deadline_poll
+from captioner.audio.pulse_deadline import DeadlinePoll
 
 SERVER_TIMEOUT_S = 3.0
 CLIENT_NAME = "captioner"
@@ -47,8 +48,15 @@ MAX_STUCK_EXCHANGES = 4
 not return."""
 HANG_UP_GRACE_S = 0.5
 """How long past its deadline an exchange gets to see its hang-up and end."""
+UNANSWERED_HOLD_S = 2.0
+"""After a server let a question run to its deadline, further questions to that server get
+``None`` at once for this long: a frozen server costs the asking thread (the inputs' health
+checks, every stream's) one timeout, not one per question."""
 
 _stuck_lock = threading.Lock()
+_unanswered_s: dict[str, float] = {}
+"""Per server address (``PULSE_SERVER``, "" for the default), when its last question ran to its
+deadline (monotonic s); dropped once it answers."""
 _stuck_exchanges: list[tuple[threading.Thread, float]] = []
 """Exchanges given up on while still waiting for the server, each with when (monotonic s);
 cleared as they finish."""
@@ -60,18 +68,22 @@ def _ask_server(question: Callable[[Any], _Answer], timeout_s: float) -> _Answer
     The exchange runs on a daemon thread, with libpulse's poll bounded by ``timeout_s``
     (:mod:`.pulse_deadline`): pulsectl's own connect timeout always waits the whole timeout, even
     once connected, and its queries have none, so a server that accepts and then stalls would
-    block them for good. At the deadline the connection is hung up and the exchange ends. One
-    that does not end even so makes further questions get ``None`` at once, instead of piling up
+    block them for good. At the deadline the connection is hung up and the exchange ends, and
+    the server's next questions get ``None`` at once for :data:`UNANSWERED_HOLD_S`. One that does
+    not end even so makes every further question get ``None`` at once, instead of piling up
     threads, for at most :data:`STUCK_HOLD_S`.
     """
     now_s = time.monotonic()
+    server = os.environ.get("PULSE_SERVER", "")
     with _stuck_lock:
         _stuck_exchanges[:] = [(t, since_s) for t, since_s in _stuck_exchanges if t.is_alive()]
         holding = any(now_s - since_s < STUCK_HOLD_S for _, since_s in _stuck_exchanges)
         if holding or len(_stuck_exchanges) >= MAX_STUCK_EXCHANGES:
             return None
+        if now_s - _unanswered_s.get(server, float("-inf")) < UNANSWERED_HOLD_S:
+            return None
     answers: list[_Answer] = []
-    deadline_s = now_s + timeout_s
+    poll = DeadlinePoll(now_s + timeout_s)
 
     def exchange() -> None:
         try:
@@ -81,7 +93,7 @@ def _ask_server(question: Callable[[Any], _Answer], timeout_s: float) -> _Answer
         except Exception:
             return
         try:
-            client.set_poll_func(deadline_poll(deadline_s))
+            client.set_poll_func(poll)
             # autospawn=False: asking what the server offers must never start a server.
             client.connect(autospawn=False)
             answers.append(question(client))
@@ -93,10 +105,13 @@ def _ask_server(question: Callable[[Any], _Answer], timeout_s: float) -> _Answer
     worker = threading.Thread(target=exchange, name="captioner-pulse-query", daemon=True)
     worker.start()
     worker.join(timeout_s + HANG_UP_GRACE_S)
-    if worker.is_alive():
-        with _stuck_lock:
+    with _stuck_lock:
+        if worker.is_alive():
             _stuck_exchanges.append((worker, time.monotonic()))
-        return None
+        if poll.hung_up or worker.is_alive():
+            _unanswered_s[server] = time.monotonic()
+        elif answers:
+            _unanswered_s.pop(server, None)
     return answers[0] if answers else None
 
 

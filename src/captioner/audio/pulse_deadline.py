@@ -3,7 +3,7 @@
 pulsectl's calls wait in libpulse's main loop for as long as the server takes, and a thread
 waiting there cannot be stopped from outside. A server that accepts a connection and then
 answers nothing (frozen, wedged) would keep that thread for good. Given as the main loop's poll
-function, :func:`deadline_poll` waits no later than the deadline and then reports our sockets
+function, :class:`DeadlinePoll` waits no later than the deadline and then reports our sockets
 hung up, as a server gone: libpulse fails the connection, and every pulsectl wait returns.
 
 It also turns ``POLLNVAL`` (an fd closed under libpulse) into a hang-up: libpulse does not read
@@ -16,7 +16,7 @@ import os
 import select
 import stat
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 HANG_UP = select.POLLHUP | select.POLLERR
@@ -38,15 +38,21 @@ def _hang_up(pollfds: Sequence[Any]) -> int:
     return hung
 
 
-def deadline_poll(deadline_s: float) -> Callable[[Sequence[Any], float], int]:
+class DeadlinePoll:
     """A pulsectl poll function (``Pulse.set_poll_func``) that waits no later than
-    ``deadline_s`` (``time.monotonic()``), then hangs the connection up."""
+    ``deadline_s`` (``time.monotonic()``), then hangs the connection up (:attr:`hung_up`)."""
 
-    def poll(pollfds: Sequence[Any], timeout_s: float) -> int:
-        remaining_s = deadline_s - time.monotonic()
+    def __init__(self, deadline_s: float) -> None:
+        self.deadline_s = deadline_s
+        self.hung_up = False
+        """Whether the deadline came before the exchange ended: the server did not answer."""
+
+    def __call__(self, pollfds: Sequence[Any], timeout_s: float) -> int:
+        remaining_s = self.deadline_s - time.monotonic()
         if remaining_s <= 0:
             hung = _hang_up(pollfds)
             if hung:
+                self.hung_up = True
                 return hung
             remaining_s = 0.0  # nothing of ours left open: only the loop's own fds
         # libpulse passes -1 ms (pulsectl: -0.001 s) for "no timeout".
@@ -65,5 +71,3 @@ def deadline_poll(deadline_s: float) -> Callable[[Sequence[Any], float], int]:
             pollfd.revents = events
             count += bool(events)
         return count
-
-    return poll
