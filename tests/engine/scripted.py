@@ -283,10 +283,20 @@ class Delivered:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._updates: list[CaptionUpdate] = []
+        self._items: list = []
 
-    def __call__(self, updates: list[CaptionUpdate]) -> None:
+    def __call__(self, items: list) -> None:
         with self._lock:
-            self._updates.extend(updates)
+            for item in items:  # caption updates, and the streams' lifecycle events after them
+                self._items.append(item)
+                if type(item) is CaptionUpdate:
+                    self._updates.append(item)
+
+    def in_order(self) -> list:
+        """Every update and lifecycle event (``StreamOpened``, ``Refused``, ``StreamDone``) so far,
+        as delivered."""
+        with self._lock:
+            return list(self._items)
 
     def said(self, labels: Iterable[str]) -> dict[str, list[str]]:
         """Each stream's committed words so far, normalised."""

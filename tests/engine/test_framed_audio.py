@@ -92,6 +92,14 @@ def test_framed_audio_of_three_connections_is_captioned_word_for_word(isolation)
             time.sleep(0.05)
         assert said == wanted
         assert worker.error is None
+        # Each stream's life comes in order with its updates: opened once before any of them,
+        # done once after the last (a server ends a connection on it).
+        for label in SCRIPTS:
+            life = [type(item).__name__ for item in deliver.in_order()
+                    if getattr(item, "label", getattr(item, "stream", None)) == label]
+            assert life[0] == "StreamOpened" and life[-1] == "StreamDone", (label, life)
+            assert life.count("StreamOpened") == 1 and life.count("StreamDone") == 1, (label, life)
+            assert "CaptionUpdate" in life
     finally:
         worker.stop_event.set()
         worker.wake()

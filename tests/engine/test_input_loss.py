@@ -20,7 +20,7 @@ from captioner.audio.source import RawChunk
 from captioner.engine.live import LiveCaptioner
 from captioner.engine.simulate import SimClock
 from captioner.engine.worker import InputBack, InputLoss, InputLost, OpenStream, Worker
-from captioner.events import SAMPLE_RATE_HZ
+from captioner.events import SAMPLE_RATE_HZ, CaptionUpdate
 
 CHUNK_S = 0.05
 BEFORE_S = 3.0  # audio of the first source
@@ -42,10 +42,13 @@ class Session:
         self.statuses: list = []
         self.worker = Worker(
             lambda: LiveCaptioner(recognizer=self.recognizer, clock_ns=self.clock, timer_ns=self.clock),
-            self.inbox, self.updates.extend, self.statuses.append, clock_ns=self.clock, status_period_s=0.02,
+            self.inbox, self._delivered, self.statuses.append, clock_ns=self.clock, status_period_s=0.02,
         )
         self.other = render_speech(OTHER, 12.0, seed=1)
         self.other_at = 0  # next sample of "Other" to send
+
+    def _delivered(self, items: list) -> None:
+        self.updates.extend(item for item in items if type(item) is CaptionUpdate)  # lifecycle events aside
 
     def start(self) -> None:
         for label in ("Me", "Other"):

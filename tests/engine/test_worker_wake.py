@@ -25,7 +25,7 @@ from captioner.engine.host import HostCore, HostSpec
 from captioner.engine.messages import WAKE, CloseStream, HostStatus, OpenStream, Updates
 from captioner.engine.supervisor import SupervisedCaptioner
 from captioner.engine.worker import Worker
-from captioner.events import SAMPLE_RATE_HZ, FramedAudio
+from captioner.events import SAMPLE_RATE_HZ, CaptionUpdate, FramedAudio
 
 SPEECH_S = 9.0
 STATUS_PERIOD_S = 120.0  # the worker's only timer: without a wake it sleeps this long
@@ -143,9 +143,11 @@ def _speak_and_wait(worker: Worker, live: SupervisedCaptioner, label: str = "a")
 def _worker_on_this_thread(delivered: list, note) -> tuple[Worker, SupervisedCaptioner, queue.Queue]:
     inbox: queue.Queue = queue.Queue(maxsize=1000)
 
-    def deliver(updates) -> None:
-        delivered.extend(updates)
-        note()
+    def deliver(items) -> None:
+        updates = [item for item in items if type(item) is CaptionUpdate]  # lifecycle events aside
+        if updates:
+            delivered.extend(updates)
+            note()
 
     worker = Worker(lambda: SupervisedCaptioner(HostSpec("scripted", "cpu", recognizer_factory=ScriptFactory()),
                                                 isolation="process", standby=False),

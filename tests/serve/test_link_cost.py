@@ -2,9 +2,9 @@
 1,000 connections' audio on an H200 and saturated).
 
 A connection's messages are joined as bytes and converted to float32 once per chunk handed to
-the engine, with every sample as sent; the pump works out the leases' states only when the
-engine's status (or a refusal, or a failure) changed, and a stream still goes opening -> open ->
-done through it. A real pipeline with a scripted recognizer, as in test_input_pressure.
+the engine, with every sample as sent; the pump works out the connections' batch sizes only
+when the engine's status changed, and a stream goes opening -> open -> done by the engine's
+lifecycle events. A real pipeline with a scripted recognizer, as in test_input_pressure.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def test_messages_joined_into_one_chunk_keep_every_sample_as_sent():
     assert source.stats().delivered_samples == sent.shape[0]
 
 
-def test_the_pump_works_out_the_leases_when_the_status_changes_not_on_every_poll():
+def test_the_pump_works_out_the_batch_sizes_when_the_status_changes_not_on_every_poll():
     def make_pipeline(device):
         return Pipeline([], config=EngineConfig(),
                         recognizer_factory=lambda: (cpu_backend(), ScriptedRecognizer({})))
@@ -59,7 +59,7 @@ def test_the_pump_works_out_the_leases_when_the_status_changes_not_on_every_poll
             link.poll()
             time.sleep(0.005)
         assert [lease.state for lease in leases] == ["open"] * 3
-        # Polled 200 times a second for 1.5 s: the leases are worked out once per status the
+        # Polled 200 times a second for 1.5 s: the batch sizes are worked out once per status the
         # worker published (4 a second) and once a second regardless, not on every poll.
         scans, polls, statuses = 0, 0, set()
         last = worker.scanned_s
@@ -69,7 +69,7 @@ def test_the_pump_works_out_the_leases_when_the_status_changes_not_on_every_poll
                 lease.push(np.zeros(1600, "<i2").tobytes())
             link.poll()
             polls += 1
-            statuses.add(id(worker.scanned[0]))
+            statuses.add(id(worker.scanned))
             if worker.scanned_s != last:
                 scans, last = scans + 1, worker.scanned_s
             time.sleep(0.005)

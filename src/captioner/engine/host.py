@@ -49,7 +49,6 @@ from captioner.engine.messages import (
     Refused,
     SetLanguage,
     StreamDone,
-    StreamOpened,
     SwapModel,
     Updates,
 )
@@ -243,7 +242,7 @@ class HostCore:
                 except StreamRefused as refused:  # at capacity: this stream only; the host goes on
                     return [*out, Refused(label, one_line(refused))]
                 self._base[label] = (message.base_sample, message.segment_base)
-                out = [*out, StreamOpened(label)]
+                out = [*out, *self.live.take_lifecycle()]  # its StreamOpened
                 # The engine's clock of a re-fed stream starts at 0 where the supervisor's stands at
                 # ``base_sample``. A model does not care; a recognizer that answers by stream time
                 # (the tests' scripted listener) is told.
@@ -278,7 +277,6 @@ class HostCore:
     def _work(self, hand_out: Callable[[Event], None] | None = None) -> list[Event]:
         stepped, self._unstepped = set(self._unstepped), {}
         self._last_work_s = time.monotonic()
-        before = set(self.live.streams)
         # A stream's chunks that came together (a step's spacing of audio, a network's jitter)
         # are fed in one tick: a second tick of the few such streams was a model step of a few rows.
         self.live.feed_s = max(self._feed_s, 2 * self._spacing_s())
@@ -297,11 +295,12 @@ class HostCore:
                     hand_out(message)
 
             self.live.step(hand_out=tick_out)
-        for label in before - set(self.live.streams):
-            out.append(StreamDone(label))
-            self._base.pop(label, None)
-            self._checkpoint.pop(label, None)
-            self._history_sent.pop(label, None)
+        for event in self.live.take_lifecycle():  # the streams closed by this step
+            out.append(event)
+            if type(event) is StreamDone:
+                self._base.pop(event.label, None)
+                self._checkpoint.pop(event.label, None)
+                self._history_sent.pop(event.label, None)
         # Only a stream given audio or an update can have come to a checkpoint.
         stepped.update(u.stream for u in updates)
         return out + self._checkpoints(stepped)

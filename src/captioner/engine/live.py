@@ -52,6 +52,7 @@ from captioner.engine.language_check import (
     StreamWatch,
     load_detector,
 )
+from captioner.engine.messages import LIFECYCLE_KEPT, StreamDone, StreamOpened
 from captioner.engine.recognizer import Recognizer
 from captioner.engine.speakers import check_mode
 from captioner.errors import one_line
@@ -275,6 +276,7 @@ class LiveCaptioner:
                              light_recognizer=light_recognizer)
         self.set_language(language)
         self._streams: dict[str, CaptionStream] = {}
+        self._lifecycle: deque[StreamOpened | StreamDone] = deque(maxlen=LIFECYCLE_KEPT)
         self._closed = False
         self.feed_s = FEED_S
         """Audio of each stream fed between two ticks (:data:`FEED_S`); a model host with many
@@ -340,6 +342,7 @@ class LiveCaptioner:
         if self._wants_language_check(language_code(language)):
             stream._language_watch = self._checker().watch(label)
         self._streams[label] = stream
+        self._lifecycle.append(StreamOpened(label))
         return stream
 
     def _wants_language_check(self, requested: str | None) -> bool:
@@ -435,6 +438,7 @@ class LiveCaptioner:
             if stream._language_watch is not None and self._language_check is not None:
                 self._language_check.end(stream._language_watch)
             del self._streams[stream.label]
+            self._lifecycle.append(StreamDone(stream.label))
         if not made:
             return []
         end_ns = self.clock_ns()
@@ -448,6 +452,14 @@ class LiveCaptioner:
             watch = self._streams[block.stream]._language_watch
             if watch is not None and not watch.settled:
                 check.feed(watch, block.samples)  # a queue put: the check runs on its own thread
+
+    def take_lifecycle(self) -> list[StreamOpened | StreamDone]:
+        """Streams opened and closed since the last call, in order: a stream's ``StreamDone``
+        comes once :meth:`step` has handed out its last update. For a caller that forwards
+        updates (the worker, a model host): the events follow the updates of the same step."""
+        events = list(self._lifecycle)
+        self._lifecycle.clear()
+        return events
 
     def notices(self) -> list[LanguageNotice]:
         """Language notices made since the last call: a stream that an English-only model hears

@@ -199,3 +199,10 @@ class HostClosed(Message):
 
 Event = LoadProgress | HostReady | Updates | Checkpoint | StreamOpened | Refused | StreamDone | HostStatus | \
     Notices | HostFailed | HostClosed
+
+Lifecycle = StreamOpened | Refused | StreamDone
+"""A stream's life as the engine tells it, in order with its updates (a worker's outbox carries
+both)."""
+LIFECYCLE_KEPT = 4096
+"""Lifecycle events a captioner keeps until they are taken (one whose caller never takes them
+keeps only the latest)."""

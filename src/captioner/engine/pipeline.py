@@ -49,6 +49,7 @@ from captioner.engine.messages import (
     CloseStream,
     InputBack,
     InputLost,
+    Lifecycle,
     OpenStream,
     SetLanguage,
     SwapModel,
@@ -132,11 +133,11 @@ class _TranscriptThread(threading.Thread):
     passes the updates on to the outbox: a caption reaches the screen only once it is on disk,
     so a crash never costs a line that was shown, and the GPU thread never waits on the disk."""
 
-    def __init__(self, transcript, publish: Callable[[list[CaptionUpdate]], None]) -> None:
+    def __init__(self, transcript, publish: Callable[[list[CaptionUpdate | Lifecycle]], None]) -> None:
         super().__init__(name="captioner-transcript", daemon=True)
         self.transcript = transcript
         self._publish = publish
-        self.batches: queue.Queue[list[CaptionUpdate] | None] = queue.Queue()
+        self.batches: queue.Queue[list[CaptionUpdate | Lifecycle] | None] = queue.Queue()
         self.error: BaseException | None = None
 
     def run(self) -> None:
@@ -151,7 +152,7 @@ class _TranscriptThread(threading.Thread):
             if batch is None:
                 break
             for update in batch:
-                if update.kind != "final" or self.error is not None:
+                if type(update) is not CaptionUpdate or update.kind != "final" or self.error is not None:
                     continue  # a failed disk keeps failing; the captions still reach the screen
                 try:
                     self.transcript.write(update)
@@ -384,7 +385,7 @@ class Pipeline:
         self._progress = progress
         self._inbox: queue.Queue[InboxItem] = queue.Queue(maxsize=inbox_items)
         self._live_sink = live_sink_into(self._inbox)  # one for every live source
-        self._captions: deque[CaptionUpdate] = deque()
+        self._captions: deque[CaptionUpdate | Lifecycle] = deque()
         self._captions_lock = threading.Lock()
         self.on_captions: Callable[[], None] | None = None
         """Called (on the worker's or the transcript writer's thread) each time caption updates
@@ -665,12 +666,18 @@ class Pipeline:
         self._send(SwapModel(model))
 
     # -- outboxes ------------------------------------------------------------------------------------
-    def drain_captions(self) -> list[CaptionUpdate]:
-        """Every caption update since the last call (never blocks)."""
+    def drain(self) -> list[CaptionUpdate | Lifecycle]:
+        """Every caption update since the last call, and the streams' lifecycle events in order
+        with them (:data:`~captioner.engine.messages.Lifecycle`: opened, refused, done after
+        its last update); never blocks."""
         with self._captions_lock:
             out = list(self._captions)
             self._captions.clear()
         return out
+
+    def drain_captions(self) -> list[CaptionUpdate]:
+        """Every caption update since the last call (never blocks); lifecycle events left out."""
+        return [item for item in self.drain() if type(item) is CaptionUpdate]
 
     def notices(self) -> list:
         """Language notices made since the last call (an English-only model hearing another
@@ -689,13 +696,13 @@ class Pipeline:
         return status
 
     # -- worker-thread callbacks -------------------------------------------------------------------
-    def _deliver(self, updates: list[CaptionUpdate]) -> None:
+    def _deliver(self, updates: list[CaptionUpdate | Lifecycle]) -> None:
         if self._writer is not None:
             self._writer.batches.put(updates)  # on to the outbox once the finals are on disk
         else:
             self._to_outbox(updates)
 
-    def _to_outbox(self, updates: list[CaptionUpdate]) -> None:
+    def _to_outbox(self, updates: list[CaptionUpdate | Lifecycle]) -> None:
         with self._captions_lock:
             self._captions.extend(updates)
         ring = self.on_captions

@@ -42,6 +42,7 @@ from captioner.audio.ingest import StreamIngest
 from captioner.engine.admission import parse_priority
 from captioner.engine.host import HostInfo, HostSpec, InlineHost, ProcessHost
 from captioner.engine.messages import (
+    LIFECYCLE_KEPT,
     Checkpoint,
     CloseStream,
     Event,
@@ -300,6 +301,7 @@ class SupervisedCaptioner:
         self._spec = spec
         self._generation = spec.generation
         self._streams: dict[str, SupervisedStream] = {}
+        self._lifecycle: deque[StreamOpened | Refused | StreamDone] = deque(maxlen=LIFECYCLE_KEPT)
         self._status: PipelineStatus | None = None
         self._language_notices: deque = deque()
         self._worker_notices: deque[str] = deque()
@@ -500,6 +502,14 @@ class SupervisedCaptioner:
         if updates:
             self.hand_out_now(updates)
 
+    def take_lifecycle(self) -> list[StreamOpened | Refused | StreamDone]:
+        """What the host said of our streams since the last call, in order: opened, refused at
+        capacity, done (after its last update, which :meth:`step` or :meth:`take_waiting` has
+        handed out by then)."""
+        events = list(self._lifecycle)
+        self._lifecycle.clear()
+        return events
+
     def notices(self) -> list:
         out = []
         while self._language_notices:
@@ -600,10 +610,12 @@ class SupervisedCaptioner:
                     stream = self._streams.get(label)
                     if stream is not None:
                         stream.opened = True
+                        self._lifecycle.append(message)
                 case StreamDone(label=label):
                     stream = self._streams.pop(label, None)
                     if stream is not None:
                         stream._done = True
+                        self._lifecycle.append(message)
                 case HostStatus(status=status):
                     self._status = status
                 case Notices(notices=notices):
@@ -611,6 +623,7 @@ class SupervisedCaptioner:
                 case Refused(label=label):  # the engine's admission said no: the stream is not captioned
                     if self._streams.pop(label, None) is not None:
                         self.refused = {**self.refused, label: message.reason}
+                        self._lifecycle.append(message)
         return updates
 
     def _filtered(self, updates: list[CaptionUpdate]) -> list[CaptionUpdate]:

@@ -37,7 +37,9 @@ from captioner.engine.messages import (
     InputBack,
     InputLost,
     OpenStream,
+    Refused,
     SetLanguage,
+    StreamDone,
     SwapModel,
     WorkerCommand,
 )
@@ -116,7 +118,8 @@ class _InputClock:
 
 class Worker(threading.Thread):
     """Owns one :class:`LiveCaptioner` (made on this thread, so it is the thread that works the
-    GPU). ``inbox`` carries :data:`InboxItem` values; ``deliver`` gets each tick's updates;
+    GPU). ``inbox`` carries :data:`InboxItem` values; ``deliver`` gets each tick's updates,
+    followed by the streams' lifecycle events (:data:`~captioner.engine.messages.Lifecycle`);
     ``publish_status`` a :class:`PipelineStatus` a few times a second. ``clock_ns`` is the
     sources' capture clock (a simulated one in tests), which times a lost input's silence.
 
@@ -139,7 +142,7 @@ class Worker(threading.Thread):
         super().__init__(name=name, daemon=True)
         self._make_captioner = make_captioner
         self._inbox = inbox
-        self._deliver = deliver
+        self._send_out = deliver
         self._publish_status = publish_status
         self._source_drops = source_drops
         self._status_period_s = status_period_s
@@ -217,6 +220,7 @@ class Worker(threading.Thread):
         # Each tick's captions leave as it ends: a backlog's later ticks do not hold them.
         started_s = time.monotonic()
         live.step(hand_out=self._deliver)
+        self._deliver([])  # streams opened or done with no update of this step
         self._steps_s.append(time.monotonic() - started_s)
         self.away_s = max(self._steps_s)
         self._tidy()
@@ -299,6 +303,7 @@ class Worker(threading.Thread):
                 # as for any stream that is not open); the running ones go on.
                 kept = list(self.refused.items())[-(REFUSALS_KEPT - 1):]
                 self.refused = {**dict(kept), item.label: one_line(refused)}
+                self._send_out([Refused(item.label, one_line(refused))])
                 return
             self._clocks[item.label] = _InputClock()
             self._opened += 1
@@ -362,9 +367,18 @@ class Worker(threading.Thread):
             clock.end_sample += n
             due -= n
 
+    def _deliver(self, updates: list[CaptionUpdate]) -> None:
+        """Updates on to the outbox with the lifecycle events the captioner has for them: a
+        stream opened (or refused) before them, since its first update may be among them, and
+        a stream done after them, since its last one may be."""
+        live = self.captioner
+        events = live.take_lifecycle() if live is not None else []
+        if updates or events:
+            done = [e for e in events if type(e) is StreamDone]
+            self._send_out([*(e for e in events if type(e) is not StreamDone), *updates, *done])
+
     def _emit(self, updates: list[CaptionUpdate]) -> None:
-        if updates:
-            self._deliver(updates)
+        self._deliver(updates)
         self._tidy()
 
     def _tidy(self) -> None:

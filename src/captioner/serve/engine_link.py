@@ -29,6 +29,7 @@ import numpy as np
 
 from captioner.audio.ingest import pcm16_to_float32
 from captioner.audio.source import RawChunk, SourceStats
+from captioner.engine.messages import Refused, StreamDone, StreamOpened
 from captioner.errors import StreamRefused, UserError, one_line
 from captioner.events import CaptionUpdate, FramedAudio, PipelineStatus, TelemetrySample
 from captioner.languages import WHISPER_LANGUAGES
@@ -225,8 +226,8 @@ ENDED_STATES = frozenset({"done", "refused", "failed"})
 @dataclass(eq=False)
 class Lease:
     """One connection's stream on one engine. ``label`` is the client's, ``key`` the engine's
-    (unique on the server). ``state`` goes opening -> open (the engine lists the stream) ->
-    closing (its end was sent) -> done (the engine no longer lists it: every final was drained),
+    (unique on the server). ``state`` goes opening -> open (the engine opened the stream) ->
+    closing (its end was sent) -> done (the engine closed it: every final was drained before),
     or to ``refused``/``failed`` with ``reason``."""
 
     label: str
@@ -236,17 +237,14 @@ class Lease:
     worker: DeviceEngine
     state: str = "opening"
     reason: str = ""
-    seen: bool = False
-    """Whether the engine's status has listed the stream (it is "done" only once it has, and no
-    longer does)."""
     on_change: Callable[[Lease], None] | None = None
     opened_s: float = field(default_factory=time.monotonic)
 
     @property
     def live(self) -> bool:
-        """Whether its connection is told the engine's status: the engine lists its stream (once
-        it no longer does, the lease is done and its connection closes; a status told then would
-        say "no streams" to a connection still open)."""
+        """Whether its connection is told the engine's status: the engine has opened its stream
+        (once it closes it, the lease is done and its connection closes; a status told then
+        would say "no streams" to a connection still open)."""
         return self.state in ("open", "closing")
 
     @property
@@ -284,8 +282,8 @@ class DeviceEngine:
         self.restarts = 0
         self.last_drop_s: float | None = None
         """``time.monotonic()`` when a connection's audio last found this engine's inbox full."""
-        self.scanned: tuple = ()
-        """What the leases' states were last worked out from (:meth:`EngineLink.poll`)."""
+        self.scanned: PipelineStatus | None = None
+        """The status the connections' batch sizes were last worked out from (:meth:`EngineLink.poll`)."""
         self.scanned_s = 0.0
 
     @property
@@ -319,11 +317,11 @@ class DeviceEngine:
         return self.pipeline.latest_status()
 
     def scanned_status(self) -> PipelineStatus | None:
-        """The status the leases' states were last worked out from (the newest one before the
-        first :meth:`EngineLink.poll`). A status message told from a newer one could say a
+        """The status read before the last lifecycle events were drained (the newest one before
+        the first :meth:`EngineLink.poll`). A status message told from a newer one could say a
         stream had ended to the connection whose stream it is, before that connection was told
         its stream is done and closed."""
-        return self.scanned[0] if self.scanned else self.status()
+        return self.scanned if self.scanned is not None else self.status()
 
     def telemetry(self) -> TelemetrySample | None:
         return self.sampler.latest() if self.sampler is not None else None
@@ -549,51 +547,52 @@ class EngineLink:
     def poll(self) -> list[tuple[Lease, CaptionUpdate]]:
         """Loop thread, a few dozen times a second: the caption updates made since the last call,
         each with its lease (the update as the engine made it: its ``stream`` is the lease's key,
-        :func:`relabelled` gives the client's label); the leases' states move on as the engine's
-        status shows (their ``on_change`` is called)."""
+        :func:`relabelled` gives the client's label). The leases' states follow the engine's
+        lifecycle events, which come in order with the updates: opened, refused, done after the
+        stream's last update (their ``on_change`` is called)."""
         out: list[tuple[Lease, CaptionUpdate]] = []
         for worker in self.workers:
             if worker.replacement is not None:
                 self._adopt(worker)
             pipeline = worker.pipeline
-            # Status first, then the captions: every update the worker made before the status
-            # that no longer lists a stream is already in the outbox, so its finals are drained here.
+            # The status before the events: the one told to connections is never newer than
+            # what was drained (a newer one could leave out a stream whose done is still to come).
             status = pipeline.latest_status()
             error = pipeline.error
-            updates = pipeline.drain_captions()
-            refusals = pipeline.refused_streams
-            for update in updates:
-                lease = worker.leases.get(update.stream)
-                if lease is not None:
-                    out.append((lease, update))
+            leases = worker.leases
+            for item in pipeline.drain():
+                if type(item) is CaptionUpdate:
+                    lease = leases.get(item.stream)
+                    if lease is not None:
+                        out.append((lease, item))
+                    continue
+                lease = leases.get(item.label)
+                if lease is None:
+                    continue
+                match item:
+                    case StreamOpened():
+                        if lease.state == "opening":
+                            lease._set("open")
+                    case Refused(reason=reason):
+                        self._end(lease, "refused", reason)
+                    case StreamDone():
+                        self._end(lease, "done")
             if error is not None and not worker.failed:
                 self._failed(worker, one_line(error))
-            # The leases' states and batch sizes follow from the status, the refusals and a
-            # failure, which change a few times a second: the leases are looked at when one of
-            # them did (and once a second regardless), not 50 times a second each.
-            now_s = time.monotonic()
-            last = worker.scanned
-            if (last and last[0] is status and last[1] == refusals and last[2] == worker.failed
-                    and now_s - worker.scanned_s < RESCAN_S):
-                continue
-            worker.scanned, worker.scanned_s = (status, refusals, worker.failed), now_s
-            listed = set(status.streams) if status is not None else set()
-            batch_s = batch_s_for(status.queue_depth if status is not None else 0)
-            for lease in list(worker.leases.values()):
-                lease.source.batch_samples = int(batch_s * lease.source.rate_hz)
-                if worker.failed:
+            if worker.failed:
+                for lease in list(leases.values()):
                     lease.source.stop()  # its audio no longer goes to the failed engine's inbox
                     self._end(lease, "failed", "the engine failed under the stream; connect again")
-                    continue
-                if lease.key in refusals and not lease.seen:
-                    self._end(lease, "refused", refusals[lease.key])
-                    continue
-                if lease.key in listed:
-                    lease.seen = True
-                    if lease.state == "opening":
-                        lease._set("open")
-                elif lease.state == "closing" and lease.seen:
-                    self._end(lease, "done")
+            # The connections' batch sizes follow the engine's queue, which changes a few times a
+            # second: the leases are looked at when the status did (and once a second regardless),
+            # not 50 times a second each.
+            now_s = time.monotonic()
+            if worker.scanned is status and now_s - worker.scanned_s < RESCAN_S:
+                continue
+            worker.scanned, worker.scanned_s = status, now_s
+            batch_s = batch_s_for(status.queue_depth if status is not None else 0)
+            for lease in leases.values():
+                lease.source.batch_samples = int(batch_s * lease.source.rate_hz)
         return out
 
     def _failed(self, worker: DeviceEngine, why: str) -> None:
@@ -615,7 +614,7 @@ class EngineLink:
         with self._lock:
             worker.pipeline = fresh
             worker.failed = worker.restart_error = ""
-            worker.scanned, worker.last_drop_s = (), None
+            worker.scanned, worker.last_drop_s = None, None
         worker.restarts += 1
         self._note(f"engine {worker.name} restarted in {took_s:.1f} s: it takes new streams again")
 
