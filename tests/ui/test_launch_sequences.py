@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -98,8 +99,12 @@ def _plain_launch(gui, pulse_server, speech_clips, tmp_path, *extra):
     return result, committed
 
 
-def test_flags_given_once_leave_the_next_plain_launch_as_it_was(gui, refusing_server, pulse_server,
-                                                                 speech_clips, tmp_path):
+def test_flags_given_once_leave_the_next_plain_launch_as_it_was_and_a_refusing_server_gives_way(
+        gui, refusing_server, pulse_server, speech_clips, tmp_path):
+    """Flags given once (a server that refuses, the overlay, a theme, a policy) and a bad model
+    leave the settings as they were. Then, as an older version (or a choice in the app) would
+    have, the refusing server is saved: the next plain launch captions the default input on this
+    computer and keeps the saved server (one launch of 30 s for both)."""
     token = tmp_path / "token"
     token.write_text("not-the-token-this-server-takes\n")
     first = gui("--server", refusing_server, "--token-file", str(token), "--overlay", "--theme", "light",
@@ -110,17 +115,11 @@ def test_flags_given_once_leave_the_next_plain_launch_as_it_was(gui, refusing_se
     s = load_settings(open_settings(gui.ini))
     assert (s.server, s.model, s.overlay_visible, s.theme, s.policy) == ("", "tiny.en", False, "dark", "auto")
 
-    _, committed = _plain_launch(gui, pulse_server, speech_clips, tmp_path)
-    assert {"ask", "country"} <= words_of(committed), committed
-
-
-def test_a_saved_server_that_refuses_gives_way_to_this_computer(gui, refusing_server, pulse_server,
-                                                                 speech_clips, tmp_path):
-    """Saved by an older version (or chosen in the app), the server now refuses: the launch
-    captions the default input on this computer, and the saved server is kept."""
-    save_settings(open_settings(gui.ini), load_settings(open_settings(gui.ini)).__class__(server=refusing_server))
+    save_settings(open_settings(gui.ini), replace(s, server=refusing_server))
     shot = tmp_path / "fallback.png"
     _, committed = _plain_launch(gui, pulse_server, speech_clips, tmp_path, "--screenshot", str(shot))
     assert {"ask", "country"} <= words_of(committed), committed
-    assert load_settings(open_settings(gui.ini)).server == refusing_server
+    after = load_settings(open_settings(gui.ini))
+    assert after.server == refusing_server
+    assert (after.model, after.overlay_visible, after.theme, after.policy) == ("tiny.en", False, "dark", "auto")
     assert shot.stat().st_size > 10_000
