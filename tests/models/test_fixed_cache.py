@@ -11,7 +11,7 @@ import pytest
 from graph_fixtures import fixed_cache_runtimes, greedy_continue, tiny_files  # noqa: F401 - fixture
 from mel_helper import load_audio_16k, whisper_features
 
-from captioner.models.slot_memory import MAX_REGIONS
+from captioner.models.runtime import MAX_SLOTS_PER_BATCH
 
 CLIPS = ("en_ls_1089-134686-0001", "en_ljspeech_LJ001-0001", "en_ls_7902-96591-0000")
 
@@ -75,7 +75,7 @@ def test_too_many_live_states_take_over_the_oldest(runtimes, speech_clips):
     fixed = runtimes.fixed
     enc = fixed.encode(whisper_features(load_audio_16k(speech_clips[CLIPS[0]].wav))[None])
     prompt = np.array([[fixed.special.sot]])
-    states = [fixed.start(enc, prompt)[1] for _ in range(MAX_REGIONS + 1)]
+    states = [fixed.start(enc, prompt)[1] for _ in range(MAX_SLOTS_PER_BATCH + 1)]
     with pytest.raises(ValueError, match="taken over"):
         fixed.step(states[0], np.array([fixed.special.no_timestamps]))
     assert fixed.step(states[-1], np.array([fixed.special.no_timestamps])).shape == (1, fixed.n_vocab)

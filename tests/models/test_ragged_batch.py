@@ -82,39 +82,32 @@ def test_ragged_prompts_decode_in_one_pass_with_each_rows_tokens(runtimes, tok, 
         assert rt._starts == starts + 1, "rows of different prompt lengths should share one pass"
         for clip, w, g in zip(CLIPS, want, got):
             assert g.tokens == w, f"{decode_on} {clip}: {tok.decode(list(g.tokens))!r} != {tok.decode(list(w))!r}"
-    buffers = {key[:2] for key in rt._slots}  # (batch, logits on a device array); then the context and region
+    buffers = {key[:2] for key in rt._slots}  # (batch, logits on a device array); the key then names the context
     assert (8, False) in buffers and (5, False) not in buffers
 
 
 def _ort_bytes(value) -> int:
-    itemsize = {"tensor(float)": 4, "tensor(float16)": 2, "tensor(int64)": 8, "tensor(uint8)": 1}[value.data_type()]
+    itemsize = {"tensor(float)": 4, "tensor(float16)": 2, "tensor(int64)": 8}[value.data_type()]
     return int(np.prod(value.shape())) * itemsize
 
 
 def test_the_buffers_bytes_are_the_slots_and_encoder_buffers(runtimes, tok, windows):
     """``buffer_bytes`` (the engine status's ``decoder_slot_bytes`` and ``encoder_buffer_bytes``,
-    what a served GPU's memory is made of) counts every buffer each slot bound by its own shape,
-    the regions their caches and cross K/V share, and each encoder buffer: worked out here again
-    from the bound values themselves."""
+    what a served GPU's memory is made of) counts every buffer each slot bound, by its own shape,
+    and each encoder buffer: worked out here again from the bound values themselves."""
     rt = runtimes.fixed
-    for rows in (3, 1, 2):  # one pass after another, of different sizes
-        decode(rt, tok, windows[:rows], DecodingOptions(temperatures=(0.0,), sample_len=16, decode_on="host"))
-    slots = list(rt._slots.values())
-    assert {slot.batch for slot in slots} >= {4, 1, 2}
-    own = sum(_ort_bytes(v) for slot in slots
-              for v in (slot.tokens, slot.offset, slot.logits, *((slot.attention,) if slot.attention is not None else ())))
-    regions = rt._regions.held
+    decode(rt, tok, windows[:3], DecodingOptions(temperatures=(0.0,), sample_len=16, decode_on="host"))
+    slots = [slot for pool in rt._slots.values() for slot in pool]
+    assert slots
+    by_shape = sum(_ort_bytes(v) for slot in slots
+                   for v in (slot.tokens, slot.offset, slot.logits, *slot.buffers.values(),
+                             *((slot.attention,) if slot.attention is not None else ())))
     encoder = sum(_ort_bytes(buffer.value) for buffer in rt._encoder_buffers.values())
     counted = rt.buffer_bytes()
-    assert counted == {"decoder_slots": float(len(slots)),
-                       "decoder_slot_bytes": float(own + sum(_ort_bytes(r.value) for r in regions)),
+    assert counted == {"decoder_slots": float(len(slots)), "decoder_slot_bytes": float(by_shape),
                        "encoder_buffer_bytes": float(encoder)}
-    # Passes one after another share one region, as large as the largest pass's caches and
-    # cross K/V: tiny.en's cross K/V alone is 4 layers x 2 x 1,500 x 384 fp32 values a row.
-    assert len({slot.region.index for slot in slots}) == 1
-    biggest = max(rt._layout(slot.batch, slot.n_ctx)[1].nbytes for slot in slots)
-    assert [r.nbytes for r in rt._regions.regions] == [biggest]
-    assert biggest >= 4 * 4 * 2 * 1500 * 384 * 4
+    # tiny.en's cross K/V alone is 4 layers x 2 x 1,500 x 384 fp32 values a row: 18.4 MB.
+    assert counted["decoder_slot_bytes"] >= sum(slot.batch for slot in slots) * 4 * 2 * 1500 * 384 * 4
 
 
 def test_finished_rows_leave_the_batch(runtimes, tok, windows, alone):
@@ -127,12 +120,9 @@ def test_finished_rows_leave_the_batch(runtimes, tok, windows, alone):
         got = decode(rt, tok, windows, OPTIONS, previous_tokens=prompts)
         assert rt.compactions > before, "five rows of different lengths should shrink 8 -> 4 -> 2 -> 1"
         assert [g.tokens for g in got] == want
-        # Each compaction is two runs of a row-gathering graph (into the scratch region and back
-        # to the front of the pass's own), and stays in one region; one prefill per pass where
-        # there is one.
+        # Each compaction is one run of a row-gathering graph; one prefill per pass where there is one.
         after = rt.graph_runs()
-        assert after["gather_rows"][0] - runs.get("gather_rows", (0, 0.0))[0] == 2 * (rt.compactions - before)
-        assert len(rt._regions.regions) == 1
+        assert after["gather_rows"][0] - runs.get("gather_rows", (0, 0.0))[0] == rt.compactions - before
         if rt.prefill_model is not None:
             assert after["decoder_prefill"][0] - runs["decoder_prefill"][0] == after["encoder"][0] - runs["encoder"][0]
         kept = rt.compactions

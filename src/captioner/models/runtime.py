@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import warnings
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,11 +48,12 @@ from captioner.models.registry import (
     audio_contexts,
     resolve_model,
 )
-from captioner.models.slot_memory import MAX_REGIONS, Layout, RegionPool
 
 ENCODER_WINDOWS_ENV = "CAPTIONER_ENCODER_WINDOWS_S"
 """Shorter encoder windows in seconds, comma-separated ("10,20"); unset or empty: off."""
 
+# Live decoder states of one batch size on CUDA, each with its own buffers and CUDA graph.
+MAX_SLOTS_PER_BATCH = 4
 # Batch sizes the fixed-cache decoder runs at (a batch is padded up to the next one; above the
 # last, to a multiple of 64): a CUDA graph and a set of cache buffers per size, instead of one
 # per distinct number of due streams. Steps are 2/3 full at worst from 32 rows on.
@@ -168,10 +170,9 @@ class DecoderState:
     """Self-attention cache and cross K/V of a batch being decoded. ``step`` grows it in place.
 
     On the CPU the cache grows by concatenation (``past``); on CUDA it lives in the fixed buffers
-    of a ``slot`` (one CUDA graph each), in a region of device memory this state holds until it
-    is dropped (:mod:`captioner.models.slot_memory`); live states get regions of their own, up to
-    MAX_REGIONS, after which the oldest is taken over and its state raises instead of reading a
-    cache it no longer owns."""
+    of a ``slot`` (one CUDA graph each) that this state holds until it is dropped; several live
+    states of the same batch size get separate slots, up to MAX_SLOTS_PER_BATCH, after which the
+    oldest is taken over and its state raises instead of reading a cache it no longer owns."""
 
     cross: dict[str, Any] | None = field(repr=False)  # cross_k_i / cross_v_i -> OrtValue
     past: dict[str, Any] | None = field(repr=False)  # past_k_i / past_v_i -> OrtValue (or empty arrays)
@@ -188,21 +189,17 @@ class DecoderState:
 
 
 class _Slot:
-    """Device buffers for one batch size, bound once to the step graph (and to the cross K/V
-    graph's outputs), so the step can be captured as a CUDA graph and replayed. The caches and
-    cross K/V are views into a region of :mod:`captioner.models.slot_memory` that slots of every
-    batch size share; tokens, positions, logits and attention are the slot's own."""
+    """Fixed device buffers for one batch size, bound once to the step graph (and to the cross
+    K/V graph's outputs), so the step can be captured as a CUDA graph and replayed."""
 
-    def __init__(self, rt: WhisperRuntime, batch: int, graph_id: int, region, xp=None,
-                 context: _AudioContext | None = None):
-        """``region``: where the caches and cross K/V live (:meth:`WhisperRuntime._layout`).
-        ``xp``: a device array module (CuPy) whose array receives the logits, so that decoding
+    def __init__(self, rt: WhisperRuntime, batch: int, graph_id: int, xp=None, context: _AudioContext | None = None):
+        """``xp``: a device array module (CuPy) whose array receives the logits, so that decoding
         rules on them where they are; ``None``: an OrtValue, fetched to the host. ``context``:
         the audio context whose cross K/V the slot holds (default: the 30 s one)."""
         context = context or rt._contexts[rt.dims.n_audio_ctx]
-        d = rt.dims
+        d, f = rt.dims, rt._float
         self.nbytes = 0
-        """Device memory of this slot's own buffers; the region's is counted once, by its pool."""
+        """Device memory of this slot's own buffers (what :meth:`WhisperRuntime.buffer_bytes` sums)."""
         m = context.step_model
 
         def zeros(shape: tuple[int, ...], dtype):
@@ -211,7 +208,9 @@ class _Slot:
 
         self.n_ctx = context.n_ctx
         self.graph_id = graph_id
-        self.region = region
+        self.generation = 0
+        self.owner: weakref.ref | None = None  # the DecoderState using these buffers now
+        self.last_used = 0
         self.batch = batch
         self.tokens = zeros((batch, 1), np.int64)
         self.offset = zeros((batch,), np.int64)  # each row's position
@@ -235,22 +234,28 @@ class _Slot:
         if rt.has_alignment:
             self.attention = zeros((batch, len(rt.alignment_heads), 1, context.n_ctx), np.float32)
             self.step.bind_output_value("alignment_attn", self.attention)
-        names, layout = rt._layout(batch, context.n_ctx)
-        self.buffers: dict[str, Any] = dict(zip(names, layout.place(region)))
-        for name, view in self.buffers.items():
-            self.step.bind_view(name, view)
-            if name.startswith("cache_"):
-                self.step.bind_output_view("new_" + name, view)  # in place
-            else:
-                self.cross_binding.bind_output_view(name, view)
+        self.buffers: dict[str, Any] = {}
+        # Buffer shapes follow the step graph's declared inputs (the key layout differs between
+        # the MatMul and the fused-attention variants).
+        shapes = _bound_shapes(m.input_shapes, batch, context.n_ctx)
+        for i in range(d.n_text_layer):
+            for kind in ("k", "v"):
+                cache = zeros(shapes[f"cache_{kind}_{i}"], f)
+                self.step.bind(f"cache_{kind}_{i}", cache)
+                self.step.bind_output_value(f"new_cache_{kind}_{i}", cache)  # in place
+                cross = zeros(shapes[f"cross_{kind}_{i}"], f)
+                self.step.bind(f"cross_{kind}_{i}", cross)
+                self.cross_binding.bind_output_value(f"cross_{kind}_{i}", cross)
+                self.buffers[f"cache_{kind}_{i}"] = cache
+                self.buffers[f"cross_{kind}_{i}"] = cross
         self.prefill = None
         if context.prefill_model is not None:
             # The prompt graph works on the very same buffers (not captured: its shapes vary).
             self.prefill = context.prefill_model.binding()
-            for name, view in self.buffers.items():
-                self.prefill.bind_view(name, view)
+            for name, value in self.buffers.items():
+                self.prefill.bind(name, value)
                 if name.startswith("cache_"):
-                    self.prefill.bind_output_view("new_" + name, view)
+                    self.prefill.bind_output_value("new_" + name, value)
             if self.device_logits is not None:
                 self.prefill.bind_output_array("logits", self.device_logits)
             else:
@@ -308,7 +313,7 @@ class WhisperRuntime:
             decoder_provider = self.decoder.provider
         # (batch, logits on a device array), and the audio context's positions after them for a
         # short context (the 30 s context's keys are as they were before short contexts existed).
-        self._slots: dict[tuple, _Slot] = {}  # (batch, logits on a device array, n_ctx, region)
+        self._slots: dict[tuple, list[_Slot]] = {}
         self._probe_outputs: dict[tuple[int, bool], Any] = {}
         self._encoder_buffers: dict[tuple[int, int], _EncoderBuffer] = {}  # (rows, n_ctx)
         self._gather_rows: dict[int, ort_session.OrtModel] = {}  # row-compaction graphs by n_ctx, opened at first use
@@ -340,12 +345,6 @@ class WhisperRuntime:
                                                        self.step_model, self.prefill_model)}
         if short_contexts:
             self._open_short_contexts(short_contexts, frames_files, choice, intra_threads)
-        self._layouts: dict[tuple[int, int], tuple[list[str], Layout]] = {}
-        self._regions = None
-        if self.step_model is not None:
-            step_model = self.step_model
-            self._regions = RegionPool(lambda nbytes: step_model.zeros((nbytes,), np.uint8), step_model.device,
-                                       self._retire_region)
 
     def _open_short_contexts(self, short_contexts: dict[int, OnnxFiles], frames: OnnxFiles | None,
                              choice: ort_session.ProviderChoice, intra_threads: int | None) -> None:
@@ -525,10 +524,10 @@ class WhisperRuntime:
         if shortest >= self.n_text_ctx:
             raise ValueError(f"decoder context of {self.n_text_ctx} tokens is full")
         if state.slot is not None:
-            if state.generation != state.slot.region.generation:
+            if state.generation != state.slot.generation:
                 raise ValueError(
-                    f"this DecoderState's cache was taken over by a newer start() (more than {MAX_REGIONS} "
-                    "live states); drop finished states"
+                    f"this DecoderState's cache was taken over by a newer start() (more than {MAX_SLOTS_PER_BATCH} "
+                    f"live states of batch size {state.batch}); drop finished states"
                 )
             slot = state.slot
             feed = np.full((slot.batch, 1), t[0], dtype=np.int64)  # padding rows repeat row 0
@@ -589,11 +588,12 @@ class WhisperRuntime:
             probes = np.concatenate([probes, np.repeat(probes[:1], rows - batch)])
         probe_logits = None
         slot = self._free_slot(rows, xp, enc.n_ctx)
+        slot.generation += 1
         self._starts += 1
-        state = DecoderState(cross=None, past=None, binding=slot.step, batch=batch, length=0, slot=slot)
-        state.generation = self._regions.own(slot.region, state)
+        slot.last_used = self._starts
         slot.cross_binding.bind("encoder_out", enc.value)
         slot.cross_binding.run_bound()
+        state = DecoderState(cross=None, past=None, binding=slot.step, batch=batch, length=0, slot=slot, generation=slot.generation)
         n = tokens.shape[1]
         logits = None
         if n > 1 and slot.prefill is not None:
@@ -613,8 +613,9 @@ class WhisperRuntime:
                     probe_logits = out if xp is not None else ort_session.to_numpy(out)
             except Exception as e:  # an ORT build whose fused attention rejects this shape, say
                 warnings.warn(f"prompt prefill failed ({str(e).splitlines()[0]}); feeding prompts token by token", RuntimeWarning, stacklevel=2)
-                for each in self._slots.values():
-                    each.prefill = None
+                for other in self._slots.values():
+                    for each in other:
+                        each.prefill = None
                 self.prefill_model = None
                 for context in self._contexts.values():
                     context.prefill_model = None
@@ -634,6 +635,7 @@ class WhisperRuntime:
         state.probe_logits = None if probe_logits is None else probe_logits[:batch]
         state.positions = lengths.copy()
         state.length = int(lengths[:batch].max())
+        slot.owner = weakref.ref(state)
         return logits[:batch], state
 
     def graph_models(self) -> dict[str, set]:
@@ -664,35 +666,30 @@ class WhisperRuntime:
         """A state of only the rows ``keep`` (indices into ``state``'s rows, in order), in the
         buffers of their smaller bucket: their caches and cross K/V are copied there on the
         device, and further steps run at that batch size. The old state must not be stepped again.
-        Used between steps, when enough rows have finished that a smaller bucket holds the rest.
-
-        The smaller bucket's buffers are the front of the same region, where the rows are now:
-        they are gathered into the scratch region first, then copied back (a gather in place
-        would read rows it has already overwritten)."""
+        Used between steps, when enough rows have finished that a smaller bucket holds the rest."""
         keep = np.asarray(keep, dtype=np.int64).reshape(-1)
         if not self.can_compact(state, len(keep)):
             raise ValueError(f"cannot compact {state.batch} rows to {len(keep)}")
         old = state.slot
-        if state.generation != old.region.generation:
+        if state.generation != old.generation:
             raise ValueError("this DecoderState's cache was taken over by a newer start()")
         rows = bucket_size(len(keep))
         index = np.concatenate([keep, np.repeat(keep[:1], rows - len(keep))])  # padding rows: the first again
-        names, layout = self._layout(rows, old.n_ctx)
-        scratch = dict(zip(names, layout.place(self._regions.scratch(layout.nbytes))))
-        new = self._slot_on(old.region, rows, old.xp, old.n_ctx)
+        new = self._free_slot(rows, old.xp, old.n_ctx)
+        new.generation += 1
+        new.last_used = self._starts
         self.compactions += 1
-        gather = self._gather_model(old.n_ctx)
-        for index_rows, source, target in ((index, old.buffers, scratch),
-                                           (np.arange(rows, dtype=np.int64), scratch, new.buffers)):
-            binding = gather.binding()
-            binding.bind("rows", index_rows)
-            for name, view in source.items():
-                binding.bind_view(name, view)
-                binding.bind_output_view(f"gathered_{name}", target[name])
-            binding.run_bound()
+        binding = self._gather_model(old.n_ctx).binding()
+        binding.bind("rows", index)
+        for name, value in old.buffers.items():
+            binding.bind(name, value)
+            binding.bind_output_value(f"gathered_{name}", new.buffers[name])
+        binding.run_bound()
         moved = DecoderState(cross=None, past=None, binding=new.step, batch=len(keep), length=state.length, slot=new,
-                             positions=state.positions[index].copy())
-        moved.generation = self._regions.own(new.region, moved)  # the old state raises if stepped again
+                             generation=new.generation, positions=state.positions[index].copy())
+        new.owner = weakref.ref(moved)
+        old.owner = None  # free for the next start(); the old state raises if stepped again
+        old.generation += 1
         return moved
 
     def _gather_model(self, n_ctx: int) -> ort_session.OrtModel:
@@ -709,58 +706,34 @@ class WhisperRuntime:
         return model
 
     def buffer_bytes(self) -> dict[str, float]:
-        """The fixed-cache decoder's own device buffers: its slots (tokens, positions, logits
-        and attention of each batch bucket and greedy path) and the regions their caches and
-        cross K/V share (:mod:`captioner.models.slot_memory`), and the encoder's output buffers.
-        ONNX Runtime's arena (the graphs' working memory) is not in it. A served engine's
-        process holds much more GPU memory than these (benchmarks/results/serve/HISTORY.md,
-        "Three engines on one GPU with MPS"): this says how much of it is these."""
-        slots = list(self._slots.values())
-        regions = self._regions.nbytes if self._regions is not None else 0
+        """The fixed-cache decoder's own device buffers: its slots (each batch bucket's caches,
+        cross K/V and logits; up to MAX_SLOTS_PER_BATCH per bucket and greedy path) and the
+        encoder's output buffers. ONNX Runtime's arena (the graphs' working memory) is not in it.
+        A served engine's process holds much more GPU memory than these
+        (benchmarks/results/serve/HISTORY.md, "Three engines on one GPU with MPS"): this says how much
+        of it is these."""
+        slots = [slot for pool in self._slots.values() for slot in pool]
         return {"decoder_slots": float(len(slots)),
-                "decoder_slot_bytes": float(sum(slot.nbytes for slot in slots) + regions),
+                "decoder_slot_bytes": float(sum(slot.nbytes for slot in slots)),
                 "encoder_buffer_bytes": float(sum(rows * n_ctx * self.dims.n_audio_state * np.dtype(self._float).itemsize
                                                   for rows, n_ctx in self._encoder_buffers))}
 
-    def _layout(self, batch: int, n_ctx: int) -> tuple[list[str], Layout]:
-        """The caches' and cross K/V's names and their layout in a region, for ``batch`` rows of
-        the audio context of ``n_ctx`` positions. Shapes follow the step graph's declared inputs
-        (the key layout differs between the MatMul and the fused-attention variants)."""
-        key = (batch, n_ctx)
-        if key not in self._layouts:
-            shapes = _bound_shapes(self._contexts[n_ctx].step_model.input_shapes, batch, n_ctx)
-            names, layout = [], Layout()
-            for i in range(self.dims.n_text_layer):
-                for kind in ("k", "v"):
-                    for name in (f"cache_{kind}_{i}", f"cross_{kind}_{i}"):
-                        names.append(name)
-                        layout.add(shapes[name], self._float)
-            self._layouts[key] = (names, layout)
-        return self._layouts[key]
-
     def _free_slot(self, batch: int, xp=None, n_ctx: int | None = None) -> _Slot:
-        """The slot of this batch size (logits destination and audio context) in a region free
-        for a new state (:meth:`RegionPool.acquire <captioner.models.slot_memory.RegionPool.acquire>`)."""
+        """A slot whose last state is gone (dropped by the caller), a new one while the pool for
+        this batch size (logits destination and audio context) is small, else the least
+        recently started one."""
         n_ctx = self.dims.n_audio_ctx if n_ctx is None else n_ctx
-        region = self._regions.acquire(self._layout(batch, n_ctx)[1].nbytes)
-        return self._slot_on(region, batch, xp, n_ctx)
-
-    def _slot_on(self, region, batch: int, xp, n_ctx: int) -> _Slot:
-        """The slot of ``batch`` rows bound to ``region``, made (and its graph captured at its
-        first step) the first time."""
-        key = (batch, xp is not None, n_ctx, region.index)
-        slot = self._slots.get(key)
-        if slot is None:
-            slot = self._slots[key] = _Slot(self, batch, graph_id=self._n_graphs, region=region, xp=xp,
-                                            context=self._contexts[n_ctx])
+        key = (batch, xp is not None) if n_ctx == self.dims.n_audio_ctx else (batch, xp is not None, n_ctx)
+        pool = self._slots.setdefault(key, [])
+        for slot in pool:
+            if slot.owner is None or slot.owner() is None:
+                return slot
+        if len(pool) < MAX_SLOTS_PER_BATCH:
+            slot = _Slot(self, batch, graph_id=self._n_graphs, xp=xp, context=self._contexts[n_ctx])
             self._n_graphs += 1
-        return slot
-
-    def _retire_region(self, region) -> None:
-        """``region`` is let go (made larger, or taken over by a larger pass): its slots go with it,
-        their graphs bound to its address never to run again."""
-        for key in [k for k in self._slots if k[3] == region.index]:
-            del self._slots[key]
+            pool.append(slot)
+            return slot
+        return min(pool, key=lambda s: s.last_used)
 
     def _step_fixed(self, slot: _Slot, tokens: np.ndarray, position, fetch: bool) -> np.ndarray | None:
         """One captured step; ``position``: each row's (or one for all), kept inside the context

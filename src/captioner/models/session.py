@@ -281,11 +281,6 @@ class OrtModel:
             options.add_run_config_entry("disable_synchronize_execution_providers", "1")
         return options
 
-    @property
-    def device(self) -> tuple[str, int]:
-        """Where its inputs and outputs live: ``("cuda", id)`` or ``("cpu", 0)``."""
-        return self._device
-
     def zeros(self, shape: tuple[int, ...], dtype) -> Any:
         """A zero-filled OrtValue on this session's device (fixed address: for CUDA graphs)."""
         device_type, device_id = self._device
@@ -320,17 +315,6 @@ class Binding:
     def bind_output_value(self, name: str, value: Any) -> None:
         """Bind an output to an existing OrtValue (written in place at every run)."""
         self.io.bind_ortvalue_output(name, value)
-
-    def bind_view(self, name: str, view: Any) -> None:
-        """Bind an input to a view into a region of device memory (``slot_memory.BufferView``:
-        ``ptr``, ``shape``, ``dtype`` and its region's ``device``), by address."""
-        device_type, device_id = view.region.device
-        self.io.bind_input(name, device_type, device_id, np.dtype(view.dtype).type, list(view.shape), view.ptr)
-
-    def bind_output_view(self, name: str, view: Any) -> None:
-        """Bind an output to a view (:meth:`bind_view`): written in place at every run."""
-        device_type, device_id = view.region.device
-        self.io.bind_output(name, device_type, device_id, np.dtype(view.dtype).type, list(view.shape), view.ptr)
 
     def bind_output_array(self, name: str, value: Any) -> None:
         """Bind an output to a device array (``__cuda_array_interface__``, e.g. CuPy) of the
