@@ -38,28 +38,23 @@ class PulseSource:
     is_monitor: bool
 
 
-STUCK_HOLD_S = 30.0
-"""How long an exchange still running past its deadline makes further questions wait for it to
-end (``None`` at once meanwhile). Every exchange hangs its connection up at its deadline
-(:mod:`.pulse_deadline`), so one still running is libpulse not polling at all; it holds nobody
-past this..."""
-MAX_STUCK_EXCHANGES = 4
-"""...unless this many are still running: no more threads and sockets for a libpulse that does
-not return."""
 HANG_UP_GRACE_S = 0.5
 """How long past its deadline an exchange gets to see its hang-up and end."""
 UNANSWERED_HOLD_S = 2.0
 """After a server let a question run to its deadline, further questions to that server get
 ``None`` at once for this long: a frozen server costs the asking thread (the inputs' health
 checks, every stream's) one timeout, not one per question."""
+MAX_STUCK_EXCHANGES = 4
+"""Exchanges still running past their deadline and grace (libpulse not polling at all: the
+hang-up is never seen) at which nothing more is asked: no more threads and sockets for a
+libpulse that does not return."""
 
 _stuck_lock = threading.Lock()
 _unanswered_s: dict[str, float] = {}
 """Per server address (``PULSE_SERVER``, "" for the default), when its last question ran to its
 deadline (monotonic s); dropped once it answers."""
-_stuck_exchanges: list[tuple[threading.Thread, float]] = []
-"""Exchanges given up on while still waiting for the server, each with when (monotonic s);
-cleared as they finish."""
+_stuck_exchanges: list[threading.Thread] = []
+"""Exchanges still running past their deadline and grace; cleared as they finish."""
 
 
 def _ask_server(question: Callable[[Any], _Answer], timeout_s: float) -> _Answer | None:
@@ -69,16 +64,14 @@ def _ask_server(question: Callable[[Any], _Answer], timeout_s: float) -> _Answer
     (:mod:`.pulse_deadline`): pulsectl's own connect timeout always waits the whole timeout, even
     once connected, and its queries have none, so a server that accepts and then stalls would
     block them for good. At the deadline the connection is hung up and the exchange ends, and
-    the server's next questions get ``None`` at once for :data:`UNANSWERED_HOLD_S`. One that does
-    not end even so makes every further question get ``None`` at once, instead of piling up
-    threads, for at most :data:`STUCK_HOLD_S`.
+    the server's next questions get ``None`` at once for :data:`UNANSWERED_HOLD_S`, whether it
+    ended or not; past :data:`MAX_STUCK_EXCHANGES` that did not, nothing more is asked.
     """
     now_s = time.monotonic()
     server = os.environ.get("PULSE_SERVER", "")
     with _stuck_lock:
-        _stuck_exchanges[:] = [(t, since_s) for t, since_s in _stuck_exchanges if t.is_alive()]
-        holding = any(now_s - since_s < STUCK_HOLD_S for _, since_s in _stuck_exchanges)
-        if holding or len(_stuck_exchanges) >= MAX_STUCK_EXCHANGES:
+        _stuck_exchanges[:] = [t for t in _stuck_exchanges if t.is_alive()]
+        if len(_stuck_exchanges) >= MAX_STUCK_EXCHANGES:
             return None
         if now_s - _unanswered_s.get(server, float("-inf")) < UNANSWERED_HOLD_S:
             return None
@@ -107,7 +100,7 @@ def _ask_server(question: Callable[[Any], _Answer], timeout_s: float) -> _Answer
     worker.join(timeout_s + HANG_UP_GRACE_S)
     with _stuck_lock:
         if worker.is_alive():
-            _stuck_exchanges.append((worker, time.monotonic()))
+            _stuck_exchanges.append(worker)
         if poll.hung_up or worker.is_alive():
             _unanswered_s[server] = time.monotonic()
         elif answers:

@@ -49,6 +49,7 @@ from captioner.engine.messages import (
     Refused,
     SetLanguage,
     StreamDone,
+    StreamOpened,
     SwapModel,
     Updates,
 )
@@ -239,8 +240,8 @@ class HostCore:
                 try:
                     self.live.open_stream(label, message.language, readmit=message.readmit,
                                           priority=message.priority, history=message.history, source=message.source)
-                except StreamRefused as refused:  # at capacity: this stream only; the host goes on
-                    return [*out, Refused(label, one_line(refused))]
+                except StreamRefused:  # at capacity: this stream only; the host goes on
+                    return [*out, *self.live.take_lifecycle()]  # its Refused
                 self._base[label] = (message.base_sample, message.segment_base)
                 out = [*out, *self.live.take_lifecycle()]  # its StreamOpened
                 # The engine's clock of a re-fed stream starts at 0 where the supervisor's stands at
@@ -393,6 +394,10 @@ class HostCore:
 
 
 # -- in the worker thread --------------------------------------------------------------------------
+_TAKEN_EARLY = (Updates, Checkpoint, StreamOpened, Refused, StreamDone, HostStatus, Notices)
+"""The messages a supervisor takes the same way handed out at once as polled (``hand_out``)."""
+
+
 class InlineHost:
     """The captioner on the calling (worker) thread: a failure is an exception, caught here and
     reported as :class:`HostFailed`; the supervisor then makes a fresh host. Every method is
@@ -434,7 +439,8 @@ class InlineHost:
         if self.failed is not None or self.core is None:
             return
         try:
-            self._out += self.core.apply(message, self._hand_out_now())
+            made = self.core.apply(message, self._hand_out_now())  # may hand out what waits in _out
+            self._out += made
         except UserError:
             raise  # bad input or an unknown model: the caller's mistake, not a failed host
         except Exception as error:
@@ -448,21 +454,34 @@ class InlineHost:
         if self.failed is None and self.core is not None:
             try:
                 # Spaced as a child's steps are: the worker polls every millisecond or so.
-                self._out += self.core.step(self._hand_out_now()) if self.core.step_due() else self.core.status_due()
+                made = self.core.step(self._hand_out_now()) if self.core.step_due() else self.core.status_due()
+                self._out += made  # after the step, which may have handed out what waited in _out
             except Exception as error:
                 self._fail(error)
         out, self._out = self._out, []
         return out
 
     def _hand_out_now(self) -> Callable[[Event], None] | None:
-        """Where a tick's updates may go at once: :attr:`hand_out`, unless captions made without
-        one still wait here (a re-feed sent into a fresh host before its first poll): none may
-        overtake them. Else (seen in CI, tiny.en on a restarted host) the poll's step handed out
-        "great sorrow of his life." while the re-feed's "It was the first" waited: the seam
-        took the later words for new text, and the earlier ones were shown twice."""
-        if self.hand_out is None or any(type(message) is Updates for message in self._out):
+        """Where a tick's updates go at once: :attr:`hand_out`, after the messages that still
+        wait here for the next poll, which none may overtake. Captions made without it (a
+        re-feed sent into a fresh host before its first poll) were overtaken once (seen in CI,
+        tiny.en on a restarted host: the poll's step handed out "great sorrow of his life."
+        while the re-feed's "It was the first" waited; the seam took the later words for new
+        text, and the earlier ones were shown twice); so was a stream's ``StreamOpened`` by its
+        first update."""
+        hand_out = self.hand_out
+        if hand_out is None:
             return None
-        return self.hand_out
+
+        def now(message: Event) -> None:
+            waiting = [m for m in self._out if type(m) in _TAKEN_EARLY]
+            if waiting:
+                self._out = [m for m in self._out if type(m) not in _TAKEN_EARLY]
+                for earlier in waiting:
+                    hand_out(earlier)
+            hand_out(message)
+
+        return now
 
     def _fail(self, error: BaseException) -> None:
         self.failed = one_line(error)

@@ -52,10 +52,16 @@ from captioner.engine.language_check import (
     StreamWatch,
     load_detector,
 )
-from captioner.engine.messages import LIFECYCLE_KEPT, StreamDone, StreamOpened
+from captioner.engine.messages import (
+    Lifecycle,
+    LifecycleLog,
+    Refused,
+    StreamDone,
+    StreamOpened,
+)
 from captioner.engine.recognizer import Recognizer
 from captioner.engine.speakers import check_mode
-from captioner.errors import one_line
+from captioner.errors import StreamRefused, one_line
 from captioner.events import (
     FRAME_SAMPLES,
     SAMPLE_RATE_HZ,
@@ -276,7 +282,7 @@ class LiveCaptioner:
                              light_recognizer=light_recognizer)
         self.set_language(language)
         self._streams: dict[str, CaptionStream] = {}
-        self._lifecycle: deque[StreamOpened | StreamDone] = deque(maxlen=LIFECYCLE_KEPT)
+        self._lifecycle = LifecycleLog()
         self._closed = False
         self.feed_s = FEED_S
         """Audio of each stream fed between two ticks (:data:`FEED_S`); a model host with many
@@ -336,13 +342,17 @@ class LiveCaptioner:
             raise ValueError(f"a stream labelled {label!r} is already open")
         code = self._checked_language(language)
         rank = parse_priority(priority)
-        self.engine.add_stream(label, language=code, priority=rank, readmit=readmit, history=history, source=source)
+        try:
+            self.engine.add_stream(label, language=code, priority=rank, readmit=readmit, history=history, source=source)
+        except StreamRefused as refused:
+            self._lifecycle.add(Refused(label, one_line(refused)))
+            raise
         stream = CaptionStream(self, label, code, rank)
         stream._speakers = self.engine.speaker_labels(label)
         if self._wants_language_check(language_code(language)):
             stream._language_watch = self._checker().watch(label)
         self._streams[label] = stream
-        self._lifecycle.append(StreamOpened(label))
+        self._lifecycle.add(StreamOpened(label))
         return stream
 
     def _wants_language_check(self, requested: str | None) -> bool:
@@ -438,7 +448,7 @@ class LiveCaptioner:
             if stream._language_watch is not None and self._language_check is not None:
                 self._language_check.end(stream._language_watch)
             del self._streams[stream.label]
-            self._lifecycle.append(StreamDone(stream.label))
+            self._lifecycle.add(StreamDone(stream.label))
         if not made:
             return []
         end_ns = self.clock_ns()
@@ -453,13 +463,11 @@ class LiveCaptioner:
             if watch is not None and not watch.settled:
                 check.feed(watch, block.samples)  # a queue put: the check runs on its own thread
 
-    def take_lifecycle(self) -> list[StreamOpened | StreamDone]:
-        """Streams opened and closed since the last call, in order: a stream's ``StreamDone``
-        comes once :meth:`step` has handed out its last update. For a caller that forwards
-        updates (the worker, a model host): the events follow the updates of the same step."""
-        events = list(self._lifecycle)
-        self._lifecycle.clear()
-        return events
+    def take_lifecycle(self) -> list[Lifecycle]:
+        """Streams opened, refused and closed since the last call, in order: a stream's
+        ``StreamDone`` comes once :meth:`step` has handed out its last update. For a caller that
+        forwards updates (the worker, a model host): the events follow the updates of the same step."""
+        return self._lifecycle.take()
 
     def notices(self) -> list[LanguageNotice]:
         """Language notices made since the last call: a stream that an English-only model hears

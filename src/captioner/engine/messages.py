@@ -15,6 +15,7 @@ thousands of them a second, and a frozen dataclass's own pickling took four time
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,3 +207,19 @@ both)."""
 LIFECYCLE_KEPT = 4096
 """Lifecycle events a captioner keeps until they are taken (one whose caller never takes them
 keeps only the latest)."""
+
+
+class LifecycleLog:
+    """A captioner's lifecycle events until its caller takes them (the latest
+    :data:`LIFECYCLE_KEPT`). Used by the thread that drives the captioner."""
+
+    def __init__(self) -> None:
+        self._events: deque[Lifecycle] = deque(maxlen=LIFECYCLE_KEPT)
+
+    def add(self, event: Lifecycle) -> None:
+        self._events.append(event)
+
+    def take(self) -> list[Lifecycle]:
+        events = list(self._events)
+        self._events.clear()
+        return events

@@ -582,15 +582,6 @@ class Pipeline:
         return dict(self._worker.source_errors) if self._worker is not None else {}
 
     @property
-    def refused_streams(self) -> dict[str, str]:
-        """Streams the engine refused at capacity when they were opened (``add_source``), with
-        its one-line reason; the others go on."""
-        if self._worker is None:
-            return {}
-        # A worker process's engine refuses after the worker thread opened the stream.
-        return {**dict(self._worker.refused), **dict(getattr(self._worker.captioner, "refused", {}))}
-
-    @property
     def lost_inputs(self) -> dict[str, str]:
         """Live inputs whose device stopped and is being looked for, with the one-line reason;
         their streams stay open (the others go on) and take audio again once it is back."""

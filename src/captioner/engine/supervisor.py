@@ -42,13 +42,14 @@ from captioner.audio.ingest import StreamIngest
 from captioner.engine.admission import parse_priority
 from captioner.engine.host import HostInfo, HostSpec, InlineHost, ProcessHost
 from captioner.engine.messages import (
-    LIFECYCLE_KEPT,
     Checkpoint,
     CloseStream,
     Event,
     HostCommand,
     HostFailed,
     HostStatus,
+    Lifecycle,
+    LifecycleLog,
     Notices,
     OpenStream,
     Refused,
@@ -301,7 +302,7 @@ class SupervisedCaptioner:
         self._spec = spec
         self._generation = spec.generation
         self._streams: dict[str, SupervisedStream] = {}
-        self._lifecycle: deque[StreamOpened | Refused | StreamDone] = deque(maxlen=LIFECYCLE_KEPT)
+        self._lifecycle = LifecycleLog()
         self._status: PipelineStatus | None = None
         self._language_notices: deque = deque()
         self._worker_notices: deque[str] = deque()
@@ -312,9 +313,6 @@ class SupervisedCaptioner:
         self.failed_at_s: list[float] = []
         """``time.monotonic()`` when each failure was seen."""
         self.fallback: str | None = None
-        self.refused: dict[str, str] = {}
-        """Streams the host's engine refused at capacity, with its one-line reason (replaced,
-        never changed in place: any thread may read it)."""
         self._last_restart_s: float | None = None
         self._last_note = ""
         self._closed = False
@@ -502,13 +500,11 @@ class SupervisedCaptioner:
         if updates:
             self.hand_out_now(updates)
 
-    def take_lifecycle(self) -> list[StreamOpened | Refused | StreamDone]:
+    def take_lifecycle(self) -> list[Lifecycle]:
         """What the host said of our streams since the last call, in order: opened, refused at
         capacity, done (after its last update, which :meth:`step` or :meth:`take_waiting` has
         handed out by then)."""
-        events = list(self._lifecycle)
-        self._lifecycle.clear()
-        return events
+        return self._lifecycle.take()
 
     def notices(self) -> list:
         out = []
@@ -610,20 +606,19 @@ class SupervisedCaptioner:
                     stream = self._streams.get(label)
                     if stream is not None:
                         stream.opened = True
-                        self._lifecycle.append(message)
+                        self._lifecycle.add(message)
                 case StreamDone(label=label):
                     stream = self._streams.pop(label, None)
                     if stream is not None:
                         stream._done = True
-                        self._lifecycle.append(message)
+                        self._lifecycle.add(message)
                 case HostStatus(status=status):
                     self._status = status
                 case Notices(notices=notices):
                     self._language_notices.extend(notices)
                 case Refused(label=label):  # the engine's admission said no: the stream is not captioned
                     if self._streams.pop(label, None) is not None:
-                        self.refused = {**self.refused, label: message.reason}
-                        self._lifecycle.append(message)
+                        self._lifecycle.add(message)
         return updates
 
     def _filtered(self, updates: list[CaptionUpdate]) -> list[CaptionUpdate]:

@@ -37,7 +37,6 @@ from captioner.engine.messages import (
     InputBack,
     InputLost,
     OpenStream,
-    Refused,
     SetLanguage,
     StreamDone,
     SwapModel,
@@ -53,10 +52,6 @@ counts as one item per stream it carries."""
 
 STEPS_KEPT = 32
 """Recent steps whose longest is :attr:`Worker.away_s`."""
-
-REFUSALS_KEPT = 256
-"""Streams refused at capacity that :attr:`Worker.refused` remembers (the latest): a server
-refusing all day must not grow without bound."""
 
 SILENCE_PIECE_S = 1.0
 """Longest piece of silence handed to a lost input's stream at once."""
@@ -156,9 +151,6 @@ class Worker(threading.Thread):
         self.source_errors: dict[str, str] = {}
         self.lost_inputs: dict[str, str] = {}
         self.input_losses: dict[str, InputLoss] = {}
-        self.refused: dict[str, str] = {}
-        """Streams refused at capacity when they were opened, with the engine's one-line reason
-        (the latest ``REFUSALS_KEPT``); replaced, never changed in place."""
         self._clocks: dict[str, _InputClock] = {}
         self._opened = 0
         self._dropped_frames_seen = 0
@@ -298,12 +290,10 @@ class Worker(threading.Thread):
         elif isinstance(item, OpenStream):
             try:
                 live.open_stream(item.label, item.language, priority=item.priority, source=item.source)
-            except StreamRefused as refused:
+            except StreamRefused:
                 # At capacity: this stream only is refused (its audio that follows is dropped,
-                # as for any stream that is not open); the running ones go on.
-                kept = list(self.refused.items())[-(REFUSALS_KEPT - 1):]
-                self.refused = {**dict(kept), item.label: one_line(refused)}
-                self._send_out([Refused(item.label, one_line(refused))])
+                # as for any stream that is not open); the running ones go on. The captioner
+                # has the Refused event for the outbox.
                 return
             self._clocks[item.label] = _InputClock()
             self._opened += 1
