@@ -400,8 +400,10 @@ def baseline(clips, assign: list[int], held: dict[int, float], seconds: float, m
     clients measure it: when an update is drained, against when the audio it ends with was sent.
     (One pacing thread, not a replay thread per stream: a thousand replay threads handing over
     20 ms chunks were themselves the load, and the baseline never finished.)"""
+    from captioner.engine.messages import Refused
     from captioner.engine.pipeline import Pipeline
     from captioner.errors import UserError
+    from captioner.events import CaptionUpdate
     from captioner.serve.engine_link import (
         NetworkSource,
         server_engine_config,
@@ -433,10 +435,16 @@ def baseline(clips, assign: list[int], held: dict[int, float], seconds: float, m
     first_s = time.monotonic()
     deadline = first_s + timeout_s
 
+    engine_refused: set[str] = set()
+
     def drain() -> None:
         now = time.monotonic()
         for pipeline in pipelines:
-            for u in pipeline.drain_captions():
+            for u in pipeline.drain():
+                if type(u) is Refused:  # the engine's admission said no after the open
+                    engine_refused.add(u.label)
+                if type(u) is not CaptionUpdate:
+                    continue
                 if u.text.strip():
                     latency_s = now - (started[u.stream] + u.end_s)
                     latency[u.kind].append(latency_s)
@@ -484,7 +492,7 @@ def baseline(clips, assign: list[int], held: dict[int, float], seconds: float, m
     result = {kind: {"p50_s": percentile(v, 50), "p99_s": percentile(v, 99), "n": len(v)}
               for kind, v in latency.items()}
     result["after_engine_ms"] = ms_quantiles(after_engine)
-    result["refused"] = refused + sum(len(pipeline.refused_streams) for pipeline in pipelines)
+    result["refused"] = refused + len(engine_refused)
     result["engines"] = engines
     result["wall_s"] = round(time.monotonic() - first_s, 1)
     result["from_unix_s"] = round(time.time() - (time.monotonic() - first_s), 3)  # the engines loaded
