@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 from scripted import ScriptedRecognizer, keys, phrase, render_speech
 
 from captioner.engine.host import (
@@ -320,10 +321,13 @@ class QuietFactory:
         return cpu_backend(), ScriptedRecognizer({})
 
 
-def test_a_stream_the_hosts_engine_refuses_is_never_listed(tmp_path):
+@pytest.mark.parametrize("isolation", ["process", "none"])
+def test_a_stream_the_hosts_engine_refuses_is_never_listed(tmp_path, isolation):
     """A stream is listed in the status (for a server: its client is told "ready") only once the
     engine in the model's process took it; one its admission refuses is reported refused and
-    never listed. (On the H200, 771 of 1,000 clients were told "ready" and then got nothing.)"""
+    never listed. (On the H200, 771 of 1,000 clients were told "ready" and then got nothing.)
+    A refused source's stream is one of the pipeline's source errors, so `listen` and the app
+    say it, each in the admission's words."""
     import soundfile as sf
 
     from captioner.audio.file_source import FileSource
@@ -335,7 +339,7 @@ def test_a_stream_the_hosts_engine_refuses_is_never_listed(tmp_path):
     sf.write(path, np.zeros(4 * SAMPLE_RATE_HZ, np.float32), SAMPLE_RATE_HZ)
     config = EngineConfig(admission=AdmissionConfig(time_budget="on", growth_streams=2, growth_fraction=0.0,
                                                     growth_window_s=600.0))
-    pipeline = Pipeline([], isolation="process", recognizer_factory=QuietFactory(), config=config)
+    pipeline = Pipeline([], isolation=isolation, recognizer_factory=QuietFactory(), config=config)
     pipeline.start()
     listed: set[str] = set()
     refused: dict[str, str] = {}
@@ -356,11 +360,16 @@ def test_a_stream_the_hosts_engine_refuses_is_never_listed(tmp_path):
             status = pipeline.latest_status()
             listed |= set(status.streams) if status is not None else set()
             time.sleep(0.02)
+        said = pipeline.latest_status().message
+        errors = pipeline.source_errors
     finally:
         pipeline.stop()
     take_refusals()
     assert set(refused) == {"s2", "s3"}
     assert listed == {"s0", "s1"}
+    assert errors == refused
+    assert all(f"stream {label!r} refused for now" in why for label, why in errors.items())
+    assert all(why in said for why in errors.values())
 
 
 def test_a_stream_is_listed_once_the_host_took_it_and_never_when_refused():

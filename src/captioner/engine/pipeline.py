@@ -51,6 +51,7 @@ from captioner.engine.messages import (
     InputLost,
     Lifecycle,
     OpenStream,
+    Refused,
     SetLanguage,
     SwapModel,
 )
@@ -375,6 +376,10 @@ class Pipeline:
         names = [s.stream for s in self.sources]
         if len(set(names)) != len(names):
             raise UserError(f"two sources have the same label: {names}")
+        # A source's stream the engine refuses (its time budget or memory, decided after
+        # add_source returned) ends like a source that failed: said once, its audio dropped.
+        self._own_streams = set(names)
+        self._refused: dict[str, str] = {}
         self.model = model
         self.language = language_code(language)
         self.task = task
@@ -578,8 +583,10 @@ class Pipeline:
     @property
     def source_errors(self) -> dict[str, str]:
         """Streams whose source ended early for good, with the one-line reason (a damaged file,
-        a device that cannot be opened again); their streams were committed, the others go on."""
-        return dict(self._worker.source_errors) if self._worker is not None else {}
+        a device that cannot be opened again, a stream the engine refused); their streams were
+        committed, the others go on."""
+        errors = dict(self._worker.source_errors) if self._worker is not None else {}
+        return {**errors, **self._refused}  # a refusal's reason names its stream
 
     @property
     def lost_inputs(self) -> dict[str, str]:
@@ -620,6 +627,8 @@ class Pipeline:
         if source.stream in taken:
             raise UserError(f"a source labelled {source.stream!r} is already captioned")
         check_room_for_stream(self.latest_status())
+        with self._sources_lock:
+            self._own_streams.add(source.stream)
         self._send(OpenStream(source.stream, language_code(language), source_priority(source), source_origin(source)))
         source.start(self._sink_for(source))
         with self._sources_lock:
@@ -681,17 +690,28 @@ class Pipeline:
         the transcript's own words: the app's banner shows them)."""
         with self._status_lock:
             status = self._status
+        notes = list(self._refused.values())  # each names its stream
         note = getattr(self.transcript, "problem", None) if self.transcript is not None else None
-        if status is not None and note:
-            status = replace(status, message="; ".join(m for m in (status.message, note) if m))
+        notes += [note] if note else []
+        if status is not None and notes:
+            status = replace(status, message="; ".join(m for m in (status.message, *notes) if m))
         return status
 
     # -- worker-thread callbacks -------------------------------------------------------------------
     def _deliver(self, updates: list[CaptionUpdate | Lifecycle]) -> None:
+        refused = [e for e in updates if type(e) is Refused]
+        if refused:
+            self._note_refusals(refused)
         if self._writer is not None:
             self._writer.batches.put(updates)  # on to the outbox once the finals are on disk
         else:
             self._to_outbox(updates)
+
+    def _note_refusals(self, events: list[Refused]) -> None:
+        with self._sources_lock:
+            ours = {e.label: e.reason for e in events if e.label in self._own_streams}
+        if ours:  # replaced, never changed in place: any thread reads it
+            self._refused = {**self._refused, **ours}
 
     def _to_outbox(self, updates: list[CaptionUpdate | Lifecycle]) -> None:
         with self._captions_lock:
