@@ -220,6 +220,7 @@ def run_realtime(args) -> int:
     from captioner.app.progress import TextProgress
     from captioner.audio.file_source import FileSource
     from captioner.engine.pipeline import Pipeline
+    from captioner.engine.recognizer import capabilities_of
 
     source = FileSource(args.file, realtime=True)  # a bad file fails here, before a model loads
     progress = TextProgress()
@@ -242,7 +243,7 @@ def run_realtime(args) -> int:
         output.note(f"captioner: playing {source.info.path.name} ({source.duration_s:.0f} s) at its real pace; "
                     "the captions follow as it is heard (Ctrl-C stops)")
     recognizer = pipeline.captioner.recognizer if pipeline.captioner is not None else None
-    languages = LanguageReport(args.language, getattr(recognizer, "is_multilingual", False))
+    languages = LanguageReport(args.language, capabilities_of(recognizer).is_multilingual)
     interrupted = False
 
     def emit(updates) -> None:
@@ -287,6 +288,7 @@ def _run_simulated(args) -> int:
     from captioner.app.progress import TextProgress
     from captioner.audio.file_source import read_audio_16k
     from captioner.engine.live import LiveCaptioner
+    from captioner.engine.recognizer import capabilities_of
     from captioner.engine.simulate import replay
 
     samples = read_audio_16k(args.file)  # a bad file fails here, before a model loads
@@ -303,7 +305,7 @@ def _run_simulated(args) -> int:
             progress.close()
         # The output is opened only once the model runs: a run that cannot start leaves no file.
         opened["output"] = _open_output(args)
-        opened["languages"] = LanguageReport(args.language, getattr(live.engine.recognizer, "is_multilingual", False))
+        opened["languages"] = LanguageReport(args.language, capabilities_of(live.engine.recognizer).is_multilingual)
         return live
 
     def show(updates) -> None:

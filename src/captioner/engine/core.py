@@ -48,7 +48,7 @@ from captioner.engine.policy.config import PolicyConfig
 from captioner.engine.policy.local_agreement import LocalAgreementPolicy
 from captioner.engine.policy.presets import make_policy
 from captioner.engine.policy.presets import resolve as resolve_policy
-from captioner.engine.recognizer import Recognizer, WindowRequest
+from captioner.engine.recognizer import Recognizer, WindowRequest, capabilities_of
 from captioner.engine.scheduler import (
     Scheduler,
     SchedulerConfig,
@@ -342,7 +342,7 @@ class Engine:
         model calls made."""
         calls = 0
         for recognizer in (self.recognizer, self.light_recognizer):
-            warm = getattr(recognizer, "warm_up", None) if recognizer is not None else None
+            warm = capabilities_of(recognizer).warm_up
             if warm is not None:
                 calls += int(warm(self.config.scheduler.max_batch))
         self._warm_features()
@@ -491,7 +491,7 @@ class Engine:
     def _model_buffer_bytes(self) -> dict[str, float]:
         """The model's own device buffers: the decoder's slots and the encoder's buffers
         (``WhisperRuntime.buffer_bytes``; empty for a recognizer without them)."""
-        buffer_bytes = getattr(getattr(self.recognizer, "runtime", None), "buffer_bytes", None)
+        buffer_bytes = capabilities_of(self.recognizer).buffer_bytes
         return buffer_bytes() if buffer_bytes is not None else {}
 
     def _accounted_bytes(self) -> int:
@@ -502,13 +502,13 @@ class Engine:
 
     def _english(self, s_language: str | None, last_language: str | None = None) -> bool:
         language = s_language or self.language or last_language
-        return language == "en" or (language is None and not getattr(self.recognizer, "is_multilingual", False))
+        return language == "en" or (language is None and not capabilities_of(self.recognizer).is_multilingual)
 
     def _light_eligible(self, s: _Stream) -> bool:
         """Whether the stream's new segments may go to the (English-only) light model."""
         if self.light_recognizer is None:
             return False
-        if getattr(self.light_recognizer, "is_multilingual", False):
+        if capabilities_of(self.light_recognizer).is_multilingual:
             return True
         return self._english(s.language, s.last_language)
 
@@ -529,7 +529,7 @@ class Engine:
             n_main += 1
         elif extra is not None:
             new_light = light_on and self.light_recognizer is not None and (
-                getattr(self.light_recognizer, "is_multilingual", False) or self._english(extra[0]))
+                capabilities_of(self.light_recognizer).is_multilingual or self._english(extra[0]))
             n_light, n_main = (n_light + 1, n_main) if new_light else (n_light, n_main + 1)
         cfg = self.config.scheduler
         main, light = self._costs["main"], self._costs["light"]
@@ -871,7 +871,7 @@ class Engine:
                 s.policy.start_after_committed()  # a closing window holds only uncommitted audio
         spans = self._windows(streams)
         if self.config.ring_kernels and self.features.measures_on_device and all(
-                getattr(r, "reads_rings", False) for r in (self.recognizer, self.light_recognizer) if r is not None):
+                capabilities_of(r).reads_rings for r in (self.recognizer, self.light_recognizer) if r is not None):
             # The recognizer reads the windows from the rings into its batch itself (one launch).
             log_mels = [RingWindow(self.features, s.slot, f, r - f) for s, (f, r) in zip(streams, spans)]
         else:
@@ -913,10 +913,11 @@ class Engine:
             recognizer = self.light_recognizer if model == "light" else self.recognizer
             m0 = self.timer_ns()
             batch = [requests[i] for i in rows]
-            overlaps = hook is not None and hasattr(recognizer, "overlaps_host_work")
+            can = capabilities_of(recognizer)
+            overlaps = hook is not None and can.takes_host_work
             work = {"while_encoding": hook} if overlaps else {}
             # Held back, the hypotheses are also read (text, guards, words) at the fold.
-            decode_pending = getattr(recognizer, "decode_pending", None) if defer else None
+            decode_pending = can.decode_pending if defer else None
             if decode_pending is not None:
                 unread.append((rows, decode_pending(batch, **work)))
             else:
@@ -990,7 +991,7 @@ class Engine:
             return mode == "on"
         if self._last_load is None or self._last_load < self.config.overlap_min_load:
             return False
-        return all(getattr(r, "overlaps_host_work", False) for r in (self.recognizer, self.light_recognizer)
+        return all(capabilities_of(r).overlaps_host_work for r in (self.recognizer, self.light_recognizer)
                    if r is not None)
 
     def _note_language(self, s: _Stream, hyp, closed: bool = False) -> None:
@@ -998,7 +999,7 @@ class Engine:
         accepted hypothesis (``closed``: the segment was closed before the hypothesis was read,
         so it becomes the stream's last language, as closing it would have made it)."""
         if (s.language or self.language) is None and s.segment_language is None and hyp.language and not hyp.rejected \
-                and getattr(self.recognizer, "is_multilingual", False):
+                and capabilities_of(self.recognizer).is_multilingual:
             if closed:
                 s.last_language = hyp.language
             else:
@@ -1151,7 +1152,7 @@ class Engine:
         if self.process_memory is not None:  # --gpu-memory: the process's own memory and its budget
             capacity += (("gpu_memory_used_bytes", float(self.process_memory.used_bytes())),
                          ("gpu_memory_budget_bytes", float(self.process_memory.budget_bytes)))
-        chooser = getattr(self.recognizer, "decode_chooser", None)
+        chooser = capabilities_of(self.recognizer).decode_chooser
         if chooser is not None:  # from how many rows the device decodes now (models/decode_choice.py)
             capacity += (("device_decoding_from_rows", float(chooser.device_from_rows())),)
         return PipelineStatus(

@@ -53,6 +53,7 @@ from captioner.engine.messages import (
     SwapModel,
     Updates,
 )
+from captioner.engine.recognizer import capabilities_of
 from captioner.errors import StreamRefused, UserError, one_line
 from captioner.events import FRAME_SAMPLES, SAMPLE_RATE_HZ, CaptionUpdate, FramedAudio
 from captioner.heap import freeze_start_up
@@ -197,15 +198,15 @@ class HostCore:
 
         recognizer = self.live.recognizer
         errors = []
-        check = getattr(recognizer, "check_language", None)
+        check = capabilities_of(recognizer).check_language
         for code in WHISPER_LANGUAGES:
             try:
                 if check is not None:
                     check(code)
             except UserError as error:
                 errors.append((code, one_line(error)))
-        return HostInfo(self.live.provider, recognizer.name, getattr(recognizer, "device_name", ""),
-                        self.live.backend.name, bool(getattr(recognizer, "is_multilingual", False)),
+        return HostInfo(self.live.provider, recognizer.name, recognizer.device_name,
+                        self.live.backend.name, capabilities_of(recognizer).is_multilingual,
                         tuple(errors), os.getpid())
 
     def apply(self, message: HostCommand | FramedAudio, hand_out: Callable[[Event], None] | None = None) -> list[Event]:
@@ -247,7 +248,7 @@ class HostCore:
                 # The engine's clock of a re-fed stream starts at 0 where the supervisor's stands at
                 # ``base_sample``. A model does not care; a recognizer that answers by stream time
                 # (the tests' scripted listener) is told.
-                starts_at = getattr(self.live.engine.recognizer, "clock_starts_at", None)
+                starts_at = capabilities_of(self.live.engine.recognizer).clock_starts_at
                 if starts_at is not None:
                     starts_at(label, message.base_sample / SAMPLE_RATE_HZ)
             case CloseStream(label=label):

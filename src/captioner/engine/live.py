@@ -59,7 +59,7 @@ from captioner.engine.messages import (
     StreamDone,
     StreamOpened,
 )
-from captioner.engine.recognizer import Recognizer
+from captioner.engine.recognizer import Recognizer, capabilities_of
 from captioner.engine.speakers import check_mode
 from captioner.errors import StreamRefused, one_line
 from captioner.events import (
@@ -297,7 +297,7 @@ class LiveCaptioner:
     @property
     def provider(self) -> str:
         """Where the model runs, as ONNX Runtime reports it (e.g. "CUDAExecutionProvider")."""
-        return getattr(self.engine.recognizer, "provider", "")
+        return self.engine.recognizer.provider
 
     @property
     def streams(self) -> Mapping[str, CaptionStream]:
@@ -360,7 +360,7 @@ class LiveCaptioner:
         # so it is what a menu or a script passes by default, and German speech comes out as the
         # same gibberish whatever was claimed; one notice costs one check on another thread.
         return (self._detector_loader is not None and requested in (None, "en")
-                and getattr(self.engine.recognizer, "is_multilingual", True) is False)
+                and not capabilities_of(self.engine.recognizer).is_multilingual)
 
     def _checker(self) -> LiveLanguageCheck:
         if self._language_check is None:
@@ -378,7 +378,7 @@ class LiveCaptioner:
         self._check_open()
         updates = self.engine.replace_recognizer(recognizer)
         if self._language_check is not None:
-            if getattr(recognizer, "is_multilingual", True) is False:
+            if not capabilities_of(recognizer).is_multilingual:
                 self._language_check.model = recognizer.name
             else:
                 # The notices asked for a multilingual model, and this is one: they are moot.
@@ -396,7 +396,7 @@ class LiveCaptioner:
 
     def _checked_language(self, language: str | None) -> str | None:
         code = language_code(language)
-        check = getattr(self.engine.recognizer, "check_language", None)
+        check = capabilities_of(self.engine.recognizer).check_language
         return code if check is None else check(code)  # UserError (a ValueError) when unsupported
 
     def _check_open(self) -> None:

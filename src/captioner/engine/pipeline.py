@@ -55,6 +55,7 @@ from captioner.engine.messages import (
     SetLanguage,
     SwapModel,
 )
+from captioner.engine.recognizer import capabilities_of
 from captioner.engine.supervisor import SupervisedCaptioner
 from captioner.engine.worker import InboxItem, InputLoss, Worker
 from captioner.errors import StreamRefused, UserError, one_line
@@ -658,7 +659,7 @@ class Pipeline:
         """A language code or "auto"; refused at once (``UserError``) when the model lacks it."""
         code = language_code(language)
         live = self.captioner
-        check = getattr(live.recognizer, "check_language", None) if live is not None else None
+        check = capabilities_of(live.recognizer if live is not None else None).check_language
         self._send(SetLanguage(check(code) if check is not None else code))
 
     def set_model(self, model: str) -> None:

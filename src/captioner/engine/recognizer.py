@@ -7,6 +7,7 @@ model, or a scripted recognizer in tests, fits the same protocol.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,7 +36,9 @@ class WindowRequest:
 
 
 class Recognizer(Protocol):
-    """What the engine needs of a model (Whisper today; another model fits the same slot)."""
+    """What the engine needs of a model (Whisper today; another model fits the same slot).
+    The members a model may add are :class:`Capabilities`; read them with
+    :func:`capabilities_of`, never by probing the model."""
 
     name: str
     provider: str
@@ -44,3 +47,52 @@ class Recognizer(Protocol):
 
     def decode(self, requests: list[WindowRequest]) -> list[Hypothesis]:
         """One batched step: a hypothesis per request, times on each stream's clock."""
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a recognizer may have beyond :class:`Recognizer`, each under the member name it
+    has on the model; one that does not declare a member has not got it (so a model that does
+    not say it is multilingual is English-only, everywhere)."""
+
+    is_multilingual: bool = False
+    check_language: Callable[[str | None], str | None] | None = None
+    """A language code, or ``None`` (detect), as the model takes it; a one-line ``UserError``
+    when it does not."""
+    warm_up: Callable[[int], int] | None = None
+    """Runs the model once at each batch shape up to the given rows; returns the calls made."""
+    decode_pending: Callable | None = None
+    """``decode`` whose hypotheses are read later: the step's host work overlaps the model."""
+    takes_host_work: bool = False
+    """``decode`` takes ``while_encoding=``, a callable run while the encoder is busy (the
+    model says so by having ``overlaps_host_work``)."""
+    overlaps_host_work: bool = False
+    """That callable runs while the device works (not before the model call)."""
+    reads_rings: bool = False
+    """The model reads its windows from the feature rings itself (``RingWindow`` requests)."""
+    clock_starts_at: Callable[[str, float], None] | None = None
+    """Told the stream time a re-fed stream's clock starts at (a model that answers by stream
+    time: the tests' scripted listener)."""
+    decode_chooser: object | None = None
+    """From how many rows the device decodes (``models/decode_choice.py``)."""
+    buffer_bytes: Callable[[], dict[str, float]] | None = None
+    """The model's own device buffers by kind (``runtime.buffer_bytes``)."""
+
+
+def capabilities_of(recognizer) -> Capabilities:
+    """The :class:`Capabilities` ``recognizer`` declares (none for ``None``)."""
+    if recognizer is None:
+        return Capabilities()
+    runtime = getattr(recognizer, "runtime", None)
+    return Capabilities(
+        is_multilingual=bool(getattr(recognizer, "is_multilingual", False)),
+        check_language=getattr(recognizer, "check_language", None),
+        warm_up=getattr(recognizer, "warm_up", None),
+        decode_pending=getattr(recognizer, "decode_pending", None),
+        takes_host_work=hasattr(recognizer, "overlaps_host_work"),
+        overlaps_host_work=bool(getattr(recognizer, "overlaps_host_work", False)),
+        reads_rings=bool(getattr(recognizer, "reads_rings", False)),
+        clock_starts_at=getattr(recognizer, "clock_starts_at", None),
+        decode_chooser=getattr(recognizer, "decode_chooser", None),
+        buffer_bytes=getattr(runtime, "buffer_bytes", None),
+    )

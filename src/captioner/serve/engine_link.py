@@ -30,6 +30,7 @@ import numpy as np
 from captioner.audio.ingest import pcm16_to_float32
 from captioner.audio.source import RawChunk, SourceStats
 from captioner.engine.messages import Refused, StreamDone, StreamOpened
+from captioner.engine.recognizer import capabilities_of
 from captioner.errors import StreamRefused, UserError, one_line
 from captioner.events import CaptionUpdate, FramedAudio, PipelineStatus, TelemetrySample
 from captioner.languages import WHISPER_LANGUAGES
@@ -503,7 +504,7 @@ class EngineLink:
         if language not in WHISPER_LANGUAGES:  # no model's tokenizer has it (the protocol refuses it first)
             raise UserError(f"unknown language {language!r}: use a Whisper language code such as 'en' or 'de', or 'auto'")
         live = getattr(worker.pipeline, "captioner", None)
-        check = getattr(getattr(live, "recognizer", None), "check_language", None)
+        check = capabilities_of(getattr(live, "recognizer", None)).check_language
         return check(language) if check is not None else language  # UserError when the model lacks it
 
     @staticmethod

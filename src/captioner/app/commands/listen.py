@@ -108,6 +108,7 @@ def run(args) -> int:
     from captioner.app.live_view import TerminalView
     from captioner.app.transcript import TranscriptWriter
     from captioner.engine.pipeline import Pipeline
+    from captioner.engine.recognizer import capabilities_of
 
     inputs = listen_inputs(args)
     sources, labels = open_inputs(inputs, args.label)  # a bad file or device: one line, before any model
@@ -150,7 +151,7 @@ def run(args) -> int:
     print(f"captioner: listening to {', '.join(labels)} ({where}); Ctrl-C stops"
           + (f"; transcript: {transcript.path}" if transcript else ""), file=sys.stderr, flush=True)
     recognizer = pipeline.captioner.recognizer if pipeline.captioner is not None else None
-    languages = LanguageReport(args.language, getattr(recognizer, "is_multilingual", False),
+    languages = LanguageReport(args.language, capabilities_of(recognizer).is_multilingual,
                                name_streams=len(labels) > 1)
 
     def show(updates) -> None:
