@@ -318,13 +318,13 @@ def test_no_model_process_outlives_its_parent(tmp_path, how):
 
 # -- tiny.en on a real recording ---------------------------------------------------------------------
 def _recording(speech_clips, tmp_path: Path) -> Path:
-    """Three recordings with 1.5 s pauses between them: pauses are where checkpoints fall."""
+    """Two recordings with 1.5 s pauses after them: pauses are where checkpoints fall."""
     parts = []
-    for clip_id in ("en_ls_1089-134691-0001", "en_ls_1995-1837-0001", "en_ls_1089-134686-0001"):
+    for clip_id in ("en_ls_1089-134691-0001", "en_ls_1995-1837-0001"):
         audio, rate = sf.read(speech_clips[clip_id].wav, dtype="float32")
         assert rate == SAMPLE_RATE_HZ
         parts += [audio, np.zeros(int(1.5 * rate), np.float32)]
-    path = tmp_path / "three.wav"
+    path = tmp_path / "two.wav"
     sf.write(path, np.concatenate(parts), SAMPLE_RATE_HZ)
     return path
 
@@ -351,7 +351,7 @@ def fault_free_tiny_run(speech_clips, tmp_path_factory):
         pipeline, clean, _ = _tiny_run(path, "inline")
     assert pipeline.worker_restarts == 0
     reference = _committed(clean)
-    assert len(reference) > 50 and "sorrow" in reference
+    assert len(reference) > 40 and "sorrow" in reference
     return path, reference
 
 
