@@ -1,11 +1,13 @@
-"""The transcript thread: a caption reaches the outbox only once it is on disk, in order, and a
-failing disk never stops the captions."""
+"""The transcript thread (one for pipelines, clients and servers): a caption reaches the outbox
+only once it is on disk, in order; a failing disk never stops the captions; a paused one is
+tried again; a server's connections each get their own transcript."""
 
 from __future__ import annotations
 
 import threading
 
-from captioner.engine.pipeline import _TranscriptThread
+from captioner.engine import transcript_thread
+from captioner.engine.transcript_thread import TranscriptThread
 from captioner.events import CaptionUpdate
 
 
@@ -35,12 +37,13 @@ class SlowDisk:
 def test_a_final_is_published_only_after_it_was_written():
     disk = SlowDisk()
     published: list[CaptionUpdate] = []
-    thread = _TranscriptThread(disk, published.extend)
+    thread = TranscriptThread("t", lambda key, title: disk, then=published.extend)
     thread.start()
     batch = [update("final", "Hello there."), update("partial", "how")]
-    thread.batches.put(batch)
-    thread.batches.put([update("partial", "how are")])
+    thread.put(batch)
+    thread.put([update("partial", "how are")])
     assert not disk.allowed.wait(0.2) and published == []  # still writing: nothing shown yet
+    assert not thread.idle()
     disk.allowed.set()
     thread.close(5)
     assert disk.lines == ["Hello there."] and disk.closed
@@ -51,13 +54,80 @@ def test_a_failing_disk_keeps_the_captions_coming():
     disk = SlowDisk(fail=True)
     disk.allowed.set()
     published: list[CaptionUpdate] = []
-    thread = _TranscriptThread(disk, published.extend)
+    thread = TranscriptThread("t", lambda key, title: disk, then=published.extend)
     thread.start()
-    thread.batches.put([update("final", "One.")])
-    thread.batches.put([update("final", "Two.")])
+    thread.put([update("final", "One.")])
+    thread.put([update("final", "Two.")])
     thread.close(5)
     assert [u.text for u in published] == ["One.", "Two."]
     assert isinstance(thread.error, OSError)
+
+
+class FullDisk:
+    """A transcript whose disk is full until ``freed``: lines are held, ``retry`` writes them."""
+
+    def __init__(self) -> None:
+        self.held: list[str] = []
+        self.lines: list[str] = []
+        self.freed = False
+        self.retried = threading.Event()
+
+    @property
+    def paused(self) -> str | None:
+        return None if not self.held else "no space left on device"
+
+    def write(self, u: CaptionUpdate) -> None:
+        self.held.append(u.text)
+        self.retry()
+
+    def retry(self) -> None:
+        if self.freed:
+            self.lines += self.held
+            self.held = []
+            self.retried.set()
+
+    def close(self) -> None:
+        self.retry()
+
+
+def test_held_lines_are_tried_again_while_no_batch_comes(monkeypatch):
+    monkeypatch.setattr(transcript_thread, "RETRY_S", 0.05)
+    disk = FullDisk()
+    thread = TranscriptThread("t", lambda key, title: disk)
+    thread.start()
+    thread.put([update("final", "Kept.")])
+    while not thread.idle():
+        threading.Event().wait(0.01)
+    assert disk.held == ["Kept."] and disk.lines == []
+    disk.freed = True  # room again: no new line comes, the timer writes the held one
+    assert disk.retried.wait(5)
+    thread.close(5)
+    assert disk.lines == ["Kept."]
+
+
+def test_each_key_gets_its_own_transcript_made_at_its_first_line_and_closed_at_its_end():
+    made: dict[str, SlowDisk] = {}
+
+    def writer_for(key, title):
+        made[title] = SlowDisk(fail=key == "broken")
+        made[title].allowed.set()
+        return made[title]
+
+    thread = TranscriptThread("t", writer_for)
+    thread.start()
+    thread.put([update("partial", "hm")], key=1, title="one")  # no committed line: no file
+    thread.put([update("final", "A.")], key=2, title="two")
+    thread.put([update("final", "X.")], key="broken", title="bad")
+    thread.put([update("final", "Y.")], key="broken", title="bad")  # not tried again
+    thread.put([update("final", "B.")], key=2, title="two")
+    thread.end(2)
+    while not thread.idle():
+        threading.Event().wait(0.01)
+    assert sorted(made) == ["bad", "two"]
+    assert made["two"].lines == ["A.", "B."] and made["two"].closed
+    assert not made["bad"].closed and isinstance(thread.error, OSError)
+    thread.close(5)
+    assert made["bad"].closed and not thread.is_alive()
 
 
 def test_a_session_writes_its_transcript_on_its_own_thread_never_the_worker(tmp_path):

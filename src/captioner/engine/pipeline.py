@@ -57,6 +57,7 @@ from captioner.engine.messages import (
 )
 from captioner.engine.recognizer import capabilities_of
 from captioner.engine.supervisor import SupervisedCaptioner
+from captioner.engine.transcript_thread import TranscriptThread
 from captioner.engine.worker import InboxItem, InputLoss, Worker
 from captioner.errors import StreamRefused, UserError, one_line
 from captioner.events import (
@@ -85,7 +86,6 @@ def source_origin(source) -> str | None:
 
 
 _WAIT_FOR_ROOM_S = 0.1
-_RETRY_TRANSCRIPT_S = 2.0
 
 WATCH_PERIOD_S = 0.2
 """How often the live inputs' health is asked (a stall shows after ``STALL_S`` plus this)."""
@@ -128,44 +128,6 @@ def telemetry_gpu_index(device: str | None) -> int:
     except UserError:
         return 0
     return index or 0
-
-
-class _TranscriptThread(threading.Thread):
-    """Appends committed lines to the transcript (each flushed and fsync'd by the writer), then
-    passes the updates on to the outbox: a caption reaches the screen only once it is on disk,
-    so a crash never costs a line that was shown, and the GPU thread never waits on the disk."""
-
-    def __init__(self, transcript, publish: Callable[[list[CaptionUpdate | Lifecycle]], None]) -> None:
-        super().__init__(name="captioner-transcript", daemon=True)
-        self.transcript = transcript
-        self._publish = publish
-        self.batches: queue.Queue[list[CaptionUpdate | Lifecycle] | None] = queue.Queue()
-        self.error: BaseException | None = None
-
-    def run(self) -> None:
-        while True:
-            # While the disk refuses lines (full), try the held ones again now and then.
-            paused = getattr(self.transcript, "paused", None)
-            try:
-                batch = self.batches.get(timeout=_RETRY_TRANSCRIPT_S if paused else None)
-            except queue.Empty:
-                self.transcript.retry()
-                continue
-            if batch is None:
-                break
-            for update in batch:
-                if type(update) is not CaptionUpdate or update.kind != "final" or self.error is not None:
-                    continue  # a failed disk keeps failing; the captions still reach the screen
-                try:
-                    self.transcript.write(update)
-                except Exception as error:
-                    self.error = error
-            self._publish(batch)
-
-    def close(self, timeout_s: float) -> None:
-        self.batches.put(None)
-        self.join(timeout_s)
-        self.transcript.close()
 
 
 class _Feed:
@@ -399,7 +361,7 @@ class Pipeline:
         self._status: PipelineStatus | None = None
         self._status_lock = threading.Lock()
         self._worker: Worker | None = None
-        self._writer: _TranscriptThread | None = None
+        self._writer: TranscriptThread | None = None
         self._watch: _InputWatch | None = None
         self._sources_lock = threading.Lock()  # self.sources changes on the watch thread too
         self._retired_drops = 0  # blocks dropped by sources that were lost and replaced
@@ -439,7 +401,8 @@ class Pipeline:
             return live
 
         if self.transcript is not None:
-            self._writer = _TranscriptThread(self.transcript, self._to_outbox)
+            transcript = self.transcript
+            self._writer = TranscriptThread("captioner-transcript", lambda key, title: transcript, then=self._to_outbox)
             self._writer.start()
         self._worker = Worker(make_captioner if isolation == "none" else make_supervised, self._inbox,
                               self._deliver, self._publish, source_drops=self._source_drops)
@@ -547,9 +510,9 @@ class Pipeline:
         self._close_writer(timeout_s)
 
     def _close_writer(self, timeout_s: float) -> None:
-        if self._writer is not None:
+        if self._writer is not None:  # kept: its error is still read after the stop
             self._writer.close(timeout_s)
-            self._writer = None
+            self.transcript.close()  # closed by the thread, unless it is still stuck on the disk
 
     @property
     def captioner(self) -> LiveCaptioner | SupervisedCaptioner | None:
@@ -704,7 +667,7 @@ class Pipeline:
         if refused:
             self._note_refusals(refused)
         if self._writer is not None:
-            self._writer.batches.put(updates)  # on to the outbox once the finals are on disk
+            self._writer.put(updates)  # on to the outbox once the finals are on disk
         else:
             self._to_outbox(updates)
 

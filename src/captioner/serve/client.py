@@ -36,6 +36,7 @@ import numpy as np
 
 from captioner.audio.ingest import StreamIngest
 from captioner.audio.source import RawChunk, SourceEnd, live_sink_into, replay_sink_into
+from captioner.engine.transcript_thread import TranscriptThread
 from captioner.errors import UserError, one_line
 from captioner.events import (
     SAMPLE_RATE_HZ,
@@ -337,8 +338,8 @@ class RemotePipeline:
     the device are the server's). ``speakers`` (``auto``, ``on``, ``off``; ``None``: ``auto``):
     the server labels speakers as its ``--speakers`` and each stream's ``source=`` say; ``off``
     drops the labels here, ``on`` does not tell the server that a microphone is one
-    (:func:`source_kind`). Threads: each source's own; one link thread per source and a
-    receiver thread per connection. The public methods are for the owner's thread, the
+    (:func:`source_kind`). Threads: each source's own; one link thread per source, a
+    receiver thread per connection, and the transcript's (when there is one). The public methods are for the owner's thread, the
     outboxes for any thread."""
 
     def __init__(self, sources, server: str, token: str | None = None, language: str | None = None,
@@ -379,6 +380,7 @@ class RemotePipeline:
         self.captioner = None
         self.model = ""
         self.refusals: list[tuple[int | None, str]] = []
+        self._writer: TranscriptThread | None = None
 
     # -- lifecycle (owner thread) -------------------------------------------------------------------
     def start(self, timeout_s: float = 60.0) -> None:
@@ -386,6 +388,11 @@ class RemotePipeline:
         be reached or refuses (a bad token, no room)."""
         if self._started:
             return
+        if self.transcript is not None:  # a thread of its own each start: a thread runs once
+            transcript = self.transcript
+            self._writer = TranscriptThread("captioner-transcript", lambda key, title: transcript,
+                                            then=self._to_outbox)
+            self._writer.start()
         for link in self._links.values():
             link.start()
         deadline = time.monotonic() + timeout_s
@@ -398,6 +405,8 @@ class RemotePipeline:
             for link in self._links.values():
                 link.inbox.put(_STOP)
                 link.join(5)
+            if self._writer is not None:
+                self._writer.close(5)
             raise UserError(f"{self.server}: {problems[0]}")
         started = []
         try:
@@ -425,6 +434,8 @@ class RemotePipeline:
         self._abandon.set()  # a link still trying to reconnect gives up now
         for link in self._links.values():
             link.join(5)
+        if self._writer is not None:  # the last finals written and on to the outbox
+            self._writer.close(max(1.0, deadline - time.monotonic()))
         self._started = False
 
     def wait_exhausted(self, timeout_s: float | None = None) -> bool:
@@ -434,6 +445,11 @@ class RemotePipeline:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not link.finished.wait(left):
                 return False
+        # ...and its finals written: they reach the outbox only then.
+        while self._writer is not None and not self._writer.idle():
+            if deadline is not None and time.monotonic() >= deadline:
+                return False
+            time.sleep(0.005)
         return True
 
     @property
@@ -518,10 +534,12 @@ class RemotePipeline:
 
     # -- link callbacks (link and receiver threads) ----------------------------------------------------
     def _publish(self, updates: list[CaptionUpdate]) -> None:
-        if self.transcript is not None:
-            for update in updates:
-                if update.kind == "final" and update.text.strip():
-                    self.transcript.write(update)  # on disk before it is shown
+        if self._writer is not None:
+            self._writer.put(updates)  # on to the outbox once the finals are on disk
+        else:
+            self._to_outbox(updates)
+
+    def _to_outbox(self, updates: list[CaptionUpdate]) -> None:
         with self._lock:
             self._captions.extend(updates)
 

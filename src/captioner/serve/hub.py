@@ -63,9 +63,9 @@ from captioner.serve.server import (
     OPEN_TIMEOUT_S,
     POLL_PERIOD_S,
     CaptionServer,
-    _TranscriptThread,
     drain_cut_line,
     is_loopback,
+    transcripts_thread,
 )
 from captioner.serve.stream_flags import END_ASKED, ENDED, GONE, OPENED, StreamFlags
 
@@ -154,7 +154,7 @@ class FrontendHub:
         self.notice = notice or log
         self._per_client = ConnectionCounter(max_connections_per_client)
         self.frontends: list[_Frontend] = []
-        self._transcripts = _TranscriptThread(transcripts) if transcripts is not None else None
+        self._transcripts = transcripts_thread(transcripts)
         self._by_lease: dict[str, _Stream] = {}
         self._ids = itertools.count(1)
         self._stopping = False
@@ -478,7 +478,7 @@ class FrontendHub:
             if lease is not None:
                 self._by_lease.pop(lease.key, None)
             if self._transcripts is not None:
-                self._transcripts.items.put((stream.conn_id, "", None))
+                self._transcripts.end(stream.conn_id)
             self.counts["closed"] += 1
 
     async def _drain_one(self, stream: _Stream) -> None:
@@ -511,8 +511,8 @@ class FrontendHub:
                 if self.metrics is not None and update.text.strip():
                     self.metrics.observe_caption(update)
                 if self._transcripts is not None and update.kind == "final" and update.text.strip():
-                    self._transcripts.items.put((stream.conn_id, f"{stream.label} via {stream.peer}",
-                                                 relabelled(update, stream.label)))
+                    self._transcripts.put([relabelled(update, stream.label)], stream.conn_id,
+                                          f"{stream.label} via {stream.peer}")
             for line in self.link.take_notes():
                 self.notice(line)
             self._flush()
@@ -581,8 +581,7 @@ class FrontendHub:
             self._tasks = []
             await self._end_frontends(EXIT_TIMEOUT_S)
             if self._transcripts is not None and self._transcripts.is_alive():
-                self._transcripts.items.put(None)
-                self._transcripts.join(10)
+                self._transcripts.close(10)
 
     async def stop_all(self) -> None:
         """The drain, as :meth:`CaptionServer.stop_all`: the front-ends stop listening, every

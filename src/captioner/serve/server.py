@@ -23,13 +23,13 @@ import asyncio
 import ipaddress
 import itertools
 import math
-import queue
 import threading
 import time
 from collections.abc import Callable
 from http import HTTPStatus
 from urllib.parse import urlsplit
 
+from captioner.engine.transcript_thread import TranscriptThread
 from captioner.errors import StreamRefused, UserError, one_line
 from captioner.serve import protocol
 from captioner.serve.bounds import ConnectionCounter, close_idle
@@ -100,37 +100,12 @@ class _Conn:
         self.flags.follow_lease(lease.state)
 
 
-class _TranscriptThread(threading.Thread):
+def transcripts_thread(transcripts: Callable[[str], object] | None) -> TranscriptThread | None:
     """``--transcripts DIR``: each connection's committed lines, appended by a writer the command
-    makes (``make_writer(title)``, e.g. the app's fsync'ing TranscriptWriter), off the loop."""
-
-    def __init__(self, make_writer: Callable[[str], object]) -> None:
-        super().__init__(name="captioner-serve-transcripts", daemon=True)
-        self._make_writer = make_writer
-        self.items: queue.Queue = queue.Queue()
-        self._writers: dict[int, object] = {}
-        self.error = ""
-
-    def run(self) -> None:
-        while True:
-            item = self.items.get()
-            if item is None:
-                break
-            conn_id, title, update = item
-            try:
-                if update is None:  # the connection is over: a file only if it committed a line
-                    writer = self._writers.pop(conn_id, None)
-                    if writer is not None:
-                        writer.close()
-                    continue
-                writer = self._writers.get(conn_id)
-                if writer is None:  # made at its first committed line, not at its connection
-                    writer = self._writers[conn_id] = self._make_writer(title)
-                writer.write(update)
-            except Exception as error:  # a full disk must not stop the captions
-                self.error = one_line(error)
-        for writer in self._writers.values():
-            writer.close()
+    makes (``transcripts(title)``, e.g. the app's fsync'ing TranscriptWriter), off the loop."""
+    if transcripts is None:
+        return None
+    return TranscriptThread("captioner-serve-transcripts", lambda conn_id, title: transcripts(title))
 
 
 class CaptionServer:
@@ -167,7 +142,7 @@ class CaptionServer:
         self.log = log
         self.notice = notice or log
         self._per_client = ConnectionCounter(max_connections_per_client)
-        self._transcripts = _TranscriptThread(transcripts) if transcripts is not None else None
+        self._transcripts = transcripts_thread(transcripts)
         self._conns: dict[int, _Conn] = {}
         self._by_lease: dict[str, _Conn] = {}
         self._ids = itertools.count(1)
@@ -379,7 +354,7 @@ class CaptionServer:
             if lease is not None:
                 self._by_lease.pop(lease.key, None)
             if self._transcripts is not None:
-                self._transcripts.items.put((conn.id, "", None))
+                self._transcripts.end(conn.id)
 
     async def _sender(self, conn: _Conn) -> None:
         await send_outbox(conn.ws, conn.outbox)
@@ -400,8 +375,8 @@ class CaptionServer:
                 if self.metrics is not None and update.text.strip():
                     self.metrics.observe_caption(update)
                 if self._transcripts is not None and update.kind == "final" and update.text.strip():
-                    self._transcripts.items.put((conn.id, f"{conn.params.label} via {conn.peer}",
-                                                 relabelled(update, conn.params.label)))
+                    self._transcripts.put([relabelled(update, conn.params.label)], conn.id,
+                                          f"{conn.params.label} via {conn.peer}")
             for line in self.link.take_notes():
                 self.notice(line)
             await bell.wait(POLL_PERIOD_S)
@@ -444,8 +419,7 @@ class CaptionServer:
             task.cancel()
         self._tasks = []
         if self._transcripts is not None and self._transcripts.is_alive():
-            self._transcripts.items.put(None)
-            self._transcripts.join(10)
+            self._transcripts.close(10)
 
     async def stop_all(self) -> None:
         """The drain: every open stream's audio received is captioned to its end, its finals
