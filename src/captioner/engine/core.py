@@ -20,7 +20,6 @@ caller) and the worker thread that owns one GPU (:mod:`captioner.engine.worker`)
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import time
@@ -32,17 +31,17 @@ from typing import NamedTuple
 import numpy as np
 
 from captioner.engine.admission import (
-    LAG_WINDOW_S,
     Admission,
     AdmissionConfig,
     CpuCost,
     LoadEstimate,
-    Memory,
     Priority,
     StepCost,
     parse_priority,
     predict,
 )
+from captioner.engine.audio_front import AudioFront
+from captioner.engine.engine_report import EngineReport
 from captioner.engine.memory_budget import ProcessMemory
 from captioner.engine.policy.config import PolicyConfig
 from captioner.engine.policy.local_agreement import LocalAgreementPolicy
@@ -63,10 +62,7 @@ from captioner.engine.speakers import (
     wanted,
 )
 from captioner.engine.vad import (
-    FULL_SCALE_SINE_DB,
     VadConfig,
-    band_energy_db,
-    spectral_change_db,
     speech_band,
 )
 from captioner.engine.vad_bank import VadBank
@@ -76,9 +72,7 @@ from captioner.events import (
     FRAMES_PER_S,
     SAMPLE_RATE_HZ,
     WINDOW_FRAMES,
-    AudioBlock,
     CaptionUpdate,
-    PipelineStatus,
 )
 from captioner.gpu.features import FeaturePool, RingWindow
 
@@ -260,8 +254,11 @@ class _Decoded:
         return read_now
 
 
-class Engine:
-    """Synchronous engine core. Every method is called by the one thread that owns the engine."""
+class Engine(AudioFront, EngineReport):
+    """Synchronous engine core. Every method is called by the one thread that owns the engine.
+    Its parts by job: the audio side (``push``, the VAD: :class:`AudioFront`), the model steps
+    and streams' policies (here), and what it reports (``status``, memory, the measured
+    intervals: :class:`EngineReport`)."""
 
     def __init__(
         self,
@@ -478,28 +475,6 @@ class Engine:
         return factory(name, resolve_policy(self.config.policy, self.recognizer.provider))
 
     # -- admission -------------------------------------------------------------------------------
-    def memory(self) -> Memory | None:
-        """Device memory for admission: the configured budget less what the pools hold, else
-        the back-end's measurement (``None`` on the CPU)."""
-        budget = self.config.admission.vram_budget_bytes
-        if budget is not None:
-            return Memory(budget - self.features.bytes_allocated, budget)
-        measure = getattr(self.backend, "vram_bytes", None)
-        measured = measure() if measure is not None else None
-        return Memory(*measured) if measured is not None else None
-
-    def _model_buffer_bytes(self) -> dict[str, float]:
-        """The model's own device buffers: the decoder's slots and the encoder's buffers
-        (``WhisperRuntime.buffer_bytes``; empty for a recognizer without them)."""
-        buffer_bytes = capabilities_of(self.recognizer).buffer_bytes
-        return buffer_bytes() if buffer_bytes is not None else {}
-
-    def _accounted_bytes(self) -> int:
-        """The device memory the engine's own pools and the model's buffers hold (what stands in
-        for the process's memory where NVML cannot count it)."""
-        model = self._model_buffer_bytes()
-        return int(self.features.bytes_allocated + model.get("decoder_slot_bytes", 0) + model.get("encoder_buffer_bytes", 0))
-
     def _english(self, s_language: str | None, last_language: str | None = None) -> bool:
         language = s_language or self.language or last_language
         return language == "en" or (language is None and not capabilities_of(self.recognizer).is_multilingual)
@@ -538,26 +513,6 @@ class Engine:
         return predict([(main, n_main), (light, n_light)], cfg.base_interval_s, cfg.target_busy, cfg.max_batch,
                        self.host_cost.per_audio_s if with_host else 0.0)
 
-    def measured_interval_p99_s(self) -> float | None:
-        """p99 of the engine's recent update intervals (clock time between two updates of a
-        stream with speech in between; the last 4,096), ``None`` before 20 or with no stream open.
-        Worked out once per model step: a burst of opened streams asks for it each time."""
-        if not self._streams or len(self._intervals_s) < 20:
-            return None
-        if self._interval_p99 is None or self._interval_p99[0] != self.steps:
-            self._interval_p99 = (self.steps, float(np.percentile(self._intervals_s, 99)))
-        return self._interval_p99[1]
-
-    def measured_lag_s(self) -> float | None:
-        """The median lag of the updates in the last :data:`LAG_WINDOW_S` of the engine's clock
-        (how long the newest audio of each had waited when its update was done), ``None`` with
-        fewer than 3 of them or no stream open."""
-        if not self._streams:
-            return None
-        since_ns = self.clock_ns() - int(LAG_WINDOW_S * 1e9)
-        recent = [lag for _, lag in itertools.takewhile(lambda item: item[0] >= since_ns, reversed(self._lags))]
-        return float(np.median(recent)) if len(recent) >= 3 else None
-
     def remove_streams(self, names: list[str]) -> list[CaptionUpdate]:
         """Close streams: the pending text of each is committed first, their last updates
         decoded together (:meth:`_finish_streams`)."""
@@ -572,181 +527,7 @@ class Engine:
         return updates
 
     # -- audio in --------------------------------------------------------------------------------
-    def push(self, blocks: list[AudioBlock | BlockSlice]) -> None:
-        """Feed captured blocks (any streams, in order per stream) into features and the VAD.
-
-        Streams that brought the same amount of audio are pushed in one batched call (one per
-        bank of the pool), and judged by the VAD together. The per-stream Python here is kept to
-        a few attribute updates: at 1,500 streams it runs 15,000 times a second."""
-        streams = self._streams
-        pieces: dict[str, list[np.ndarray]] = {}
-        last_capture_ns: dict[str, int] = {}
-        for block in blocks:
-            s = streams.get(block.stream)
-            if s is None:
-                continue
-            first_frame = s.next_sample // FRAME_SAMPLES - s.frame_offset
-            piece = self._take_block(s, block)
-            if s.speakers is not None and piece is not None:
-                s.speakers.add_samples(first_frame, piece)
-            last_capture_ns[block.stream] = block.capture_ns
-            if piece is not None:
-                pieces.setdefault(block.stream, []).append(piece)
-        by_length: dict[int, tuple[list[int], list[np.ndarray]]] = {}
-        for name, parts in pieces.items():
-            samples = parts[0] if len(parts) == 1 else np.concatenate(parts)
-            slots, rows = by_length.setdefault(samples.shape[0], ([], []))
-            slots.append(streams[name].slot)
-            rows.append(samples)
-        for slots, rows in by_length.values():
-            self.audio_pushed_s += len(slots) * rows[0].shape[0] / SAMPLE_RATE_HZ
-            t0 = self.host_timer()
-            self.features.push_batch(slots, np.stack(rows))
-            self.host_s["features"] += self.host_timer() - t0
-        t0 = self.host_timer()
-        self._run_vad([streams[name] for name in last_capture_ns])
-        self.host_s["vad"] += self.host_timer() - t0
-        if self._speaker_bank is not None and self._speaker_bank.tracks:
-            t0 = self.host_timer()
-            self._speaker_bank.run()
-            self.host_s["speakers"] += self.host_timer() - t0
-        now_ns = self.clock_ns()
-        keep = self._frame_latency_ms.maxlen or len(last_capture_ns)
-        # Only the newest ``keep`` values stay in the deque: the others need not be worked out.
-        for capture_ns in list(last_capture_ns.values())[-keep:]:
-            self._frame_latency_ms.append((now_ns - capture_ns) / 1e6)
-
-    def _take_block(self, s: _Stream, block: AudioBlock | BlockSlice) -> np.ndarray | None:
-        """The samples of ``block`` that continue stream ``s`` (a gap before it is silence)."""
-        samples = block.samples
-        first = block.first_sample
-        n_block = samples.shape[0]
-        if first != s.next_sample:
-            if first < s.next_sample:
-                # Overlaps what we have (a source restarted its count): keep only the new part.
-                skip = s.next_sample - first
-                if skip >= n_block:
-                    return None
-                samples = samples[skip:]
-            else:
-                # Dropped blocks: fill the gap with silence so stream time stays sample-exact.
-                gap = first - s.next_sample
-                s.gap_samples += gap
-                samples = np.concatenate([np.zeros(gap, dtype=np.float32), samples])
-        end_sample = first + n_block
-        if s.start_ns is None:
-            s.start_ns = block.capture_ns - end_sample * 1_000_000_000 // SAMPLE_RATE_HZ
-        n = samples.shape[0]
-        s.next_sample += n
-        # The newest frame's worth of audio, for a ring rebuilt by a model swap.
-        s.tail = np.concatenate([s.tail, samples])[-FRAME_SAMPLES:] if n < FRAME_SAMPLES else samples[-FRAME_SAMPLES:]
-        s.captures.append((end_sample, block.capture_ns))
-        s.last_samples = block.samples
-        return samples
-
-    def _run_vad(self, streams: list[_Stream]) -> None:
-        """The VAD over the new feature frames of ``streams``. On CUDA one kernel launch reads
-        every stream's new frames from the rings and returns their band energy and spectral
-        change (:meth:`~captioner.gpu.features.FeaturePool.speech_measures`); elsewhere streams
-        with as many new frames go together (one read of the rings, the NumPy measures, one copy
-        to the host). Streams with as many new frames then step the VAD bank together. That is
-        what keeps thousands of streams affordable; the bookkeeping around it is in arrays across
-        the streams too, and Python touches a stream only to store its results."""
-        if not streams:
-            return
-        ready = self.features.frames_ready_many([s.slot for s in streams])
-        seen = np.fromiter((s.vad_frames for s in streams), dtype=np.int64, count=len(streams))
-        # Frames that fell out of the ring were never looked at; skip them.
-        first = np.maximum(np.maximum(seen, ready - self.features.ring_frames), 0)
-        for k in np.nonzero(first > seen)[0].tolist():
-            s = streams[k]
-            lost = int(first[k] - seen[k])
-            self.vad.push([s.vad_row], np.full((1, lost), -120.0), np.zeros((1, lost)))
-        counts = ready - first
-        # The spectral change of a frame compares it with the frame `lag` before: those frames
-        # are read again (all of them but at a stream's start, where the first frame stands in).
-        lag = self.config.vad.change_lag_frames
-        back = np.minimum(lag, first - np.maximum(ready - self.features.ring_frames, 0))
-        judged = np.nonzero(counts > 0)[0]
-        if not judged.size:
-            return
-        members, energy, change = self._speech_measures(streams, judged, first, counts, back)
-        self._store_vad(streams, members, counts[members], energy, change, ready)
-
-    def _speech_measures(self, streams: list[_Stream], judged: np.ndarray, first: np.ndarray,
-                         counts: np.ndarray, back: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """``(members, energy, change)``: the ``judged`` streams (indices into ``streams``) in
-        the order of their measures, and each one's ``counts`` new frames' band energy and
-        spectral change one stream after another (flat host float arrays)."""
-        vad = self.config.vad
-        lag = vad.change_lag_frames
-        if self.config.ring_kernels and self.features.measures_on_device:
-            energy, change = self.features.speech_measures(
-                [streams[k].slot for k in judged.tolist()], first[judged], counts[judged], back[judged],
-                self._band, lag, vad.change_range_db, FULL_SCALE_SINE_DB)
-            return judged, energy, change
-        # Streams with as many new frames (and frames read again) are read from the rings together.
-        xp = self.backend.xp
-        parts = []
-        for count, have in sorted({(int(c), int(b)) for c, b in zip(counts[judged].tolist(), back[judged].tolist())}):
-            members = judged[(counts[judged] == count) & (back[judged] == have)]
-            log_mel = self.features.log_mel_frames([streams[k].slot for k in members.tolist()],
-                                                   first[members] - have, count + have)
-            if have < lag:
-                log_mel = xp.concatenate([xp.repeat(log_mel[..., :1], lag - have, axis=-1), log_mel], axis=-1)
-            measured = xp.stack([band_energy_db(xp, log_mel[..., lag:], self._band),
-                                 spectral_change_db(xp, log_mel, self._band, lag, vad.change_range_db)])
-            energy, change = self.backend.asnumpy(measured)  # one copy to the host
-            parts.append((members, energy.reshape(-1), change.reshape(-1)))
-        return tuple(np.concatenate(column) for column in zip(*parts))
-
-    def _store_vad(self, streams: list[_Stream], members: np.ndarray, counts: np.ndarray, energy: np.ndarray,
-                   change: np.ndarray, ready: np.ndarray) -> None:
-        """Step the VAD bank over the measures (``counts[i]`` frames of ``members[i]``, flat) and
-        keep each stream's results: frames judged, speech since its update, an idle window."""
-        lead_in_s = self.config.lead_in_s
-        group = [streams[k] for k in members.tolist()]
-        rows = np.fromiter((s.vad_row for s in group), dtype=np.int64, count=len(group))
-        voiced_before = self.vad.voiced_frames[rows]
-        if any(s.speakers is not None for s in group):
-            speech, flags = self.vad.push_ragged(rows, counts, energy, change, frame_flags=True)
-            ends = np.cumsum(counts)
-            for s, n, end, last in zip(group, counts.tolist(), ends.tolist(), ready[members].tolist()):
-                if s.speakers is not None:
-                    s.speakers.add_frames(last - n, flags[end - n:end], s.frame_offset)
-            any_speech = speech.tolist()
-        else:
-            any_speech = self.vad.push_ragged(rows, counts, energy, change).tolist()
-        voiced_new = (self.vad.voiced_frames[rows] - voiced_before).tolist()
-        # Streams whose last hypothesis is not folded yet: their policy does not know its text.
-        held = self._pending.names if self._pending is not None else ()
-        for s, speech, voiced, end in zip(group, any_speech, voiced_new, ready[members].tolist()):
-            s.vad_frames = end
-            if speech:
-                s.speech_since_update = True
-                # Only frames that sounded like speech: the hangover would make every click 0.3 s long.
-                s.segment_speech_frames += voiced
-            elif held and s.name in held:
-                pass
-            elif not s.speech_since_update and not s.policy.has_pending_text:
-                # Nothing open: let the window start follow the silence, keeping a short lead-in;
-                # the first update of the next segment comes an interval after its onset.
-                end_s = (end + s.frame_offset) / FRAMES_PER_S
-                s.policy.advance_idle(max(0.0, end_s - lead_in_s))
-                s.segment_speech_frames = 0
-                s.last_update_s = end_s
-            elif not s.speech_since_update:
-                # A segment kept open over a gap in the speech: the wait is no update interval of
-                # the scheduler's. With its words all committed there is nothing to update until
-                # the speaker goes on (an interval after they do) or the pause is settled.
-                s.last_update_ns = None
-                if not s.policy.has_uncommitted_text:
-                    s.last_update_s = (end + s.frame_offset) / FRAMES_PER_S
-
     # -- model steps -----------------------------------------------------------------------------
-    def _audio_end_s(self, s: _Stream) -> float:
-        return (self.features.frames_ready(s.slot) + s.frame_offset) / FRAMES_PER_S
-
     def views(self, active_only: bool = False, names: Iterable[str] | None = None) -> list[StreamView]:
         """What the scheduler sees of each stream (of ``names`` only, when given; unknown names
         are passed over); with ``active_only``, only the streams that could be due (speech
@@ -1122,62 +903,3 @@ class Engine:
     def finish(self) -> list[CaptionUpdate]:
         """End of all input: close every stream's open text (the streams stay)."""
         return self._finish_streams(list(self._streams.values()))
-
-    # -- status ----------------------------------------------------------------------------------
-    def status(self, queue_depth: int = 0, dropped_blocks: int = 0, state: str = "running",
-               message: str = "") -> PipelineStatus:
-        """``dropped_frames`` counts the 10 ms frames missing from the streams' sample clocks
-        (every drop upstream shows as such a gap, so nothing is counted twice); the sources'
-        and the pump's own count of dropped blocks goes into ``extra``."""
-        now_ns = self.clock_ns()
-        window_ns = 10 * 1_000_000_000
-        while self._busy and self._busy[0][0] < now_ns - window_ns:
-            self._busy.popleft()
-        span_s = min(window_ns, now_ns - self._created_ns) / 1e9
-        rtf = (sum(b for _, b in self._busy) / span_s) if span_s > 0.5 else None
-        frame_ms = float(np.median(self._frame_latency_ms)) if self._frame_latency_ms else None
-        gaps = sum(s.gap_samples for s in self._streams.values()) // FRAME_SAMPLES
-        estimate = self.load_estimate(with_host=True)
-        main_cost = self._costs["main"]
-        fixed_s, per_update_s = main_cost.fit()
-        interval_p99_s = self.measured_interval_p99_s()
-        capacity = (
-            ("stream_slots", float(self.features.capacity)), ("feature_pool_bytes", float(self.features.bytes_allocated)),
-            ("predicted_interval_s", estimate.interval_s),
-            ("step_fixed_s", fixed_s), ("step_per_update_s", per_update_s),
-            ("host_s_per_stream_audio_s", self.host_cost.per_audio_s),
-        ) + ((("update_interval_p99_s", interval_p99_s),) if interval_p99_s is not None else ()) \
-          + ((("light_steps", float(self.light_steps)),) if self.light_recognizer is not None else ())
-        capacity += tuple(self._model_buffer_bytes().items())  # where a GPU's memory goes
-        if self.process_memory is not None:  # --gpu-memory: the process's own memory and its budget
-            capacity += (("gpu_memory_used_bytes", float(self.process_memory.used_bytes())),
-                         ("gpu_memory_budget_bytes", float(self.process_memory.budget_bytes)))
-        chooser = capabilities_of(self.recognizer).decode_chooser
-        if chooser is not None:  # from how many rows the device decodes now (models/decode_choice.py)
-            capacity += (("device_decoding_from_rows", float(chooser.device_from_rows())),)
-        return PipelineStatus(
-            time_s=now_ns / 1e9,
-            provider=self.recognizer.provider,
-            model=self.recognizer.name,
-            device_name=self.recognizer.device_name,
-            streams=self.streams,
-            frame_latency_ms=frame_ms,
-            step_latency_ms=self._step_latency_ms,
-            caption_latency_s=self._caption_latency_s,
-            queue_depth=queue_depth,
-            dropped_frames=gaps,
-            lag_s=self._lags[-1][1] if self._lags else 0.0,
-            real_time_factor=rtf,
-            input_levels_dbfs=tuple(round(s.level_dbfs, 1) for s in self._streams.values()),
-            batch_size=self.last_batch_size,
-            state=state,
-            message=message,
-            admitted_load=estimate.load if main_cost.measured else None,
-            streams_refused=self.admission.refusals,
-            light_model=(self.light_recognizer.name if self.light_recognizer is not None and self.admission.light_active
-                         else ""),
-            extra=(("update_interval_s", self.scheduler.interval_s), ("steps", float(self.steps)),
-                   ("step_s_total", self.step_s_total), ("dropped_blocks", float(dropped_blocks))) + capacity
-            + tuple((f"host_{part}_s_total", seconds) for part, seconds in self.host_s.items())
-            + ((("vram_free_fraction", vram_free),) if (vram_free := self.backend.vram_free_fraction()) is not None else ()),
-        )
