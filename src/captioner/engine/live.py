@@ -78,22 +78,18 @@ and segment ends fall where they would in a live session (the scheduler's own gr
 
 
 def load_recognizer(model: str, device: str | None, task: str = "transcribe", progress=None):
-    """The array back-end and a Whisper recognizer for ``model`` on ``device``; the calling
-    thread becomes the one that works the GPU. ``device`` is checked as the CLI's ``--device``
-    is (:func:`~captioner.device_check.engine_device`): a GPU that cannot be used is refused with
+    """The array back-end and the recognizer of ``model`` (by its family,
+    :mod:`captioner.engine.families`) on ``device``; the calling thread becomes the one that
+    works the GPU. ``device`` is checked as the CLI's ``--device`` is
+    (:func:`~captioner.device_check.engine_device`): a GPU that cannot be used is refused with
     the CLI's reason, and "auto" never takes a GPU that only one side of the engine can use."""
     from captioner.device_check import engine_device
-    from captioner.engine.whisper import WhisperRecognizer
+    from captioner.engine.families import family_of
     from captioner.gpu.backend import get_backend
-    from captioner.models.runtime import load_runtime
-    from captioner.models.tokenizer import WhisperTokenizer
 
     backend = get_backend(engine_device(device))
     backend.use()  # CuPy allocates on the current device: make it this one, for this thread
-    runtime = load_runtime(model, device=backend.name, progress=progress)
-    tokenizer = WhisperTokenizer(runtime.files.tokenizer_path, runtime.files.config_path, n_vocab=runtime.n_vocab)
-    return backend, WhisperRecognizer(runtime, tokenizer, xp=backend.xp, task=task,
-                                      synchronize=backend.synchronize if backend.is_cuda else None)
+    return backend, family_of(model).load(model, backend, task, progress)
 
 
 

@@ -40,7 +40,8 @@ from captioner.models.decoding import (
     TimedSegment,
 )
 from captioner.models.registry import N_AUDIO_FRAMES
-from captioner.models.runtime import Overlap, bucket_size, encoder_rows
+from captioner.models.runtime import Overlap, bucket_size, encoder_rows, load_runtime
+from captioner.models.tokenizer import WhisperTokenizer
 
 WINDOW_FRAMES = N_AUDIO_FRAMES  # what WhisperRuntime.encode requires
 LOG_FLOOR = -10.0  # log10(1e-10): what Whisper's zero padding turns into
@@ -465,3 +466,12 @@ def _choices_per_pass(recorder: AttentionRecorder, windows) -> dict[int, int]:
         if number is not None:
             out[number] = max(out.get(number, 0), len(w.tokens) + (not w.hit_length_limit))
     return out
+
+
+def load_whisper(model: str, backend, task: str = "transcribe", progress=None) -> WhisperRecognizer:
+    """A Whisper model (a name such as ``tiny.en``, or a folder) as the recognizer on
+    ``backend``'s device (the Whisper loader of :mod:`captioner.engine.families`)."""
+    runtime = load_runtime(model, device=backend.name, progress=progress)
+    tokenizer = WhisperTokenizer(runtime.files.tokenizer_path, runtime.files.config_path, n_vocab=runtime.n_vocab)
+    return WhisperRecognizer(runtime, tokenizer, xp=backend.xp, task=task,
+                             synchronize=backend.synchronize if backend.is_cuda else None)
