@@ -147,11 +147,6 @@ def default_source(timeout_s: float = SERVER_TIMEOUT_S) -> str | None:
     return _ask_server(lambda client: client.server_info().default_source_name or None, timeout_s)
 
 
-def default_sink(timeout_s: float = SERVER_TIMEOUT_S) -> str | None:
-    """Name of the server's default sink (where applications play), or ``None``."""
-    return _ask_server(lambda client: client.server_info().default_sink_name or None, timeout_s)
-
-
 def _default_sink_monitor(client: Any) -> str | None:
     sink_name = client.server_info().default_sink_name
     if not sink_name:

@@ -587,10 +587,6 @@ class FeaturePool:
         return len(self.banks) * self.block_streams
 
     @property
-    def in_use(self) -> int:
-        return self.capacity - len(self._free)
-
-    @property
     def bytes_allocated(self) -> int:
         return len(self.banks) * self.block_bytes
 

@@ -24,7 +24,6 @@ source is one connection (one stream on the server), run by a :class:`_Link`:
 
 from __future__ import annotations
 
-import json
 import queue
 import threading
 import time
@@ -556,8 +555,3 @@ class RemotePipeline:
     def _note_refusal(self, code: int | None, reason: str) -> None:
         with self._lock:
             self.refusals.append((code, reason))
-
-
-def status_line(message: dict) -> str:
-    """A status message on one line (for logs and benchmarks)."""
-    return json.dumps(message, sort_keys=True)

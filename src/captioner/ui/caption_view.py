@@ -280,10 +280,6 @@ class CaptionView(QTextEdit):
         running): the name the person gave, else the label ("Speaker 2")."""
         return self._names.get((self._session if session is None else session, stream, speaker), speaker)
 
-    def speaker_names(self) -> dict[Voice, str]:
-        """Every speaker renamed so far: ``{(session, stream, speaker): name}``."""
-        return dict(self._names)
-
     def heading(self, voice: Voice) -> str:
         """The text heading a run of ``voice``'s lines: the stream's label, and the speaker's
         name where there is one ("Meeting · Speaker 2")."""

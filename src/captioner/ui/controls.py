@@ -223,10 +223,6 @@ class ControlPanel(QWidget):
         if path:
             self.add_file(path)
 
-    def pick_file(self) -> None:
-        """Asks for an audio file to caption and lists it, ticked (the banner's "Add file…")."""
-        self._pick_file()
-
     # -- model -----------------------------------------------------------------------------
 
     def model(self) -> str:

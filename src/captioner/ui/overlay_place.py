@@ -14,10 +14,6 @@ EDGE_MARGIN_PX = 24
 """Room left between the overlay and the screen's edge (a taskbar's shadow, the mouse corner)."""
 
 
-def _fits(area: QRect, size: QSize) -> bool:
-    return area.width() >= size.width() and area.height() >= size.height()
-
-
 def default_overlay_rect(screen: QRect, window: QRect, size: QSize, min_width_px: int = 320) -> QRect:
     """The overlay's rectangle on ``screen`` (its available geometry), away from ``window`` (the
     app's frame), ``size`` wide and high where it fits (narrower, down to ``min_width_px``, where
