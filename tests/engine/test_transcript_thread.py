@@ -175,3 +175,17 @@ def test_a_session_writes_its_transcript_on_its_own_thread_never_the_worker(tmp_
     assert transcript.threads == {"captioner-transcript"}
     lines = transcript.path.read_text(encoding="utf-8").splitlines()[1:]  # past the header
     assert [line.split(": ", 1)[1] for line in lines] == [" ".join(u.text.split()) for u in finals]
+
+
+def test_a_batch_put_as_the_thread_is_told_to_close_is_still_written_and_handed_on():
+    disk = SlowDisk()
+    disk.allowed.set()
+    published: list[CaptionUpdate] = []
+    thread = TranscriptThread("t", lambda key, title: disk, then=published.extend)
+    thread.put([update("final", "Before.")])
+    thread.close(5)  # not started yet: the close waits in line
+    thread.put([update("final", "Racing.")])  # a link thread that had not seen the stop
+    thread.start()
+    thread.join(5)
+    assert disk.lines == ["Before.", "Racing."] and disk.closed
+    assert [u.text for u in published] == ["Before.", "Racing."]

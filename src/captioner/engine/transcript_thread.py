@@ -57,30 +57,37 @@ class TranscriptThread(threading.Thread):
 
     # -- the thread ------------------------------------------------------------------------------
     def run(self) -> None:
+        closing = False
         while True:
             paused = [w for w in self._writers.values() if getattr(w, "paused", None)]
             try:
-                item = self._items.get(timeout=RETRY_S if paused else None)
+                # Once told to close, what was put meanwhile (a racing producer) is still done.
+                item = self._items.get_nowait() if closing else self._items.get(timeout=RETRY_S if paused else None)
             except queue.Empty:
+                if closing:
+                    break
                 for writer in paused:
                     writer.retry()
                 continue
             try:
                 if item is None:
-                    break
-                key, title, batch = item
-                if batch is None:
-                    self._close(key)
-                    continue
-                for update in batch:
-                    if type(update) is CaptionUpdate and update.kind == "final" and update.text.strip():
-                        self._write(key, title, update)
-                if self._then is not None:
-                    self._then(batch)
+                    closing = True
+                else:
+                    self._take(*item)
             finally:
                 self._items.task_done()
         for key in list(self._writers):
             self._close(key)
+
+    def _take(self, key: Hashable, title: str, batch: list | None) -> None:
+        if batch is None:
+            self._close(key)
+            return
+        for update in batch:
+            if type(update) is CaptionUpdate and update.kind == "final" and update.text.strip():
+                self._write(key, title, update)
+        if self._then is not None:
+            self._then(batch)
 
     def _write(self, key: Hashable, title: str, update: CaptionUpdate) -> None:
         if key in self._failed:

@@ -533,10 +533,14 @@ class RemotePipeline:
 
     # -- link callbacks (link and receiver threads) ----------------------------------------------------
     def _publish(self, updates: list[CaptionUpdate]) -> None:
-        if self._writer is not None:
-            self._writer.put(updates)  # on to the outbox once the finals are on disk
-        else:
-            self._to_outbox(updates)
+        writer = self._writer
+        if writer is not None and writer.is_alive():
+            writer.put(updates)  # on to the outbox once the finals are on disk
+            return
+        if self.transcript is not None:  # a link that outlived the stop: written here, as before
+            for update in updates:
+                self.transcript.write(update)
+        self._to_outbox(updates)
 
     def _to_outbox(self, updates: list[CaptionUpdate]) -> None:
         with self._lock:
