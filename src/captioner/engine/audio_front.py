@@ -8,15 +8,11 @@ on the engine's streams, feature pool, VAD bank and host timers.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
+from captioner.engine.stream_state import BlockSlice, StreamState
 from captioner.engine.vad import FULL_SCALE_SINE_DB, band_energy_db, spectral_change_db
 from captioner.events import FRAME_SAMPLES, FRAMES_PER_S, SAMPLE_RATE_HZ, AudioBlock
-
-if TYPE_CHECKING:
-    from captioner.engine.core import BlockSlice, _Stream
 
 
 class AudioFront:
@@ -66,7 +62,7 @@ class AudioFront:
         for capture_ns in list(last_capture_ns.values())[-keep:]:
             self._frame_latency_ms.append((now_ns - capture_ns) / 1e6)
 
-    def _take_block(self, s: _Stream, block: AudioBlock | BlockSlice) -> np.ndarray | None:
+    def _take_block(self, s: StreamState, block: AudioBlock | BlockSlice) -> np.ndarray | None:
         """The samples of ``block`` that continue stream ``s`` (a gap before it is silence)."""
         samples = block.samples
         first = block.first_sample
@@ -94,7 +90,7 @@ class AudioFront:
         s.last_samples = block.samples
         return samples
 
-    def _run_vad(self, streams: list[_Stream]) -> None:
+    def _run_vad(self, streams: list[StreamState]) -> None:
         """The VAD over the new feature frames of ``streams``. On CUDA one kernel launch reads
         every stream's new frames from the rings and returns their band energy and spectral
         change (:meth:`~captioner.gpu.features.FeaturePool.speech_measures`); elsewhere streams
@@ -123,7 +119,7 @@ class AudioFront:
         members, energy, change = self._speech_measures(streams, judged, first, counts, back)
         self._store_vad(streams, members, counts[members], energy, change, ready)
 
-    def _speech_measures(self, streams: list[_Stream], judged: np.ndarray, first: np.ndarray,
+    def _speech_measures(self, streams: list[StreamState], judged: np.ndarray, first: np.ndarray,
                          counts: np.ndarray, back: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(members, energy, change)``: the ``judged`` streams (indices into ``streams``) in
         the order of their measures, and each one's ``counts`` new frames' band energy and
@@ -150,7 +146,7 @@ class AudioFront:
             parts.append((members, energy.reshape(-1), change.reshape(-1)))
         return tuple(np.concatenate(column) for column in zip(*parts))
 
-    def _store_vad(self, streams: list[_Stream], members: np.ndarray, counts: np.ndarray, energy: np.ndarray,
+    def _store_vad(self, streams: list[StreamState], members: np.ndarray, counts: np.ndarray, energy: np.ndarray,
                    change: np.ndarray, ready: np.ndarray) -> None:
         """Step the VAD bank over the measures (``counts[i]`` frames of ``members[i]``, flat) and
         keep each stream's results: frames judged, speech since its update, an idle window."""
@@ -193,5 +189,5 @@ class AudioFront:
                 if not s.policy.has_uncommitted_text:
                     s.last_update_s = (end + s.frame_offset) / FRAMES_PER_S
 
-    def _audio_end_s(self, s: _Stream) -> float:
+    def _audio_end_s(self, s: StreamState) -> float:
         return (self.features.frames_ready(s.slot) + s.frame_offset) / FRAMES_PER_S

@@ -21,12 +21,10 @@ caller) and the worker thread that owns one GPU (:mod:`captioner.engine.worker`)
 from __future__ import annotations
 
 import logging
-import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import NamedTuple
 
 import numpy as np
 
@@ -57,10 +55,10 @@ from captioner.engine.scheduler import (
 from captioner.engine.speakers import (
     SpeakerBank,
     SpeakerConfig,
-    SpeakerTrack,
     check_mode,
     wanted,
 )
+from captioner.engine.stream_state import StreamState
 from captioner.engine.vad import (
     VadConfig,
     speech_band,
@@ -70,7 +68,6 @@ from captioner.errors import one_line
 from captioner.events import (
     FRAME_SAMPLES,
     FRAMES_PER_S,
-    SAMPLE_RATE_HZ,
     WINDOW_FRAMES,
     CaptionUpdate,
 )
@@ -81,18 +78,6 @@ _log = logging.getLogger(__name__)
 DATED_LATER_MIN_NS = 1_000_000
 """The least shift :meth:`Engine.dated_later` makes: a millisecond, far under any caption's
 latency and far over what copying an update costs (docs/decisions/002-engine-host-path.md)."""
-
-
-class BlockSlice(NamedTuple):
-    """A part of an :class:`~captioner.events.AudioBlock` (its fields, its samples a view of the
-    block's read-only ones), cut on the engine's own thread when a backlog is fed in slices: a
-    frozen dataclass with its checks cost a visible share of the engine thread at many streams
-    (docs/decisions/002-engine-host-path.md), for a value that never leaves the thread."""
-
-    stream: str
-    first_sample: int
-    capture_ns: int
-    samples: np.ndarray
 
 
 @dataclass(slots=True)
@@ -154,79 +139,11 @@ class EngineConfig:
 
 
 @dataclass(slots=True)
-class _Stream:
-    name: str
-    slot: int
-    vad_row: int
-    """The stream's row of the engine's :class:`~captioner.engine.vad_bank.VadBank`."""
-    policy: LocalAgreementPolicy
-    next_sample: int = 0
-    """Samples pushed so far (stream clock), gaps filled with zeros."""
-    vad_frames: int = 0
-    """Feature frames the VAD has looked at."""
-    frame_offset: int = 0
-    """Stream frames before the feature ring's frame 0 (the features restarted, e.g. for a
-    model with another number of mel bands); stream frame = feature frame + offset."""
-    last_update_s: float = 0.0
-    speech_since_update: bool = False
-    segment_speech_frames: int = 0
-    start_ns: int | None = None
-    """Wall time at which sample 0 of the stream was captured."""
-    tail: np.ndarray = field(default_factory=lambda: np.zeros(0, np.float32))
-    """The last ``FRAME_SAMPLES`` samples taken in (see ``replace_recognizer``)."""
-    captures: deque = field(default_factory=lambda: deque(maxlen=512))
-    """(end_sample, capture_ns) of recent blocks, to date any stream position."""
-    last_samples: np.ndarray | None = None
-    """The samples of the newest block taken in: its level is worked out when status asks
-    (on every push it was a Python dot per stream per 100 ms, for a number shown once a second)."""
-    gap_samples: int = 0
-    language: str | None = None
-    """The language this stream is decoded in (``None``: the engine's, else detected)."""
-    segment_language: str | None = None
-    """Language detected for the open segment: kept until it closes, so that updates of one
-    sentence are not decoded as different languages."""
-    priority: int = Priority.LIVE
-    last_language: str | None = None
-    """The language detected on the stream's last segment (decides whether an ``auto`` stream
-    may go to an English-only light model)."""
-    segment_model: str | None = None
-    """``"main"`` or ``"light"``: the model that decodes the open segment, chosen at its first
-    update and kept until it closes, so one sentence is never heard by two models."""
-    last_update_ns: int | None = None
-    """Clock time of the stream's last update within the open segment (update intervals)."""
-    decoded_by: str | None = None
-    """The recognizer (name) of the stream's last hypothesis: a forced prefix is its tokens, so
-    it goes only to that recognizer (tiny.en and base number their tokens differently)."""
-    speakers: SpeakerTrack | None = None
-    """Its speaker labels, when they are on for it."""
-
-    @property
-    def level_dbfs(self) -> float:
-        """Input level of the newest block (dBFS; -120 before any)."""
-        x = self.last_samples
-        if x is None:
-            return -120.0
-        # The level is for display: a float32 dot is plenty, and much cheaper.
-        rms = math.sqrt(float(np.dot(x, x)) / x.size) if x.size else 0.0
-        return 20 * math.log10(max(rms, 1e-6))
-
-    def capture_ns_at(self, sample: int) -> int | None:
-        for end_sample, capture_ns in reversed(self.captures):
-            if end_sample <= sample:
-                # The block ending here or earlier; extrapolate by the sample count.
-                return capture_ns + (sample - end_sample) * 1_000_000_000 // SAMPLE_RATE_HZ
-        if self.captures:
-            end_sample, capture_ns = self.captures[0]
-            return capture_ns - (end_sample - sample) * 1_000_000_000 // SAMPLE_RATE_HZ
-        return None
-
-
-@dataclass(slots=True)
 class _Decoded:
     """A model step's hypotheses, not yet folded into the streams' policies
     (:attr:`EngineConfig.overlap_updates`); the engine's own bookkeeping of those streams is done."""
 
-    streams: list[_Stream]
+    streams: list[StreamState]
     ends_s: list[float]
     """Each stream's audio end at the step (stream seconds)."""
     hypotheses: list
@@ -291,7 +208,7 @@ class Engine(AudioFront, EngineReport):
         self._build_features(recognizer.n_mels)
         self.scheduler = Scheduler(self.config.scheduler)
         self.language = self.config.language
-        self._streams: dict[str, _Stream] = {}
+        self._streams: dict[str, StreamState] = {}
         self.admission = Admission(self.config.admission, on_gpu=on_gpu)
         budget = self.config.admission.gpu_memory_bytes
         self.process_memory = ProcessMemory(getattr(backend, "device_index", None) or 0, budget, self._accounted_bytes) \
@@ -353,7 +270,7 @@ class Engine(AudioFront, EngineReport):
         compile at their first launch too.
         Admission, status and the streams never see it."""
         slot, row = self.features.acquire(), self.vad.acquire()
-        s = _Stream("warm-up", slot, row, self._make_policy("warm-up"))
+        s = StreamState("warm-up", slot, row, self._make_policy("warm-up"))
         noise = (1e-3 * np.random.default_rng(0).standard_normal(FRAMES_PER_S * FRAME_SAMPLES)).astype(np.float32)
         try:
             for start, n in ((0, 10), (10, 20), (30, 70)):  # 100, 200 and 700 ms pushes
@@ -422,7 +339,7 @@ class Engine(AudioFront, EngineReport):
         slot = self.features.acquire()
         policy = self._make_policy(name)
         policy.resume(history)
-        self._streams[name] = _Stream(name, slot, self.vad.acquire(), policy, language=language, priority=rank,
+        self._streams[name] = StreamState(name, slot, self.vad.acquire(), policy, language=language, priority=rank,
                                       speakers=bank.open(name, slot) if bank is not None else None)
 
     def _speaker_bank_for(self, source: str | None) -> SpeakerBank | None:
@@ -455,7 +372,7 @@ class Engine(AudioFront, EngineReport):
         """Whether the stream's lines carry speaker labels."""
         return self._streams[name].speakers is not None
 
-    def _labelled(self, s: _Stream, updates: list[CaptionUpdate]) -> list[CaptionUpdate]:
+    def _labelled(self, s: StreamState, updates: list[CaptionUpdate]) -> list[CaptionUpdate]:
         """``updates`` of stream ``s`` with their speakers (when on for it)."""
         if s.speakers is None or not updates:
             return updates
@@ -479,7 +396,7 @@ class Engine(AudioFront, EngineReport):
         language = s_language or self.language or last_language
         return language == "en" or (language is None and not capabilities_of(self.recognizer).is_multilingual)
 
-    def _light_eligible(self, s: _Stream) -> bool:
+    def _light_eligible(self, s: StreamState) -> bool:
         """Whether the stream's new segments may go to the (English-only) light model."""
         if self.light_recognizer is None:
             return False
@@ -535,7 +452,7 @@ class Engine(AudioFront, EngineReport):
         at thousands of streams the views are built on every tick. The streams' audio ends and
         silences are read in one array look-up each."""
         first_update_frames = self.config.first_update_speech_s * FRAMES_PER_S
-        chosen: list[tuple[_Stream, bool]] = []
+        chosen: list[tuple[StreamState, bool]] = []
         # Streams whose policies have not seen their last hypothesis yet.
         held = self._pending.names if self._pending is not None else ()
         streams = self._streams.values() if names is None else \
@@ -618,14 +535,14 @@ class Engine(AudioFront, EngineReport):
                 self._reset_segment(s, v.audio_end_s)
         return self.dated_later(out, 0) if out else out
 
-    def _window(self, s: _Stream) -> tuple[int, int]:
+    def _window(self, s: StreamState) -> tuple[int, int]:
         """Feature frames ``[first, ready)`` of the stream's buffer (at most one window)."""
         ready = self.features.frames_ready(s.slot)
         first = int(round(s.policy.buffer_start_s * FRAMES_PER_S)) - s.frame_offset
         first = max(first, ready - WINDOW_FRAMES + 1, self.features.oldest_frame(s.slot), 0)
         return first, ready
 
-    def _windows(self, streams: list[_Stream]) -> list[tuple[int, int]]:
+    def _windows(self, streams: list[StreamState]) -> list[tuple[int, int]]:
         """:meth:`_window` of several streams, their frame counts read in one look-up."""
         ready = self.features.frames_ready_many([s.slot for s in streams]).tolist()
         ring_frames = self.features.ring_frames
@@ -635,7 +552,7 @@ class Engine(AudioFront, EngineReport):
             out.append((max(first, end - WINDOW_FRAMES + 1, end - ring_frames, 0), end))
         return out
 
-    def _choose_model(self, s: _Stream) -> str:
+    def _choose_model(self, s: StreamState) -> str:
         """The model of the stream's open segment, chosen at its first update."""
         if s.segment_model is None:
             load = self.load_estimate(all_main=True).load if self._costs["main"].measured else None
@@ -645,7 +562,7 @@ class Engine(AudioFront, EngineReport):
             s.segment_model = "main"
         return s.segment_model
 
-    def _step(self, streams: list[_Stream], closing: dict[str, bool]) -> list[CaptionUpdate]:
+    def _step(self, streams: list[StreamState], closing: dict[str, bool]) -> list[CaptionUpdate]:
         t0 = self.timer_ns()
         for s in streams:
             if closing[s.name]:
@@ -680,7 +597,7 @@ class Engine(AudioFront, EngineReport):
         earlier, self._pending = self._pending, None
         defer = self._defer()
         unread: list = []
-        folded: list[tuple[_Stream, list[CaptionUpdate]]] = []
+        folded: list[tuple[StreamState, list[CaptionUpdate]]] = []
         fold_at_ns = [0, 0]  # when the fold ran, and its duration (ns, on the step's timer)
 
         def fold_earlier() -> None:
@@ -755,7 +672,7 @@ class Engine(AudioFront, EngineReport):
         self.last_batch_size = len(streams)
         return updates
 
-    def _cut_in_speech(self, streams: list[_Stream], closing: dict[str, bool]) -> list[bool]:
+    def _cut_in_speech(self, streams: list[StreamState], closing: dict[str, bool]) -> list[bool]:
         """Per stream: whether its window closes a segment on audio that ends inside speech
         (less than ``pause_s`` of quiet after the last speech: a stream stopped mid-sentence).
         A close at a pause ends in quiet."""
@@ -775,7 +692,7 @@ class Engine(AudioFront, EngineReport):
         return all(capabilities_of(r).overlaps_host_work for r in (self.recognizer, self.light_recognizer)
                    if r is not None)
 
-    def _note_language(self, s: _Stream, hyp, closed: bool = False) -> None:
+    def _note_language(self, s: StreamState, hyp, closed: bool = False) -> None:
         """A multilingual model's language of the stream's open segment, from its first
         accepted hypothesis (``closed``: the segment was closed before the hypothesis was read,
         so it becomes the stream's last language, as closing it would have made it)."""
@@ -786,7 +703,7 @@ class Engine(AudioFront, EngineReport):
             else:
                 s.segment_language = hyp.language
 
-    def _fold(self, decoded: _Decoded, at_ns: int) -> list[tuple[_Stream, list[CaptionUpdate]]]:
+    def _fold(self, decoded: _Decoded, at_ns: int) -> list[tuple[StreamState, list[CaptionUpdate]]]:
         """Each hypothesis of ``decoded`` into its stream's policy, dated ``at_ns`` (clock); the
         ones not read yet are read first. Streams closed in between are skipped: their end
         folded them first."""
@@ -811,7 +728,7 @@ class Engine(AudioFront, EngineReport):
             out.append((s, self._labelled(s, mine)))
         return out
 
-    def _emitted(self, folded: list[tuple[_Stream, list[CaptionUpdate]]], later_ns: int) -> list[CaptionUpdate]:
+    def _emitted(self, folded: list[tuple[StreamState, list[CaptionUpdate]]], later_ns: int) -> list[CaptionUpdate]:
         """The updates of a fold, dated ``later_ns`` after it (when the caller gets them: a fold
         held back runs during the next step, whose end returns them)."""
         return self.dated_later([u for _, mine in folded for u in mine], later_ns)
@@ -841,7 +758,7 @@ class Engine(AudioFront, EngineReport):
             return []
         return self._emitted(self._fold(decoded, self.clock_ns()), 0)
 
-    def _reset_segment(self, s: _Stream, at_s: float | None) -> None:
+    def _reset_segment(self, s: StreamState, at_s: float | None) -> None:
         if s.segment_language is not None:
             s.last_language = s.segment_language
         s.segment_language = None
@@ -853,7 +770,7 @@ class Engine(AudioFront, EngineReport):
         s.segment_speech_frames = 0
         s.last_update_s = self._audio_end_s(s)
 
-    def _finish_streams(self, streams: list[_Stream]) -> list[CaptionUpdate]:
+    def _finish_streams(self, streams: list[StreamState]) -> list[CaptionUpdate]:
         """A last update over what is left of each stream, committed whole (the last step's
         pending hypotheses, any stream's, folded first). The last updates of streams that end
         together are one model step (up to ``max_batch`` rows each): a step of one row costs

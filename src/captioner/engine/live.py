@@ -44,7 +44,7 @@ import numpy as np
 from captioner.audio.channels import channels_last
 from captioner.audio.ingest import StreamIngest
 from captioner.engine.admission import Priority, parse_priority
-from captioner.engine.core import BlockSlice, Engine, EngineConfig
+from captioner.engine.core import Engine, EngineConfig
 from captioner.engine.language_check import (
     DetectorLoader,
     LanguageNotice,
@@ -61,6 +61,7 @@ from captioner.engine.messages import (
 )
 from captioner.engine.recognizer import Recognizer, capabilities_of
 from captioner.engine.speakers import check_mode
+from captioner.engine.stream_state import BlockSlice
 from captioner.errors import StreamRefused, one_line
 from captioner.events import (
     FRAME_SAMPLES,
