@@ -84,16 +84,16 @@ def test_lines_held_by_a_disk_that_filled_are_written_when_it_has_room(disk, mon
     """The engine's transcript thread on the real writer: the lines the full disk refuses still
     reach the screen, the file keeps only whole lines, the status says so, and once there is room
     the held lines are written by the thread's own retry, with no new caption to carry them."""
-    import captioner.engine.pipeline as pipeline
+    from captioner.engine import transcript_thread
 
-    monkeypatch.setattr(pipeline, "_RETRY_TRANSCRIPT_S", 0.05)
+    monkeypatch.setattr(transcript_thread, "RETRY_S", 0.05)
     writer = TranscriptWriter(disk.folder / "t.txt")
     shown: list[CaptionUpdate] = []
-    thread = pipeline._TranscriptThread(writer, shown.extend)
+    thread = transcript_thread.TranscriptThread("captioner-transcript", lambda key, title: writer, then=shown.extend)
     thread.start()
 
     def commit(text: str, n: int) -> None:
-        thread.batches.put([final(text, n)])
+        thread.put([final(text, n)])
         deadline = time.monotonic() + 5
         while len(shown) < n + 1:
             assert time.monotonic() < deadline, "a caption did not reach the screen"
