@@ -666,10 +666,10 @@ class Pipeline:
         refused = [e for e in updates if type(e) is Refused]
         if refused:
             self._note_refusals(refused)
-        if self._writer is not None:
+        if self._writer is not None and self._writer.is_alive():
             self._writer.put(updates)  # on to the outbox once the finals are on disk
         else:
-            self._to_outbox(updates)
+            self._to_outbox(updates)  # no transcript, or a worker that outlived the stop
 
     def _note_refusals(self, events: list[Refused]) -> None:
         with self._sources_lock:
